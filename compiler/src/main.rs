@@ -1,0 +1,165 @@
+//! The `graphc` command-line tool: one subcommand per stage of the pipeline.
+
+use clap::{Parser, Subcommand};
+use graphc_ir::{diag::render_all, parse_module, print_module, verify_module, Diagnostic, Module, SourceFile};
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+#[derive(Parser, Debug)]
+#[command(name = "graphc", version, about = "Compile dataflow-graph IR (.gir) to fused native kernels", long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Parse, verify and infer shapes; report every error with its location. Exit 0 if the
+    /// file is valid, 1 if not.
+    Check(CheckArgs),
+    /// Print the canonical text of a module (to stdout, or back into the file).
+    Fmt(FmtArgs),
+}
+
+#[derive(clap::Args, Debug)]
+struct CheckArgs {
+    /// The .gir files to check ('-' reads standard input).
+    #[arg(required = true)]
+    files: Vec<PathBuf>,
+    /// Print nothing for valid files.
+    #[arg(short, long)]
+    quiet: bool,
+}
+
+#[derive(clap::Args, Debug)]
+struct FmtArgs {
+    /// The .gir file to format ('-' reads standard input).
+    file: PathBuf,
+    /// Rewrite the file in place (atomically) instead of printing to stdout.
+    #[arg(short, long, conflicts_with = "check")]
+    in_place: bool,
+    /// Print nothing; exit 1 if the file is not in canonical form.
+    #[arg(long)]
+    check: bool,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Check(a) => check(&a),
+        Command::Fmt(a) => fmt(&a),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Reads a file (or stdin for `-`), parses and verifies it; diagnostics go to stderr.
+fn load(path: &Path) -> Result<(SourceFile, Module), SourceFile> {
+    let (file, parsed) = if path == Path::new("-") {
+        let mut bytes = Vec::new();
+        let read = std::io::stdin().read_to_end(&mut bytes);
+        let file = SourceFile::new("<stdin>", String::from_utf8_lossy(&bytes).into_owned());
+        match (read, String::from_utf8(bytes)) {
+            (Err(e), _) => (file, Err(vec![Diagnostic::error_unlocated(format!("cannot read standard input: {e}"))])),
+            (Ok(_), Err(_)) => (file, Err(vec![Diagnostic::error_unlocated("standard input is not UTF-8 text")])),
+            (Ok(_), Ok(text)) => {
+                let r = parse_module(&text);
+                (file, r)
+            }
+        }
+    } else {
+        graphc_ir::parse_file(path)
+    };
+    // The parser type-checks as it builds; the verifier re-checks the whole module, so a
+    // disagreement between the two surfaces here rather than in a later pass.
+    let parsed = parsed.and_then(|m| {
+        let d = verify_module(&m);
+        if d.is_empty() {
+            Ok(m)
+        } else {
+            Err(d)
+        }
+    });
+    match parsed {
+        Ok(m) => Ok((file, m)),
+        Err(diags) => {
+            let n = diags.len();
+            eprint!("{}", render_all(&diags, &file));
+            eprintln!("{}: {n} error{}", file.name, if n == 1 { "" } else { "s" });
+            Err(file)
+        }
+    }
+}
+
+fn check(a: &CheckArgs) -> anyhow::Result<ExitCode> {
+    let mut ok = true;
+    for path in &a.files {
+        match load(path) {
+            Ok((file, m)) => {
+                if !a.quiet {
+                    let nodes: usize = m.graphs.iter().map(|g| g.node_count()).sum();
+                    println!(
+                        "{}: ok ({} graph{}, {nodes} node{})",
+                        file.name,
+                        m.graphs.len(),
+                        plural(m.graphs.len()),
+                        plural(nodes)
+                    );
+                }
+            }
+            Err(_) => ok = false,
+        }
+    }
+    Ok(if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+fn plural(n: usize) -> &'static str {
+    if n == 1 {
+        ""
+    } else {
+        "s"
+    }
+}
+
+fn fmt(a: &FmtArgs) -> anyhow::Result<ExitCode> {
+    let Ok((file, m)) = load(&a.file) else { return Ok(ExitCode::FAILURE) };
+    let text = print_module(&m);
+    if a.check {
+        if text != file.text {
+            eprintln!("{}: not in canonical form; run `graphc fmt --in-place {}`", file.name, file.name);
+            return Ok(ExitCode::FAILURE);
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    if a.in_place && a.file != Path::new("-") {
+        write_atomically(&a.file, text.as_bytes())?;
+    } else {
+        std::io::stdout().write_all(text.as_bytes())?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Writes through a temporary file in the same directory and renames it over the target, so a
+/// crash never leaves a half-written file.
+fn write_atomically(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
+    use anyhow::Context;
+    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let name = path.file_name().context("the path names no file")?.to_string_lossy();
+    let tmp = dir.join(format!(".{name}.graphc-tmp-{}", std::process::id()));
+    let write = || -> std::io::Result<()> {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)
+    };
+    write().map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        anyhow::anyhow!("cannot write {}: {e}", path.display())
+    })
+}

@@ -1,0 +1,402 @@
+//! Compile-time attributes of ops, including dense tensor literals.
+
+use crate::types::{DType, TensorType};
+use std::fmt;
+
+/// The elements of a tensor literal, in row-major order.
+#[derive(Clone, Debug)]
+pub enum TensorData {
+    F32(Vec<f32>),
+    F64(Vec<f64>),
+    I32(Vec<i32>),
+    I64(Vec<i64>),
+    Bool(Vec<bool>),
+}
+
+impl TensorData {
+    pub fn len(&self) -> usize {
+        match self {
+            TensorData::F32(v) => v.len(),
+            TensorData::F64(v) => v.len(),
+            TensorData::I32(v) => v.len(),
+            TensorData::I64(v) => v.len(),
+            TensorData::Bool(v) => v.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn dtype(&self) -> DType {
+        match self {
+            TensorData::F32(_) => DType::F32,
+            TensorData::F64(_) => DType::F64,
+            TensorData::I32(_) => DType::I32,
+            TensorData::I64(_) => DType::I64,
+            TensorData::Bool(_) => DType::Bool,
+        }
+    }
+
+    fn all_equal(&self) -> bool {
+        fn eq<T: Copy>(v: &[T], same: impl Fn(T, T) -> bool) -> bool {
+            v.windows(2).all(|w| same(w[0], w[1]))
+        }
+        match self {
+            TensorData::F32(v) => eq(v, |a, b| a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan())),
+            TensorData::F64(v) => eq(v, |a, b| a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan())),
+            TensorData::I32(v) => eq(v, |a, b| a == b),
+            TensorData::I64(v) => eq(v, |a, b| a == b),
+            TensorData::Bool(v) => eq(v, |a, b| a == b),
+        }
+    }
+
+    fn truncate(&mut self, n: usize) {
+        match self {
+            TensorData::F32(v) => v.truncate(n),
+            TensorData::F64(v) => v.truncate(n),
+            TensorData::I32(v) => v.truncate(n),
+            TensorData::I64(v) => v.truncate(n),
+            TensorData::Bool(v) => v.truncate(n),
+        }
+    }
+
+    /// Writes element `i` in the IR's literal spelling.
+    fn write_elem(&self, f: &mut impl fmt::Write, i: usize) -> fmt::Result {
+        match self {
+            TensorData::F32(v) => write_float(f, v[i] as f64, format!("{:?}", v[i])),
+            TensorData::F64(v) => write_float(f, v[i], format!("{:?}", v[i])),
+            TensorData::I32(v) => write!(f, "{}", v[i]),
+            TensorData::I64(v) => write!(f, "{}", v[i]),
+            TensorData::Bool(v) => write!(f, "{}", v[i]),
+        }
+    }
+}
+
+/// Floats print in Rust's shortest round-trip form; non-finite values as `nan`, `inf`, `-inf`.
+fn write_float(f: &mut impl fmt::Write, v: f64, shortest: String) -> fmt::Result {
+    if v.is_nan() {
+        f.write_str("nan")
+    } else if v.is_infinite() {
+        f.write_str(if v > 0.0 { "inf" } else { "-inf" })
+    } else {
+        f.write_str(&shortest)
+    }
+}
+
+/// Element equality that treats every NaN as the same value, so literals compare structurally.
+impl PartialEq for TensorData {
+    fn eq(&self, other: &Self) -> bool {
+        fn feq32(a: &f32, b: &f32) -> bool {
+            a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan())
+        }
+        fn feq64(a: &f64, b: &f64) -> bool {
+            a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan())
+        }
+        match (self, other) {
+            (TensorData::F32(a), TensorData::F32(b)) => a.len() == b.len() && a.iter().zip(b).all(|(x, y)| feq32(x, y)),
+            (TensorData::F64(a), TensorData::F64(b)) => a.len() == b.len() && a.iter().zip(b).all(|(x, y)| feq64(x, y)),
+            (TensorData::I32(a), TensorData::I32(b)) => a == b,
+            (TensorData::I64(a), TensorData::I64(b)) => a == b,
+            (TensorData::Bool(a), TensorData::Bool(b)) => a == b,
+            _ => false,
+        }
+    }
+}
+
+/// A dense tensor literal: `dense<[[1.0, 2.0], [3.0, 4.0]]> : f32[2,2]`.
+///
+/// A literal whose elements are all equal is stored (and printed) as a splat, a single element
+/// that fills the shape: `dense<0.0> : f32[256,1024]`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TensorLiteral {
+    ty: TensorType,
+    data: TensorData,
+}
+
+impl TensorLiteral {
+    /// Builds a literal; `data` holds either one element (a splat) or one per element of `ty`.
+    pub fn new(ty: TensorType, mut data: TensorData) -> Result<Self, String> {
+        if data.dtype() != ty.dtype {
+            return Err(format!("literal elements are {} but the type is {ty}", data.dtype()));
+        }
+        let n = ty.num_elements().ok_or_else(|| format!("type {ty} has too many elements"))?;
+        if data.len() as u64 != n && data.len() != 1 {
+            return Err(format!("literal has {} elements but type {ty} holds {n}", data.len()));
+        }
+        if n > 1 && data.len() as u64 == n && data.all_equal() {
+            data.truncate(1);
+        }
+        Ok(TensorLiteral { ty, data })
+    }
+
+    pub fn ty(&self) -> &TensorType {
+        &self.ty
+    }
+
+    /// The stored elements: one for a splat, else every element in row-major order.
+    pub fn data(&self) -> &TensorData {
+        &self.data
+    }
+
+    pub fn is_splat(&self) -> bool {
+        self.data.len() == 1 && self.ty.num_elements() != Some(1)
+    }
+
+    fn write_nested(&self, f: &mut impl fmt::Write, dim: usize, offset: &mut usize) -> fmt::Result {
+        if dim == self.ty.rank() {
+            self.data.write_elem(f, *offset)?;
+            *offset += 1;
+            return Ok(());
+        }
+        f.write_char('[')?;
+        for i in 0..self.ty.shape[dim] {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            self.write_nested(f, dim + 1, offset)?;
+        }
+        f.write_char(']')
+    }
+}
+
+impl fmt::Display for TensorLiteral {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("dense<")?;
+        if self.is_splat() {
+            self.data.write_elem(f, 0)?;
+        } else {
+            self.write_nested(f, 0, &mut 0)?;
+        }
+        write!(f, "> : {}", self.ty)
+    }
+}
+
+/// An attribute value.
+#[derive(Clone, Debug)]
+pub enum Attr {
+    Int(i64),
+    Float(f64),
+    Bool(bool),
+    Str(String),
+    DType(DType),
+    Ints(Vec<i64>),
+    Tensor(TensorLiteral),
+}
+
+impl PartialEq for Attr {
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (Attr::Int(a), Attr::Int(b)) => a == b,
+            (Attr::Float(a), Attr::Float(b)) => a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()),
+            (Attr::Bool(a), Attr::Bool(b)) => a == b,
+            (Attr::Str(a), Attr::Str(b)) => a == b,
+            (Attr::DType(a), Attr::DType(b)) => a == b,
+            (Attr::Ints(a), Attr::Ints(b)) => a == b,
+            (Attr::Tensor(a), Attr::Tensor(b)) => a == b,
+            _ => false,
+        }
+    }
+}
+
+/// The kind of value an attribute holds, as the op table declares it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AttrKind {
+    Int,
+    Float,
+    Bool,
+    Str,
+    DType,
+    Ints,
+    Tensor,
+}
+
+impl AttrKind {
+    pub fn describe(self) -> &'static str {
+        match self {
+            AttrKind::Int => "an integer",
+            AttrKind::Float => "a number",
+            AttrKind::Bool => "true or false",
+            AttrKind::Str => "a string",
+            AttrKind::DType => "an element type (f32, f64, i32, i64, bool)",
+            AttrKind::Ints => "a list of integers like [0, 1]",
+            AttrKind::Tensor => "a tensor literal like dense<[1.0, 2.0]> : f32[2]",
+        }
+    }
+}
+
+impl Attr {
+    pub fn kind(&self) -> AttrKind {
+        match self {
+            Attr::Int(_) => AttrKind::Int,
+            Attr::Float(_) => AttrKind::Float,
+            Attr::Bool(_) => AttrKind::Bool,
+            Attr::Str(_) => AttrKind::Str,
+            Attr::DType(_) => AttrKind::DType,
+            Attr::Ints(_) => AttrKind::Ints,
+            Attr::Tensor(_) => AttrKind::Tensor,
+        }
+    }
+
+    /// Converts to the declared kind where the spelling is ambiguous (an integer written for a
+    /// float attribute, an empty list), or says why it cannot.
+    pub fn coerce(self, kind: AttrKind) -> Result<Attr, Attr> {
+        match (self, kind) {
+            (a, k) if a.kind() == k => Ok(a),
+            (Attr::Int(i), AttrKind::Float) => Ok(Attr::Float(i as f64)),
+            (a, _) => Err(a),
+        }
+    }
+}
+
+pub(crate) fn write_string_literal(f: &mut impl fmt::Write, s: &str) -> fmt::Result {
+    f.write_char('"')?;
+    for c in s.chars() {
+        match c {
+            '"' => f.write_str("\\\"")?,
+            '\\' => f.write_str("\\\\")?,
+            '\n' => f.write_str("\\n")?,
+            '\t' => f.write_str("\\t")?,
+            c if c.is_control() => write!(f, "\\u{{{:x}}}", c as u32)?,
+            c => f.write_char(c)?,
+        }
+    }
+    f.write_char('"')
+}
+
+impl fmt::Display for Attr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Attr::Int(i) => write!(f, "{i}"),
+            Attr::Float(x) => write_float(f, *x, format!("{x:?}")),
+            Attr::Bool(b) => write!(f, "{b}"),
+            Attr::Str(s) => write_string_literal(f, s),
+            Attr::DType(d) => write!(f, "{d}"),
+            Attr::Ints(v) => {
+                f.write_str("[")?;
+                for (i, x) in v.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(", ")?;
+                    }
+                    write!(f, "{x}")?;
+                }
+                f.write_str("]")
+            }
+            Attr::Tensor(t) => write!(f, "{t}"),
+        }
+    }
+}
+
+/// The attributes of one node, in the order the op table declares them.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Attrs {
+    entries: Vec<(String, Attr)>,
+}
+
+impl Attrs {
+    pub fn new() -> Self {
+        Attrs::default()
+    }
+
+    pub fn get(&self, name: &str) -> Option<&Attr> {
+        self.entries.iter().find(|(n, _)| n == name).map(|(_, a)| a)
+    }
+
+    /// Sets an attribute, replacing an earlier value of the same name.
+    pub fn set(&mut self, name: impl Into<String>, value: Attr) {
+        let name = name.into();
+        match self.entries.iter_mut().find(|(n, _)| *n == name) {
+            Some(e) => e.1 = value,
+            None => self.entries.push((name, value)),
+        }
+    }
+
+    pub fn remove(&mut self, name: &str) -> Option<Attr> {
+        let i = self.entries.iter().position(|(n, _)| n == name)?;
+        Some(self.entries.remove(i).1)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &Attr)> {
+        self.entries.iter().map(|(n, a)| (n.as_str(), a))
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub(crate) fn sort_by_key(&mut self, rank: impl Fn(&str) -> usize) {
+        self.entries.sort_by_key(|(n, _)| rank(n));
+    }
+
+    pub fn int(&self, name: &str) -> Option<i64> {
+        match self.get(name)? {
+            Attr::Int(i) => Some(*i),
+            _ => None,
+        }
+    }
+
+    pub fn ints(&self, name: &str) -> Option<&[i64]> {
+        match self.get(name)? {
+            Attr::Ints(v) => Some(v),
+            _ => None,
+        }
+    }
+
+    pub fn bool(&self, name: &str) -> Option<bool> {
+        match self.get(name)? {
+            Attr::Bool(b) => Some(*b),
+            _ => None,
+        }
+    }
+
+    pub fn str(&self, name: &str) -> Option<&str> {
+        match self.get(name)? {
+            Attr::Str(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    pub fn dtype(&self, name: &str) -> Option<DType> {
+        match self.get(name)? {
+            Attr::DType(d) => Some(*d),
+            _ => None,
+        }
+    }
+
+    pub fn tensor(&self, name: &str) -> Option<&TensorLiteral> {
+        match self.get(name)? {
+            Attr::Tensor(t) => Some(t),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn literals_print_nested_and_splat() {
+        let t =
+            TensorLiteral::new(TensorType::new(DType::F32, [2, 2]), TensorData::F32(vec![1.0, 2.5, -0.0, f32::NAN]))
+                .unwrap();
+        assert_eq!(t.to_string(), "dense<[[1.0, 2.5], [-0.0, nan]]> : f32[2,2]");
+        let s = TensorLiteral::new(TensorType::new(DType::I64, [3]), TensorData::I64(vec![7, 7, 7])).unwrap();
+        assert!(s.is_splat());
+        assert_eq!(s.to_string(), "dense<7> : i64[3]");
+        let e = TensorLiteral::new(TensorType::new(DType::F32, [2, 0]), TensorData::F32(vec![])).unwrap();
+        assert_eq!(e.to_string(), "dense<[[], []]> : f32[2,0]");
+        let sc = TensorLiteral::new(TensorType::scalar(DType::Bool), TensorData::Bool(vec![true])).unwrap();
+        assert_eq!(sc.to_string(), "dense<true> : bool[]");
+    }
+
+    #[test]
+    fn literal_size_and_dtype_are_checked() {
+        assert!(TensorLiteral::new(TensorType::new(DType::F32, [3]), TensorData::F32(vec![1.0, 2.0])).is_err());
+        assert!(TensorLiteral::new(TensorType::new(DType::F32, [1]), TensorData::I32(vec![1])).is_err());
+    }
+}

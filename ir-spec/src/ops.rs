@@ -1,0 +1,584 @@
+//! The op table: every op declared once, with its operands, attributes, regions, traits, type
+//! rule, prose semantics and an example. The parser, the verifier, the builder and the op
+//! reference in SPEC.md all come from here.
+
+use crate::attr::{Attr, AttrKind, Attrs};
+use crate::rules;
+use crate::types::Type;
+
+macro_rules! define_ops {
+    ($($variant:ident => $name:literal),* $(,)?) => {
+        /// An operation of the IR.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum Op { $($variant),* }
+
+        impl Op {
+            pub const ALL: &'static [Op] = &[$(Op::$variant),*];
+
+            /// The op's spelling in the IR.
+            pub fn name(self) -> &'static str {
+                match self { $(Op::$variant => $name),* }
+            }
+
+            pub fn from_name(s: &str) -> Option<Op> {
+                match s { $($name => Some(Op::$variant),)* _ => None }
+            }
+        }
+    };
+}
+
+define_ops! {
+    // Sources and array ops.
+    Constant => "constant",
+    Identity => "identity",
+    Cast => "cast",
+    Reshape => "reshape",
+    Broadcast => "broadcast",
+    Transpose => "transpose",
+    Concat => "concat",
+    Slice => "slice",
+    Split => "split",
+    Gather => "gather",
+    Shape => "shape",
+    Rank => "rank",
+    // Matrix.
+    MatMul => "matmul",
+    // Elementwise unary.
+    Neg => "neg",
+    Abs => "abs",
+    Exp => "exp",
+    Log => "log",
+    Sqrt => "sqrt",
+    Tanh => "tanh",
+    Sigmoid => "sigmoid",
+    Relu => "relu",
+    Erf => "erf",
+    Not => "not",
+    // Elementwise binary.
+    Add => "add",
+    Sub => "sub",
+    Mul => "mul",
+    Div => "div",
+    Pow => "pow",
+    Max => "max",
+    Min => "min",
+    And => "and",
+    Or => "or",
+    Equal => "equal",
+    NotEqual => "not_equal",
+    Less => "less",
+    LessEqual => "less_equal",
+    Greater => "greater",
+    GreaterEqual => "greater_equal",
+    Select => "select",
+    // Reductions and composites.
+    ReduceSum => "reduce_sum",
+    ReduceMean => "reduce_mean",
+    ReduceMax => "reduce_max",
+    ReduceMin => "reduce_min",
+    Softmax => "softmax",
+    // State.
+    Variable => "variable",
+    Read => "read",
+    Assign => "assign",
+    AssignAdd => "assign_add",
+    Queue => "queue",
+    Enqueue => "enqueue",
+    Dequeue => "dequeue",
+    QueueClose => "queue_close",
+    QueueSize => "queue_size",
+    NoOp => "no_op",
+    // Structure.
+    Cond => "cond",
+    While => "while",
+    Fusion => "fusion",
+    Send => "send",
+    Recv => "recv",
+}
+
+/// How an op behaves for fusion and scheduling (after XLA's and TVM's op kinds).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OpKind {
+    /// Each output element depends on the input elements at the same (broadcast) index.
+    Elementwise,
+    /// Each output element is one input element moved (reshape, transpose, slice, ...).
+    Injective,
+    /// Reduces over axes.
+    Reduction,
+    /// A contraction (matmul): expensive, takes elementwise epilogues.
+    Contraction,
+    /// Computes its value from attributes alone.
+    Source,
+    /// Touches session state (variables, queues).
+    Stateful,
+    /// Holds regions that run conditionally or repeatedly.
+    Control,
+    /// Crosses devices.
+    Communication,
+    /// Cannot be fused with anything (a fusion region itself, composites that expand first).
+    Opaque,
+}
+
+impl OpKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            OpKind::Elementwise => "elementwise",
+            OpKind::Injective => "injective",
+            OpKind::Reduction => "reduction",
+            OpKind::Contraction => "contraction",
+            OpKind::Source => "source",
+            OpKind::Stateful => "stateful",
+            OpKind::Control => "control",
+            OpKind::Communication => "communication",
+            OpKind::Opaque => "opaque",
+        }
+    }
+}
+
+/// Whether an attribute must be written, and its value when it is not.
+#[derive(Clone, Debug)]
+pub enum AttrDefault {
+    Required,
+    /// May be left out; the op's semantics say what its absence means.
+    Optional,
+    /// May be left out, meaning this value. Canonical text leaves it out.
+    Value(Attr),
+}
+
+#[derive(Clone, Debug)]
+pub struct AttrDef {
+    pub name: &'static str,
+    pub kind: AttrKind,
+    pub default: AttrDefault,
+    pub doc: &'static str,
+}
+
+/// A region's signature as the type rules see it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RegionSig {
+    pub params: Vec<Type>,
+    pub yields: Vec<Type>,
+}
+
+/// What a type-rule error is about, so the diagnostic can point at it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Blame {
+    Op,
+    Operand(usize),
+    Attr(&'static str),
+    Region(usize),
+    Result(usize),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct InferError {
+    pub blame: Blame,
+    pub message: String,
+}
+
+impl InferError {
+    pub fn new(blame: Blame, message: impl Into<String>) -> Self {
+        InferError { blame, message: message.into() }
+    }
+}
+
+/// What a type rule sees of a node.
+#[derive(Clone, Copy, Debug)]
+pub struct InferCtx<'a> {
+    pub op: Op,
+    pub operands: &'a [Type],
+    pub attrs: &'a Attrs,
+    /// The result types written in the text or held by the node, for ops whose result type
+    /// is not determined by operands and attributes (recv, variable, queue).
+    pub declared: Option<&'a [Type]>,
+    pub regions: &'a [RegionSig],
+}
+
+pub type TypeRule = fn(&InferCtx<'_>) -> Result<Vec<Type>, InferError>;
+
+/// Everything about one op.
+#[derive(Debug)]
+pub struct OpDef {
+    pub op: Op,
+    pub summary: &'static str,
+    /// Operand names for the docs; a trailing `...` marks a variadic tail.
+    pub operands: &'static str,
+    pub min_operands: usize,
+    pub max_operands: Option<usize>,
+    pub attrs: Vec<AttrDef>,
+    /// Region names, in order; they are also the region labels in the text.
+    pub regions: &'static [&'static str],
+    pub kind: OpKind,
+    /// Reads or writes session state or communicates: never removed, reordered or duplicated
+    /// by passes on their own account.
+    pub stateful: bool,
+    pub semantics: &'static str,
+    /// A complete graph using the op; the test suite checks that it verifies.
+    pub example: &'static str,
+    pub infer: TypeRule,
+}
+
+impl OpDef {
+    pub fn attr(&self, name: &str) -> Option<&AttrDef> {
+        self.attrs.iter().find(|a| a.name == name)
+    }
+
+    /// The canonical position of an attribute in the printed dictionary.
+    pub fn attr_rank(&self, name: &str) -> usize {
+        self.attrs.iter().position(|a| a.name == name).unwrap_or(usize::MAX)
+    }
+}
+
+impl Op {
+    /// The op's table entry.
+    pub fn def(self) -> &'static OpDef {
+        &table()[self as usize]
+    }
+
+    pub fn is_stateful(self) -> bool {
+        self.def().stateful
+    }
+
+    pub fn kind(self) -> OpKind {
+        self.def().kind
+    }
+}
+
+fn table() -> &'static [OpDef] {
+    static TABLE: std::sync::OnceLock<Vec<OpDef>> = std::sync::OnceLock::new();
+    TABLE.get_or_init(|| {
+        let defs: Vec<OpDef> = Op::ALL.iter().map(|&op| build_def(op)).collect();
+        debug_assert!(defs.iter().enumerate().all(|(i, d)| d.op as usize == i));
+        defs
+    })
+}
+
+fn attr(name: &'static str, kind: AttrKind, default: AttrDefault, doc: &'static str) -> AttrDef {
+    AttrDef { name, kind, default, doc }
+}
+
+fn required(name: &'static str, kind: AttrKind, doc: &'static str) -> AttrDef {
+    attr(name, kind, AttrDefault::Required, doc)
+}
+
+struct Def {
+    summary: &'static str,
+    operands: &'static str,
+    arity: (usize, Option<usize>),
+    attrs: Vec<AttrDef>,
+    regions: &'static [&'static str],
+    kind: OpKind,
+    stateful: bool,
+    semantics: &'static str,
+    example: &'static str,
+    infer: TypeRule,
+}
+
+fn elementwise(
+    summary: &'static str,
+    operands: &'static str,
+    n: usize,
+    semantics: &'static str,
+    example: &'static str,
+    infer: TypeRule,
+) -> Def {
+    Def {
+        summary,
+        operands,
+        arity: (n, Some(n)),
+        attrs: vec![],
+        regions: &[],
+        kind: OpKind::Elementwise,
+        stateful: false,
+        semantics,
+        example,
+        infer,
+    }
+}
+
+fn reduction(summary: &'static str, semantics: &'static str, example: &'static str, infer: TypeRule) -> Def {
+    Def {
+        summary,
+        operands: "input",
+        arity: (1, Some(1)),
+        attrs: vec![
+            required(
+                "axes",
+                AttrKind::Ints,
+                "Axes to reduce, distinct; negative values count from the end. `[]` reduces nothing.",
+            ),
+            attr(
+                "keep_dims",
+                AttrKind::Bool,
+                AttrDefault::Value(Attr::Bool(false)),
+                "Keep reduced axes as size-1 dimensions.",
+            ),
+        ],
+        regions: &[],
+        kind: OpKind::Reduction,
+        stateful: false,
+        semantics,
+        example,
+        infer,
+    }
+}
+
+fn plain(
+    kind: OpKind,
+    summary: &'static str,
+    operands: &'static str,
+    arity: (usize, Option<usize>),
+    attrs: Vec<AttrDef>,
+    semantics: &'static str,
+    example: &'static str,
+    infer: TypeRule,
+) -> Def {
+    Def {
+        summary,
+        operands,
+        arity,
+        attrs,
+        regions: &[],
+        kind,
+        stateful: kind == OpKind::Stateful || kind == OpKind::Communication,
+        semantics,
+        example,
+        infer,
+    }
+}
+
+fn build_def(op: Op) -> OpDef {
+    use AttrKind as K;
+    use OpKind::*;
+    let d = match op {
+        Op::Constant => plain(Source, "A tensor given by a literal.", "", (0, Some(0)), vec![required("value", K::Tensor, "The tensor.")],
+            "The result is the literal `value`, whose type is the result type.",
+            "graph @g() -> (y: f32[2]) {\n  %0 = constant {value = dense<[1.0, 2.0]> : f32[2]} : f32[2]\n  return %0\n}\n",
+            rules::constant),
+        Op::Identity => plain(Injective, "Forwards its operand.", "input", (1, Some(1)), vec![],
+            "The result equals the operand. Useful as a named fetch point and as the target of device moves.",
+            "graph @g(%x: f32[3]) -> (y: f32[3]) {\n  %0 = identity %x : f32[3]\n  return %0\n}\n",
+            rules::identity),
+        Op::Cast => plain(Elementwise, "Converts elements to another dtype.", "input", (1, Some(1)), vec![required("to", K::DType, "The result element type.")],
+            "Float to int truncates toward zero (out-of-range values are undefined, NaN gives 0); int to float rounds to nearest; bool to number gives 0 or 1; number to bool is `x != 0`.",
+            "graph @g(%x: f32[3]) -> (y: i32[3]) {\n  %0 = cast %x {to = i32} : i32[3]\n  return %0\n}\n",
+            rules::cast),
+        Op::Reshape => plain(Injective, "Same elements in row-major order, new shape.", "input", (1, Some(1)), vec![required("shape", K::Ints, "The new shape; at most one entry may be -1, meaning whatever makes the element counts equal.")],
+            "The result holds the operand's elements in row-major order under the new shape; the element counts must be equal.",
+            "graph @g(%x: f32[2,3]) -> (y: f32[3,2]) {\n  %0 = reshape %x {shape = [-1, 2]} : f32[3,2]\n  return %0\n}\n",
+            rules::reshape),
+        Op::Broadcast => plain(Injective, "Broadcasts to a shape (numpy `broadcast_to`).", "input", (1, Some(1)), vec![required("shape", K::Ints, "The result shape.")],
+            "The operand's shape is aligned with `shape` on the right; each operand dim must equal the target dim or be 1, and is repeated to fill it.",
+            "graph @g(%x: f32[3]) -> (y: f32[2,3]) {\n  %0 = broadcast %x {shape = [2, 3]} : f32[2,3]\n  return %0\n}\n",
+            rules::broadcast),
+        Op::Transpose => plain(Injective, "Permutes dimensions.", "input", (1, Some(1)), vec![required("perm", K::Ints, "A permutation of 0..rank: result dim i is operand dim perm[i].")],
+            "`result[i_0, ..., i_n] = input[j]` where `j[perm[k]] = i_k`.",
+            "graph @g(%x: f32[2,3]) -> (y: f32[3,2]) {\n  %0 = transpose %x {perm = [1, 0]} : f32[3,2]\n  return %0\n}\n",
+            rules::transpose),
+        Op::Concat => plain(Injective, "Joins tensors along an axis.", "inputs...", (1, None), vec![required("axis", K::Int, "The axis to join along; negative counts from the end.")],
+            "All operands have the same dtype and rank and agree on every dim but `axis`; the result's `axis` dim is the sum.",
+            "graph @g(%a: f32[2,1], %b: f32[2,3]) -> (y: f32[2,4]) {\n  %0 = concat %a, %b {axis = 1} : f32[2,4]\n  return %0\n}\n",
+            rules::concat),
+        Op::Slice => plain(Injective, "A strided box of the input.", "input", (1, Some(1)), vec![
+                required("starts", K::Ints, "First index per dim; negative counts from the end."),
+                required("ends", K::Ints, "One past the last index per dim; negative counts from the end."),
+                attr("steps", K::Ints, AttrDefault::Optional, "Stride per dim, each at least 1; all 1 when left out."),
+            ],
+            "Per dim, start and end are resolved like Python's (negative adds the dim, then clamped to [0, dim]); the result dim is `max(0, ceil((end - start) / step))` and takes indices start, start+step, ...",
+            "graph @g(%x: f32[4,6]) -> (y: f32[2,3]) {\n  %0 = slice %x {starts = [1, 0], ends = [3, 6], steps = [1, 2]} : f32[2,3]\n  return %0\n}\n",
+            rules::slice),
+        Op::Split => plain(Injective, "Cuts a tensor into consecutive pieces along an axis.", "input", (1, Some(1)), vec![
+                required("axis", K::Int, "The axis to cut; negative counts from the end."),
+                required("sizes", K::Ints, "Size of each piece along the axis; they sum to the axis' dim. One result per entry."),
+            ],
+            "Result k holds the operand's indices `[sum(sizes[..k]), sum(sizes[..=k]))` along `axis`.",
+            "graph @g(%x: f32[4,6]) -> (a: f32[4,2], b: f32[4,4]) {\n  %0, %1 = split %x {axis = 1, sizes = [2, 4]} : f32[4,2], f32[4,4]\n  return %0, %1\n}\n",
+            rules::split),
+        Op::Gather => plain(Injective, "Picks slices along an axis by index (numpy `take`).", "data, indices", (2, Some(2)), vec![
+                attr("axis", K::Int, AttrDefault::Value(Attr::Int(0)), "The axis of `data` that `indices` select along."),
+            ],
+            "`result[a..., i..., b...] = data[a..., indices[i...], b...]`: the result shape is `data.shape[..axis] ++ indices.shape ++ data.shape[axis+1..]`. Indices are i32 or i64; a negative index counts from the end; an index out of range is a run-time error.",
+            "graph @g(%x: f32[5,3], %i: i64[2]) -> (y: f32[2,3]) {\n  %0 = gather %x, %i : f32[2,3]\n  return %0\n}\n",
+            rules::gather),
+        Op::Shape => plain(Source, "The operand's shape as a tensor.", "input", (1, Some(1)), vec![],
+            "An i64 vector holding the operand's dims. Shapes are static, so folding replaces it with a constant.",
+            "graph @g(%x: f32[4,6]) -> (y: i64[2]) {\n  %0 = shape %x : i64[2]\n  return %0\n}\n",
+            rules::shape_of),
+        Op::Rank => plain(Source, "The operand's rank as a scalar.", "input", (1, Some(1)), vec![],
+            "An i64 scalar holding the number of dims of the operand.",
+            "graph @g(%x: f32[4,6]) -> (y: i64[]) {\n  %0 = rank %x : i64[]\n  return %0\n}\n",
+            rules::rank_of),
+        Op::MatMul => plain(Contraction, "Matrix product, batched with broadcasting (numpy `matmul`).", "lhs, rhs", (2, Some(2)), vec![],
+            "Both operands have rank at least 2 and the same numeric dtype. `lhs` is `[..., M, K]` and `rhs` `[..., K, N]`; the batch dims `...` broadcast; the result is `[..., M, N]` with `result[b, m, n] = sum_k lhs[b, m, k] * rhs[b, k, n]`.",
+            "graph @g(%a: f32[2,3], %b: f32[3,4]) -> (y: f32[2,4]) {\n  %0 = matmul %a, %b : f32[2,4]\n  return %0\n}\n",
+            rules::matmul),
+        Op::Neg => elementwise("Negation.", "input", 1, "`-x`, for numeric dtypes (integers wrap).", unary_example("neg", "f32"), rules::unary_numeric),
+        Op::Abs => elementwise("Absolute value.", "input", 1, "`|x|`, for numeric dtypes (integers wrap at the minimum).", unary_example("abs", "f32"), rules::unary_numeric),
+        Op::Exp => elementwise("Exponential.", "input", 1, "`e^x`, for floats.", unary_example("exp", "f32"), rules::unary_float),
+        Op::Log => elementwise("Natural logarithm.", "input", 1, "`ln x`, for floats; `log 0 = -inf`, negative gives NaN.", unary_example("log", "f32"), rules::unary_float),
+        Op::Sqrt => elementwise("Square root.", "input", 1, "`sqrt x`, for floats; negative gives NaN.", unary_example("sqrt", "f32"), rules::unary_float),
+        Op::Tanh => elementwise("Hyperbolic tangent.", "input", 1, "`tanh x`, for floats.", unary_example("tanh", "f32"), rules::unary_float),
+        Op::Sigmoid => elementwise("Logistic function.", "input", 1, "`1 / (1 + e^-x)`, for floats.", unary_example("sigmoid", "f32"), rules::unary_float),
+        Op::Relu => elementwise("Rectifier.", "input", 1, "`max(x, 0)`, for numeric dtypes; NaN stays NaN.", unary_example("relu", "f32"), rules::unary_numeric),
+        Op::Erf => elementwise("Error function.", "input", 1, "`erf x`, for floats.", unary_example("erf", "f32"), rules::unary_float),
+        Op::Not => elementwise("Logical negation.", "input", 1, "`!x`, for bool.", unary_example("not", "bool"), rules::unary_bool),
+        Op::Add => elementwise("Addition.", "lhs, rhs", 2, "`lhs + rhs` with numpy broadcasting; both operands have the same numeric dtype (integers wrap).", binary_example("add", "f32", "f32"), rules::binary_numeric),
+        Op::Sub => elementwise("Subtraction.", "lhs, rhs", 2, "`lhs - rhs` with numpy broadcasting (integers wrap).", binary_example("sub", "f32", "f32"), rules::binary_numeric),
+        Op::Mul => elementwise("Multiplication.", "lhs, rhs", 2, "`lhs * rhs` with numpy broadcasting (integers wrap).", binary_example("mul", "f32", "f32"), rules::binary_numeric),
+        Op::Div => elementwise("Division.", "lhs, rhs", 2, "`lhs / rhs` with numpy broadcasting. Integer division truncates toward zero; an integer division by zero is a run-time error; floats follow IEEE 754.", binary_example("div", "f32", "f32"), rules::binary_numeric),
+        Op::Pow => elementwise("Power.", "base, exponent", 2, "`base ^ exponent` with numpy broadcasting. For floats, `pow(x, 0) = 1` for every x. For integers a negative exponent is a run-time error.", binary_example("pow", "f32", "f32"), rules::binary_numeric),
+        Op::Max => elementwise("Elementwise maximum.", "lhs, rhs", 2, "`max(lhs, rhs)` with numpy broadcasting; NaN if either is NaN.", binary_example("max", "f32", "f32"), rules::binary_numeric),
+        Op::Min => elementwise("Elementwise minimum.", "lhs, rhs", 2, "`min(lhs, rhs)` with numpy broadcasting; NaN if either is NaN.", binary_example("min", "f32", "f32"), rules::binary_numeric),
+        Op::And => elementwise("Logical and.", "lhs, rhs", 2, "`lhs && rhs` on bools, with numpy broadcasting.", binary_example("and", "bool", "bool"), rules::binary_bool),
+        Op::Or => elementwise("Logical or.", "lhs, rhs", 2, "`lhs || rhs` on bools, with numpy broadcasting.", binary_example("or", "bool", "bool"), rules::binary_bool),
+        Op::Equal => elementwise("Equality test.", "lhs, rhs", 2, "`lhs == rhs` as bool, with numpy broadcasting; any dtype, both the same. NaN equals nothing.", binary_example("equal", "f32", "bool"), rules::compare_eq),
+        Op::NotEqual => elementwise("Inequality test.", "lhs, rhs", 2, "`lhs != rhs` as bool, with numpy broadcasting; any dtype, both the same.", binary_example("not_equal", "f32", "bool"), rules::compare_eq),
+        Op::Less => elementwise("Less-than test.", "lhs, rhs", 2, "`lhs < rhs` as bool, with numpy broadcasting; numeric dtypes.", binary_example("less", "f32", "bool"), rules::compare_ordered),
+        Op::LessEqual => elementwise("Less-or-equal test.", "lhs, rhs", 2, "`lhs <= rhs` as bool, with numpy broadcasting; numeric dtypes.", binary_example("less_equal", "f32", "bool"), rules::compare_ordered),
+        Op::Greater => elementwise("Greater-than test.", "lhs, rhs", 2, "`lhs > rhs` as bool, with numpy broadcasting; numeric dtypes.", binary_example("greater", "f32", "bool"), rules::compare_ordered),
+        Op::GreaterEqual => elementwise("Greater-or-equal test.", "lhs, rhs", 2, "`lhs >= rhs` as bool, with numpy broadcasting; numeric dtypes.", binary_example("greater_equal", "f32", "bool"), rules::compare_ordered),
+        Op::Select => elementwise("Chooses elements by a mask (numpy `where`).", "cond, on_true, on_false", 3,
+            "`cond ? on_true : on_false` elementwise; `cond` is bool; the three shapes broadcast together.",
+            "graph @g(%c: bool[3], %a: f32[3], %b: f32[]) -> (y: f32[3]) {\n  %0 = select %c, %a, %b : f32[3]\n  return %0\n}\n",
+            rules::select),
+        Op::ReduceSum => reduction("Sum over axes.", "Sum of the elements over `axes` (0 for an empty extent); numeric dtypes (integers wrap).",
+            "graph @g(%x: f32[4,6]) -> (y: f32[4]) {\n  %0 = reduce_sum %x {axes = [1]} : f32[4]\n  return %0\n}\n", rules::reduce_numeric),
+        Op::ReduceMean => reduction("Mean over axes.", "Sum over `axes` divided by the number of reduced elements; floats only (NaN for an empty extent).",
+            "graph @g(%x: f32[4,6]) -> (y: f32[1,6]) {\n  %0 = reduce_mean %x {axes = [0], keep_dims = true} : f32[1,6]\n  return %0\n}\n", rules::reduce_float),
+        Op::ReduceMax => reduction("Maximum over axes.", "Largest element over `axes`; NaN if any is NaN; the dtype's lowest value (-inf for floats) for an empty extent.",
+            "graph @g(%x: i32[4,6]) -> (y: i32[]) {\n  %0 = reduce_max %x {axes = [0, 1]} : i32[]\n  return %0\n}\n", rules::reduce_numeric),
+        Op::ReduceMin => reduction("Minimum over axes.", "Smallest element over `axes`; NaN if any is NaN; the dtype's highest value (+inf for floats) for an empty extent.",
+            "graph @g(%x: f32[4,6]) -> (y: f32[6]) {\n  %0 = reduce_min %x {axes = [-2]} : f32[6]\n  return %0\n}\n", rules::reduce_numeric),
+        Op::Softmax => plain(Opaque, "Normalized exponential along an axis (a composite).", "input", (1, Some(1)), vec![
+                attr("axis", K::Int, AttrDefault::Value(Attr::Int(-1)), "The axis to normalize over."),
+            ],
+            "`exp(x - max(x)) / sum(exp(x - max(x)))` along `axis`, for floats. A composite: passes expand it into reduce_max, sub, exp, reduce_sum and div before fusion.",
+            "graph @g(%x: f32[2,5]) -> (y: f32[2,5]) {\n  %0 = softmax %x : f32[2,5]\n  return %0\n}\n",
+            rules::softmax),
+        Op::Variable => plain(Stateful, "Declares a variable: mutable state held by the session.", "", (0, Some(0)), vec![
+                required("name", K::Str, "The variable's name in the session and in checkpoints. Graphs of one module that name the same variable share it."),
+                attr("init", K::Tensor, AttrDefault::Optional, "Initial value, of the variable's type. Without it the variable is uninitialized until assigned, and reading it is a run-time error."),
+            ],
+            "The result is a handle `var<T>` to the session's variable `name`, created on first use. The result type must be written.",
+            "graph @g() -> (y: f32[2]) {\n  %w = variable {name = \"w\", init = dense<0.5> : f32[2]} : var<f32[2]>\n  %0 = read %w : f32[2]\n  return %0\n}\n",
+            rules::variable),
+        Op::Read => plain(Stateful, "Reads a variable.", "var", (1, Some(1)), vec![],
+            "The variable's current value. Reads and writes of one variable happen in the order their dependencies (data or `after`) impose; unordered accesses may interleave in any order.",
+            "graph @g() -> (y: f32[2]) {\n  %w = variable {name = \"w\", init = dense<0.5> : f32[2]} : var<f32[2]>\n  %0 = read %w : f32[2]\n  return %0\n}\n",
+            rules::read),
+        Op::Assign => plain(Stateful, "Writes a variable.", "var, value", (2, Some(2)), vec![],
+            "Stores `value` (of the variable's type) into the variable; the result is the stored value.",
+            "graph @g(%x: f32[2]) -> (y: f32[2]) {\n  %w = variable {name = \"w\"} : var<f32[2]>\n  %0 = assign %w, %x : f32[2]\n  return %0\n}\n",
+            rules::assign),
+        Op::AssignAdd => plain(Stateful, "Adds to a variable in place.", "var, delta", (2, Some(2)), vec![],
+            "Atomically replaces the variable's value `v` by `v + delta` (same type, numeric); the result is the new value.",
+            "graph @g(%d: f32[2]) -> (y: f32[2]) {\n  %w = variable {name = \"w\", init = dense<0.0> : f32[2]} : var<f32[2]>\n  %0 = assign_add %w, %d : f32[2]\n  return %0\n}\n",
+            rules::assign_add),
+        Op::Queue => plain(Stateful, "Declares a FIFO queue of tensor tuples held by the session.", "", (0, Some(0)), vec![
+                required("name", K::Str, "The queue's name in the session; graphs of one module that name the same queue share it."),
+                required("capacity", K::Int, "Most elements held at once, at least 1; enqueue blocks while full."),
+            ],
+            "The result is a handle `queue<T1, ..., Tn>` to the session's queue `name`; each element is a tuple of tensors of those types. The result type must be written.",
+            "graph @g(%x: f32[4]) -> (y: f32[4]) {\n  %q = queue {name = \"q\", capacity = 8} : queue<f32[4]>\n  %0 = enqueue %q, %x : token\n  %1 = dequeue %q after(%0) : f32[4]\n  return %1\n}\n",
+            rules::queue),
+        Op::Enqueue => plain(Stateful, "Appends a tuple to a queue.", "queue, components...", (1, None), vec![],
+            "Blocks while the queue is full; an error if it is closed. The components match the queue's types. The result is a token.",
+            "graph @g(%x: f32[4], %i: i64[]) -> (t: token) {\n  %q = queue {name = \"q\", capacity = 8} : queue<f32[4], i64[]>\n  %0 = enqueue %q, %x, %i : token\n  return %0\n}\n",
+            rules::enqueue),
+        Op::Dequeue => plain(Stateful, "Removes the oldest tuple from a queue.", "queue", (1, Some(1)), vec![],
+            "Blocks while the queue is empty; an error once it is closed and empty. One result per component type.",
+            "graph @g() -> (x: f32[4], i: i64[]) {\n  %q = queue {name = \"q\", capacity = 8} : queue<f32[4], i64[]>\n  %0, %1 = dequeue %q : f32[4], i64[]\n  return %0, %1\n}\n",
+            rules::dequeue),
+        Op::QueueClose => plain(Stateful, "Closes a queue.", "queue", (1, Some(1)), vec![],
+            "Later enqueues fail; dequeues drain what is left and then fail; blocked waiters wake with that error.",
+            "graph @g() -> (t: token) {\n  %q = queue {name = \"q\", capacity = 8} : queue<f32[4]>\n  %0 = queue_close %q : token\n  return %0\n}\n",
+            rules::queue_close),
+        Op::QueueSize => plain(Stateful, "Number of tuples in a queue.", "queue", (1, Some(1)), vec![],
+            "An i64 scalar: the queue's length when the op runs.",
+            "graph @g() -> (n: i64[]) {\n  %q = queue {name = \"q\", capacity = 8} : queue<f32[4]>\n  %0 = queue_size %q : i64[]\n  return %0\n}\n",
+            rules::queue_size),
+        Op::NoOp => plain(Stateful, "Does nothing; groups control dependencies.", "", (0, Some(0)), vec![],
+            "Produces a token once everything in its `after` list has run; a target that stands for a group of effects (a training step's updates).",
+            "graph @g(%x: f32[2]) -> (t: token) {\n  %w = variable {name = \"w\"} : var<f32[2]>\n  %0 = assign %w, %x : f32[2]\n  %1 = no_op after(%0) : token\n  return %1\n}\n",
+            rules::no_op),
+        Op::Cond => Def {
+            summary: "Runs one of two regions.",
+            operands: "pred, args...",
+            arity: (1, None),
+            attrs: vec![],
+            regions: &["then", "else"],
+            kind: Control,
+            stateful: false,
+            semantics: "`pred` is a bool scalar. Both regions take parameters of the types of `args`; if `pred` is true `then` runs on `args`, else `else` does; the results are what the region that ran yields. Both regions yield the same types. Only the chosen region's effects happen.",
+            example: "graph @g(%p: bool[], %x: f32[3]) -> (y: f32[3]) {\n  %0 = cond %p, %x : f32[3]\n    then(%a: f32[3]) {\n      %1 = exp %a : f32[3]\n      yield %1\n    }\n    else(%b: f32[3]) {\n      %2 = neg %b : f32[3]\n      yield %2\n    }\n  return %0\n}\n",
+            infer: rules::cond,
+        },
+        Op::While => Def {
+            summary: "A loop with loop-carried values.",
+            operands: "init...",
+            arity: (0, None),
+            attrs: vec![],
+            regions: &["cond", "body"],
+            kind: Control,
+            stateful: false,
+            semantics: "Both regions take parameters of the operands' types (the loop-carried values). The values start as the operands; while `cond` yields true on them, `body` runs and yields the next values; the results are the values for which `cond` yielded false.",
+            example: "graph @g(%n: i32[]) -> (y: i32[]) {\n  %0 = constant {value = dense<0> : i32[]} : i32[]\n  %1, %2 = while %0, %n : i32[], i32[]\n    cond(%i: i32[], %m: i32[]) {\n      %3 = less %i, %m : bool[]\n      yield %3\n    }\n    body(%j: i32[], %k: i32[]) {\n      %4 = constant {value = dense<1> : i32[]} : i32[]\n      %5 = add %j, %4 : i32[]\n      yield %5, %k\n    }\n  return %1\n}\n",
+            infer: rules::while_loop,
+        },
+        Op::Fusion => Def {
+            summary: "A group of ops compiled as one kernel.",
+            operands: "inputs...",
+            arity: (0, None),
+            attrs: vec![attr("kind", K::Str, AttrDefault::Optional, "How the group was formed: \"loop\" (elementwise and injective ops), \"input\" (a reduction with its producers and consumers), \"output\" (a contraction with its epilogue).")],
+            regions: &["kernel"],
+            kind: Opaque,
+            stateful: false,
+            semantics: "The `kernel` region takes parameters of the operands' types and yields the results. It holds only pure ops (no state, communication or nested control flow); running the fusion means running its region once.",
+            example: "graph @g(%x: f32[8,4], %w: f32[4,2], %b: f32[2]) -> (y: f32[8,2]) {\n  %0 = fusion %x, %w, %b {kind = \"output\"} : f32[8,2]\n    kernel(%a: f32[8,4], %c: f32[4,2], %d: f32[2]) {\n      %1 = matmul %a, %c : f32[8,2]\n      %2 = add %1, %d : f32[8,2]\n      %3 = relu %2 : f32[8,2]\n      yield %3\n    }\n  return %0\n}\n",
+            infer: rules::fusion,
+        },
+        Op::Send => plain(Communication, "Hands a tensor to another device.", "value", (1, Some(1)), vec![
+                required("key", K::Str, "The rendezvous key; exactly one recv in the module has it."),
+                required("to", K::Str, "The receiving device, a device spec."),
+            ],
+            "Publishes `value` under `key` in the rendezvous for the step (inside loops, for the current iteration); never blocks. The result is a token.",
+            "graph @g(%x: f32[4]) -> (t: token) {\n  %0 = send %x {key = \"x:0\", to = \"/device:cpu:1\"} : token\n  return %0\n}\n",
+            rules::send),
+        Op::Recv => plain(Communication, "Takes a tensor from another device.", "", (0, Some(0)), vec![
+                required("key", K::Str, "The rendezvous key of the matching send."),
+                required("from", K::Str, "The sending device, a device spec."),
+            ],
+            "Blocks until the send with the same key (and, inside loops, the same iteration) has published its tensor, then yields it. The result type must be written and equals the send's operand type.",
+            "graph @g() -> (y: f32[4]) {\n  %0 = recv {key = \"x:0\", from = \"/device:cpu:0\"} : f32[4]\n  return %0\n}\n",
+            rules::recv),
+    };
+    OpDef {
+        op,
+        summary: d.summary,
+        operands: d.operands,
+        min_operands: d.arity.0,
+        max_operands: d.arity.1,
+        attrs: d.attrs,
+        regions: d.regions,
+        kind: d.kind,
+        stateful: d.stateful,
+        semantics: d.semantics,
+        example: d.example,
+        infer: d.infer,
+    }
+}
+
+/// Example graphs for the many elementwise ops are generated so each stays a complete graph.
+fn unary_example(op: &str, dtype: &str) -> &'static str {
+    leak(format!("graph @g(%x: {dtype}[3]) -> (y: {dtype}[3]) {{\n  %0 = {op} %x : {dtype}[3]\n  return %0\n}}\n"))
+}
+
+fn binary_example(op: &str, dtype: &str, out: &str) -> &'static str {
+    leak(format!("graph @g(%a: {dtype}[2,3], %b: {dtype}[3]) -> (y: {out}[2,3]) {{\n  %0 = {op} %a, %b : {out}[2,3]\n  return %0\n}}\n"))
+}
+
+/// The table is built once per process and lives for its whole run.
+fn leak(s: String) -> &'static str {
+    Box::leak(s.into_boxed_str())
+}
