@@ -16,6 +16,7 @@ pub mod parser;
 pub mod printer;
 mod rules;
 pub mod shape;
+pub mod spec_doc;
 pub mod suggest;
 pub mod topo;
 pub mod types;
