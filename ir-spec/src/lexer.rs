@@ -96,12 +96,14 @@ struct Lexer<'a, 'd> {
     line_start: bool,
 }
 
+/// Bytes of non-ASCII characters count as identifier bytes, so `négatif` reads as one
+/// (unknown) word rather than three pieces; such names print quoted.
 fn is_ident_start(b: u8) -> bool {
-    b.is_ascii_alphabetic() || b == b'_'
+    b.is_ascii_alphabetic() || b == b'_' || b >= 0x80
 }
 
 fn is_ident_char(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || b == b'_' || b == b'.'
+    b.is_ascii_alphanumeric() || b == b'_' || b == b'.' || b >= 0x80
 }
 
 impl Lexer<'_, '_> {
@@ -276,7 +278,11 @@ impl Lexer<'_, '_> {
         } else {
             match text.parse::<i64>() {
                 Ok(i) => self.push(Tok::Int(i), start),
-                Err(_) => self.error(start, self.pos, format!("integer {text} does not fit in 64 bits")),
+                Err(_) => {
+                    self.error(start, self.pos, format!("integer {text} does not fit in 64 bits"));
+                    // A stand-in keeps the parser from reporting the same token again.
+                    self.push(Tok::Int(i64::MAX), start);
+                }
             }
         }
     }

@@ -72,6 +72,9 @@ struct GraphCtx {
     /// Uses that found no definition: (key, diagnostic index), revisited at the graph's end to
     /// tell "used before its definition" from "undefined".
     undefined: Vec<(Key, usize)>,
+    /// Set when the graph's header failed: its inputs are unknown, so undefined names are not
+    /// reported again.
+    lenient: bool,
 }
 
 /// Error already reported; the caller recovers.
@@ -246,11 +249,12 @@ impl Parser {
                 String::from("<error>")
             }
         };
-        let mut cx = GraphCtx { g: Graph::new(name), defs: HashMap::new(), undefined: Vec::new() };
+        let mut cx = GraphCtx { g: Graph::new(name), defs: HashMap::new(), undefined: Vec::new(), lenient: false };
         cx.g.span = start.to(self.prev_span());
         let body = cx.g.body;
         let header = self.graph_header(&mut cx, body);
         if header.is_err() {
+            cx.lenient = true;
             // Skip to the body's opening brace, if any, so its statements are still checked.
             while !matches!(self.peek(), Tok::LBrace | Tok::Eof)
                 && !(self.is_ident("graph") && self.toks[self.pos].line_start)
@@ -263,7 +267,7 @@ impl Parser {
         }
         let declared_outputs = header.unwrap_or_default();
         let ret = self.region_body(&mut cx, body, "return", 1);
-        if let Some((vals, ret_span)) = ret {
+        if let (Some((vals, ret_span)), false) = (ret, cx.lenient) {
             self.bind_outputs(&mut cx, declared_outputs, vals, ret_span);
         }
         self.resolve_undefined(&cx);
@@ -464,6 +468,7 @@ impl Parser {
                 Err(self.diag(diag))
             }
             Some(d) => Ok((d.value, span)),
+            None if cx.lenient => Ok((None, span)),
             None => {
                 let idx = self.diags.len();
                 self.error(span, format!("{key} is not defined"));

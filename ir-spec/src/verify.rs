@@ -365,7 +365,18 @@ pub fn check_module_links(m: &Module) -> Vec<Diagnostic> {
                     let table = if nd.op == Op::Send { &mut sends } else { &mut recvs };
                     let seen = Seen { ty, extra: None, span: nd.span, graph: &g.name };
                     if let Some(prev) = table.get(key) {
-                        let mut d = at(nd.span, format!("rendezvous key \"{key}\" has two {}s (graphs @{} and @{}); keys are unique per direction", nd.op.name(), prev.graph, g.name));
+                        let place = if prev.graph == g.name {
+                            format!("in graph @{}", g.name)
+                        } else {
+                            format!("in graphs @{} and @{}", prev.graph, g.name)
+                        };
+                        let mut d = at(
+                            nd.span,
+                            format!(
+                                "rendezvous key \"{key}\" has two {}s {place}; keys are unique per direction",
+                                nd.op.name()
+                            ),
+                        );
                         if prev.span != Span::default() {
                             d = d.with_note(prev.span, "the other one");
                         }
