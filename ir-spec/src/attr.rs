@@ -64,8 +64,8 @@ impl TensorData {
     /// Writes element `i` in the IR's literal spelling.
     fn write_elem(&self, f: &mut impl fmt::Write, i: usize) -> fmt::Result {
         match self {
-            TensorData::F32(v) => write_float(f, v[i] as f64, format!("{:?}", v[i])),
-            TensorData::F64(v) => write_float(f, v[i], format!("{:?}", v[i])),
+            TensorData::F32(v) => write_float(f, v[i] as f64, v[i]),
+            TensorData::F64(v) => write_float(f, v[i], v[i]),
             TensorData::I32(v) => write!(f, "{}", v[i]),
             TensorData::I64(v) => write!(f, "{}", v[i]),
             TensorData::Bool(v) => write!(f, "{}", v[i]),
@@ -74,13 +74,13 @@ impl TensorData {
 }
 
 /// Floats print in Rust's shortest round-trip form; non-finite values as `nan`, `inf`, `-inf`.
-fn write_float(f: &mut impl fmt::Write, v: f64, shortest: String) -> fmt::Result {
+fn write_float(f: &mut impl fmt::Write, v: f64, shortest: impl fmt::Debug) -> fmt::Result {
     if v.is_nan() {
         f.write_str("nan")
     } else if v.is_infinite() {
         f.write_str(if v > 0.0 { "inf" } else { "-inf" })
     } else {
-        f.write_str(&shortest)
+        write!(f, "{shortest:?}")
     }
 }
 
@@ -268,7 +268,7 @@ impl fmt::Display for Attr {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Attr::Int(i) => write!(f, "{i}"),
-            Attr::Float(x) => write_float(f, *x, format!("{x:?}")),
+            Attr::Float(x) => write_float(f, *x, x),
             Attr::Bool(b) => write!(f, "{b}"),
             Attr::Str(s) => write_string_literal(f, s),
             Attr::DType(d) => write!(f, "{d}"),

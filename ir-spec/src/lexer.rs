@@ -313,7 +313,10 @@ impl Lexer<'_, '_> {
                 '\\' => {
                     let esc_start = self.pos;
                     self.pos += 1;
-                    let e = self.text[self.pos..].chars().next().unwrap_or('\0');
+                    let Some(e) = self.text[self.pos..].chars().next() else {
+                        self.error(start, self.pos, "unterminated string: add the closing '\"'");
+                        return None;
+                    };
                     self.pos += e.len_utf8();
                     match e {
                         '"' => out.push('"'),
@@ -378,6 +381,14 @@ mod tests {
             ]
         );
         assert_eq!(toks("%\"a b\""), vec![Tok::ValueName("a b".into()), Tok::Eof]);
+    }
+
+    #[test]
+    fn a_backslash_at_the_end_is_an_unterminated_string() {
+        let mut d = Vec::new();
+        lex("\"abc\\", &mut d);
+        assert_eq!(d.len(), 1);
+        assert!(d[0].message.starts_with("unterminated string"));
     }
 
     #[test]

@@ -110,12 +110,13 @@ impl Parser {
         self.toks[self.pos.saturating_sub(1)].span
     }
 
-    fn bump(&mut self) -> Token {
-        let t = self.toks[self.pos].clone();
+    /// Moves past the current token and returns its span.
+    fn bump(&mut self) -> Span {
+        let span = self.toks[self.pos].span;
         if self.pos + 1 < self.toks.len() {
             self.pos += 1;
         }
-        t
+        span
     }
 
     fn is_ident(&self, s: &str) -> bool {
@@ -165,7 +166,7 @@ impl Parser {
 
     fn expect(&mut self, t: Tok, what: &str) -> PResult<Span> {
         if self.peek() == &t {
-            Ok(self.bump().span)
+            Ok(self.bump())
         } else {
             Err(self.expected(what))
         }
@@ -173,7 +174,7 @@ impl Parser {
 
     fn expect_ident(&mut self, what: &str) -> PResult<(String, Span)> {
         match self.peek().clone() {
-            Tok::Ident(s) => Ok((s, self.bump().span)),
+            Tok::Ident(s) => Ok((s, self.bump())),
             _ => Err(self.expected(what)),
         }
     }
@@ -238,7 +239,7 @@ impl Parser {
     }
 
     fn graph(&mut self) -> Option<Graph> {
-        let start = self.bump().span;
+        let start = self.bump();
         let name = match self.peek().clone() {
             Tok::Global(n) => {
                 self.bump();
@@ -299,7 +300,7 @@ impl Parser {
         if !self.eat(&Tok::RParen) {
             loop {
                 let (name, span) = match self.peek().clone() {
-                    Tok::Ident(s) | Tok::Str(s) => (s, self.bump().span),
+                    Tok::Ident(s) | Tok::Str(s) => (s, self.bump()),
                     _ => return Err(self.expected("an output name like y")),
                 };
                 if let Some((_, prev, _)) = outs.iter().find(|(n, _, _)| *n == name) {
@@ -378,7 +379,7 @@ impl Parser {
             match self.peek().clone() {
                 Tok::Ident(s) if s == terminator => {
                     cx.g.regions[region].end_comments = comments;
-                    let span = self.bump().span;
+                    let span = self.bump();
                     let vals = self.operand_list(cx, region).ok();
                     let close = self.expect(Tok::RBrace, &format!("'}}' after '{terminator}'"));
                     if close.is_err() {
@@ -399,7 +400,7 @@ impl Parser {
                     self.sync();
                 }
                 Tok::RBrace => {
-                    let span = self.bump().span;
+                    let span = self.bump();
                     self.error(span, format!("missing '{terminator}' before '}}'"));
                     return None;
                 }
@@ -434,8 +435,8 @@ impl Parser {
 
     fn value_token(&mut self, what: &str) -> PResult<(Key, Span)> {
         match self.peek().clone() {
-            Tok::ValueName(n) => Ok((Key::Name(n), self.bump().span)),
-            Tok::ValueNum(n) => Ok((Key::Num(n), self.bump().span)),
+            Tok::ValueName(n) => Ok((Key::Name(n), self.bump())),
+            Tok::ValueNum(n) => Ok((Key::Num(n), self.bump())),
             _ => Err(self.expected(what)),
         }
     }
@@ -574,7 +575,7 @@ impl Parser {
             self.bump();
             match self.peek().clone() {
                 Tok::Str(s) => {
-                    let span = self.bump().span;
+                    let span = self.bump();
                     match DeviceSpec::parse(&s) {
                         Ok(d) => device = Some(d),
                         Err(m) => {
@@ -968,7 +969,7 @@ impl Parser {
             Tok::Ident(w) if w == "nan" || w == "inf" => Scalar::Float(w),
             _ => return Err(self.expected("a literal element (number, true, false, nan, inf) or '['")),
         };
-        let span = span.to(self.bump().span);
+        let span = span.to(self.bump());
         Ok(Lit::Scalar(scalar, span))
     }
 }
