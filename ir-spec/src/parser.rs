@@ -716,8 +716,13 @@ impl Parser {
     }
 
     fn ty(&mut self) -> PResult<Type> {
-        let (word, span) = self.expect_ident("a type like f32[2,3], var<f32[2]>, queue<f32[2]> or token")?;
-        match word.as_str() {
+        let handle = match self.peek() {
+            Tok::Ident(w) if w == "token" || w == "var" || w == "queue" => w.clone(),
+            // Anything else must be a tensor type; its parser says what is wrong.
+            _ => return Ok(Type::Tensor(self.tensor_type()?)),
+        };
+        self.bump();
+        match handle.as_str() {
             "token" => Ok(Type::Token),
             "var" => {
                 self.expect(Tok::Less, "'<' after 'var'")?;
@@ -725,7 +730,7 @@ impl Parser {
                 self.expect(Tok::Greater, "'>' to close var<...>")?;
                 Ok(Type::Var(t))
             }
-            "queue" => {
+            _ => {
                 self.expect(Tok::Less, "'<' after 'queue'")?;
                 let mut ts = vec![self.tensor_type()?];
                 while self.eat(&Tok::Comma) {
@@ -733,11 +738,6 @@ impl Parser {
                 }
                 self.expect(Tok::Greater, "',' or '>' to close queue<...>")?;
                 Ok(Type::Queue(ts))
-            }
-            _ => {
-                self.pos -= 1;
-                let _ = span;
-                Ok(Type::Tensor(self.tensor_type()?))
             }
         }
     }

@@ -327,22 +327,21 @@ pub fn check_module_links(m: &Module) -> Vec<Diagnostic> {
                     let what = if nd.op == Op::Variable { "variable" } else { "queue" };
                     match state.get(&(nd.op, name.to_string())) {
                         Some(prev) if prev.ty != seen.ty || prev.extra != seen.extra => {
-                            let mut d = at(
-                                nd.span,
+                            let msg = if prev.ty != seen.ty {
                                 format!(
                                     "{what} \"{name}\" is declared as {} in graph @{} but as {} in graph @{}",
                                     seen.ty, g.name, prev.ty, prev.graph
-                                ),
-                            );
-                            if prev.ty == seen.ty {
-                                d.message = format!(
-                                    "queue \"{name}\" has capacity {:?} in graph @{} but {:?} in graph @{}",
+                                )
+                            } else {
+                                format!(
+                                    "queue \"{name}\" has capacity {} in graph @{} but {} in graph @{}",
                                     seen.extra.unwrap_or(0),
                                     g.name,
                                     prev.extra.unwrap_or(0),
                                     prev.graph
-                                );
-                            }
+                                )
+                            };
+                            let mut d = at(nd.span, msg);
                             if prev.span != Span::default() {
                                 d = d.with_note(prev.span, "the other declaration");
                             }
