@@ -1,6 +1,8 @@
 //! The `graphc` command-line tool: one subcommand per stage of the pipeline.
 
-use clap::{Parser, Subcommand};
+mod run;
+
+use clap::{Parser, Subcommand, ValueEnum};
 use graphc_ir::{diag::render_all, parse_module, print_module, verify_module, Diagnostic, Module, SourceFile};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -20,6 +22,60 @@ enum Command {
     Check(CheckArgs),
     /// Print the canonical text of a module (to stdout, or back into the file).
     Fmt(FmtArgs),
+    /// Run graphs: inputs from .npy files or seeded random data, outputs summarized or written
+    /// as .npy files; variables persist across --steps and in checkpoints.
+    Run(RunArgs),
+}
+
+/// How `graphc run` executes graphs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Backend {
+    /// The reference interpreter: every op's plain kernel, one node at a time.
+    Interp,
+}
+
+#[derive(clap::Args, Debug)]
+struct RunArgs {
+    /// The .gir file ('-' reads standard input).
+    file: PathBuf,
+    /// The graph to run; repeat to run several concurrently as one step (sharing variables,
+    /// queues and the send/recv rendezvous). Default: the only graph; all graphs of a
+    /// partitioned module (each sends or receives); else the first.
+    #[arg(short, long = "graph", value_name = "NAME")]
+    graphs: Vec<String>,
+    /// Feed input NAME from a .npy file; inputs not given get seeded random data.
+    #[arg(short, long = "input", value_name = "NAME=PATH.npy")]
+    inputs: Vec<String>,
+    /// Write each output to DIR/NAME.npy instead of printing a summary.
+    #[arg(short, long, value_name = "DIR")]
+    out_dir: Option<PathBuf>,
+    #[arg(long, value_enum, default_value_t = Backend::Interp)]
+    backend: Backend,
+    /// Run this many steps on one session (variables carry over); outputs are the last step's.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
+    steps: u64,
+    /// Save every variable to this safetensors file after the last step (atomically).
+    #[arg(long, value_name = "PATH")]
+    checkpoint: Option<PathBuf>,
+    /// Also save to --checkpoint every N steps, in the background without pausing the steps.
+    #[arg(long, value_name = "N", requires = "checkpoint", value_parser = clap::value_parser!(u64).range(1..))]
+    checkpoint_every: Option<u64>,
+    /// Restore every variable from this checkpoint before the first step.
+    #[arg(long, value_name = "PATH")]
+    restore: Option<PathBuf>,
+    /// Seed of the random data for inputs not given with --input.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Fail a blocking op (enqueue, dequeue, recv) that waits longer than this.
+    #[arg(long, value_name = "SECS", value_parser = parse_secs)]
+    timeout: Option<f64>,
+}
+
+fn parse_secs(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
+        _ => Err(format!("'{s}' is not a positive number of seconds")),
+    }
 }
 
 #[derive(clap::Args, Debug)]
@@ -49,6 +105,10 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Check(a) => check(&a),
         Command::Fmt(a) => fmt(&a),
+        Command::Run(a) => match load(&a.file) {
+            Ok((file, m)) => run::run(&a, &file, m),
+            Err(_) => Ok(ExitCode::FAILURE),
+        },
     };
     match result {
         Ok(code) => code,

@@ -1,0 +1,278 @@
+//! `graphc run`: feeds inputs (from .npy files, or seeded random data), runs graphs for a
+//! number of steps on a session, writes or summarizes the outputs, and saves or restores
+//! checkpoints.
+
+use crate::{plural, Backend, RunArgs};
+use anyhow::{anyhow, bail, Context};
+use graphc_ir::{Diagnostic, Graph, Module, Op, SourceFile, Type, Use, Value};
+use graphc_runtime::checkpoint::Checkpointer;
+use graphc_runtime::random::{random_tensor, seed_for, Range};
+use graphc_runtime::{npy, RtValue, RunError, RunOutput, RunRequest, Session, SessionOptions, Tensor};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+pub fn run(a: &RunArgs, file: &SourceFile, module: Module) -> anyhow::Result<ExitCode> {
+    let Backend::Interp = a.backend;
+    let graphs = select_graphs(a, file, &module)?;
+    let given = parse_input_flags(&a.inputs)?;
+    check_input_names(&given, &graphs, &module)?;
+    let mut random = Vec::new();
+    let mut requests = Vec::new();
+    for name in &graphs {
+        let g = module.graph(name).expect("selected graphs exist");
+        let mut req = RunRequest::new(name.as_str());
+        for &v in g.inputs() {
+            let input = g.values[v].name.clone().unwrap_or_default();
+            let Type::Tensor(want) = &g.values[v].ty else {
+                bail!("input '{input}' of @{name} is a {}; graphc run feeds only tensors", g.values[v].ty);
+            };
+            let t = match given.get(input.as_str()) {
+                Some(path) => {
+                    let t = npy::read_npy(path).map_err(|e| anyhow!("input '{input}': {e}"))?;
+                    if &t.ty() != want {
+                        bail!("input '{input}' of @{name}: expected {want}, got {} from {}", t.ty(), path.display());
+                    }
+                    t
+                }
+                None => {
+                    random.push(format!("{input} {want}"));
+                    random_tensor(want, seed_for(a.seed, &input), index_range(g, v))
+                }
+            };
+            req = req.feed(input, Arc::new(t));
+        }
+        requests.push(req);
+    }
+
+    let options = SessionOptions { wait_timeout: a.timeout.map(Duration::from_secs_f64), detect_deadlock: true };
+    let session = Session::new(module, options).map_err(|e| anyhow!("{e}"))?;
+    if let Some(path) = &a.restore {
+        let step = session.restore(path).map_err(|e| anyhow!("{e}"))?;
+        let at = step.map(|s| format!(" (saved at step {s})")).unwrap_or_default();
+        let n = session.state().variables.len();
+        println!("restored {n} variable{} from {}{at}", plural(n), path.display());
+    }
+    let checkpointer = match (&a.checkpoint, a.checkpoint_every) {
+        (Some(path), Some(_)) => Some(Checkpointer::start(path.clone())),
+        _ => None,
+    };
+
+    let show_every = if a.steps <= 20 { 1 } else { a.steps / 10 };
+    let mut times = Vec::with_capacity(a.steps as usize);
+    let mut last = Vec::new();
+    for step in 1..=a.steps {
+        let start = Instant::now();
+        let outs = match session.run_step(requests.clone()) {
+            Ok(o) => o,
+            Err(e) => {
+                report_run_error(&e, file, step, a.steps);
+                return Ok(ExitCode::FAILURE);
+            }
+        };
+        times.push(start.elapsed());
+        if a.steps > 1 && (step % show_every == 0 || step == a.steps) {
+            let scalars = scalar_summary(&graphs, &outs);
+            if !scalars.is_empty() {
+                println!("step {step}: {scalars}");
+            }
+        }
+        if let (Some(c), Some(every)) = (&checkpointer, a.checkpoint_every) {
+            if step % every == 0 {
+                c.submit(session.snapshot(), Some(step));
+            }
+        }
+        last = outs;
+    }
+    if let Some(c) = checkpointer {
+        c.finish().map_err(|e| anyhow!("{e}"))?;
+    }
+    if let Some(path) = &a.checkpoint {
+        session.save(path, Some(a.steps)).map_err(|e| anyhow!("{e}"))?;
+        let n = session.state().variables.len();
+        println!("saved {n} variable{} to {}", plural(n), path.display());
+    }
+
+    print_timing(&graphs, &last, &times, a);
+    if !random.is_empty() {
+        println!("random inputs (seed {}): {}", a.seed, random.join(", "));
+    }
+    match &a.out_dir {
+        Some(dir) => write_outputs(dir, &graphs, &last)?,
+        None => print_outputs(&graphs, &last),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The graphs to run: those named; else the only one; else all of a partitioned module (every
+/// graph sends or receives); else the first, with a note.
+fn select_graphs(a: &RunArgs, file: &SourceFile, m: &Module) -> anyhow::Result<Vec<String>> {
+    let all: Vec<String> = m.graphs.iter().map(|g| g.name.clone()).collect();
+    let listing = || all.iter().map(|n| format!("@{n}")).collect::<Vec<_>>().join(", ");
+    if !a.graphs.is_empty() {
+        for name in &a.graphs {
+            let bare = name.trim_start_matches('@');
+            if m.graph(bare).is_none() {
+                let hint = graphc_ir::suggest::closest(bare, all.iter().map(String::as_str))
+                    .map(|s| format!("did you mean @{s}? "))
+                    .unwrap_or_default();
+                bail!("{} has no graph @{bare}; {hint}its graphs are {}", file.name, listing());
+            }
+        }
+        return Ok(a.graphs.iter().map(|n| n.trim_start_matches('@').to_string()).collect());
+    }
+    let communicates = |g: &Graph| g.walk().iter().any(|&n| matches!(g.nodes[n].op, Op::Send | Op::Recv));
+    match m.graphs.as_slice() {
+        [] => bail!("{} holds no graph to run", file.name),
+        [g] => Ok(vec![g.name.clone()]),
+        gs if gs.iter().all(communicates) => Ok(all),
+        [g, ..] => {
+            eprintln!(
+                "note: {} has {} graphs ({}); running @{} (choose with --graph)",
+                file.name,
+                all.len(),
+                listing(),
+                g.name
+            );
+            Ok(vec![g.name.clone()])
+        }
+    }
+}
+
+fn parse_input_flags(flags: &[String]) -> anyhow::Result<BTreeMap<&str, PathBuf>> {
+    let mut out = BTreeMap::new();
+    for f in flags {
+        let (name, path) = f
+            .split_once('=')
+            .filter(|(n, p)| !n.is_empty() && !p.is_empty())
+            .ok_or_else(|| anyhow!("--input '{f}' is not of the form NAME=PATH.npy"))?;
+        let name = name.trim_start_matches('%');
+        if out.insert(name, PathBuf::from(path)).is_some() {
+            bail!("input '{name}' is given twice");
+        }
+    }
+    Ok(out)
+}
+
+fn check_input_names(given: &BTreeMap<&str, PathBuf>, graphs: &[String], m: &Module) -> anyhow::Result<()> {
+    let names: Vec<&str> = graphs
+        .iter()
+        .filter_map(|g| m.graph(g))
+        .flat_map(|g| g.inputs().iter().filter_map(|&v| g.values[v].name.as_deref()))
+        .collect();
+    for &name in given.keys() {
+        if !names.contains(&name) {
+            let which = graphs.iter().map(|g| format!("@{g}")).collect::<Vec<_>>().join(", ");
+            let hint = graphc_ir::suggest::closest(name, names.iter().copied())
+                .map(|s| format!("did you mean '{s}'? "))
+                .unwrap_or_default();
+            let list =
+                if names.is_empty() { "it has none".to_string() } else { format!("inputs are {}", names.join(", ")) };
+            bail!("--input '{name}': {which} has no input of that name; {hint}{list}");
+        }
+    }
+    Ok(())
+}
+
+/// Random integers that feed a gather's indices stay in range, so any graph runs as is.
+fn index_range(g: &Graph, v: Value) -> Range {
+    for u in g.uses(v) {
+        if let Use::Operand(n, 1) = *u {
+            let nd = &g.nodes[n];
+            if nd.op == Op::Gather {
+                if let Some(data) = g.values[nd.operands[0]].ty.as_tensor() {
+                    let axis = nd.attrs.int("axis").unwrap_or(0);
+                    if let Ok(ax) = graphc_ir::shape::normalize_axis(axis, data.rank()) {
+                        return Range::Below(data.shape[ax]);
+                    }
+                }
+            }
+        }
+    }
+    Range::Default
+}
+
+fn report_run_error(e: &RunError, file: &SourceFile, step: u64, steps: u64) {
+    let at = if steps > 1 { format!(" (step {step} of {steps})") } else { String::new() };
+    let message = format!("{e}{at}");
+    match e.span {
+        Some(span) => eprint!("{}", Diagnostic::error(span, message).render(file)),
+        None => eprintln!("error: {message}"),
+    }
+}
+
+/// Each graph's outputs with their names, prefixed by the graph when several ran.
+fn named_outputs<'o>(graphs: &[String], outs: &'o [RunOutput]) -> Vec<(String, &'o RtValue)> {
+    let mut v = Vec::new();
+    for (g, o) in graphs.iter().zip(outs) {
+        for (name, value) in o.names.iter().zip(&o.values) {
+            let full = if graphs.len() > 1 { format!("{g}.{name}") } else { name.clone() };
+            v.push((full, value));
+        }
+    }
+    v
+}
+
+fn scalar_summary(graphs: &[String], outs: &[RunOutput]) -> String {
+    named_outputs(graphs, outs)
+        .into_iter()
+        .filter_map(|(n, v)| v.as_tensor().filter(|t| t.len() == 1).map(|t| format!("{n}={}", t.to_f64_vec()[0])))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn print_timing(graphs: &[String], outs: &[RunOutput], times: &[Duration], a: &RunArgs) {
+    let nodes: usize = outs.iter().map(|o| o.nodes_executed).sum();
+    let names = graphs.iter().map(|g| format!("@{g}")).collect::<Vec<_>>().join(" + ");
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    let mut sorted = times.to_vec();
+    sorted.sort();
+    let backend = match a.backend {
+        Backend::Interp => "interp",
+    };
+    if sorted.len() == 1 {
+        println!("{names}: ran {nodes} node{} in {:.3} ms (backend {backend})", plural(nodes), ms(sorted[0]));
+    } else {
+        println!(
+            "{names}: {} steps, {nodes} node{} each; step time median {:.3} ms, min {:.3} ms, max {:.3} ms (backend {backend})",
+            sorted.len(),
+            plural(nodes),
+            ms(sorted[sorted.len() / 2]),
+            ms(sorted[0]),
+            ms(sorted[sorted.len() - 1])
+        );
+    }
+}
+
+fn print_outputs(graphs: &[String], outs: &[RunOutput]) {
+    for (name, v) in named_outputs(graphs, outs) {
+        match v {
+            RtValue::Tensor(t) => println!("{name}: {}", t.summary(8)),
+            other => println!("{name}: {}", other.ty()),
+        }
+    }
+}
+
+/// Writes each tensor output to DIR/NAME.npy; characters outside [A-Za-z0-9._-] become '_'.
+fn write_outputs(dir: &Path, graphs: &[String], outs: &[RunOutput]) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create the output directory {}", dir.display()))?;
+    for (name, v) in named_outputs(graphs, outs) {
+        let file: String =
+            name.chars().map(|c| if c.is_ascii_alphanumeric() || "._-".contains(c) { c } else { '_' }).collect();
+        let path = dir.join(format!("{file}.npy"));
+        match v {
+            RtValue::Tensor(t) => {
+                npy::write_npy(&path, t).map_err(|e| anyhow!("output '{name}': {e}"))?;
+                println!("{name}: {} -> {}", summary_type(t), path.display());
+            }
+            other => println!("{name}: {} (not written: not a tensor)", other.ty()),
+        }
+    }
+    Ok(())
+}
+
+fn summary_type(t: &Tensor) -> String {
+    t.ty().to_string()
+}

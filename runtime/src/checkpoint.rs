@@ -1,0 +1,240 @@
+//! Checkpoints: every variable of a session in one safetensors file.
+//!
+//! Files are written atomically (`fsutil::write_atomically`), so a crash mid-save leaves the
+//! previous checkpoint whole. Restoring checks the whole file against the session first and
+//! changes nothing unless every variable matches. Uninitialized variables are listed in the
+//! metadata (`graphc.uninitialized.NAME`) rather than stored.
+//!
+//! [`Checkpointer`] saves in the background: a step hands it a snapshot (pointer copies; see
+//! `state.rs`) and goes on; a writer thread serializes and writes the latest snapshot.
+
+use crate::error::{ErrorKind, RunError};
+use crate::fsutil::write_atomically;
+use crate::state::State;
+use crate::wait::lock;
+use crate::Tensor;
+use graphc_ir::DType;
+use safetensors::tensor::TensorView;
+use safetensors::{Dtype, SafeTensors};
+use std::collections::{BTreeMap, HashMap};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+
+const UNINIT_PREFIX: &str = "graphc.uninitialized.";
+
+/// Every variable's value at one moment (`None`: uninitialized), by name.
+pub type Snapshot = Vec<(String, Option<Arc<Tensor>>)>;
+
+fn error(message: impl Into<String>) -> RunError {
+    RunError::new(ErrorKind::Checkpoint, message)
+}
+
+/// The safetensors bytes of a snapshot.
+pub fn encode(snapshot: &Snapshot, step: Option<u64>) -> Result<Vec<u8>, RunError> {
+    let mut bytes: Vec<(String, Dtype, Vec<usize>, Vec<u8>)> = Vec::new();
+    let mut meta: HashMap<String, String> = HashMap::new();
+    meta.insert("format".into(), "graphc".into());
+    if let Some(s) = step {
+        meta.insert("graphc.step".into(), s.to_string());
+    }
+    for (name, value) in snapshot {
+        match value {
+            Some(t) => bytes.push((name.clone(), st_dtype(t.dtype()), t.shape().to_vec(), le_bytes(t))),
+            None => {
+                meta.insert(format!("{UNINIT_PREFIX}{name}"), String::new());
+            }
+        }
+    }
+    let views = bytes
+        .iter()
+        .map(|(name, dt, shape, data)| {
+            TensorView::new(*dt, shape.clone(), data).map(|v| (name.as_str(), v)).map_err(|e| error(e.to_string()))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    safetensors::serialize(views, Some(meta)).map_err(|e| error(format!("cannot encode the checkpoint: {e}")))
+}
+
+/// Saves a snapshot to `path` atomically.
+pub fn save(snapshot: &Snapshot, step: Option<u64>, path: &Path) -> Result<(), RunError> {
+    let bytes = encode(snapshot, step)?;
+    write_atomically(path, |f| f.write_all(&bytes))
+        .map_err(|e| error(format!("cannot write checkpoint {}: {e}", path.display())))
+}
+
+/// A checkpoint read back: values by name, the uninitialized names, and the step it was
+/// taken at.
+#[derive(Debug)]
+pub struct Loaded {
+    pub values: BTreeMap<String, Tensor>,
+    pub uninitialized: Vec<String>,
+    pub step: Option<u64>,
+}
+
+pub fn load(path: &Path) -> Result<Loaded, RunError> {
+    let bytes = std::fs::read(path).map_err(|e| error(format!("cannot read checkpoint {}: {e}", path.display())))?;
+    decode(&bytes).map_err(|e| error(format!("{} is not a valid checkpoint: {}", path.display(), e.message)))
+}
+
+pub fn decode(bytes: &[u8]) -> Result<Loaded, RunError> {
+    let st = SafeTensors::deserialize(bytes).map_err(|e| error(e.to_string()))?;
+    let (_, meta) = SafeTensors::read_metadata(bytes).map_err(|e| error(e.to_string()))?;
+    let meta = meta.metadata().clone().unwrap_or_default();
+    let mut values = BTreeMap::new();
+    for (name, view) in st.tensors() {
+        let t = from_le_bytes(view.dtype(), view.shape(), view.data()).ok_or_else(|| {
+            error(format!("tensor \"{name}\" has dtype {:?}, which graphc has no dtype for", view.dtype()))
+        })?;
+        values.insert(name, t);
+    }
+    let mut uninitialized: Vec<String> =
+        meta.keys().filter_map(|k| k.strip_prefix(UNINIT_PREFIX)).map(str::to_string).collect();
+    uninitialized.sort();
+    let step = meta.get("graphc.step").and_then(|s| s.parse().ok());
+    Ok(Loaded { values, uninitialized, step })
+}
+
+/// Applies a loaded checkpoint to the session's variables: all of them or none. The error
+/// lists every difference (missing, extra, wrong dtype or shape).
+pub fn restore(state: &State, loaded: &Loaded) -> Result<(), RunError> {
+    let mut problems = Vec::new();
+    for (name, var) in &state.variables {
+        match loaded.values.get(name) {
+            Some(t) if t.ty() != var.ty => {
+                problems.push(format!("\"{name}\": the session has {}, the checkpoint {}", var.ty, t.ty()))
+            }
+            Some(_) => {}
+            None if loaded.uninitialized.contains(name) => {}
+            None => problems.push(format!("\"{name}\" ({}) is missing from the checkpoint", var.ty)),
+        }
+    }
+    for name in loaded.values.keys().chain(&loaded.uninitialized) {
+        if !state.variables.contains_key(name) {
+            problems.push(format!("\"{name}\" is in the checkpoint but is no variable of this module"));
+        }
+    }
+    if !problems.is_empty() {
+        return Err(error(format!("the checkpoint does not match the module's variables: {}", problems.join("; "))));
+    }
+    for (name, var) in &state.variables {
+        var.assign(loaded.values.get(name).map(|t| Arc::new(t.clone())))?;
+    }
+    Ok(())
+}
+
+fn st_dtype(d: DType) -> Dtype {
+    match d {
+        DType::F32 => Dtype::F32,
+        DType::F64 => Dtype::F64,
+        DType::I32 => Dtype::I32,
+        DType::I64 => Dtype::I64,
+        DType::Bool => Dtype::BOOL,
+    }
+}
+
+/// Little-endian element bytes, row-major: the safetensors layout.
+fn le_bytes(t: &Tensor) -> Vec<u8> {
+    match t {
+        Tensor::F32(a) => a.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        Tensor::F64(a) => a.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        Tensor::I32(a) => a.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        Tensor::I64(a) => a.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        Tensor::Bool(a) => a.iter().map(|&x| u8::from(x)).collect(),
+    }
+}
+
+fn from_le_bytes(dt: Dtype, shape: &[usize], data: &[u8]) -> Option<Tensor> {
+    fn chunks<const N: usize, T>(data: &[u8], f: fn([u8; N]) -> T) -> Vec<T> {
+        data.chunks_exact(N).map(|c| f(c.try_into().expect("chunks_exact gives N bytes"))).collect()
+    }
+    let data = match dt {
+        Dtype::F32 => graphc_ir::TensorData::F32(chunks(data, f32::from_le_bytes)),
+        Dtype::F64 => graphc_ir::TensorData::F64(chunks(data, f64::from_le_bytes)),
+        Dtype::I32 => graphc_ir::TensorData::I32(chunks(data, i32::from_le_bytes)),
+        Dtype::I64 => graphc_ir::TensorData::I64(chunks(data, i64::from_le_bytes)),
+        Dtype::BOOL => graphc_ir::TensorData::Bool(data.iter().map(|&b| b != 0).collect()),
+        _ => return None,
+    };
+    Tensor::from_data(shape, data)
+}
+
+/// Saves snapshots to one path in the background. `submit` never blocks: if the writer is
+/// still busy with an older snapshot, the newest one waiting replaces any not yet started.
+#[derive(Debug)]
+pub struct Checkpointer {
+    shared: Arc<Shared>,
+    thread: Option<JoinHandle<()>>,
+}
+
+#[derive(Debug, Default)]
+struct Shared {
+    inner: Mutex<Pending>,
+    wake: Condvar,
+}
+
+#[derive(Debug, Default)]
+struct Pending {
+    next: Option<(Snapshot, Option<u64>)>,
+    done: bool,
+    saved: usize,
+    error: Option<RunError>,
+}
+
+impl Checkpointer {
+    pub fn start(path: PathBuf) -> Self {
+        let shared = Arc::new(Shared::default());
+        let s = shared.clone();
+        let thread = std::thread::spawn(move || loop {
+            let job = {
+                let mut p = lock(&s.inner);
+                while p.next.is_none() && !p.done {
+                    p = s.wake.wait(p).unwrap_or_else(|e| e.into_inner());
+                }
+                match p.next.take() {
+                    Some(job) => job,
+                    None => return,
+                }
+            };
+            let result = save(&job.0, job.1, &path);
+            let mut p = lock(&s.inner);
+            match result {
+                Ok(()) => p.saved += 1,
+                Err(e) => p.error = Some(e),
+            }
+            s.wake.notify_all();
+        });
+        Checkpointer { shared, thread: Some(thread) }
+    }
+
+    /// Queues a snapshot for writing and returns at once.
+    pub fn submit(&self, snapshot: Snapshot, step: Option<u64>) {
+        lock(&self.shared.inner).next = Some((snapshot, step));
+        self.shared.wake.notify_all();
+    }
+
+    /// Writes what is pending, stops the writer, and reports how many checkpoints were saved
+    /// or the first failure.
+    pub fn finish(mut self) -> Result<usize, RunError> {
+        lock(&self.shared.inner).done = true;
+        self.shared.wake.notify_all();
+        if let Some(t) = self.thread.take() {
+            t.join().map_err(|_| RunError::internal("the checkpoint writer panicked"))?;
+        }
+        let mut p = lock(&self.shared.inner);
+        match p.error.take() {
+            Some(e) => Err(e),
+            None => Ok(p.saved),
+        }
+    }
+}
+
+impl Drop for Checkpointer {
+    fn drop(&mut self) {
+        lock(&self.shared.inner).done = true;
+        self.shared.wake.notify_all();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}

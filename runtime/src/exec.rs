@@ -1,0 +1,235 @@
+//! The reference interpreter: runs a region's nodes one at a time in their order (which the
+//! verifier guarantees is a topological order), pure ops through the reference kernels,
+//! state and control flow here.
+
+use crate::error::{ErrorKind, RunError};
+use crate::kernels;
+use crate::rendezvous::Rendezvous;
+use crate::state::{Queue, State, Variable};
+use crate::wait::WaitCtx;
+use crate::Tensor;
+use graphc_ir::{Graph, Node, Op, Region, TensorType, Type, Value};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// A value at run time: a tensor, a token, or a handle to session state.
+#[derive(Clone, Debug)]
+pub enum RtValue {
+    Tensor(Arc<Tensor>),
+    Token,
+    Var(Arc<Variable>),
+    Queue(Arc<Queue>),
+}
+
+impl RtValue {
+    pub fn tensor(t: Tensor) -> Self {
+        RtValue::Tensor(Arc::new(t))
+    }
+
+    pub fn as_tensor(&self) -> Option<&Tensor> {
+        match self {
+            RtValue::Tensor(t) => Some(t),
+            _ => None,
+        }
+    }
+
+    /// The value's IR type.
+    pub fn ty(&self) -> Type {
+        match self {
+            RtValue::Tensor(t) => Type::Tensor(t.ty()),
+            RtValue::Token => Type::Token,
+            RtValue::Var(v) => Type::Var(v.ty.clone()),
+            RtValue::Queue(q) => Type::Queue(q.types.clone()),
+        }
+    }
+}
+
+/// Values bound so far in one region activation.
+pub(crate) type Env = HashMap<Value, RtValue>;
+
+/// One graph's execution within a step.
+#[derive(Debug)]
+pub(crate) struct Interp<'a> {
+    pub graph: &'a Graph,
+    pub state: &'a State,
+    pub rendezvous: &'a Rendezvous,
+    pub wait: WaitCtx<'a>,
+    /// Node executions so far, nested ones and loop iterations included.
+    pub executed: usize,
+    /// Iteration numbers of the enclosing while loops, outermost first.
+    iterations: Vec<u64>,
+}
+
+impl<'a> Interp<'a> {
+    pub fn new(graph: &'a Graph, state: &'a State, rendezvous: &'a Rendezvous, wait: WaitCtx<'a>) -> Self {
+        Interp { graph, state, rendezvous, wait, executed: 0, iterations: Vec::new() }
+    }
+
+    /// Runs, in order, the nodes of `region` that `keep` admits. A result already bound in
+    /// `env` (a fed value) keeps its fed value.
+    pub fn run_nodes(&mut self, region: Region, env: &mut Env, keep: &dyn Fn(Node) -> bool) -> Result<(), RunError> {
+        for &n in &self.graph.regions[region].nodes {
+            if keep(n) {
+                self.wait.check_cancelled()?;
+                let nd = &self.graph.nodes[n];
+                let results =
+                    self.exec_node(n, env).map_err(|e| e.at_node(&self.graph.name, self.describe(n), nd.span))?;
+                for (&v, r) in nd.results.iter().zip(results) {
+                    env.entry(v).or_insert(r);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs a whole region on `args` and returns what it yields.
+    fn run_region(&mut self, region: Region, args: Vec<RtValue>) -> Result<Vec<RtValue>, RunError> {
+        let rd = &self.graph.regions[region];
+        let mut env: Env = rd.params.iter().copied().zip(args).collect();
+        self.run_nodes(region, &mut env, &|_| true)?;
+        rd.yields.iter().map(|v| lookup(&env, *v)).collect()
+    }
+
+    fn describe(&self, n: Node) -> String {
+        format!("node {}", self.graph.describe(n))
+    }
+
+    fn exec_node(&mut self, n: Node, env: &Env) -> Result<Vec<RtValue>, RunError> {
+        let g = self.graph;
+        let nd = &g.nodes[n];
+        let args = nd.operands.iter().map(|&v| lookup(env, v)).collect::<Result<Vec<_>, _>>()?;
+        self.executed += 1;
+        let results = self.compute(n, args)?;
+        if results.len() != nd.results.len() {
+            return Err(RunError::internal(format!(
+                "gave {} results, the node has {}",
+                results.len(),
+                nd.results.len()
+            )));
+        }
+        for (r, &v) in results.iter().zip(&nd.results) {
+            let (got, want) = (r.ty(), &g.values[v].ty);
+            if &got != want {
+                return Err(RunError::internal(format!("produced {got} where the type rule says {want}")));
+            }
+        }
+        Ok(results)
+    }
+
+    fn compute(&mut self, n: Node, args: Vec<RtValue>) -> Result<Vec<RtValue>, RunError> {
+        let g = self.graph;
+        let nd = &g.nodes[n];
+        let name = || nd.attrs.str("name").ok_or_else(|| RunError::internal("a state declaration without a name"));
+        let key = || self.rendezvous_key(nd.attrs.str("key").unwrap_or_default());
+        let tensor = |i: usize| {
+            args.get(i)
+                .and_then(RtValue::as_tensor)
+                .ok_or_else(|| RunError::internal(format!("operand {i} is not a tensor")))
+        };
+        let one = |t: Tensor| Ok(vec![RtValue::tensor(t)]);
+        match nd.op {
+            op if kernels::is_kernel(op) => {
+                let inputs = (0..args.len()).map(tensor).collect::<Result<Vec<_>, _>>()?;
+                let types: Vec<TensorType> =
+                    nd.results.iter().filter_map(|&v| g.values[v].ty.as_tensor().cloned()).collect();
+                let out =
+                    kernels::eval(op, &nd.attrs, &inputs, &types).map_err(|e| RunError::new(ErrorKind::Kernel, e.0))?;
+                Ok(out.into_iter().map(RtValue::tensor).collect())
+            }
+            Op::Variable => Ok(vec![RtValue::Var(self.state.variable(name()?)?.clone())]),
+            Op::Queue => Ok(vec![RtValue::Queue(self.state.queue(name()?)?.clone())]),
+            Op::Read => Ok(vec![RtValue::Tensor(var(&args[0])?.read()?)]),
+            Op::Assign => {
+                let value = args.get(1).cloned().ok_or_else(|| RunError::internal("assign without a value"))?;
+                let RtValue::Tensor(t) = &value else { return Err(RunError::internal("assign of a non-tensor")) };
+                var(&args[0])?.assign(Some(t.clone()))?;
+                Ok(vec![value])
+            }
+            Op::AssignAdd => Ok(vec![RtValue::Tensor(var(&args[0])?.assign_add(tensor(1)?)?)]),
+            Op::Enqueue => {
+                let item = args[1..]
+                    .iter()
+                    .map(|a| match a {
+                        RtValue::Tensor(t) => Ok(t.clone()),
+                        _ => Err(RunError::internal("enqueue of a non-tensor")),
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
+                queue(&args[0])?.enqueue(&self.wait, item)?;
+                Ok(vec![RtValue::Token])
+            }
+            Op::Dequeue => Ok(queue(&args[0])?.dequeue(&self.wait)?.into_iter().map(RtValue::Tensor).collect()),
+            Op::QueueClose => {
+                queue(&args[0])?.close();
+                Ok(vec![RtValue::Token])
+            }
+            Op::QueueSize => one(Tensor::I64(ndarray::arr0(queue(&args[0])?.len() as i64).into_dyn())),
+            Op::NoOp => Ok(vec![RtValue::Token]),
+            Op::Send => {
+                self.rendezvous.send(key(), args[0].clone())?;
+                Ok(vec![RtValue::Token])
+            }
+            Op::Recv => Ok(vec![self.rendezvous.recv(&self.wait, &key())?]),
+            Op::Cond => {
+                let Some(Tensor::Bool(p)) = args.first().and_then(RtValue::as_tensor) else {
+                    return Err(RunError::internal("cond predicate is not a bool tensor"));
+                };
+                let pred = p.iter().next().copied().ok_or_else(|| RunError::internal("cond predicate is empty"))?;
+                let region = nd.regions[if pred { 0 } else { 1 }];
+                self.run_region(region, args[1..].to_vec())
+            }
+            Op::While => {
+                let (cond, body) = (nd.regions[0], nd.regions[1]);
+                let mut values = args;
+                self.iterations.push(0);
+                let result = loop {
+                    self.wait.check_cancelled()?;
+                    let go = self.run_region(cond, values.clone())?;
+                    match go.first().and_then(RtValue::as_tensor) {
+                        Some(Tensor::Bool(b)) if b.len() == 1 => {
+                            if !b.iter().next().copied().unwrap_or(false) {
+                                break values;
+                            }
+                        }
+                        _ => return Err(RunError::internal("while condition did not yield a bool scalar")),
+                    }
+                    values = self.run_region(body, values)?;
+                    if let Some(i) = self.iterations.last_mut() {
+                        *i += 1;
+                    }
+                };
+                self.iterations.pop();
+                Ok(result)
+            }
+            Op::Fusion => self.run_region(nd.regions[0], args),
+            op => Err(RunError::internal(format!("the interpreter has no rule for '{}'", op.name()))),
+        }
+    }
+
+    /// A key inside loops gets the iteration path, so each iteration's send meets its recv.
+    fn rendezvous_key(&self, key: &str) -> String {
+        if self.iterations.is_empty() {
+            key.to_string()
+        } else {
+            let path: Vec<String> = self.iterations.iter().map(|i| i.to_string()).collect();
+            format!("{key}@{}", path.join("."))
+        }
+    }
+}
+
+fn lookup(env: &Env, v: Value) -> Result<RtValue, RunError> {
+    env.get(&v).cloned().ok_or_else(|| RunError::internal(format!("value {v} is used before it has a value")))
+}
+
+fn var(v: &RtValue) -> Result<&Arc<Variable>, RunError> {
+    match v {
+        RtValue::Var(x) => Ok(x),
+        _ => Err(RunError::internal("expected a variable handle")),
+    }
+}
+
+fn queue(v: &RtValue) -> Result<&Arc<Queue>, RunError> {
+    match v {
+        RtValue::Queue(x) => Ok(x),
+        _ => Err(RunError::internal("expected a queue handle")),
+    }
+}

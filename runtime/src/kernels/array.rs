@@ -1,0 +1,130 @@
+//! Data-movement kernels: reshape, broadcast, transpose, concat, slice, split, gather.
+
+use super::KernelError;
+use crate::tensor::ix;
+use crate::{map_dtype, Tensor};
+use graphc_ir::shape::normalize_axis;
+use graphc_ir::TensorType;
+use ndarray::{ArrayD, Axis, IxDyn, Slice};
+
+/// Same elements in row-major order under the result's shape.
+pub fn reshape(x: &Tensor, result: &TensorType) -> Result<Tensor, KernelError> {
+    let shape = ix(&result.shape);
+    Ok(map_dtype!(x, a => a
+        .as_standard_layout()
+        .into_owned()
+        .into_shape_with_order(shape.clone())
+        .map_err(|e| KernelError::new(format!("cannot reshape {:?} to {:?}: {e}", a.shape(), result.shape)))?))
+}
+
+pub fn broadcast(x: &Tensor, result: &TensorType) -> Result<Tensor, KernelError> {
+    let shape = ix(&result.shape);
+    Ok(map_dtype!(x, a => a
+        .broadcast(shape.clone())
+        .ok_or_else(|| KernelError::new(format!("cannot broadcast {:?} to {:?}", a.shape(), result.shape)))?
+        .to_owned()))
+}
+
+pub fn transpose(x: &Tensor, perm: &[i64]) -> Result<Tensor, KernelError> {
+    let perm: Vec<usize> = perm.iter().map(|&p| p as usize).collect();
+    let rank = x.shape().len();
+    let mut seen = vec![false; rank];
+    if perm.len() != rank || perm.iter().any(|&p| p >= rank || std::mem::replace(&mut seen[p], true)) {
+        return Err(KernelError::new(format!("perm {perm:?} is not a permutation of 0..{rank}")));
+    }
+    Ok(map_dtype!(x, a => a.view().permuted_axes(IxDyn(&perm)).as_standard_layout().into_owned()))
+}
+
+pub fn concat(inputs: &[&Tensor], axis: i64) -> Result<Tensor, KernelError> {
+    let first = inputs.first().ok_or_else(|| KernelError::new("concat of no tensors"))?;
+    let axis = Axis(normalize_axis(axis, first.shape().len()).map_err(KernelError::new)?);
+    macro_rules! join {
+        ($variant:ident) => {{
+            let views = inputs
+                .iter()
+                .map(|t| match t {
+                    Tensor::$variant(a) => Ok(a.view()),
+                    other => Err(KernelError::new(format!("concat of {} and {}", first.dtype(), other.dtype()))),
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            Tensor::$variant(ndarray::concatenate(axis, &views).map_err(|e| KernelError::new(format!("concat: {e}")))?)
+        }};
+    }
+    Ok(match first {
+        Tensor::F32(_) => join!(F32),
+        Tensor::F64(_) => join!(F64),
+        Tensor::I32(_) => join!(I32),
+        Tensor::I64(_) => join!(I64),
+        Tensor::Bool(_) => join!(Bool),
+    })
+}
+
+/// Python-style slicing with positive steps: negative bounds count from the end, then clamp.
+pub fn slice(x: &Tensor, starts: &[i64], ends: &[i64], steps: Option<&[i64]>) -> Result<Tensor, KernelError> {
+    let shape = x.shape().to_vec();
+    if starts.len() != shape.len() || ends.len() != shape.len() || steps.is_some_and(|s| s.len() != shape.len()) {
+        return Err(KernelError::new(format!("slice bounds do not match rank {}", shape.len())));
+    }
+    let mut boxes = Vec::with_capacity(shape.len());
+    for (d, &dim) in shape.iter().enumerate() {
+        let step = steps.map_or(1, |s| s[d]);
+        if step < 1 {
+            return Err(KernelError::new(format!("slice step {step} on dim {d} is not positive")));
+        }
+        let resolve = |i: i64| (if i < 0 { i + dim as i64 } else { i }).clamp(0, dim as i64);
+        let (start, end) = (resolve(starts[d]), resolve(ends[d]));
+        // An empty range is a zero-length dim; ndarray wants start <= end.
+        boxes.push(Slice::new(start as isize, Some(end.max(start) as isize), step as isize));
+    }
+    Ok(map_dtype!(x, a => a.slice_each_axis(|ad| boxes[ad.axis.index()]).to_owned()))
+}
+
+pub fn split(x: &Tensor, axis: i64, sizes: &[i64]) -> Result<Vec<Tensor>, KernelError> {
+    let axis = normalize_axis(axis, x.shape().len()).map_err(KernelError::new)?;
+    let dim = x.shape()[axis] as i64;
+    if sizes.iter().any(|&s| s < 0) || sizes.iter().sum::<i64>() != dim {
+        return Err(KernelError::new(format!("split sizes {sizes:?} do not sum to the axis' dim {dim}")));
+    }
+    let mut start = 0isize;
+    let mut out = Vec::with_capacity(sizes.len());
+    for &size in sizes {
+        let s = Slice::from(start..start + size as isize);
+        out.push(map_dtype!(x, a => a.slice_axis(Axis(axis), s).to_owned()));
+        start += size as isize;
+    }
+    Ok(out)
+}
+
+/// numpy `take`: the result shape is `data[..axis] ++ indices ++ data[axis+1..]`.
+pub fn gather(data: &Tensor, indices: &Tensor, axis: i64) -> Result<Tensor, KernelError> {
+    let axis = normalize_axis(axis, data.shape().len()).map_err(KernelError::new)?;
+    let dim = data.shape()[axis];
+    let raw: Vec<i64> = match indices {
+        Tensor::I32(a) => a.iter().map(|&i| i as i64).collect(),
+        Tensor::I64(a) => a.iter().copied().collect(),
+        other => return Err(KernelError::new(format!("gather indices must be i32 or i64, got {}", other.dtype()))),
+    };
+    let mut flat = Vec::with_capacity(raw.len());
+    for (pos, &i) in raw.iter().enumerate() {
+        let j = if i < 0 { i + dim as i64 } else { i };
+        if j < 0 || j >= dim as i64 {
+            return Err(KernelError::new(format!(
+                "gather index {i} (element {pos} of the indices) is out of range for axis {axis} of size {dim}; valid indices are -{dim}..{dim}"
+            )));
+        }
+        flat.push(j as usize);
+    }
+    let mut shape = data.shape()[..axis].to_vec();
+    shape.extend_from_slice(indices.shape());
+    shape.extend_from_slice(&data.shape()[axis + 1..]);
+    fn take<T: Clone>(a: &ArrayD<T>, axis: usize, idx: &[usize], shape: &[usize]) -> ArrayD<T> {
+        let picked = a.select(Axis(axis), idx);
+        // The picked axis is the flattened index shape, so row-major reshape unflattens it.
+        picked
+            .as_standard_layout()
+            .into_owned()
+            .into_shape_with_order(IxDyn(shape))
+            .expect("gather result holds the picked elements")
+    }
+    Ok(map_dtype!(data, a => take(a, axis, &flat, &shape)))
+}

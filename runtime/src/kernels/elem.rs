@@ -1,0 +1,195 @@
+//! Scalar semantics of the numeric dtypes, written once per dtype family so every kernel
+//! applies the spec's rules: integers wrap, integer division by zero and negative integer
+//! powers are errors, max/min propagate NaN.
+
+use super::KernelError;
+use std::fmt::Debug;
+
+/// A numeric element type (f32, f64, i32, i64).
+pub trait Num: Copy + PartialOrd + Default + Debug + Send + Sync + 'static {
+    const ZERO: Self;
+    const ONE: Self;
+    /// The identity of max: the lowest value (-inf for floats).
+    const LOWEST: Self;
+    /// The identity of min: the highest value (+inf for floats).
+    const HIGHEST: Self;
+
+    fn add(self, o: Self) -> Self;
+    fn sub(self, o: Self) -> Self;
+    fn mul(self, o: Self) -> Self;
+    fn div(self, o: Self) -> Result<Self, KernelError>;
+    fn pow(self, o: Self) -> Result<Self, KernelError>;
+    fn neg(self) -> Self;
+    fn abs(self) -> Self;
+    fn is_nan(self) -> bool;
+
+    /// `max(x, 0)`, NaN stays NaN.
+    fn relu(self) -> Self {
+        if self.is_nan() || self > Self::ZERO {
+            self
+        } else {
+            Self::ZERO
+        }
+    }
+
+    /// The larger of two, NaN if either is.
+    fn max_nan(self, o: Self) -> Self {
+        if self.is_nan() || o.is_nan() {
+            if self.is_nan() {
+                self
+            } else {
+                o
+            }
+        } else if o > self {
+            o
+        } else {
+            self
+        }
+    }
+
+    /// The smaller of two, NaN if either is.
+    fn min_nan(self, o: Self) -> Self {
+        if self.is_nan() || o.is_nan() {
+            if self.is_nan() {
+                self
+            } else {
+                o
+            }
+        } else if o < self {
+            o
+        } else {
+            self
+        }
+    }
+}
+
+/// A floating-point element type.
+pub trait Float: Num {
+    fn exp(self) -> Self;
+    fn ln(self) -> Self;
+    fn sqrt(self) -> Self;
+    fn tanh(self) -> Self;
+    fn erf(self) -> Self;
+    fn to_f64(self) -> f64;
+    fn from_f64(v: f64) -> Self;
+
+    fn sigmoid(self) -> Self {
+        Self::ONE.div(Self::ONE.add(self.neg().exp())).unwrap_or(Self::ZERO)
+    }
+}
+
+macro_rules! float_num {
+    ($t:ident, $erf:path) => {
+        impl Num for $t {
+            const ZERO: Self = 0.0;
+            const ONE: Self = 1.0;
+            const LOWEST: Self = $t::NEG_INFINITY;
+            const HIGHEST: Self = $t::INFINITY;
+            fn add(self, o: Self) -> Self {
+                self + o
+            }
+            fn sub(self, o: Self) -> Self {
+                self - o
+            }
+            fn mul(self, o: Self) -> Self {
+                self * o
+            }
+            fn div(self, o: Self) -> Result<Self, KernelError> {
+                Ok(self / o)
+            }
+            fn pow(self, o: Self) -> Result<Self, KernelError> {
+                Ok(self.powf(o))
+            }
+            fn neg(self) -> Self {
+                -self
+            }
+            fn abs(self) -> Self {
+                $t::abs(self)
+            }
+            fn is_nan(self) -> bool {
+                $t::is_nan(self)
+            }
+        }
+
+        impl Float for $t {
+            fn exp(self) -> Self {
+                $t::exp(self)
+            }
+            fn ln(self) -> Self {
+                $t::ln(self)
+            }
+            fn sqrt(self) -> Self {
+                $t::sqrt(self)
+            }
+            fn tanh(self) -> Self {
+                $t::tanh(self)
+            }
+            fn erf(self) -> Self {
+                $erf(self)
+            }
+            fn to_f64(self) -> f64 {
+                self as f64
+            }
+            fn from_f64(v: f64) -> Self {
+                v as $t
+            }
+        }
+    };
+}
+
+float_num!(f32, libm::erff);
+float_num!(f64, libm::erf);
+
+macro_rules! int_num {
+    ($t:ident) => {
+        impl Num for $t {
+            const ZERO: Self = 0;
+            const ONE: Self = 1;
+            const LOWEST: Self = $t::MIN;
+            const HIGHEST: Self = $t::MAX;
+            fn add(self, o: Self) -> Self {
+                self.wrapping_add(o)
+            }
+            fn sub(self, o: Self) -> Self {
+                self.wrapping_sub(o)
+            }
+            fn mul(self, o: Self) -> Self {
+                self.wrapping_mul(o)
+            }
+            fn div(self, o: Self) -> Result<Self, KernelError> {
+                if o == 0 {
+                    return Err(KernelError::new(format!("integer division by zero ({self} / 0)")));
+                }
+                // MIN / -1 wraps to MIN, like the other integer ops.
+                Ok(self.wrapping_div(o))
+            }
+            fn pow(self, o: Self) -> Result<Self, KernelError> {
+                if o < 0 {
+                    return Err(KernelError::new(format!("integer power with a negative exponent ({self} ^ {o})")));
+                }
+                // Square-and-multiply with wrapping; exponents beyond u32 are fine.
+                let (mut base, mut exp, mut acc) = (self, o, 1 as $t);
+                while exp > 0 {
+                    if exp & 1 == 1 {
+                        acc = acc.wrapping_mul(base);
+                    }
+                    base = base.wrapping_mul(base);
+                    exp >>= 1;
+                }
+                Ok(acc)
+            }
+            fn neg(self) -> Self {
+                self.wrapping_neg()
+            }
+            fn abs(self) -> Self {
+                self.wrapping_abs()
+            }
+            fn is_nan(self) -> bool {
+                false
+            }
+        }
+    };
+}
+
+int_num!(i32);
+int_num!(i64);

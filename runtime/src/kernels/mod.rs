@@ -1,0 +1,105 @@
+//! The reference kernels: one plain, obviously-correct implementation of every pure op in
+//! ir-spec/SPEC.md, on ndarray. Every compiled path is tested against these. They favour
+//! clarity over speed, except that float matmul uses ndarray's blocked product.
+//!
+//! Stateful ops, control flow and communication are not kernels: the executor runs them
+//! (`crate::exec`), because they touch the session or hold regions.
+
+mod array;
+pub mod elem;
+mod elementwise;
+mod matmul;
+mod reduce;
+
+use crate::Tensor;
+use graphc_ir::{Attrs, Op, OpKind, TensorType};
+
+pub use elementwise::cast;
+
+/// A kernel failed at run time (an integer division by zero, an index out of range, ...).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct KernelError(pub String);
+
+impl KernelError {
+    pub fn new(message: impl Into<String>) -> Self {
+        KernelError(message.into())
+    }
+}
+
+/// Whether [`eval`] computes this op: every op that neither touches state, communicates nor
+/// holds regions.
+pub fn is_kernel(op: Op) -> bool {
+    !op.is_stateful() && !matches!(op.kind(), OpKind::Control) && op != Op::Fusion
+}
+
+/// Evaluates a pure op on its operands. `results` are the node's result types (from the
+/// type rules); kernels whose result shape is fully determined by attributes read it there.
+pub fn eval(op: Op, attrs: &Attrs, inputs: &[&Tensor], results: &[TensorType]) -> Result<Vec<Tensor>, KernelError> {
+    let arity = op.def();
+    if inputs.len() < arity.min_operands || arity.max_operands.is_some_and(|m| inputs.len() > m) {
+        return Err(KernelError::new(format!("'{}' got {} operands", op.name(), inputs.len())));
+    }
+    let attr_err = |name: &str| KernelError::new(format!("'{}' lacks its '{name}' attribute", op.name()));
+    let ints = |name: &str| attrs.ints(name).ok_or_else(|| attr_err(name));
+    let int = |name: &str| attrs.int(name).ok_or_else(|| attr_err(name));
+    let result =
+        |i: usize| results.get(i).ok_or_else(|| KernelError::new(format!("'{}' has no result type {i}", op.name())));
+    let one = |t: Tensor| Ok(vec![t]);
+    match op {
+        Op::Constant => one(Tensor::from_literal(attrs.tensor("value").ok_or_else(|| attr_err("value"))?)),
+        Op::Identity => one(inputs[0].clone()),
+        Op::Cast => one(cast(inputs[0], attrs.dtype("to").ok_or_else(|| attr_err("to"))?)),
+        Op::Reshape => one(array::reshape(inputs[0], result(0)?)?),
+        Op::Broadcast => one(array::broadcast(inputs[0], result(0)?)?),
+        Op::Transpose => one(array::transpose(inputs[0], ints("perm")?)?),
+        Op::Concat => one(array::concat(inputs, int("axis")?)?),
+        Op::Slice => one(array::slice(inputs[0], ints("starts")?, ints("ends")?, attrs.ints("steps"))?),
+        Op::Split => array::split(inputs[0], int("axis")?, ints("sizes")?),
+        Op::Gather => one(array::gather(inputs[0], inputs[1], attrs.int("axis").unwrap_or(0))?),
+        Op::Shape => {
+            let dims: Vec<i64> = inputs[0].shape().iter().map(|&d| d as i64).collect();
+            one(Tensor::I64(ndarray::Array1::from(dims).into_dyn()))
+        }
+        Op::Rank => one(Tensor::I64(ndarray::arr0(inputs[0].shape().len() as i64).into_dyn())),
+        Op::MatMul => one(matmul::matmul(inputs[0], inputs[1], result(0)?)?),
+        Op::Neg | Op::Abs | Op::Exp | Op::Log | Op::Sqrt | Op::Tanh | Op::Sigmoid | Op::Relu | Op::Erf | Op::Not => {
+            one(elementwise::unary(op, inputs[0])?)
+        }
+        Op::Add
+        | Op::Sub
+        | Op::Mul
+        | Op::Div
+        | Op::Pow
+        | Op::Max
+        | Op::Min
+        | Op::And
+        | Op::Or
+        | Op::Equal
+        | Op::NotEqual
+        | Op::Less
+        | Op::LessEqual
+        | Op::Greater
+        | Op::GreaterEqual => one(elementwise::binary(op, inputs[0], inputs[1])?),
+        Op::Select => one(elementwise::select(inputs[0], inputs[1], inputs[2])?),
+        Op::ReduceSum | Op::ReduceMean | Op::ReduceMax | Op::ReduceMin => {
+            one(reduce::reduce(op, inputs[0], ints("axes")?, result(0)?)?)
+        }
+        Op::Softmax => one(reduce::softmax(inputs[0], attrs.int("axis").unwrap_or(-1))?),
+        Op::Variable
+        | Op::Read
+        | Op::Assign
+        | Op::AssignAdd
+        | Op::Queue
+        | Op::Enqueue
+        | Op::Dequeue
+        | Op::QueueClose
+        | Op::QueueSize
+        | Op::NoOp
+        | Op::Cond
+        | Op::While
+        | Op::Fusion
+        | Op::Send
+        | Op::Recv => Err(KernelError::new(format!("'{}' is run by the executor, not a kernel", op.name()))),
+    }
+}

@@ -1,0 +1,27 @@
+//! graphc-runtime: tensors, the reference interpreter, sessions, checkpoints.
+//!
+//! The reference interpreter is the oracle every compiled path is tested against: each op has
+//! a plain kernel in [`kernels`] written for clarity, and [`Session`] runs graphs with the
+//! execution model of the IR — partial execution by feeds, fetches and targets; variables and
+//! queues held by the session and shared by concurrent runs; structured control flow; send and
+//! recv through a per-step rendezvous.
+//!
+//! This crate depends on the IR only; the compiler depends on it, never the reverse.
+
+pub mod checkpoint;
+mod error;
+mod exec;
+pub mod fsutil;
+pub mod kernels;
+pub mod npy;
+pub mod random;
+mod rendezvous;
+mod session;
+pub mod state;
+pub mod tensor;
+mod wait;
+
+pub use error::{ErrorKind, RunError};
+pub use exec::RtValue;
+pub use session::{RunOutput, RunRequest, Session, SessionOptions};
+pub use tensor::Tensor;

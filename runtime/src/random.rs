@@ -1,0 +1,64 @@
+//! Deterministic pseudo-random tensors, so any graph can be run without preparing inputs.
+
+use crate::Tensor;
+use graphc_ir::{DType, TensorType};
+use ndarray::ArrayD;
+
+/// SplitMix64: tiny, fast, and the same sequence on every platform.
+#[derive(Clone, Debug)]
+pub struct SplitMix64(u64);
+
+impl SplitMix64 {
+    pub fn new(seed: u64) -> Self {
+        SplitMix64(seed)
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in [0, 1), with 53 random bits.
+    pub fn next_f64(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+/// What values a random input takes.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Range {
+    /// Floats uniform in [-1, 1), integers uniform in [0, 10), bools fair.
+    Default,
+    /// Integers uniform in [0, n) (valid indices into a dim of size n).
+    Below(u64),
+}
+
+/// A tensor of the given type filled from `seed`.
+pub fn random_tensor(ty: &TensorType, seed: u64, range: Range) -> Tensor {
+    let mut rng = SplitMix64::new(seed);
+    let shape = crate::tensor::ix(&ty.shape);
+    let below = match range {
+        Range::Default => 10,
+        Range::Below(n) => n.max(1),
+    };
+    match ty.dtype {
+        DType::F32 => Tensor::F32(ArrayD::from_shape_simple_fn(shape, || (rng.next_f64() * 2.0 - 1.0) as f32)),
+        DType::F64 => Tensor::F64(ArrayD::from_shape_simple_fn(shape, || rng.next_f64() * 2.0 - 1.0)),
+        DType::I32 => Tensor::I32(ArrayD::from_shape_simple_fn(shape, || (rng.next_u64() % below) as i32)),
+        DType::I64 => Tensor::I64(ArrayD::from_shape_simple_fn(shape, || (rng.next_u64() % below) as i64)),
+        DType::Bool => Tensor::Bool(ArrayD::from_shape_simple_fn(shape, || rng.next_u64() & 1 == 1)),
+    }
+}
+
+/// A seed for one named input: the run's seed mixed with a stable hash of the name (FNV-1a),
+/// so inputs differ from each other and from run to run only when the seed does.
+pub fn seed_for(seed: u64, name: &str) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in name.bytes() {
+        h = (h ^ b as u64).wrapping_mul(0x0100_0000_01b3);
+    }
+    SplitMix64::new(seed ^ h).next_u64()
+}

@@ -1,0 +1,312 @@
+//! Sessions: a module plus its state (variables, queues), and `run` — partial execution by
+//! feeds, fetches and targets, in the manner of TensorFlow's `Session::Run`.
+//!
+//! Only what the fetches and targets need runs: the nodes they reach backwards through
+//! operands and `after` lists, stopping at fed values. Several runs may proceed at once from
+//! different threads on one session; they share the state. A step of several graphs (the
+//! partitions of one computation) runs them concurrently, joined by one rendezvous; the first
+//! failure cancels the rest.
+
+use crate::error::{ErrorKind, RunError};
+use crate::exec::{Env, Interp, RtValue};
+use crate::rendezvous::Rendezvous;
+use crate::state::State;
+use crate::wait::{Activity, WaitCtx};
+use crate::Tensor;
+use graphc_ir::{verify_module, Graph, Module, Node, Type, Value, ValueDef};
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How a session's blocking ops behave.
+#[derive(Clone, Debug, Default)]
+pub struct SessionOptions {
+    /// The longest a blocking op (enqueue, dequeue, recv) waits before failing; `None` waits
+    /// as long as it takes.
+    pub wait_timeout: Option<Duration>,
+    /// Fail a blocking op at once when every active run of the session is blocked. Right for a
+    /// command-line run, where no other thread will come along; wrong for a library user whose
+    /// producer thread may start its run later, hence off by default.
+    pub detect_deadlock: bool,
+}
+
+/// One graph's part of a step: what to feed, fetch and run.
+#[derive(Clone, Debug)]
+pub struct RunRequest {
+    pub graph: String,
+    pub feeds: Vec<(String, Arc<Tensor>)>,
+    /// Values to return, by output name or value name (`loss` or `%loss`). When neither
+    /// fetches nor targets are given, every output of the graph is fetched.
+    pub fetches: Vec<String>,
+    /// Values whose producers must run, though nothing of them is returned.
+    pub targets: Vec<String>,
+}
+
+impl RunRequest {
+    pub fn new(graph: impl Into<String>) -> Self {
+        RunRequest { graph: graph.into(), feeds: Vec::new(), fetches: Vec::new(), targets: Vec::new() }
+    }
+
+    pub fn feed(mut self, name: impl Into<String>, t: impl Into<Arc<Tensor>>) -> Self {
+        self.feeds.push((name.into(), t.into()));
+        self
+    }
+
+    pub fn fetch(mut self, name: impl Into<String>) -> Self {
+        self.fetches.push(name.into());
+        self
+    }
+
+    pub fn target(mut self, name: impl Into<String>) -> Self {
+        self.targets.push(name.into());
+        self
+    }
+}
+
+/// What a run returns: the fetched values in the order asked, and how much ran.
+#[derive(Clone, Debug)]
+pub struct RunOutput {
+    /// The names fetched (the output names when every output was fetched).
+    pub names: Vec<String>,
+    pub values: Vec<RtValue>,
+    /// Node executions, nested ones and loop iterations included.
+    pub nodes_executed: usize,
+}
+
+impl RunOutput {
+    /// The fetched tensor `i`; `None` for a token or a handle.
+    pub fn tensor(&self, i: usize) -> Option<&Tensor> {
+        self.values.get(i).and_then(RtValue::as_tensor)
+    }
+
+    /// The fetched tensor of that name.
+    pub fn get(&self, name: &str) -> Option<&Tensor> {
+        self.names.iter().position(|n| n == name).and_then(|i| self.tensor(i))
+    }
+}
+
+/// A module with its state, ready to run.
+#[derive(Debug)]
+pub struct Session {
+    module: Arc<Module>,
+    state: Arc<State>,
+    activity: Activity,
+    options: SessionOptions,
+}
+
+impl Session {
+    /// Creates a session: verifies the module and creates every variable (holding its `init`)
+    /// and queue it declares.
+    pub fn new(module: Module, options: SessionOptions) -> Result<Session, RunError> {
+        let diags = verify_module(&module);
+        if let Some(d) = diags.first() {
+            return Err(RunError::invalid(format!(
+                "the module does not verify ({} error{}); first: {}",
+                diags.len(),
+                if diags.len() == 1 { "" } else { "s" },
+                d.message
+            )));
+        }
+        let state = Arc::new(State::from_module(&module));
+        Ok(Session { module: Arc::new(module), state, activity: Activity::default(), options })
+    }
+
+    pub fn module(&self) -> &Module {
+        &self.module
+    }
+
+    pub fn state(&self) -> &State {
+        &self.state
+    }
+
+    /// Every variable's value at this moment; cheap (pointer copies), for checkpoints.
+    pub fn snapshot(&self) -> crate::checkpoint::Snapshot {
+        self.state.snapshot()
+    }
+
+    /// Saves every variable to a safetensors checkpoint, atomically.
+    pub fn save(&self, path: &std::path::Path, step: Option<u64>) -> Result<(), RunError> {
+        crate::checkpoint::save(&self.snapshot(), step, path)
+    }
+
+    /// Restores every variable from a checkpoint; changes nothing if it does not match.
+    /// Returns the step the checkpoint was taken at, if it says.
+    pub fn restore(&self, path: &std::path::Path) -> Result<Option<u64>, RunError> {
+        let loaded = crate::checkpoint::load(path)?;
+        crate::checkpoint::restore(&self.state, &loaded)?;
+        Ok(loaded.step)
+    }
+
+    /// Runs one graph.
+    pub fn run(&self, request: RunRequest) -> Result<RunOutput, RunError> {
+        let mut out = self.run_step(vec![request])?;
+        Ok(out.remove(0))
+    }
+
+    /// Runs several graphs concurrently as one step, each on its own thread, joined by one
+    /// rendezvous. The first failure cancels the others; its error is the step's error.
+    pub fn run_step(&self, requests: Vec<RunRequest>) -> Result<Vec<RunOutput>, RunError> {
+        // Check everything before anything runs, so a bad request has no effects.
+        let plans = requests.iter().map(|r| self.plan(r)).collect::<Result<Vec<_>, _>>()?;
+        let rendezvous = Rendezvous::default();
+        let cancelled = AtomicBool::new(false);
+        self.activity.enter(plans.len());
+        let run_one = |plan: Plan| {
+            let result = self.execute(plan, &rendezvous, &cancelled);
+            self.activity.leave();
+            if result.is_err() {
+                cancelled.store(true, Ordering::Relaxed);
+            }
+            result
+        };
+        let results: Vec<Result<RunOutput, RunError>> = if plans.len() == 1 {
+            plans.into_iter().map(run_one).collect()
+        } else {
+            std::thread::scope(|s| {
+                let handles: Vec<_> = plans.into_iter().map(|p| s.spawn(|| run_one(p))).collect();
+                handles
+                    .into_iter()
+                    .map(|h| h.join().unwrap_or_else(|_| Err(RunError::internal("a step thread panicked"))))
+                    .collect()
+            })
+        };
+        // The original failure, not the cancellations it caused.
+        if let Some(e) = results.iter().filter_map(|r| r.as_ref().err()).min_by_key(|e| e.kind == ErrorKind::Cancelled)
+        {
+            return Err(e.clone());
+        }
+        Ok(results.into_iter().map(|r| r.expect("errors were returned above")).collect())
+    }
+
+    /// Resolves names, checks feeds and finds the nodes to run.
+    fn plan<'s>(&'s self, r: &RunRequest) -> Result<Plan<'s>, RunError> {
+        let g = self.module.graph(&r.graph).ok_or_else(|| {
+            let names: Vec<String> = self.module.graphs.iter().map(|g| format!("@{}", g.name)).collect();
+            RunError::invalid(format!("no graph @{} in the module; it has {}", r.graph, names.join(", ")))
+        })?;
+        let mut feeds: Env = Env::new();
+        for (name, t) in &r.feeds {
+            let v = resolve(g, name, "feed")?;
+            let want = &g.values[v].ty;
+            let Type::Tensor(want_t) = want else {
+                return Err(RunError::invalid(format!("cannot feed '{name}': it is a {want}, not a tensor")));
+            };
+            if &t.ty() != want_t {
+                return Err(RunError::invalid(format!(
+                    "feed '{name}' of @{}: expected {want_t}, got {}",
+                    g.name,
+                    t.ty()
+                )));
+            }
+            if feeds.insert(v, RtValue::Tensor(t.clone())).is_some() {
+                return Err(RunError::invalid(format!("'{name}' is fed twice")));
+            }
+        }
+        let (fetch_names, fetches): (Vec<String>, Vec<Value>) = if r.fetches.is_empty() && r.targets.is_empty() {
+            (g.outputs.iter().map(|o| o.name.clone()).collect(), g.output_values().to_vec())
+        } else {
+            let vals = r.fetches.iter().map(|n| resolve(g, n, "fetch")).collect::<Result<Vec<_>, _>>()?;
+            (r.fetches.clone(), vals)
+        };
+        let targets = r.targets.iter().map(|n| resolve(g, n, "target")).collect::<Result<Vec<_>, _>>()?;
+        let roots: Vec<Value> = fetches.iter().chain(&targets).copied().collect();
+        let needed = needed_nodes(g, &roots, &feeds);
+        // Every graph input the needed nodes (or the fetches themselves) read must be fed.
+        let mut missing = Vec::new();
+        for &input in g.inputs() {
+            let read =
+                roots.contains(&input) || g.uses(input).iter().any(|u| user(*u).is_some_and(|n| needed.contains(&n)));
+            if read && !feeds.contains_key(&input) {
+                missing.push(format!("'{}' ({})", g.values[input].name.as_deref().unwrap_or("?"), g.values[input].ty));
+            }
+        }
+        if !missing.is_empty() {
+            return Err(RunError::invalid(format!(
+                "@{} needs input{} {} but {} not fed",
+                g.name,
+                if missing.len() == 1 { "" } else { "s" },
+                missing.join(", "),
+                if missing.len() == 1 { "it was" } else { "they were" }
+            )));
+        }
+        Ok(Plan { graph: g, feeds, fetch_names, fetches, needed })
+    }
+
+    fn execute(&self, plan: Plan<'_>, rendezvous: &Rendezvous, cancelled: &AtomicBool) -> Result<RunOutput, RunError> {
+        let wait = WaitCtx {
+            activity: &self.activity,
+            cancelled,
+            timeout: self.options.wait_timeout,
+            detect_deadlock: self.options.detect_deadlock,
+        };
+        let mut interp = Interp::new(plan.graph, &self.state, rendezvous, wait);
+        let mut env = plan.feeds;
+        interp.run_nodes(plan.graph.body, &mut env, &|n| plan.needed.contains(&n))?;
+        let values = plan
+            .fetches
+            .iter()
+            .map(|v| {
+                env.get(v).cloned().ok_or_else(|| RunError::internal(format!("fetched value {v} was not computed")))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(RunOutput { names: plan.fetch_names, values, nodes_executed: interp.executed })
+    }
+}
+
+/// A checked request.
+struct Plan<'s> {
+    graph: &'s Graph,
+    feeds: Env,
+    fetch_names: Vec<String>,
+    fetches: Vec<Value>,
+    needed: HashSet<Node>,
+}
+
+/// A value by output name, then by value name; `%` in front is optional.
+fn resolve(g: &Graph, name: &str, what: &str) -> Result<Value, RunError> {
+    let bare = name.strip_prefix('%').unwrap_or(name);
+    if !name.starts_with('%') {
+        if let Some(i) = g.outputs.iter().position(|o| o.name == bare) {
+            return Ok(g.output_values()[i]);
+        }
+    }
+    g.value_named(bare)
+        .ok_or_else(|| {
+            let mut known: Vec<String> = g.outputs.iter().map(|o| o.name.clone()).collect();
+            known.extend(g.values.values().filter_map(|v| v.name.clone()));
+            let mut msg = format!("cannot {what} '{name}': @{} has no output or value of that name", g.name);
+            if let Some(s) = graphc_ir::suggest::closest(bare, known.iter().map(String::as_str)) {
+                msg.push_str(&format!("; did you mean '{s}'?"));
+            }
+            msg
+        })
+        .map_err(RunError::invalid)
+}
+
+/// The node a use belongs to (operands and `after` lists; yields have no node).
+fn user(u: graphc_ir::Use) -> Option<Node> {
+    match u {
+        graphc_ir::Use::Operand(n, _) | graphc_ir::Use::Control(n, _) => Some(n),
+        graphc_ir::Use::Yield(..) => None,
+    }
+}
+
+/// The body nodes the roots depend on, through operands and `after` lists, stopping at fed
+/// values. Regions are isolated, so dependencies never leave the body.
+fn needed_nodes(g: &Graph, roots: &[Value], fed: &Env) -> HashSet<Node> {
+    let mut needed = HashSet::new();
+    let mut work: Vec<Value> = roots.to_vec();
+    while let Some(v) = work.pop() {
+        if fed.contains_key(&v) {
+            continue;
+        }
+        if let ValueDef::Result(n, _) = g.values[v].def {
+            if needed.insert(n) {
+                let nd = &g.nodes[n];
+                work.extend(nd.operands.iter().chain(&nd.control_deps));
+            }
+        }
+    }
+    needed
+}

@@ -1,0 +1,211 @@
+//! Tensors at run time: an n-dimensional ndarray of one of the IR's dtypes.
+
+use graphc_ir::shape::fmt_shape;
+use graphc_ir::{DType, TensorData, TensorLiteral, TensorType};
+use ndarray::{ArrayD, IxDyn};
+use std::fmt;
+
+/// A dense tensor, row-major, of one of the IR's dtypes.
+#[derive(Clone, Debug)]
+pub enum Tensor {
+    F32(ArrayD<f32>),
+    F64(ArrayD<f64>),
+    I32(ArrayD<i32>),
+    I64(ArrayD<i64>),
+    Bool(ArrayD<bool>),
+}
+
+/// Applies the same expression to the array inside a tensor, whatever its dtype.
+#[macro_export]
+#[doc(hidden)]
+macro_rules! each_dtype {
+    ($t:expr, $a:ident => $body:expr) => {
+        match $t {
+            $crate::Tensor::F32($a) => $body,
+            $crate::Tensor::F64($a) => $body,
+            $crate::Tensor::I32($a) => $body,
+            $crate::Tensor::I64($a) => $body,
+            $crate::Tensor::Bool($a) => $body,
+        }
+    };
+}
+
+/// Like [`each_dtype!`], rewrapping the result in the same variant.
+#[macro_export]
+#[doc(hidden)]
+macro_rules! map_dtype {
+    ($t:expr, $a:ident => $body:expr) => {
+        match $t {
+            $crate::Tensor::F32($a) => $crate::Tensor::F32($body),
+            $crate::Tensor::F64($a) => $crate::Tensor::F64($body),
+            $crate::Tensor::I32($a) => $crate::Tensor::I32($body),
+            $crate::Tensor::I64($a) => $crate::Tensor::I64($body),
+            $crate::Tensor::Bool($a) => $crate::Tensor::Bool($body),
+        }
+    };
+}
+
+impl Tensor {
+    pub fn dtype(&self) -> DType {
+        match self {
+            Tensor::F32(_) => DType::F32,
+            Tensor::F64(_) => DType::F64,
+            Tensor::I32(_) => DType::I32,
+            Tensor::I64(_) => DType::I64,
+            Tensor::Bool(_) => DType::Bool,
+        }
+    }
+
+    pub fn shape(&self) -> &[usize] {
+        each_dtype!(self, a => a.shape())
+    }
+
+    pub fn len(&self) -> usize {
+        each_dtype!(self, a => a.len())
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The tensor's IR type.
+    pub fn ty(&self) -> TensorType {
+        TensorType::new(self.dtype(), self.shape().iter().map(|&d| d as u64).collect::<Vec<_>>())
+    }
+
+    /// A tensor of zeros (false for bool).
+    pub fn zeros(ty: &TensorType) -> Tensor {
+        let shape = ix(&ty.shape);
+        match ty.dtype {
+            DType::F32 => Tensor::F32(ArrayD::zeros(shape)),
+            DType::F64 => Tensor::F64(ArrayD::zeros(shape)),
+            DType::I32 => Tensor::I32(ArrayD::zeros(shape)),
+            DType::I64 => Tensor::I64(ArrayD::zeros(shape)),
+            DType::Bool => Tensor::Bool(ArrayD::from_elem(shape, false)),
+        }
+    }
+
+    /// A scalar (rank-0) tensor.
+    pub fn scalar_f32(v: f32) -> Tensor {
+        Tensor::F32(ArrayD::from_elem(IxDyn(&[]), v))
+    }
+
+    /// Builds a tensor from row-major elements; `None` when the count does not fit the shape.
+    pub fn from_data(shape: &[usize], data: TensorData) -> Option<Tensor> {
+        fn arr<T>(shape: &[usize], v: Vec<T>) -> Option<ArrayD<T>> {
+            ArrayD::from_shape_vec(IxDyn(shape), v).ok()
+        }
+        Some(match data {
+            TensorData::F32(v) => Tensor::F32(arr(shape, v)?),
+            TensorData::F64(v) => Tensor::F64(arr(shape, v)?),
+            TensorData::I32(v) => Tensor::I32(arr(shape, v)?),
+            TensorData::I64(v) => Tensor::I64(arr(shape, v)?),
+            TensorData::Bool(v) => Tensor::Bool(arr(shape, v)?),
+        })
+    }
+
+    /// The value of a literal; a splat fills its shape.
+    pub fn from_literal(lit: &TensorLiteral) -> Tensor {
+        let shape = ix(&lit.ty().shape);
+        fn fill<T: Clone>(shape: IxDyn, v: &[T]) -> ArrayD<T> {
+            if v.len() == 1 {
+                ArrayD::from_elem(shape, v[0].clone())
+            } else {
+                ArrayD::from_shape_vec(shape, v.to_vec()).expect("a literal holds one element per index of its type")
+            }
+        }
+        match lit.data() {
+            TensorData::F32(v) => Tensor::F32(fill(shape, v)),
+            TensorData::F64(v) => Tensor::F64(fill(shape, v)),
+            TensorData::I32(v) => Tensor::I32(fill(shape, v)),
+            TensorData::I64(v) => Tensor::I64(fill(shape, v)),
+            TensorData::Bool(v) => Tensor::Bool(fill(shape, v)),
+        }
+    }
+
+    /// The elements in row-major order.
+    pub fn to_data(&self) -> TensorData {
+        match self {
+            Tensor::F32(a) => TensorData::F32(a.iter().copied().collect()),
+            Tensor::F64(a) => TensorData::F64(a.iter().copied().collect()),
+            Tensor::I32(a) => TensorData::I32(a.iter().copied().collect()),
+            Tensor::I64(a) => TensorData::I64(a.iter().copied().collect()),
+            Tensor::Bool(a) => TensorData::Bool(a.iter().copied().collect()),
+        }
+    }
+
+    /// The tensor as a literal of its own type (constant folding writes these into the IR).
+    pub fn to_literal(&self) -> TensorLiteral {
+        TensorLiteral::new(self.ty(), self.to_data()).expect("a tensor's data fits its own type")
+    }
+
+    /// Equality of dtype, shape and every element's bits: what checkpoints and restores
+    /// promise (NaN payloads and the sign of zero included).
+    pub fn bit_identical(&self, other: &Tensor) -> bool {
+        if self.shape() != other.shape() {
+            return false;
+        }
+        match (self, other) {
+            (Tensor::F32(a), Tensor::F32(b)) => a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits()),
+            (Tensor::F64(a), Tensor::F64(b)) => a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits()),
+            (Tensor::I32(a), Tensor::I32(b)) => a == b,
+            (Tensor::I64(a), Tensor::I64(b)) => a == b,
+            (Tensor::Bool(a), Tensor::Bool(b)) => a == b,
+            _ => false,
+        }
+    }
+
+    /// Elements widened to f64, for comparisons and summaries.
+    pub fn to_f64_vec(&self) -> Vec<f64> {
+        match self {
+            Tensor::F32(a) => a.iter().map(|&x| x as f64).collect(),
+            Tensor::F64(a) => a.iter().copied().collect(),
+            Tensor::I32(a) => a.iter().map(|&x| x as f64).collect(),
+            Tensor::I64(a) => a.iter().map(|&x| x as f64).collect(),
+            Tensor::Bool(a) => a.iter().map(|&x| if x { 1.0 } else { 0.0 }).collect(),
+        }
+    }
+
+    /// A one-line summary: the type and the first `n` elements.
+    pub fn summary(&self, n: usize) -> String {
+        let shown: Vec<String> = each_dtype!(self, a => a.iter().take(n).map(|x| format!("{x:?}")).collect());
+        let more = if self.len() > n { ", ..." } else { "" };
+        format!("{}{} [{}{more}]", self.dtype(), fmt_shape(&self.ty().shape), shown.join(", "))
+    }
+}
+
+impl PartialEq for Tensor {
+    /// Exact equality of dtype, shape and values (IEEE: NaN is unequal to itself).
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (Tensor::F32(a), Tensor::F32(b)) => a == b,
+            (Tensor::F64(a), Tensor::F64(b)) => a == b,
+            (Tensor::I32(a), Tensor::I32(b)) => a == b,
+            (Tensor::I64(a), Tensor::I64(b)) => a == b,
+            (Tensor::Bool(a), Tensor::Bool(b)) => a == b,
+            _ => false,
+        }
+    }
+}
+
+impl fmt::Display for Tensor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.summary(8))
+    }
+}
+
+macro_rules! from_array {
+    ($($t:ty => $v:ident),*) => {$(
+        impl From<ArrayD<$t>> for Tensor {
+            fn from(a: ArrayD<$t>) -> Tensor {
+                Tensor::$v(a)
+            }
+        }
+    )*};
+}
+from_array!(f32 => F32, f64 => F64, i32 => I32, i64 => I64, bool => Bool);
+
+/// An ndarray shape from an IR shape.
+pub fn ix(shape: &[u64]) -> IxDyn {
+    IxDyn(&shape.iter().map(|&d| d as usize).collect::<Vec<_>>())
+}
