@@ -1,0 +1,174 @@
+//! Checkpoints: bit-identical round trips, atomic writes, strict restores, background saves.
+
+mod common;
+use common::*;
+use graphc_runtime::checkpoint::{self, Checkpointer};
+use graphc_runtime::fsutil::write_atomically;
+use graphc_runtime::{ErrorKind, RunRequest, Session, Tensor};
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+const MODEL: &str = "graph @step(%d: f32[3]) -> (w: f32[3]) {
+  %w = variable {name = \"layer.w\", init = dense<[1.0, -0.0, 2.5]> : f32[3]} : var<f32[3]>
+  %n = variable {name = \"steps\", init = dense<0> : i64[]} : var<i64[]>
+  %m = variable {name = \"mask\", init = dense<[true, false]> : bool[2]} : var<bool[2]>
+  %u = variable {name = \"unset\"} : var<f64[2,2]>
+  %one = constant {value = dense<1> : i64[]} : i64[]
+  %c = assign_add %n, %one : i64[]
+  %w2 = assign_add %w, %d after(%c) : f32[3]
+  return %w2
+}
+";
+
+fn tempdir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("graphc-ckpt-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn values(s: &Session) -> Vec<(String, Option<Arc<Tensor>>)> {
+    s.snapshot()
+}
+
+fn same(a: &[(String, Option<Arc<Tensor>>)], b: &[(String, Option<Arc<Tensor>>)]) -> bool {
+    a.len() == b.len()
+        && a.iter().zip(b).all(|((n1, v1), (n2, v2))| {
+            n1 == n2
+                && match (v1, v2) {
+                    (Some(x), Some(y)) => x.bit_identical(y),
+                    (None, None) => true,
+                    _ => false,
+                }
+        })
+}
+
+fn step(s: &Session, d: &[f32]) {
+    s.run(RunRequest::new("step").feed("d", f32t(&[3], d))).unwrap();
+}
+
+#[test]
+fn save_mutate_restore_is_bit_identical() {
+    let dir = tempdir("roundtrip");
+    let path = dir.join("model.safetensors");
+    let s = session(MODEL);
+    // NaN with a payload and -0.0 must survive exactly.
+    let odd = f32::from_bits(0x7fc0_1234);
+    s.state().variable("layer.w").unwrap().assign(Some(Arc::new(f32t(&[3], &[odd, -0.0, 1e-40])))).unwrap();
+    let before = values(&s);
+    s.save(&path, Some(7)).unwrap();
+    step(&s, &[1.0, 2.0, 3.0]);
+    assert!(!same(&before, &values(&s)));
+    assert_eq!(s.restore(&path).unwrap(), Some(7));
+    assert!(same(&before, &values(&s)), "restored values are bit-identical");
+    assert!(s.state().variable("unset").unwrap().value().is_none(), "uninitialized stays uninitialized");
+    // A fresh session restores the same state.
+    let fresh = session(MODEL);
+    fresh.restore(&path).unwrap();
+    assert!(same(&before, &values(&fresh)));
+}
+
+#[test]
+fn a_failed_save_leaves_the_previous_checkpoint_intact() {
+    let dir = tempdir("atomic");
+    let path = dir.join("model.safetensors");
+    let s = session(MODEL);
+    s.save(&path, Some(1)).unwrap();
+    let good = std::fs::read(&path).unwrap();
+    let saved = values(&s);
+    step(&s, &[1.0, 1.0, 1.0]);
+    // Simulate a crash mid-write: half the new bytes, then the write fails.
+    let new_bytes = checkpoint::encode(&s.snapshot(), Some(2)).unwrap();
+    let r = write_atomically(&path, |f| {
+        f.write_all(&new_bytes[..new_bytes.len() / 2])?;
+        Err(std::io::Error::other("simulated crash"))
+    });
+    assert!(r.is_err());
+    assert_eq!(std::fs::read(&path).unwrap(), good, "the old checkpoint is untouched");
+    let leftovers: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(leftovers.len(), 1, "no temporary file is left behind: {leftovers:?}");
+    assert_eq!(s.restore(&path).unwrap(), Some(1));
+    assert!(same(&saved, &values(&s)));
+    // A save into a directory that does not exist fails cleanly too.
+    let e = s.save(&dir.join("missing/dir/x.safetensors"), None).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Checkpoint);
+}
+
+#[test]
+fn restore_checks_names_dtypes_and_shapes_and_changes_nothing_on_mismatch() {
+    let dir = tempdir("mismatch");
+    let path = dir.join("other.safetensors");
+    let other = session(
+        "graph @g() -> (w: f32[4]) {
+  %w = variable {name = \"layer.w\", init = dense<0.0> : f32[4]} : var<f32[4]>
+  %n = variable {name = \"steps\", init = dense<0> : i32[]} : var<i32[]>
+  %x = variable {name = \"extra\", init = dense<0.0> : f32[]} : var<f32[]>
+  %0 = read %w : f32[4]
+  return %0
+}
+",
+    );
+    other.save(&path, None).unwrap();
+    let s = session(MODEL);
+    let before = values(&s);
+    let e = s.restore(&path).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Checkpoint);
+    for part in [
+        "\"layer.w\": the session has f32[3], the checkpoint f32[4]",
+        "\"steps\": the session has i64[], the checkpoint i32[]",
+        "\"mask\" (bool[2]) is missing",
+        "\"extra\" is in the checkpoint but is no variable",
+    ] {
+        assert!(e.message.contains(part), "missing '{part}' in: {e}");
+    }
+    assert!(same(&before, &values(&s)), "nothing was restored");
+}
+
+#[test]
+fn corrupt_and_missing_files_are_errors_not_panics() {
+    let dir = tempdir("corrupt");
+    let s = session(MODEL);
+    let e = s.restore(&dir.join("nope.safetensors")).unwrap_err();
+    assert!(e.message.contains("cannot read checkpoint"), "{e}");
+    let path = dir.join("bad.safetensors");
+    s.save(&path, None).unwrap();
+    let bytes = std::fs::read(&path).unwrap();
+    for cut in [0, 7, 8, 20, bytes.len() - 1] {
+        std::fs::write(&path, &bytes[..cut]).unwrap();
+        let e = s.restore(&path).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Checkpoint, "cut at {cut}");
+    }
+    std::fs::write(&path, b"garbage that is not a checkpoint at all").unwrap();
+    assert!(s.restore(&path).is_err());
+}
+
+#[test]
+fn background_checkpoints_do_not_block_steps_and_land_whole() {
+    let dir = tempdir("periodic");
+    let path = dir.join("bg.safetensors");
+    let s = session(MODEL);
+    let c = Checkpointer::start(path.clone());
+    for i in 1..=50u64 {
+        step(&s, &[1.0, 0.0, 0.0]);
+        if i % 10 == 0 {
+            c.submit(s.snapshot(), Some(i));
+        }
+    }
+    let saved = c.finish().unwrap();
+    assert!(saved >= 1, "at least the last snapshot is written");
+    let loaded = checkpoint::load(&path).unwrap();
+    assert_eq!(loaded.step, Some(50), "the newest snapshot wins");
+    assert_eq!(loaded.values["steps"], i64t(&[], &[50]));
+    assert_eq!(loaded.values["layer.w"], f32t(&[3], &[51.0, 0.0, 2.5]));
+}
+
+#[test]
+fn a_snapshot_is_consistent_while_steps_continue() {
+    let s = session(MODEL);
+    step(&s, &[1.0, 1.0, 1.0]);
+    let snap = s.snapshot();
+    step(&s, &[1.0, 1.0, 1.0]);
+    let steps = snap.iter().find(|(n, _)| n == "steps").unwrap().1.clone().unwrap();
+    assert_eq!(*steps, i64t(&[], &[1]), "the snapshot kept the value it saw");
+}
