@@ -1,0 +1,181 @@
+//! `graphc run`: every example runs; inputs from .npy files are checked; outputs are written;
+//! steps, checkpoints and restores work; run-time errors are located.
+
+use graphc_ir::TensorData;
+use graphc_runtime::{npy, RunRequest, Session, SessionOptions, Tensor};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn graphc(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_graphc")).args(args).output().expect("graphc runs")
+}
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+}
+
+fn example(name: &str) -> String {
+    root().join("ir-spec/examples").join(name).display().to_string()
+}
+
+fn tmpdir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("graphc-run-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn text(o: &Output) -> (String, String) {
+    (String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned())
+}
+
+fn ok(args: &[&str]) -> String {
+    let o = graphc(args);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "graphc {args:?} failed:\n{out}\n{err}");
+    out
+}
+
+fn fails(args: &[&str]) -> String {
+    let o = graphc(args);
+    let (out, err) = text(&o);
+    assert_eq!(o.status.code(), Some(1), "graphc {args:?} should fail:\n{out}\n{err}");
+    err
+}
+
+fn ramp(shape: &[usize]) -> Tensor {
+    let n: usize = shape.iter().product();
+    Tensor::from_data(shape, TensorData::F32((0..n).map(|i| ((i * 37) % 101) as f32 / 50.0 - 1.0).collect())).unwrap()
+}
+
+fn save(dir: &Path, name: &str, t: &Tensor) -> String {
+    let p = dir.join(name);
+    npy::write_npy(&p, t).unwrap();
+    p.display().to_string()
+}
+
+#[test]
+fn every_example_runs_with_the_interpreter() {
+    let dir = root().join("ir-spec/examples");
+    let mut n = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "gir") {
+            ok(&["run", "--backend", "interp", path.to_str().unwrap()]);
+            n += 1;
+        }
+    }
+    assert!(n >= 14);
+}
+
+#[test]
+fn outputs_match_the_session_api_and_are_written_as_npy() {
+    let dir = tmpdir("mlp");
+    let shapes: [(&str, &[usize]); 5] =
+        [("x", &[64, 784]), ("w1", &[784, 256]), ("b1", &[256]), ("w2", &[256, 10]), ("b2", &[10])];
+    let mut args =
+        vec!["run".to_string(), example("mlp.gir"), "--out-dir".into(), dir.join("out").display().to_string()];
+    let mut req = RunRequest::new("mlp");
+    for (name, shape) in shapes {
+        let t = ramp(shape);
+        args.push("--input".into());
+        args.push(format!("{name}={}", save(&dir, &format!("{name}.npy"), &t)));
+        req = req.feed(name, t);
+    }
+    let out = ok(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(out.contains("probs: f32[64,10] ->"), "{out}");
+    assert!(!out.contains("random inputs"), "every input came from a file: {out}");
+    let written = npy::read_npy(&dir.join("out/probs.npy")).unwrap();
+    let module = graphc_ir::parse_file(Path::new(&example("mlp.gir"))).1.unwrap();
+    let want = Session::new(module, SessionOptions::default()).unwrap().run(req).unwrap();
+    assert!(written.bit_identical(want.get("probs").unwrap()));
+}
+
+#[test]
+fn random_inputs_are_seeded_and_said() {
+    let a = ok(&["run", &example("layernorm.gir")]);
+    let b = ok(&["run", &example("layernorm.gir")]);
+    let c = ok(&["run", &example("layernorm.gir"), "--seed", "5"]);
+    assert!(a.contains("random inputs (seed 0): x f32[32,128], gamma f32[128], beta f32[128]"), "{a}");
+    let values = |s: &str| s.lines().find(|l| l.starts_with("y:")).unwrap().to_string();
+    assert_eq!(values(&a), values(&b));
+    assert_ne!(values(&a), values(&c));
+}
+
+#[test]
+fn bad_inputs_give_one_clear_line() {
+    let dir = tmpdir("bad-inputs");
+    let mlp = example("mlp.gir");
+    let small = save(&dir, "small.npy", &ramp(&[2, 2]));
+    let err = fails(&["run", &mlp, "--input", &format!("x={small}")]);
+    assert_eq!(err.trim(), format!("error: input 'x' of @mlp: expected f32[64,784], got f32[2,2] from {small}"));
+    let ints = save(&dir, "ints.npy", &Tensor::from_data(&[64, 784], TensorData::I64(vec![0; 64 * 784])).unwrap());
+    let err = fails(&["run", &mlp, "--input", &format!("x={ints}")]);
+    assert!(err.contains("expected f32[64,784], got i64[64,784]"), "{err}");
+    let junk = dir.join("junk.npy");
+    std::fs::write(&junk, b"this is not numpy").unwrap();
+    let err = fails(&["run", &mlp, "--input", &format!("x={}", junk.display())]);
+    assert!(err.starts_with("error: input 'x': ") && err.contains("is not a valid .npy file"), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    let err = fails(&["run", &mlp, "--input", "x=/nonexistent/x.npy"]);
+    assert!(err.contains("input 'x': cannot read /nonexistent/x.npy"), "{err}");
+    let err = fails(&["run", &mlp, "--input", &format!("w3={small}")]);
+    assert!(
+        err.contains("--input 'w3': @mlp has no input of that name") && err.contains("inputs are x, w1, b1, w2, b2"),
+        "{err}"
+    );
+    let err = fails(&["run", &mlp, "--input", "x"]);
+    assert!(err.contains("not of the form NAME=PATH.npy"), "{err}");
+    let err = fails(&["run", &mlp, "--graph", "nope"]);
+    assert!(err.contains("has no graph @nope") && err.contains("@mlp"), "{err}");
+}
+
+#[test]
+fn steps_checkpoints_and_restores() {
+    let dir = tmpdir("train");
+    let ckpt = dir.join("w.safetensors").display().to_string();
+    let train = example("train_step.gir");
+    let out =
+        ok(&["run", &train, "--graph", "step", "--steps", "40", "--checkpoint", &ckpt, "--checkpoint-every", "10"]);
+    let losses: Vec<f64> = out.lines().filter_map(|l| l.split_once("loss=").map(|(_, v)| v.parse().unwrap())).collect();
+    assert!(losses.len() >= 4 && losses.windows(2).all(|w| w[1] < w[0]), "the loss falls: {out}");
+    assert!(out.contains("saved 2 variables to"), "{out}");
+    // Restoring continues where the run stopped: the next loss is below the last one.
+    let more = ok(&["run", &train, "--graph", "step", "--restore", &ckpt]);
+    assert!(more.contains("restored 2 variables") && more.contains("(saved at step 40)"), "{more}");
+    let next: f64 =
+        more.lines().find_map(|l| l.strip_prefix("loss: f32[] [")).unwrap().trim_end_matches(']').parse().unwrap();
+    assert!(next < *losses.last().unwrap(), "{next} after {losses:?}");
+    // A checkpoint of another module is refused with what differs.
+    let other = dir.join("other.safetensors").display().to_string();
+    ok(&["run", &example("devices.gir"), "--checkpoint", &other]);
+    let err = fails(&["run", &train, "--restore", &other]);
+    assert!(err.contains("\"w\" (f32[4,1]) is missing") && err.contains("\"layer.w\" is in the checkpoint"), "{err}");
+}
+
+#[test]
+fn run_time_errors_point_at_the_node() {
+    let dir = tmpdir("errors");
+    let p = dir.join("div.gir");
+    std::fs::write(
+        &p,
+        "graph @g(%x: i32[2]) -> (y: i32[2]) {\n  %z = constant {value = dense<0> : i32[]} : i32[]\n  %y = div %x, %z : i32[2]\n  return %y\n}\n",
+    )
+    .unwrap();
+    let err = fails(&["run", p.to_str().unwrap()]);
+    assert!(err.contains("div.gir:3:3: error: in @g, node 'div %y': integer division by zero"), "{err}");
+    assert!(err.contains("3 |   %y = div %x, %z : i32[2]"), "{err}");
+}
+
+#[test]
+fn a_dequeue_nobody_can_satisfy_fails_instead_of_hanging() {
+    let pipeline = example("queue_pipeline.gir");
+    let err = fails(&["run", &pipeline, "--graph", "consume"]);
+    assert!(
+        err.contains("dequeue from queue \"batches\" is blocked: it is empty") && err.contains("wait forever"),
+        "{err}"
+    );
+    // With a producer in the same step it runs.
+    let out = ok(&["run", &pipeline, "--graph", "produce", "--graph", "consume"]);
+    assert!(out.contains("consume.left: i64[] [0]"), "{out}");
+}
