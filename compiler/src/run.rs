@@ -6,6 +6,7 @@ use crate::{plural, Backend, RunArgs};
 use anyhow::{anyhow, bail, Context};
 use graphc_ir::{Diagnostic, Graph, Module, Op, SourceFile, Type, Use, Value};
 use graphc_runtime::checkpoint::Checkpointer;
+use graphc_runtime::limits::{check_tensor_size, default_max_tensor_bytes};
 use graphc_runtime::random::{random_tensor, seed_for, Range};
 use graphc_runtime::{npy, RtValue, RunError, RunOutput, RunRequest, Session, SessionOptions, Tensor};
 use std::collections::BTreeMap;
@@ -19,6 +20,7 @@ pub fn run(a: &RunArgs, file: &SourceFile, module: Module) -> anyhow::Result<Exi
     let graphs = select_graphs(a, file, &module)?;
     let given = parse_input_flags(&a.inputs)?;
     check_input_names(&given, &graphs, &module)?;
+    let max_bytes = default_max_tensor_bytes();
     let mut random = Vec::new();
     let mut requests = Vec::new();
     for name in &graphs {
@@ -38,6 +40,7 @@ pub fn run(a: &RunArgs, file: &SourceFile, module: Module) -> anyhow::Result<Exi
                     t
                 }
                 None => {
+                    check_tensor_size(want, max_bytes).map_err(|m| anyhow!("input '{input}' of @{name}: {m}"))?;
                     random.push(format!("{input} {want}"));
                     random_tensor(want, seed_for(a.seed, &input), index_range(g, v))
                 }
@@ -47,7 +50,11 @@ pub fn run(a: &RunArgs, file: &SourceFile, module: Module) -> anyhow::Result<Exi
         requests.push(req);
     }
 
-    let options = SessionOptions { wait_timeout: a.timeout.map(Duration::from_secs_f64), detect_deadlock: true };
+    let options = SessionOptions {
+        wait_timeout: a.timeout.map(Duration::from_secs_f64),
+        detect_deadlock: true,
+        max_tensor_bytes: None,
+    };
     let session = Session::new(module, options).map_err(|e| anyhow!("{e}"))?;
     if let Some(path) = &a.restore {
         let step = session.restore(path).map_err(|e| anyhow!("{e}"))?;

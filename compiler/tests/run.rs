@@ -179,3 +179,54 @@ fn a_dequeue_nobody_can_satisfy_fails_instead_of_hanging() {
     let out = ok(&["run", &pipeline, "--graph", "produce", "--graph", "consume"]);
     assert!(out.contains("consume.left: i64[] [0]"), "{out}");
 }
+
+#[test]
+fn absurd_sizes_are_errors_not_aborts() {
+    let dir = tmpdir("absurd");
+    let big = dir.join("big.gir");
+    std::fs::write(&big, "graph @g(%x: f32[1000000000000]) -> (y: f32[1000000000000]) {\n  %0 = neg %x : f32[1000000000000]\n  return %0\n}\n").unwrap();
+    let err = fails(&["run", big.to_str().unwrap()]);
+    assert!(err.contains("input 'x' of @g: a tensor of type f32[1000000000000] takes 3725.3 GiB"), "{err}");
+    // A tiny .npy whose header claims a huge shape.
+    let header = "{'descr': '<f4', 'fortran_order': False, 'shape': (1000000000000,), }";
+    let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
+    let padded = format!("{header:<117}\n");
+    bytes.extend((padded.len() as u16).to_le_bytes());
+    bytes.extend(padded.as_bytes());
+    bytes.extend([0u8; 16]);
+    let lying = dir.join("lying.npy");
+    std::fs::write(&lying, bytes).unwrap();
+    let err = fails(&["run", big.to_str().unwrap(), "--input", &format!("x={}", lying.display())]);
+    assert!(err.contains("declares 1000000000000 elements") && err.contains("holds 16 bytes"), "{err}");
+    let node = dir.join("node.gir");
+    std::fs::write(&node, "graph @g(%x: f32[1]) -> (y: f32[100000,100000,100]) {\n  %0 = broadcast %x {shape = [100000, 100000, 100]} : f32[100000,100000,100]\n  return %0\n}\n").unwrap();
+    let err = fails(&["run", node.to_str().unwrap()]);
+    assert!(
+        err.contains("node.gir:2:3: error: in @g, node 'broadcast': a tensor of type f32[100000,100000,100]"),
+        "{err}"
+    );
+}
+
+#[test]
+fn truncated_and_foreign_npy_files_are_refused() {
+    let dir = tmpdir("npy");
+    let good = save(&dir, "x.npy", &ramp(&[2, 3]));
+    let bytes = std::fs::read(&good).unwrap();
+    let g = dir.join("g.gir");
+    std::fs::write(&g, "graph @g(%x: f32[2,3]) -> (y: f32[2,3]) {\n  %0 = neg %x : f32[2,3]\n  return %0\n}\n")
+        .unwrap();
+    for cut in [0, 5, 9, 40, bytes.len() - 1] {
+        let p = dir.join(format!("cut{cut}.npy"));
+        std::fs::write(&p, &bytes[..cut]).unwrap();
+        let err = fails(&["run", g.to_str().unwrap(), "--input", &format!("x={}", p.display())]);
+        assert!(err.starts_with("error: input 'x': ") && err.contains("not a valid .npy file"), "cut {cut}: {err}");
+    }
+    // float16 is numpy's but not graphc's.
+    let at = bytes.windows(3).position(|w| w == b"<f4").unwrap();
+    let mut half_bytes = bytes.clone();
+    half_bytes[at + 2] = b'2';
+    let half = dir.join("half.npy");
+    std::fs::write(&half, half_bytes).unwrap();
+    let err = fails(&["run", g.to_str().unwrap(), "--input", &format!("x={}", half.display())]);
+    assert!(err.contains("holds elements of numpy type") && err.contains("'<f2'"), "{err}");
+}

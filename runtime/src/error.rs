@@ -21,6 +21,8 @@ pub enum ErrorKind {
     Deadlock,
     /// Another graph of the same step failed first.
     Cancelled,
+    /// A tensor would be larger than the session allows (see `SessionOptions`).
+    ResourceExhausted,
     /// A checkpoint could not be written, read or applied.
     Checkpoint,
     /// A broken invariant inside graphc (a bug, not the user's fault).

@@ -4,6 +4,7 @@
 
 use crate::error::{ErrorKind, RunError};
 use crate::kernels;
+use crate::limits::check_tensor_size;
 use crate::rendezvous::Rendezvous;
 use crate::state::{Queue, State, Variable};
 use crate::wait::WaitCtx;
@@ -58,11 +59,19 @@ pub(crate) struct Interp<'a> {
     pub executed: usize,
     /// Iteration numbers of the enclosing while loops, outermost first.
     iterations: Vec<u64>,
+    /// The largest tensor a kernel may produce, in bytes.
+    max_bytes: u64,
 }
 
 impl<'a> Interp<'a> {
-    pub fn new(graph: &'a Graph, state: &'a State, rendezvous: &'a Rendezvous, wait: WaitCtx<'a>) -> Self {
-        Interp { graph, state, rendezvous, wait, executed: 0, iterations: Vec::new() }
+    pub fn new(
+        graph: &'a Graph,
+        state: &'a State,
+        rendezvous: &'a Rendezvous,
+        wait: WaitCtx<'a>,
+        max_bytes: u64,
+    ) -> Self {
+        Interp { graph, state, rendezvous, wait, executed: 0, iterations: Vec::new(), max_bytes }
     }
 
     /// Runs, in order, the nodes of `region` that `keep` admits. A result already bound in
@@ -132,6 +141,9 @@ impl<'a> Interp<'a> {
                 let inputs = (0..args.len()).map(tensor).collect::<Result<Vec<_>, _>>()?;
                 let types: Vec<TensorType> =
                     nd.results.iter().filter_map(|&v| g.values[v].ty.as_tensor().cloned()).collect();
+                for t in &types {
+                    check_tensor_size(t, self.max_bytes).map_err(|m| RunError::new(ErrorKind::ResourceExhausted, m))?;
+                }
                 let out =
                     kernels::eval(op, &nd.attrs, &inputs, &types).map_err(|e| RunError::new(ErrorKind::Kernel, e.0))?;
                 Ok(out.into_iter().map(RtValue::tensor).collect())

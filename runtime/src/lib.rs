@@ -13,6 +13,7 @@ mod error;
 mod exec;
 pub mod fsutil;
 pub mod kernels;
+pub mod limits;
 pub mod npy;
 pub mod random;
 mod rendezvous;

@@ -29,6 +29,10 @@ pub struct SessionOptions {
     /// command-line run, where no other thread will come along; wrong for a library user whose
     /// producer thread may start its run later, hence off by default.
     pub detect_deadlock: bool,
+    /// The largest tensor a run may create, in bytes; `None` means the machine's physical
+    /// memory ([`crate::limits::default_max_tensor_bytes`]). A node whose result would be
+    /// larger fails with `ResourceExhausted` instead of aborting the process.
+    pub max_tensor_bytes: Option<u64>,
 }
 
 /// One graph's part of a step: what to feed, fetch and run.
@@ -93,6 +97,7 @@ pub struct Session {
     state: Arc<State>,
     activity: Activity,
     options: SessionOptions,
+    max_bytes: u64,
 }
 
 impl Session {
@@ -108,8 +113,9 @@ impl Session {
                 d.message
             )));
         }
-        let state = Arc::new(State::from_module(&module));
-        Ok(Session { module: Arc::new(module), state, activity: Activity::default(), options })
+        let max_bytes = options.max_tensor_bytes.unwrap_or_else(crate::limits::default_max_tensor_bytes);
+        let state = Arc::new(State::from_module(&module, max_bytes)?);
+        Ok(Session { module: Arc::new(module), state, activity: Activity::default(), options, max_bytes })
     }
 
     pub fn module(&self) -> &Module {
@@ -240,7 +246,7 @@ impl Session {
             timeout: self.options.wait_timeout,
             detect_deadlock: self.options.detect_deadlock,
         };
-        let mut interp = Interp::new(plan.graph, &self.state, rendezvous, wait);
+        let mut interp = Interp::new(plan.graph, &self.state, rendezvous, wait, self.max_bytes);
         let mut env = plan.feeds;
         interp.run_nodes(plan.graph.body, &mut env, &|n| plan.needed.contains(&n))?;
         let values = plan

@@ -186,7 +186,8 @@ pub struct State {
 impl State {
     /// Creates every variable and queue the module declares, variables holding their `init`.
     /// The verifier has checked that all declarations of one name agree.
-    pub fn from_module(m: &Module) -> State {
+    /// An `init` larger than `max_bytes` is an error, not an allocation failure.
+    pub fn from_module(m: &Module, max_bytes: u64) -> Result<State, RunError> {
         let mut state = State::default();
         for g in &m.graphs {
             for n in g.walk() {
@@ -194,6 +195,9 @@ impl State {
                 let (Some(name), Some(&res)) = (nd.attrs.str("name"), nd.results.first()) else { continue };
                 match (nd.op, &g.values[res].ty) {
                     (Op::Variable, Type::Var(ty)) if !state.variables.contains_key(name) => {
+                        crate::limits::check_tensor_size(ty, max_bytes).map_err(|m| {
+                            RunError::new(ErrorKind::ResourceExhausted, format!("variable \"{name}\": {m}"))
+                        })?;
                         let init = nd.attrs.tensor("init").map(Tensor::from_literal);
                         state.variables.insert(name.to_string(), Arc::new(Variable::new(name, ty.clone(), init)));
                     }
@@ -205,7 +209,7 @@ impl State {
                 }
             }
         }
-        state
+        Ok(state)
     }
 
     pub fn variable(&self, name: &str) -> Result<&Arc<Variable>, RunError> {

@@ -99,6 +99,38 @@ proptest! {
     }
 
     #[test]
+    fn batched_matmul_is_a_loop_of_products(
+        batch in proptest::collection::vec(1usize..4, 0..3),
+        ones in proptest::collection::vec(any::<bool>(), 3),
+        drop_lhs in 0usize..3,
+        (m, k, n) in (1usize..4, 1usize..4, 1usize..4),
+        seed in any::<u64>(),
+    ) {
+        // The lhs batch loses some leading dims and has some dims set to 1; both broadcast.
+        let lhs_batch: Vec<usize> = batch.iter().zip(&ones).map(|(&d, &o)| if o { 1 } else { d }).skip(drop_lhs.min(batch.len())).collect();
+        let shape = |b: &[usize], r: usize, c: usize| b.iter().chain([&r, &c]).map(|&d| d as u64).collect::<Vec<_>>();
+        let a = random_tensor(&graphc_ir::TensorType::new(graphc_ir::DType::I64, shape(&lhs_batch, m, k)), seed, Range::Below(7));
+        let b = random_tensor(&graphc_ir::TensorType::new(graphc_ir::DType::I64, shape(&batch, k, n)), seed ^ 3, Range::Below(7));
+        let out_ty = graphc_ir::TensorType::new(graphc_ir::DType::I64, shape(&batch, m, n));
+        let got = kernels::eval(Op::MatMul, &attrs(&[]), &[&a, &b], std::slice::from_ref(&out_ty)).unwrap().remove(0);
+        let (av, bv, gv) = (a.to_f64_vec(), b.to_f64_vec(), got.to_f64_vec());
+        let count: usize = batch.iter().product();
+        for i in 0..count {
+            let idx = index_of(i, &batch);
+            let lhs_flat = {
+                let off = idx.len() - lhs_batch.len();
+                lhs_batch.iter().enumerate().fold(0, |f, (d, &dim)| f * dim + if dim == 1 { 0 } else { idx[d + off] })
+            };
+            for r in 0..m {
+                for c in 0..n {
+                    let want: f64 = (0..k).map(|p| av[(lhs_flat * m + r) * k + p] * bv[(i * k + p) * n + c]).sum();
+                    prop_assert_eq!(gv[(i * m + r) * n + c], want);
+                }
+            }
+        }
+    }
+
+    #[test]
     fn softmax_rows_sum_to_one(rows in 1usize..5, cols in 1usize..40, seed in any::<u64>(), scale in 0.1f64..100.0) {
         let ty = graphc_ir::TensorType::new(graphc_ir::DType::F32, [rows as u64, cols as u64]);
         let x = random_tensor(&ty, seed, Range::Default);

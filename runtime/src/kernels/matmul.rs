@@ -29,43 +29,60 @@ fn int_mm<T: Num>(a: ArrayView2<T>, b: ArrayView2<T>) -> Array2<T> {
     Array2::from_shape_fn((m, n), |(i, j)| (0..k).fold(T::ZERO, |acc, p| acc.add(a[(i, p)].mul(b[(p, j)]))))
 }
 
-/// Runs `mm` on each pair of matrices of the broadcast batch.
+/// Runs `mm` on each pair of matrices of the broadcast batch. Operands are indexed in place
+/// (a batch dim of size 1 repeats), never materialized at the broadcast size.
 fn batched<T: Copy + Default>(
     a: &ArrayD<T>,
     b: &ArrayD<T>,
     out: &[usize],
     mm: impl Fn(ArrayView2<T>, ArrayView2<T>) -> Array2<T>,
 ) -> Result<ArrayD<T>, KernelError> {
-    let layout = |e: ndarray::ShapeError| KernelError::new(format!("matmul layout: {e}"));
     if a.ndim() < 2 || b.ndim() < 2 || out.len() < 2 {
         return Err(KernelError::new("matmul operands need rank at least 2"));
     }
-    if a.ndim() == 2 && b.ndim() == 2 {
-        let (a, b) = (
-            a.view().into_dimensionality::<Ix2>().map_err(layout)?,
-            b.view().into_dimensionality::<Ix2>().map_err(layout)?,
-        );
-        if a.dim().1 != b.dim().0 {
-            return Err(KernelError::new(format!("matmul of {:?} and {:?}: inner dims differ", a.shape(), b.shape())));
-        }
-        return Ok(mm(a, b).into_dyn());
+    let (ka, kb) = (a.shape()[a.ndim() - 1], b.shape()[b.ndim() - 2]);
+    if ka != kb {
+        return Err(KernelError::new(format!("matmul of {:?} and {:?}: inner dims differ", a.shape(), b.shape())));
     }
     let r = out.len();
     let batch = &out[..r - 2];
     let count: usize = batch.iter().product();
     let (m, n) = (out[r - 2], out[r - 1]);
-    let k = a.shape()[a.ndim() - 1];
-    let stack = |x: &ArrayD<T>, rows: usize, cols: usize| -> Result<Array3<T>, KernelError> {
-        let full: Vec<usize> = batch.iter().copied().chain([rows, cols]).collect();
-        let view = x.broadcast(IxDyn(&full)).ok_or_else(|| {
-            KernelError::new(format!("matmul batch dims of {:?} do not broadcast to {batch:?}", x.shape()))
-        })?;
-        view.to_owned().into_shape_with_order((count, rows, cols)).map_err(layout)
-    };
-    let (lhs, rhs) = (stack(a, m, k)?, stack(b, k, n)?);
     let mut result = Array3::<T>::default((count, m, n));
     for i in 0..count {
-        result.slice_mut(s![i, .., ..]).assign(&mm(lhs.slice(s![i, .., ..]), rhs.slice(s![i, .., ..])));
+        let index = unravel(i, batch);
+        let (lhs, rhs) = (matrix(a, &index)?, matrix(b, &index)?);
+        if lhs.dim() != (m, ka) || rhs.dim() != (kb, n) {
+            return Err(KernelError::new(format!(
+                "matmul of {:?} and {:?} does not give {out:?}",
+                a.shape(),
+                b.shape()
+            )));
+        }
+        result.slice_mut(s![i, .., ..]).assign(&mm(lhs, rhs));
     }
-    result.into_dyn().into_shape_with_order(IxDyn(out)).map_err(layout)
+    result.into_dyn().into_shape_with_order(IxDyn(out)).map_err(|e| KernelError::new(format!("matmul layout: {e}")))
+}
+
+/// The row-major multi-index of flat position `i` in `shape`.
+fn unravel(mut i: usize, shape: &[usize]) -> Vec<usize> {
+    let mut index = vec![0; shape.len()];
+    for d in (0..shape.len()).rev() {
+        index[d] = i % shape[d];
+        i /= shape[d];
+    }
+    index
+}
+
+/// The matrix of `x` at a batch index of the broadcast batch shape: batch dims align on the
+/// right, and a dim of size 1 stands for every index.
+fn matrix<'a, T>(x: &'a ArrayD<T>, batch_index: &[usize]) -> Result<ArrayView2<'a, T>, KernelError> {
+    let own = x.ndim() - 2;
+    let skip = batch_index.len() - own;
+    let mut view = x.view();
+    for &i in &batch_index[skip..] {
+        let pick = if view.shape()[0] == 1 { 0 } else { i };
+        view = view.index_axis_move(ndarray::Axis(0), pick);
+    }
+    view.into_dimensionality::<Ix2>().map_err(|e| KernelError::new(format!("matmul layout: {e}")))
 }

@@ -1,0 +1,44 @@
+//! Size limits, so a graph or a file that asks for an absurd tensor gets an error instead of
+//! aborting the process when the allocation fails.
+
+use graphc_ir::TensorType;
+
+/// The largest tensor a session allocates by default: the machine's physical memory (from
+/// /proc/meminfo on Linux), or 16 GiB where that cannot be read.
+pub fn default_max_tensor_bytes() -> u64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|s| {
+            let line = s.lines().find(|l| l.starts_with("MemTotal:"))?;
+            let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+            kib.checked_mul(1024)
+        })
+        .unwrap_or(16 << 30)
+}
+
+/// The bytes a tensor of this type takes, `None` on overflow.
+pub fn tensor_bytes(ty: &TensorType) -> Option<u64> {
+    ty.num_elements()?.checked_mul(ty.dtype.size_bytes() as u64)
+}
+
+/// An error naming the type and its size when it exceeds `limit` bytes.
+pub fn check_tensor_size(ty: &TensorType, limit: u64) -> Result<(), String> {
+    match tensor_bytes(ty) {
+        Some(b) if b <= limit => Ok(()),
+        Some(b) => Err(format!(
+            "a tensor of type {ty} takes {}, more than the {} a tensor may take here",
+            human(b),
+            human(limit)
+        )),
+        None => Err(format!("a tensor of type {ty} has more elements than memory can address")),
+    }
+}
+
+fn human(bytes: u64) -> String {
+    const GIB: f64 = (1u64 << 30) as f64;
+    if bytes >= 1 << 30 {
+        format!("{:.1} GiB", bytes as f64 / GIB)
+    } else {
+        format!("{:.1} MiB", bytes as f64 / (1u64 << 20) as f64)
+    }
+}
