@@ -46,6 +46,10 @@ struct RunArgs {
     /// Feed input NAME from a .npy file; inputs not given get seeded random data.
     #[arg(short, long = "input", value_name = "NAME=PATH.npy")]
     inputs: Vec<String>,
+    /// Fetch this output or named value instead of every output; only what it depends on
+    /// runs (repeatable; one graph only).
+    #[arg(short, long = "fetch", value_name = "NAME")]
+    fetches: Vec<String>,
     /// Write each output to DIR/NAME.npy instead of printing a summary.
     #[arg(short, long, value_name = "DIR")]
     out_dir: Option<PathBuf>,

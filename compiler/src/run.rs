@@ -47,7 +47,13 @@ pub fn run(a: &RunArgs, file: &SourceFile, module: Module) -> anyhow::Result<Exi
             };
             req = req.feed(input, Arc::new(t));
         }
+        for f in &a.fetches {
+            req = req.fetch(f.trim_start_matches('%'));
+        }
         requests.push(req);
+    }
+    if !a.fetches.is_empty() && graphs.len() > 1 {
+        bail!("--fetch works on one graph, but {} are selected", graphs.len());
     }
 
     let options = SessionOptions {

@@ -230,3 +230,12 @@ fn truncated_and_foreign_npy_files_are_refused() {
     let err = fails(&["run", g.to_str().unwrap(), "--input", &format!("x={}", half.display())]);
     assert!(err.contains("holds elements of numpy type") && err.contains("'<f2'"), "{err}");
 }
+
+#[test]
+fn fetch_runs_only_what_the_fetched_values_need() {
+    let out = ok(&["run", &example("mlp.gir"), "--fetch", "hb"]);
+    assert!(out.contains("@mlp: ran 2 nodes"), "matmul and add only: {out}");
+    assert!(out.contains("hb: f32[64,256]"), "{out}");
+    let err = fails(&["run", &example("mlp.gir"), "--fetch", "logitz"]);
+    assert!(err.contains("cannot fetch 'logitz'") && err.contains("did you mean 'logits'"), "{err}");
+}
