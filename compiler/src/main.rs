@@ -1,5 +1,18 @@
 //! The `graphc` command-line tool: one subcommand per stage of the pipeline.
 
+/// `println!` that ends the process quietly once stdout is closed (`graphc run ... | head`)
+/// instead of panicking.
+macro_rules! say {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        if let Err(e) = writeln!(std::io::stdout(), $($t)*) {
+            if e.kind() == std::io::ErrorKind::BrokenPipe {
+                std::process::exit(0);
+            }
+        }
+    }};
+}
+
 mod run;
 
 use clap::{Parser, Subcommand, ValueEnum};
@@ -168,7 +181,7 @@ fn check(a: &CheckArgs) -> anyhow::Result<ExitCode> {
             Ok((file, m)) => {
                 if !a.quiet {
                     let nodes: usize = m.graphs.iter().map(|g| g.node_count()).sum();
-                    println!(
+                    say!(
                         "{}: ok ({} graph{}, {nodes} node{})",
                         file.name,
                         m.graphs.len(),

@@ -66,7 +66,7 @@ pub fn run(a: &RunArgs, file: &SourceFile, module: Module) -> anyhow::Result<Exi
         let step = session.restore(path).map_err(|e| anyhow!("{e}"))?;
         let at = step.map(|s| format!(" (saved at step {s})")).unwrap_or_default();
         let n = session.state().variables.len();
-        println!("restored {n} variable{} from {}{at}", plural(n), path.display());
+        say!("restored {n} variable{} from {}{at}", plural(n), path.display());
     }
     let checkpointer = match (&a.checkpoint, a.checkpoint_every) {
         (Some(path), Some(_)) => Some(Checkpointer::start(path.clone())),
@@ -89,7 +89,7 @@ pub fn run(a: &RunArgs, file: &SourceFile, module: Module) -> anyhow::Result<Exi
         if a.steps > 1 && (step % show_every == 0 || step == a.steps) {
             let scalars = scalar_summary(&graphs, &outs);
             if !scalars.is_empty() {
-                println!("step {step}: {scalars}");
+                say!("step {step}: {scalars}");
             }
         }
         if let (Some(c), Some(every)) = (&checkpointer, a.checkpoint_every) {
@@ -105,12 +105,12 @@ pub fn run(a: &RunArgs, file: &SourceFile, module: Module) -> anyhow::Result<Exi
     if let Some(path) = &a.checkpoint {
         session.save(path, Some(a.steps)).map_err(|e| anyhow!("{e}"))?;
         let n = session.state().variables.len();
-        println!("saved {n} variable{} to {}", plural(n), path.display());
+        say!("saved {n} variable{} to {}", plural(n), path.display());
     }
 
     print_timing(&graphs, &last, &times, a);
     if !random.is_empty() {
-        println!("random inputs (seed {}): {}", a.seed, random.join(", "));
+        say!("random inputs (seed {}): {}", a.seed, random.join(", "));
     }
     match &a.out_dir {
         Some(dir) => write_outputs(dir, &graphs, &last)?,
@@ -246,9 +246,9 @@ fn print_timing(graphs: &[String], outs: &[RunOutput], times: &[Duration], a: &R
         Backend::Interp => "interp",
     };
     if sorted.len() == 1 {
-        println!("{names}: ran {nodes} node{} in {:.3} ms (backend {backend})", plural(nodes), ms(sorted[0]));
+        say!("{names}: ran {nodes} node{} in {:.3} ms (backend {backend})", plural(nodes), ms(sorted[0]));
     } else {
-        println!(
+        say!(
             "{names}: {} steps, {nodes} node{} each; step time median {:.3} ms, min {:.3} ms, max {:.3} ms (backend {backend})",
             sorted.len(),
             plural(nodes),
@@ -262,8 +262,8 @@ fn print_timing(graphs: &[String], outs: &[RunOutput], times: &[Duration], a: &R
 fn print_outputs(graphs: &[String], outs: &[RunOutput]) {
     for (name, v) in named_outputs(graphs, outs) {
         match v {
-            RtValue::Tensor(t) => println!("{name}: {}", t.summary(8)),
-            other => println!("{name}: {}", other.ty()),
+            RtValue::Tensor(t) => say!("{name}: {}", t.summary(8)),
+            other => say!("{name}: {}", other.ty()),
         }
     }
 }
@@ -278,9 +278,9 @@ fn write_outputs(dir: &Path, graphs: &[String], outs: &[RunOutput]) -> anyhow::R
         match v {
             RtValue::Tensor(t) => {
                 npy::write_npy(&path, t).map_err(|e| anyhow!("output '{name}': {e}"))?;
-                println!("{name}: {} -> {}", summary_type(t), path.display());
+                say!("{name}: {} -> {}", summary_type(t), path.display());
             }
-            other => println!("{name}: {} (not written: not a tensor)", other.ty()),
+            other => say!("{name}: {} (not written: not a tensor)", other.ty()),
         }
     }
     Ok(())

@@ -239,3 +239,19 @@ fn fetch_runs_only_what_the_fetched_values_need() {
     let err = fails(&["run", &example("mlp.gir"), "--fetch", "logitz"]);
     assert!(err.contains("cannot fetch 'logitz'") && err.contains("did you mean 'logits'"), "{err}");
 }
+
+#[test]
+fn a_closed_stdout_ends_the_run_quietly() {
+    // `graphc run ... | head -1`: the reader goes away before graphc prints.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_graphc"))
+        .args(["run", &example("attention.gir"), "--steps", "3"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("panicked"), "{err}");
+    assert_eq!(out.status.code(), Some(0));
+}
