@@ -215,28 +215,10 @@ fn fmt(a: &FmtArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     if a.in_place && a.file != Path::new("-") {
-        write_atomically(&a.file, text.as_bytes())?;
+        graphc_runtime::fsutil::write_atomically(&a.file, |f| f.write_all(text.as_bytes()))
+            .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", a.file.display()))?;
     } else {
         std::io::stdout().write_all(text.as_bytes())?;
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// Writes through a temporary file in the same directory and renames it over the target, so a
-/// crash never leaves a half-written file.
-fn write_atomically(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
-    use anyhow::Context;
-    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let name = path.file_name().context("the path names no file")?.to_string_lossy();
-    let tmp = dir.join(format!(".{name}.graphc-tmp-{}", std::process::id()));
-    let write = || -> std::io::Result<()> {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)
-    };
-    write().map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        anyhow::anyhow!("cannot write {}: {e}", path.display())
-    })
 }
