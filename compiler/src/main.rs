@@ -38,6 +38,43 @@ enum Command {
     /// Run graphs: inputs from .npy files or seeded random data, outputs summarized or written
     /// as .npy files; variables persist across --steps and in checkpoints.
     Run(RunArgs),
+    /// Run a pass pipeline over a module and print the result (canonical, re-parseable IR).
+    Opt(OptArgs),
+    /// Print a module as a Graphviz DOT graph: one cluster per graph and per fusion kernel.
+    Dot(DotArgs),
+}
+
+#[derive(clap::Args, Debug)]
+struct OptArgs {
+    /// The .gir file ('-' reads standard input).
+    file: PathBuf,
+    /// The passes to run, in order, comma-separated (canonicalize, fold, cse, dce, fuse).
+    #[arg(long, default_value = graphc::passes::DEFAULT_PIPELINE)]
+    passes: String,
+    /// Write the result here (atomically) instead of to standard output.
+    #[arg(short, long, value_name = "OUT")]
+    output: Option<PathBuf>,
+    /// Verify the IR after every pass (always done in debug builds).
+    #[arg(long)]
+    verify_each: bool,
+    /// Print the IR to standard error after every pass.
+    #[arg(long)]
+    print_after_all: bool,
+    /// Print the IR to standard error after the named pass (repeatable).
+    #[arg(long, value_name = "PASS")]
+    print_after: Vec<String>,
+    /// Print a table of per-pass times to standard error.
+    #[arg(long)]
+    time_passes: bool,
+    /// Print node and kernel counts before and after to standard error.
+    #[arg(long)]
+    stats: bool,
+}
+
+#[derive(clap::Args, Debug)]
+struct DotArgs {
+    /// The .gir file ('-' reads standard input).
+    file: PathBuf,
 }
 
 /// How `graphc run` executes graphs.
@@ -122,6 +159,14 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Check(a) => check(&a),
         Command::Fmt(a) => fmt(&a),
+        Command::Opt(a) => opt(&a),
+        Command::Dot(a) => match load(&a.file) {
+            Ok((_, m)) => {
+                say!("{}", graphc::dot::to_dot(&m));
+                Ok(ExitCode::SUCCESS)
+            }
+            Err(_) => Ok(ExitCode::FAILURE),
+        },
         Command::Run(a) => match load(&a.file) {
             Ok((file, m)) => run::run(&a, &file, m),
             Err(_) => Ok(ExitCode::FAILURE),
@@ -194,6 +239,44 @@ fn check(a: &CheckArgs) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+fn opt(a: &OptArgs) -> anyhow::Result<ExitCode> {
+    use graphc::passes::{kernel_count, timing_table, PassManager, PrintAfter};
+    let mut pm = PassManager::new(&a.passes).map_err(|e| anyhow::anyhow!("--passes: {e}"))?;
+    for name in &a.print_after {
+        if !graphc::passes::PASSES.iter().any(|(k, _)| k == name) {
+            anyhow::bail!("--print-after: unknown pass '{name}'");
+        }
+    }
+    pm.verify_each = a.verify_each;
+    pm.print_after = if a.print_after_all {
+        PrintAfter::All
+    } else if a.print_after.is_empty() {
+        PrintAfter::Never
+    } else {
+        PrintAfter::Some(a.print_after.clone())
+    };
+    let Ok((file, mut m)) = load(&a.file) else { return Ok(ExitCode::FAILURE) };
+    let count = |m: &Module| -> (usize, usize) {
+        (m.graphs.iter().map(|g| g.node_count()).sum(), m.graphs.iter().map(kernel_count).sum())
+    };
+    let before = count(&m);
+    let timings = pm.run(&mut m, &mut |text| eprint!("{text}")).map_err(|e| anyhow::anyhow!("{}: {e}", file.name))?;
+    if a.time_passes {
+        eprint!("{}", timing_table(&timings));
+    }
+    if a.stats {
+        let after = count(&m);
+        eprintln!("nodes: {} -> {}; kernels: {} -> {}", before.0, after.0, before.1, after.1);
+    }
+    let text = print_module(&m);
+    match &a.output {
+        Some(out) => graphc_runtime::fsutil::write_atomically(out, |f| f.write_all(text.as_bytes()))
+            .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", out.display()))?,
+        None => say!("{}", text.trim_end_matches('\n')),
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn plural(n: usize) -> &'static str {

@@ -428,6 +428,41 @@ impl Graph {
         Ok(())
     }
 
+    /// Removes many nodes at once, with the regions they own. Each node's results may be used
+    /// only by nodes also being removed. One pass over each affected region, so passes that
+    /// delete thousands of nodes stay linear.
+    pub fn remove_nodes(&mut self, nodes: &[Node]) -> Result<(), String> {
+        let doomed: std::collections::HashSet<Node> = nodes.iter().copied().collect();
+        let user = |u: &Use| match *u {
+            Use::Operand(n, _) | Use::Control(n, _) => Some(n),
+            Use::Yield(..) => None,
+        };
+        for &n in nodes {
+            for &v in &self.nodes[n].results {
+                if self.values[v].uses.iter().any(|u| user(u).is_none_or(|m| !doomed.contains(&m))) {
+                    return Err(format!("cannot remove {n}: its result {v} is still used"));
+                }
+            }
+        }
+        let mut regions: Vec<Region> = Vec::new();
+        for &n in nodes {
+            self.detach_uses(n);
+            let parent = self.nodes[n].parent;
+            if !regions.contains(&parent) {
+                regions.push(parent);
+            }
+            for v in self.nodes[n].results.clone() {
+                if let Some(name) = self.values[v].name.take() {
+                    self.names.remove(&name);
+                }
+            }
+        }
+        for r in regions {
+            self.regions[r].nodes.retain(|n| !doomed.contains(n));
+        }
+        Ok(())
+    }
+
     fn detach_uses(&mut self, node: Node) {
         let nd = self.nodes[node].clone();
         for (i, &v) in nd.operands.iter().enumerate() {

@@ -1,0 +1,6 @@
+//! The graphc compiler: the pass pipeline (canonicalization, folding, CSE, DCE, fusion) over
+//! the IR of `graphc-ir`, and, with later issues, the backends. The `graphc` binary is the
+//! command-line front of this library.
+
+pub mod dot;
+pub mod passes;

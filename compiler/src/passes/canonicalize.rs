@@ -1,0 +1,201 @@
+//! Canonicalization: local rewrites to simpler equivalent forms, repeated until none applies.
+//!
+//! - Identities: `x + 0`, `0 + x`, `x - 0`, `x * 1`, `1 * x`, `x / 1`, `x ^ 1` (splat constants,
+//!   when the result has `x`'s type; `x + 0.0` may turn `-0.0` into `0.0`'s neighbour `-0.0`,
+//!   which compares equal), `identity` without `after`, casts to the same dtype, reshapes and
+//!   broadcasts to the operand's own shape, identity transposes, empty reductions, full slices,
+//!   `select` on a constant condition.
+//! - Chains: transpose of transpose composes (vanishing when the composition is the identity),
+//!   reshape of reshape and broadcast of broadcast keep only the last.
+//! - Implicit broadcasts: an elementwise op whose operand is an explicit `broadcast` takes the
+//!   broadcast's input when numpy broadcasting gives the same result type.
+//! - Composites: `softmax` expands to reduce_max, sub, exp, reduce_sum and div, so fusion sees
+//!   its parts.
+//!
+//! Nodes with `after` lists are left alone (apart from being replaced as values).
+
+use super::dce::remove_dead;
+use super::rewrite::{constant_of, is_splat_of, place_before, producer, regions, splat_value};
+use super::Pass;
+use graphc_ir::{Attr, Graph, Node, NodeSpec, Op, OpKind, Region, Value};
+use std::collections::HashMap;
+
+#[derive(Debug)]
+pub struct Canonicalize;
+
+/// Rounds of rewriting before giving up on reaching a fixed point.
+const MAX_ROUNDS: usize = 16;
+
+impl Pass for Canonicalize {
+    fn name(&self) -> &'static str {
+        "canonicalize"
+    }
+
+    fn run(&self, g: &mut Graph) -> Result<bool, String> {
+        let mut changed = false;
+        for _ in 0..MAX_ROUNDS {
+            let mut round = false;
+            let mut renames = Vec::new();
+            for r in regions(g) {
+                round |= rewrite_region(g, r, &mut renames)?;
+            }
+            if round {
+                remove_dead(g)?;
+                // A rewritten value keeps its name once the node it replaced is gone.
+                for (v, name) in renames {
+                    if g.value_named(&name).is_none() {
+                        g.set_name(v, &name);
+                    }
+                }
+            }
+            changed |= round;
+            if !round {
+                break;
+            }
+        }
+        Ok(changed)
+    }
+}
+
+/// What a node becomes.
+enum Rewrite {
+    /// Its (single) result is this existing value.
+    Value(Value),
+    /// New nodes, in order; the last one's results replace the node's.
+    Nodes(Vec<NodeSpec>),
+}
+
+fn rewrite_region(g: &mut Graph, r: Region, renames: &mut Vec<(Value, String)>) -> Result<bool, String> {
+    let mut before: HashMap<Node, Vec<Node>> = HashMap::new();
+    let mut changed = false;
+    for n in g.regions[r].nodes.clone() {
+        let Some(rw) = rule(g, n) else { continue };
+        let old = g.nodes[n].results.clone();
+        match rw {
+            Rewrite::Value(v) => g.replace_all_uses(old[0], v),
+            Rewrite::Nodes(specs) => {
+                let device = g.nodes[n].device.clone();
+                let mut added = Vec::new();
+                let mut last = Vec::new();
+                for mut spec in specs {
+                    // Specs may refer to earlier new nodes' results through `Pending`.
+                    spec.operands = spec.operands.iter().map(|&v| resolve(&added, g, v)).collect();
+                    spec.device = device.clone();
+                    let m = g.add_node(r, spec).map_err(|e| e.message)?;
+                    last = g.nodes[m].results.clone();
+                    added.push(m);
+                }
+                for (o, nw) in old.into_iter().zip(last) {
+                    if let Some(name) = g.values[o].name.clone() {
+                        renames.push((nw, name));
+                    }
+                    g.replace_all_uses(o, nw);
+                }
+                before.insert(n, added);
+            }
+        }
+        changed = true;
+    }
+    place_before(g, r, &before);
+    Ok(changed)
+}
+
+/// A placeholder operand for result 0 of the i-th new node of a rewrite: an id far above any
+/// value a graph holds, swapped for the real value as the nodes are added.
+fn pending(i: usize) -> Value {
+    Value::from_u32(u32::MAX - 1 - i as u32)
+}
+
+fn resolve(added: &[Node], g: &Graph, v: Value) -> Value {
+    let i = (u32::MAX - 1 - v.as_u32()) as usize;
+    if i < added.len() {
+        g.nodes[added[i]].results[0]
+    } else {
+        v
+    }
+}
+
+fn rule(g: &Graph, n: Node) -> Option<Rewrite> {
+    let nd = &g.nodes[n];
+    if !nd.control_deps.is_empty() || nd.op.is_stateful() {
+        return None;
+    }
+    let ty = |v: Value| &g.values[v].ty;
+    let result = *nd.results.first()?;
+    let same = |v: Value| ty(v) == ty(result);
+    let ops = &nd.operands;
+    let keep = |v: Value| same(v).then_some(Rewrite::Value(v));
+    let zero = |v: Value| is_splat_of(g, v, 0.0) || is_splat_of(g, v, -0.0);
+    let one = |v: Value| is_splat_of(g, v, 1.0);
+    let def = |v: Value| producer(g, v).map(|p| &g.nodes[p]).filter(|p| p.control_deps.is_empty());
+    match nd.op {
+        Op::Add if zero(ops[1]) => keep(ops[0]),
+        Op::Add if zero(ops[0]) => keep(ops[1]),
+        Op::Sub if zero(ops[1]) => keep(ops[0]),
+        Op::Mul if one(ops[1]) => keep(ops[0]),
+        Op::Mul if one(ops[0]) => keep(ops[1]),
+        Op::Div | Op::Pow if one(ops[1]) => keep(ops[0]),
+        Op::Identity | Op::Cast | Op::Reshape | Op::Broadcast if same(ops[0]) => keep(ops[0]),
+        Op::ReduceSum | Op::ReduceMean | Op::ReduceMax | Op::ReduceMin if nd.attrs.ints("axes") == Some(&[]) => {
+            keep(ops[0])
+        }
+        Op::Slice if same(ops[0]) && nd.attrs.ints("steps").is_none_or(|s| s.iter().all(|&x| x == 1)) => keep(ops[0]),
+        Op::Select => {
+            let c = constant_of(g, ops[0]).and_then(splat_value)?;
+            keep(if c != 0.0 { ops[1] } else { ops[2] })
+        }
+        Op::Transpose => {
+            let perm = nd.attrs.ints("perm")?;
+            if perm.iter().enumerate().all(|(i, &p)| p == i as i64) {
+                return keep(ops[0]);
+            }
+            let inner = def(ops[0]).filter(|p| p.op == Op::Transpose)?;
+            let first = inner.attrs.ints("perm")?;
+            let composed: Vec<i64> = perm.iter().map(|&p| first[p as usize]).collect();
+            if composed.iter().enumerate().all(|(i, &p)| p == i as i64) {
+                return keep(inner.operands[0]);
+            }
+            Some(Rewrite::Nodes(vec![
+                NodeSpec::new(Op::Transpose, vec![inner.operands[0]]).attr("perm", Attr::Ints(composed))
+            ]))
+        }
+        Op::Reshape | Op::Broadcast => {
+            let inner = def(ops[0]).filter(|p| p.op == nd.op)?;
+            let shape = nd.attrs.ints("shape")?.to_vec();
+            if same(inner.operands[0]) {
+                return keep(inner.operands[0]);
+            }
+            Some(Rewrite::Nodes(vec![NodeSpec::new(nd.op, vec![inner.operands[0]]).attr("shape", Attr::Ints(shape))]))
+        }
+        Op::Softmax => {
+            let axis = nd.attrs.int("axis").unwrap_or(-1);
+            let x = ops[0];
+            let reduce = |op: Op, v: Value| {
+                NodeSpec::new(op, vec![v]).attr("axes", Attr::Ints(vec![axis])).attr("keep_dims", Attr::Bool(true))
+            };
+            Some(Rewrite::Nodes(vec![
+                reduce(Op::ReduceMax, x),
+                NodeSpec::new(Op::Sub, vec![x, pending(0)]),
+                NodeSpec::new(Op::Exp, vec![pending(1)]),
+                reduce(Op::ReduceSum, pending(2)),
+                NodeSpec::new(Op::Div, vec![pending(2), pending(3)]),
+            ]))
+        }
+        op if op.kind() == OpKind::Elementwise && ops.len() > 1 => {
+            // Drop an explicit broadcast that implicit broadcasting makes redundant.
+            for (i, &v) in ops.iter().enumerate() {
+                let Some(b) = def(v).filter(|p| p.op == Op::Broadcast) else { continue };
+                let mut operands = ops.clone();
+                operands[i] = b.operands[0];
+                let types = g.infer(op, &operands, &nd.attrs, &[], None).ok()?;
+                if types.first() == Some(ty(result)) {
+                    let mut spec = NodeSpec::new(op, operands);
+                    spec.attrs = nd.attrs.clone();
+                    return Some(Rewrite::Nodes(vec![spec]));
+                }
+            }
+            None
+        }
+        _ => None,
+    }
+}

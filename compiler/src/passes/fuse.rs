@@ -1,0 +1,334 @@
+//! Fusion: groups ops into `fusion` regions that a backend compiles as one kernel each.
+//!
+//! The op kinds follow XLA's and TVM's: elementwise and injective ops fuse with each other
+//! (a "loop" kernel); a reduction takes its elementwise producers and then its elementwise and
+//! injective consumers (an "input" kernel, at most one reduction each); a matmul takes its
+//! elementwise epilogue (an "output" kernel: bias, activation). Matmul never joins a producer's
+//! group, so an expensive producer is never recomputed.
+//!
+//! Groups grow greedily in region order: an op joins the group of its first operand whose
+//! group accepts it, unless that would create a cycle (a path from the group to the op
+//! through a node outside the group). Only pure ops without `after` lists fuse, and no group
+//! spans a stateful op or one holding regions, so effects keep their order. Small splat
+//! constants are copied into the kernels that use them. Each group of two or more ops becomes
+//! one `fusion` node whose region is the group; its results keep the names of the values they
+//! replace.
+
+use super::dce::remove_dead;
+use super::rewrite::{constant_of, producer, regions, user};
+use super::Pass;
+use graphc_ir::{Attr, DeviceSpec, Graph, Node, NodeSpec, Op, OpKind, Region, Type, Value};
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, HashSet};
+
+#[derive(Debug)]
+pub struct Fuse;
+
+impl Pass for Fuse {
+    fn name(&self) -> &'static str {
+        "fuse"
+    }
+
+    fn run(&self, g: &mut Graph) -> Result<bool, String> {
+        let mut changed = false;
+        for r in regions(g) {
+            // Kernels are not fused again.
+            if g.regions[r].parent.is_some_and(|p| g.nodes[p].op == Op::Fusion) {
+                continue;
+            }
+            changed |= fuse_region(g, r)?;
+        }
+        if changed {
+            remove_dead(g)?;
+        }
+        Ok(changed)
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Loop,
+    Input,
+    Output,
+}
+
+impl Kind {
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Loop => "loop",
+            Kind::Input => "input",
+            Kind::Output => "output",
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Group {
+    members: Vec<Node>,
+    kind: Kind,
+    first: usize,
+    seg: usize,
+    device: Option<DeviceSpec>,
+}
+
+/// Kernels a backend launches for a graph: one per fusion node, one per unfused compute op
+/// (nested control-flow bodies included).
+pub fn kernel_count(g: &Graph) -> usize {
+    let mut count = 0;
+    for r in regions(g) {
+        if g.regions[r].parent.is_some_and(|p| g.nodes[p].op == Op::Fusion) {
+            continue;
+        }
+        for &n in &g.regions[r].nodes {
+            let op = g.nodes[n].op;
+            let compute =
+                matches!(op.kind(), OpKind::Elementwise | OpKind::Injective | OpKind::Reduction | OpKind::Contraction)
+                    || matches!(op, Op::Softmax | Op::Fusion);
+            count += usize::from(compute && op != Op::Identity);
+        }
+    }
+    count
+}
+
+fn fusible(g: &Graph, n: Node) -> bool {
+    let nd = &g.nodes[n];
+    let kind_ok =
+        matches!(nd.op.kind(), OpKind::Elementwise | OpKind::Injective | OpKind::Reduction | OpKind::Contraction);
+    kind_ok
+        && nd.op != Op::Identity
+        && nd.control_deps.is_empty()
+        && nd.regions.is_empty()
+        && nd.results.iter().all(|&v| {
+            matches!(g.values[v].ty, Type::Tensor(_))
+                && g.uses(v).iter().all(|u| !matches!(u, graphc_ir::Use::Control(..)))
+        })
+}
+
+/// A constant cheap enough to copy into every kernel that reads it.
+fn inlinable(g: &Graph, v: Value) -> bool {
+    constant_of(g, v).is_some_and(|lit| lit.is_splat() || lit.data().len() <= 1)
+}
+
+fn fuse_region(g: &mut Graph, r: Region) -> Result<bool, String> {
+    let nodes = g.regions[r].nodes.clone();
+    let pos: HashMap<Node, usize> = nodes.iter().enumerate().map(|(i, &n)| (n, i)).collect();
+    // Segments between barriers: barrier k gets 2k+1, the ops after it 2k+2.
+    let mut seg = HashMap::new();
+    let mut barriers = 0;
+    for &n in &nodes {
+        let barrier = g.nodes[n].op.is_stateful() || !g.nodes[n].regions.is_empty();
+        if barrier {
+            seg.insert(n, 2 * barriers + 1);
+            barriers += 1;
+        } else {
+            seg.insert(n, 2 * barriers);
+        }
+    }
+
+    let mut groups: Vec<Group> = Vec::new();
+    let mut group_of: HashMap<Node, usize> = HashMap::new();
+    for &n in &nodes {
+        if !fusible(g, n) {
+            continue;
+        }
+        let op = g.nodes[n].op;
+        let mut joined = None;
+        let mut tried = Vec::new();
+        for &v in &g.nodes[n].operands {
+            let Some(&gi) = producer(g, v).and_then(|p| group_of.get(&p)) else { continue };
+            if tried.contains(&gi) {
+                continue;
+            }
+            tried.push(gi);
+            let grp = &groups[gi];
+            let accepts = match (grp.kind, op.kind()) {
+                (_, OpKind::Contraction) => None,
+                (Kind::Loop, OpKind::Reduction) => Some(Kind::Input),
+                (_, OpKind::Reduction) => None,
+                (Kind::Output, OpKind::Elementwise) => Some(Kind::Output),
+                (Kind::Output, _) => None,
+                (k, _) => Some(k),
+            };
+            let Some(kind) = accepts else { continue };
+            if grp.seg != seg[&n] || grp.device != g.nodes[n].device {
+                continue;
+            }
+            if creates_cycle(g, n, gi, &group_of, &pos, grp.first) {
+                continue;
+            }
+            joined = Some((gi, kind));
+            break;
+        }
+        match joined {
+            Some((gi, kind)) => {
+                groups[gi].members.push(n);
+                groups[gi].kind = kind;
+                group_of.insert(n, gi);
+            }
+            None => {
+                let kind = match op.kind() {
+                    OpKind::Contraction => Kind::Output,
+                    OpKind::Reduction => Kind::Input,
+                    _ => Kind::Loop,
+                };
+                group_of.insert(n, groups.len());
+                groups.push(Group {
+                    members: vec![n],
+                    kind,
+                    first: pos[&n],
+                    seg: seg[&n],
+                    device: g.nodes[n].device.clone(),
+                });
+            }
+        }
+    }
+
+    let mut order_key: HashMap<Node, (usize, usize)> = nodes.iter().map(|&n| (n, (seg[&n], pos[&n]))).collect();
+    let mut removed = Vec::new();
+    let mut renames = Vec::new();
+    for grp in groups.iter().filter(|grp| grp.members.len() >= 2) {
+        let (fusion, names) = outline(g, r, grp)?;
+        let last = *grp.members.last().expect("groups are not empty");
+        order_key.insert(fusion, (grp.seg, pos[&last]));
+        removed.extend(grp.members.iter().copied());
+        renames.extend(names);
+    }
+    if removed.is_empty() {
+        return Ok(false);
+    }
+    g.remove_nodes(&removed)?;
+    for (v, name) in renames {
+        g.set_name(v, &name);
+    }
+    reorder(g, r, &order_key);
+    Ok(true)
+}
+
+/// Whether adding `n` to group `gi` would make the group depend on itself through an outside
+/// node: some operand of `n` from outside the group is reachable from the group. Nodes before
+/// the group's first member cannot be, which bounds the search.
+fn creates_cycle(
+    g: &Graph,
+    n: Node,
+    gi: usize,
+    group_of: &HashMap<Node, usize>,
+    pos: &HashMap<Node, usize>,
+    first: usize,
+) -> bool {
+    let mut stack: Vec<Node> =
+        g.nodes[n].operands.iter().filter_map(|&v| producer(g, v)).filter(|p| group_of.get(p) != Some(&gi)).collect();
+    let mut seen = HashSet::new();
+    while let Some(m) = stack.pop() {
+        if !seen.insert(m) || pos.get(&m).is_none_or(|&p| p < first) {
+            continue;
+        }
+        if group_of.get(&m) == Some(&gi) {
+            return true;
+        }
+        let nd = &g.nodes[m];
+        stack.extend(nd.operands.iter().chain(&nd.control_deps).filter_map(|&v| producer(g, v)));
+    }
+    false
+}
+
+/// Builds the fusion node for a group (appended to the region) and points every outside use
+/// of the group's values at its results. Returns the node and the names to give its results
+/// once the members are gone.
+fn outline(g: &mut Graph, r: Region, grp: &Group) -> Result<(Node, Vec<(Value, String)>), String> {
+    let members: HashSet<Node> = grp.members.iter().copied().collect();
+    let mut inputs: Vec<Value> = Vec::new();
+    for &m in &grp.members {
+        for &v in &g.nodes[m].operands {
+            let internal = producer(g, v).is_some_and(|p| members.contains(&p)) || inlinable(g, v);
+            if !internal && !inputs.contains(&v) {
+                inputs.push(v);
+            }
+        }
+    }
+    let mut outputs: Vec<Value> = Vec::new();
+    for &m in &grp.members {
+        for &v in &g.nodes[m].results {
+            if g.uses(v).iter().any(|u| user(u).is_none_or(|n| !members.contains(&n))) {
+                outputs.push(v);
+            }
+        }
+    }
+    let types: Vec<Type> = inputs.iter().map(|&v| g.values[v].ty.clone()).collect();
+    let kernel = g.new_region("kernel", &types);
+    let mut map: HashMap<Value, Value> = inputs.iter().copied().zip(g.regions[kernel].params.clone()).collect();
+    for &m in &grp.members {
+        let nd = g.nodes[m].clone();
+        let mut operands = Vec::with_capacity(nd.operands.len());
+        for &v in &nd.operands {
+            if !map.contains_key(&v) {
+                // An inlinable constant: copy it in.
+                let lit =
+                    constant_of(g, v).cloned().ok_or("a kernel operand is neither inside, an input nor a constant")?;
+                let c = g.add_node(kernel, NodeSpec::new(Op::Constant, vec![]).attr("value", Attr::Tensor(lit)));
+                map.insert(v, g.nodes[c.map_err(|e| e.message)?].results[0]);
+            }
+            operands.push(map[&v]);
+        }
+        let mut spec = NodeSpec::new(nd.op, operands);
+        spec.attrs = nd.attrs.clone();
+        let inner = g.add_node(kernel, spec).map_err(|e| e.message)?;
+        for (&old, &new) in nd.results.iter().zip(&g.nodes[inner].results.clone()) {
+            map.insert(old, new);
+        }
+    }
+    g.set_yields(kernel, outputs.iter().map(|v| map[v]).collect());
+    let mut spec =
+        NodeSpec::new(Op::Fusion, inputs).regions(vec![kernel]).attr("kind", Attr::Str(grp.kind.name().into()));
+    spec.device = grp.device.clone();
+    let fusion = g.add_node(r, spec).map_err(|e| e.message)?;
+    let mut names = Vec::new();
+    for (&old, &new) in outputs.iter().zip(&g.nodes[fusion].results.clone()) {
+        if let Some(name) = g.values[old].name.clone() {
+            names.push((new, name));
+        }
+        g.replace_all_uses(old, new);
+    }
+    Ok((fusion, names))
+}
+
+/// Orders the region's nodes topologically, preferring the old order: by segment (so stateful
+/// ops keep their order) and then position (a fusion node takes its last member's).
+fn reorder(g: &mut Graph, r: Region, key: &HashMap<Node, (usize, usize)>) {
+    let nodes = g.regions[r].nodes.clone();
+    let index: HashMap<Node, usize> = nodes.iter().enumerate().map(|(i, &n)| (n, i)).collect();
+    let mut indegree = vec![0usize; nodes.len()];
+    let mut consumers: Vec<Vec<usize>> = vec![Vec::new(); nodes.len()];
+    for (i, &n) in nodes.iter().enumerate() {
+        let nd = &g.nodes[n];
+        let mut preds: Vec<usize> = nd
+            .operands
+            .iter()
+            .chain(&nd.control_deps)
+            .filter_map(|&v| producer(g, v))
+            .filter_map(|p| index.get(&p).copied())
+            .collect();
+        preds.sort_unstable();
+        preds.dedup();
+        indegree[i] = preds.len();
+        for p in preds {
+            consumers[p].push(i);
+        }
+    }
+    let prio = |i: usize| Reverse((key.get(&nodes[i]).copied().unwrap_or((usize::MAX, i)), i));
+    let mut ready: BinaryHeap<Reverse<((usize, usize), usize)>> =
+        (0..nodes.len()).filter(|&i| indegree[i] == 0).map(prio).collect();
+    let mut order = Vec::with_capacity(nodes.len());
+    while let Some(Reverse((_, i))) = ready.pop() {
+        order.push(nodes[i]);
+        for &c in &consumers[i] {
+            indegree[c] -= 1;
+            if indegree[c] == 0 {
+                ready.push(prio(c));
+            }
+        }
+    }
+    debug_assert_eq!(order.len(), nodes.len(), "fusion never creates a cycle");
+    if order.len() == nodes.len() {
+        g.regions[r].nodes = order;
+    }
+}
