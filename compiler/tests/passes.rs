@@ -3,7 +3,9 @@
 //! round-trips.
 
 use graphc::passes::{PassManager, PrintAfter, DEFAULT_PIPELINE};
-use graphc_ir::{parse_module, print_module, verify_module, Attr, DType, Graph, Module, NodeSpec, Op, TensorType, Type};
+use graphc_ir::{
+    parse_module, print_module, verify_module, Attr, DType, Graph, Module, NodeSpec, Op, TensorType, Type,
+};
 use graphc_runtime::random::{random_tensor, seed_for, Range};
 use graphc_runtime::{ErrorKind, RunRequest, Session, SessionOptions, Tensor};
 use proptest::prelude::*;
@@ -39,14 +41,21 @@ fn run_all(m: &Module) -> Vec<Result<Vec<Option<Tensor>>, ErrorKind>> {
             let mut req = RunRequest::new(g.name.as_str());
             for &v in g.inputs() {
                 let name = g.values[v].name.clone().unwrap();
-                req = req.feed(name.as_str(), random_tensor(g.values[v].ty.as_tensor().unwrap(), seed_for(3, &name), Range::Below(4)));
+                req = req.feed(
+                    name.as_str(),
+                    random_tensor(g.values[v].ty.as_tensor().unwrap(), seed_for(3, &name), Range::Below(4)),
+                );
             }
             s.run(req).map(|o| o.values.iter().map(|v| v.as_tensor().cloned()).collect()).map_err(|e| e.kind)
         })
         .collect()
 }
 
-fn assert_same(before: &[Result<Vec<Option<Tensor>>, ErrorKind>], after: &[Result<Vec<Option<Tensor>>, ErrorKind>], what: &str) {
+fn assert_same(
+    before: &[Result<Vec<Option<Tensor>>, ErrorKind>],
+    after: &[Result<Vec<Option<Tensor>>, ErrorKind>],
+    what: &str,
+) {
     assert_eq!(before.len(), after.len());
     for (b, a) in before.iter().zip(after) {
         match (b, a) {
@@ -135,12 +144,20 @@ fn random_graph(r: u64, c: u64, ops: &[(u8, u8, u8)]) -> Module {
             7 => NodeSpec::new(Op::Neg, vec![x]),
             8 => {
                 let one = TensorType::new(DType::F32, []);
-                let lit = graphc_ir::TensorLiteral::new(one, graphc_ir::TensorData::F32(vec![if a % 2 == 0 { 1.0 } else { 0.0 }])).unwrap();
+                let lit = graphc_ir::TensorLiteral::new(
+                    one,
+                    graphc_ir::TensorData::F32(vec![if a % 2 == 0 { 1.0 } else { 0.0 }]),
+                )
+                .unwrap();
                 let k = g.add(body, NodeSpec::new(Op::Constant, vec![]).attr("value", Attr::Tensor(lit))).unwrap()[0];
                 NodeSpec::new(if a % 2 == 0 { Op::Mul } else { Op::Add }, vec![x, k])
             }
-            9 => NodeSpec::new(Op::ReduceSum, vec![x]).attr("axes", Attr::Ints(vec![-1])).attr("keep_dims", Attr::Bool(true)),
-            10 => NodeSpec::new(Op::ReduceMax, vec![x]).attr("axes", Attr::Ints(vec![-1])).attr("keep_dims", Attr::Bool(true)),
+            9 => NodeSpec::new(Op::ReduceSum, vec![x])
+                .attr("axes", Attr::Ints(vec![-1]))
+                .attr("keep_dims", Attr::Bool(true)),
+            10 => NodeSpec::new(Op::ReduceMax, vec![x])
+                .attr("axes", Attr::Ints(vec![-1]))
+                .attr("keep_dims", Attr::Bool(true)),
             _ => NodeSpec::new(Op::Softmax, vec![x]),
         };
         if let Ok(v) = g.add(body, spec) {
