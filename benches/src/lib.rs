@@ -11,7 +11,9 @@ pub fn large_graph(n: usize) -> Module {
     let w = g.add_input("w", Type::tensor(DType::F32, [64, 64]));
     let acts = [Op::Relu, Op::Tanh, Op::Sigmoid, Op::Exp, Op::Neg];
     let mut i = 0;
-    while g.node_count() + 6 <= n {
+    let mut count = 0;
+    while count + 6 <= n {
+        count += 6;
         let mm = g.add(body, NodeSpec::new(Op::MatMul, vec![x, w])).expect("valid")[0];
         let bias = TensorLiteral::new(
             TensorType::new(DType::F32, [64]),

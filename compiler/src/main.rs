@@ -51,7 +51,7 @@ struct OptArgs {
     /// The passes to run, in order, comma-separated (canonicalize, fold, cse, dce, fuse).
     #[arg(long, default_value = graphc::passes::DEFAULT_PIPELINE)]
     passes: String,
-    /// Write the result here (atomically) instead of to standard output.
+    /// Write the result here (atomically) instead of to standard output ('-').
     #[arg(short, long, value_name = "OUT")]
     output: Option<PathBuf>,
     /// Verify the IR after every pass (always done in debug builds).
@@ -271,7 +271,7 @@ fn opt(a: &OptArgs) -> anyhow::Result<ExitCode> {
         eprintln!("nodes: {} -> {}; kernels: {} -> {}", before.0, after.0, before.1, after.1);
     }
     let text = print_module(&m);
-    match &a.output {
+    match a.output.as_ref().filter(|p| p.as_os_str() != "-") {
         Some(out) => graphc_runtime::fsutil::write_atomically(out, |f| f.write_all(text.as_bytes()))
             .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", out.display()))?,
         None => say!("{}", text.trim_end_matches('\n')),

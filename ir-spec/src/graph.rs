@@ -39,7 +39,7 @@ pub enum ValueDef {
 }
 
 /// One use of a value.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Use {
     /// Operand `index` of a node.
     Operand(Node, u32),
@@ -444,9 +444,21 @@ impl Graph {
                 }
             }
         }
+        // Drop the uses per value in one pass each: a value used by thousands of the removed
+        // nodes (a shared weight) must not cost a scan per use.
+        let mut dropped: HashMap<Value, std::collections::HashSet<Use>> = HashMap::new();
+        let mut uses = Vec::new();
+        for &n in nodes {
+            self.uses_by(n, &mut uses);
+        }
+        for (v, u) in uses {
+            dropped.entry(v).or_default().insert(u);
+        }
+        for (v, set) in dropped {
+            self.values[v].uses.retain(|u| !set.contains(u));
+        }
         let mut regions: Vec<Region> = Vec::new();
         for &n in nodes {
-            self.detach_uses(n);
             let parent = self.nodes[n].parent;
             if !regions.contains(&parent) {
                 regions.push(parent);
@@ -464,19 +476,22 @@ impl Graph {
     }
 
     fn detach_uses(&mut self, node: Node) {
-        let nd = self.nodes[node].clone();
-        for (i, &v) in nd.operands.iter().enumerate() {
-            self.remove_use(v, Use::Operand(node, i as u32));
+        let mut uses = Vec::new();
+        self.uses_by(node, &mut uses);
+        for (v, u) in uses {
+            self.remove_use(v, u);
         }
-        for (i, &v) in nd.control_deps.iter().enumerate() {
-            self.remove_use(v, Use::Control(node, i as u32));
-        }
+    }
+
+    /// Every use a node makes (operands, control deps, and inside its regions, yields too).
+    fn uses_by(&self, node: Node, out: &mut Vec<(Value, Use)>) {
+        let nd = &self.nodes[node];
+        out.extend(nd.operands.iter().enumerate().map(|(i, &v)| (v, Use::Operand(node, i as u32))));
+        out.extend(nd.control_deps.iter().enumerate().map(|(i, &v)| (v, Use::Control(node, i as u32))));
         for &r in &nd.regions {
-            for (i, &v) in self.regions[r].yields.clone().iter().enumerate() {
-                self.remove_use(v, Use::Yield(r, i as u32));
-            }
-            for n in self.regions[r].nodes.clone() {
-                self.detach_uses(n);
+            out.extend(self.regions[r].yields.iter().enumerate().map(|(i, &v)| (v, Use::Yield(r, i as u32))));
+            for &n in &self.regions[r].nodes {
+                self.uses_by(n, out);
             }
         }
     }

@@ -1,0 +1,82 @@
+//! `graphc opt` and `graphc dot` from the command line.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn graphc(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_graphc")).args(args).output().expect("graphc runs")
+}
+
+fn example(name: &str) -> String {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../ir-spec/examples").join(name).display().to_string()
+}
+
+fn text(o: &Output) -> (String, String) {
+    (String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned())
+}
+
+#[test]
+fn opt_prints_fused_ir_that_checks_and_runs() {
+    let dir = std::env::temp_dir().join(format!("graphc-opt-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = dir.join("mlp.opt.gir");
+    let o = graphc(&["opt", &example("mlp.gir"), "-o", out.to_str().unwrap(), "--stats", "--time-passes"]);
+    let (stdout, stderr) = text(&o);
+    assert!(o.status.success(), "{stderr}");
+    assert!(stdout.is_empty(), "with -o nothing goes to stdout: {stdout}");
+    assert!(stderr.contains("kernels: 6 -> 4"), "{stderr}");
+    for pass in ["canonicalize", "fold", "cse", "dce", "fuse", "total"] {
+        assert!(stderr.contains(pass), "the timing table names {pass}: {stderr}");
+    }
+    let fused = std::fs::read_to_string(&out).unwrap();
+    assert_eq!(fused.matches("= fusion").count(), 4, "{fused}");
+    assert!(graphc(&["check", out.to_str().unwrap()]).status.success());
+    assert!(graphc(&["fmt", "--check", out.to_str().unwrap()]).status.success(), "opt prints canonical text");
+    let run = graphc(&["run", out.to_str().unwrap()]);
+    assert!(run.status.success(), "{}", text(&run).1);
+}
+
+#[test]
+fn print_after_all_dumps_valid_ir_after_each_pass() {
+    let o = graphc(&["opt", &example("layernorm.gir"), "--print-after-all"]);
+    let (_, stderr) = text(&o);
+    assert!(o.status.success());
+    let dumps: Vec<&str> = stderr.split("// ----- IR after ").skip(1).collect();
+    assert_eq!(dumps.len(), 5, "{stderr}");
+    let dir = std::env::temp_dir().join(format!("graphc-dumps-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for (i, d) in dumps.iter().enumerate() {
+        let p = dir.join(format!("dump{i}.gir"));
+        std::fs::write(&p, format!("// ----- IR after {d}")).unwrap();
+        let c = graphc(&["check", p.to_str().unwrap()]);
+        assert!(c.status.success(), "dump {i} does not check: {}\n{d}", text(&c).1);
+    }
+    let one = graphc(&["opt", &example("layernorm.gir"), "--print-after", "fuse"]);
+    assert_eq!(text(&one).1.matches("// ----- IR after").count(), 1);
+}
+
+#[test]
+fn bad_pipelines_are_clear_errors() {
+    let o = graphc(&["opt", &example("mlp.gir"), "--passes", "canonicalize,fusee"]);
+    assert_eq!(o.status.code(), Some(1));
+    let (_, err) = text(&o);
+    assert!(err.contains("unknown pass 'fusee'") && err.contains("did you mean 'fuse'"), "{err}");
+    let o = graphc(&["opt", &example("mlp.gir"), "--print-after", "nope"]);
+    assert_eq!(o.status.code(), Some(1));
+}
+
+#[test]
+fn dot_draws_graphs_kernels_and_transfers() {
+    let o = graphc(&["opt", &example("mlp.gir")]);
+    assert!(o.status.success());
+    let dir = std::env::temp_dir().join(format!("graphc-dot-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join("fused.gir");
+    std::fs::write(&p, &o.stdout).unwrap();
+    let (dot, _) = text(&graphc(&["dot", p.to_str().unwrap()]));
+    assert!(dot.starts_with("digraph module {"), "{dot}");
+    assert!(dot.contains("subgraph cluster_g0 {") && dot.contains("label=\"@mlp\""), "{dot}");
+    assert_eq!(dot.matches("label=\"fusion kernel\"").count(), 4, "one cluster per kernel: {dot}");
+    let (dot, _) = text(&graphc(&["dot", &example("partitioned.gir")]));
+    assert_eq!(dot.matches("style=bold, color=blue").count(), 2, "both send/recv pairs: {dot}");
+}
