@@ -124,7 +124,12 @@ fn rule(g: &Graph, n: Node) -> Option<Rewrite> {
     let result = *nd.results.first()?;
     let same = |v: Value| ty(v) == ty(result);
     let ops = &nd.operands;
-    let keep = |v: Value| same(v).then_some(Rewrite::Value(v));
+    // A no-op that names a device is a device move (an `identity` placed elsewhere): it stays
+    // unless its operand is already on that device.
+    let device_of = |v: Value| producer(g, v).and_then(|p| g.nodes[p].device.as_ref());
+    let keep = |v: Value| {
+        (same(v) && (nd.device.is_none() || nd.device.as_ref() == device_of(v))).then_some(Rewrite::Value(v))
+    };
     let zero = |v: Value| is_splat_of(g, v, 0.0) || is_splat_of(g, v, -0.0);
     let one = |v: Value| is_splat_of(g, v, 1.0);
     let def = |v: Value| producer(g, v).map(|p| &g.nodes[p]).filter(|p| p.control_deps.is_empty());

@@ -30,7 +30,8 @@ impl Pass for Fold {
                 let Some(values) = evaluate(g, n) else { continue };
                 let mut added = Vec::new();
                 for (old, t) in g.nodes[n].results.clone().into_iter().zip(values) {
-                    let spec = NodeSpec::new(Op::Constant, vec![]).attr("value", Attr::Tensor(t.to_literal()));
+                    let mut spec = NodeSpec::new(Op::Constant, vec![]).attr("value", Attr::Tensor(t.to_literal()));
+                    spec.device = g.nodes[n].device.clone();
                     let c = g.add_node(r, spec).map_err(|e| e.message)?;
                     let new = g.nodes[c].results[0];
                     g.replace_all_uses(old, new);
