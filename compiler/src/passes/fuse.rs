@@ -164,6 +164,7 @@ fn fuse_region(g: &mut Graph, r: Region) -> Result<bool, String> {
                 groups[gi].members.push(n);
                 groups[gi].kind = kind;
                 group_of.insert(n, gi);
+                merge_sibling_groups(g, n, gi, &mut groups, &mut group_of, &pos);
             }
             None => {
                 let kind = match op.kind() {
@@ -202,6 +203,70 @@ fn fuse_region(g: &mut Graph, r: Region) -> Result<bool, String> {
     }
     reorder(g, r, &order_key);
     Ok(true)
+}
+
+/// After `n` joined group `gi`, pulls in the groups of its other operands when the kinds
+/// combine (loop with loop, or loop with one reduction) and no cycle results: DAGs of
+/// elementwise ops become one kernel, not one per branch.
+fn merge_sibling_groups(
+    g: &Graph,
+    n: Node,
+    gi: usize,
+    groups: &mut [Group],
+    group_of: &mut HashMap<Node, usize>,
+    pos: &HashMap<Node, usize>,
+) {
+    for &v in &g.nodes[n].operands {
+        let Some(&hj) = producer(g, v).and_then(|p| group_of.get(&p)) else { continue };
+        if hj == gi || groups[hj].members.is_empty() {
+            continue;
+        }
+        let (a, b) = (&groups[gi], &groups[hj]);
+        let kind = match (a.kind, b.kind) {
+            (Kind::Loop, Kind::Loop) => Kind::Loop,
+            (Kind::Loop, Kind::Input) | (Kind::Input, Kind::Loop) => Kind::Input,
+            _ => continue,
+        };
+        if a.seg != b.seg || a.device != b.device {
+            continue;
+        }
+        let merged: HashSet<Node> = a.members.iter().chain(&b.members).copied().collect();
+        if group_cycle(g, &merged, pos, a.first.min(b.first)) {
+            continue;
+        }
+        let hfirst = groups[hj].first;
+        let moved = std::mem::take(&mut groups[hj].members);
+        for &m in &moved {
+            group_of.insert(m, gi);
+        }
+        let grp = &mut groups[gi];
+        grp.members.extend(moved);
+        grp.members.sort_by_key(|m| pos[m]);
+        grp.kind = kind;
+        grp.first = grp.first.min(hfirst);
+    }
+}
+
+/// Whether a set of nodes, fused into one, would depend on itself through an outside node.
+fn group_cycle(g: &Graph, members: &HashSet<Node>, pos: &HashMap<Node, usize>, first: usize) -> bool {
+    let outside = |m: &Node| !members.contains(m);
+    let mut stack: Vec<Node> = members
+        .iter()
+        .flat_map(|&m| g.nodes[m].operands.iter().filter_map(|&v| producer(g, v)))
+        .filter(outside)
+        .collect();
+    let mut seen = HashSet::new();
+    while let Some(m) = stack.pop() {
+        if !seen.insert(m) || pos.get(&m).is_none_or(|&p| p < first) {
+            continue;
+        }
+        if members.contains(&m) {
+            return true;
+        }
+        let nd = &g.nodes[m];
+        stack.extend(nd.operands.iter().chain(&nd.control_deps).filter_map(|&v| producer(g, v)));
+    }
+    false
 }
 
 /// Whether adding `n` to group `gi` would make the group depend on itself through an outside
