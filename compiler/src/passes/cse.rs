@@ -7,7 +7,9 @@ use super::rewrite::{is_pure, regions};
 use super::Pass;
 use graphc_ir::{Graph, Node};
 use std::collections::HashMap;
-use std::fmt::Write;
+use graphc_ir::{Attr, TensorData};
+use std::collections::hash_map::DefaultHasher;
+use std::hash::{Hash, Hasher};
 
 #[derive(Debug)]
 pub struct Cse;
@@ -20,22 +22,21 @@ impl Pass for Cse {
     fn run(&self, g: &mut Graph) -> Result<bool, String> {
         let mut changed = false;
         for r in regions(g) {
-            let mut seen: HashMap<String, Node> = HashMap::new();
+            // Buckets by a cheap hash; equality is checked in full within a bucket.
+            let mut seen: HashMap<u64, Vec<Node>> = HashMap::new();
             for n in g.regions[r].nodes.clone() {
                 if !g.nodes[n].regions.is_empty() || !is_pure(g, n) {
                     continue;
                 }
-                let key = key(g, n);
-                match seen.get(&key) {
-                    Some(&first) => {
+                let bucket = seen.entry(fingerprint(g, n)).or_default();
+                match bucket.iter().copied().find(|&m| same(g, m, n)) {
+                    Some(first) => {
                         for (old, new) in g.nodes[n].results.clone().into_iter().zip(g.nodes[first].results.clone()) {
                             g.replace_all_uses(old, new);
                         }
                         changed = true;
                     }
-                    None => {
-                        seen.insert(key, n);
-                    }
+                    None => bucket.push(n),
                 }
             }
         }
@@ -46,18 +47,48 @@ impl Pass for Cse {
     }
 }
 
-/// Everything that determines a pure op's results, as a string.
-fn key(g: &Graph, n: Node) -> String {
+/// Everything that determines a pure op's results is equal: op, operands, `after` list,
+/// attributes, device and result types.
+fn same(g: &Graph, a: Node, b: Node) -> bool {
+    let (x, y) = (&g.nodes[a], &g.nodes[b]);
+    x.op == y.op
+        && x.operands == y.operands
+        && x.control_deps == y.control_deps
+        && x.attrs == y.attrs
+        && x.device == y.device
+        && x.results.len() == y.results.len()
+        && x.results.iter().zip(&y.results).all(|(&u, &v)| g.values[u].ty == g.values[v].ty)
+}
+
+/// A hash of what [`same`] compares, reading only the size and first element of literals.
+fn fingerprint(g: &Graph, n: Node) -> u64 {
     let nd = &g.nodes[n];
-    let mut k = format!("{}|{:?}|{:?}|", nd.op.name(), nd.operands, nd.control_deps);
+    let mut h = DefaultHasher::new();
+    (nd.op, &nd.operands, &nd.control_deps, &nd.device).hash(&mut h);
     for (name, a) in nd.attrs.iter() {
-        let _ = write!(k, "{name}={a};");
-    }
-    if let Some(d) = &nd.device {
-        let _ = write!(k, "|{d}");
+        name.hash(&mut h);
+        match a {
+            Attr::Tensor(t) => {
+                (t.ty(), t.data().len()).hash(&mut h);
+                first_bits(t.data()).hash(&mut h);
+            }
+            other => other.to_string().hash(&mut h),
+        }
     }
     for &v in &nd.results {
-        let _ = write!(k, "|{}", g.values[v].ty);
+        g.values[v].ty.hash(&mut h);
     }
-    k
+    h.finish()
+}
+
+/// The first element's bits (every NaN alike, as literal equality has it).
+fn first_bits(d: &TensorData) -> u64 {
+    let f = |x: f64| if x.is_nan() { u64::MAX } else { x.to_bits() };
+    match d {
+        TensorData::F32(v) => v.first().map_or(0, |&x| f(x as f64)),
+        TensorData::F64(v) => v.first().map_or(0, |&x| f(x)),
+        TensorData::I32(v) => v.first().map_or(0, |&x| x as u64),
+        TensorData::I64(v) => v.first().map_or(0, |&x| x as u64),
+        TensorData::Bool(v) => v.first().map_or(0, |&x| x as u64),
+    }
 }
