@@ -119,8 +119,8 @@ fn passes_are_idempotent_on_the_examples() {
     }
 }
 
-/// A random DAG of elementwise ops, broadcasts, reductions, transposes and constants on
-/// shapes [R,C], [C], [R,1].
+/// A random DAG of elementwise ops, explicit broadcasts, reductions, softmax, matmuls and
+/// constants on shapes [R,C], [C], [R,1].
 fn random_graph(r: u64, c: u64, ops: &[(u8, u8, u8)]) -> Module {
     let mut g = Graph::new("g");
     let body = g.body;
@@ -130,10 +130,11 @@ fn random_graph(r: u64, c: u64, ops: &[(u8, u8, u8)]) -> Module {
         g.add_input("row", Type::tensor(DType::F32, [c])),
         g.add_input("col", Type::tensor(DType::F32, [r, 1])),
     ];
+    let w = g.add_input("w", Type::tensor(DType::F32, [c, c]));
     for &(kind, a, b) in ops {
         let x = vals[a as usize % vals.len()];
         let y = vals[b as usize % vals.len()];
-        let spec = match kind % 12 {
+        let spec = match kind % 14 {
             0 => NodeSpec::new(Op::Add, vec![x, y]),
             1 => NodeSpec::new(Op::Mul, vec![x, y]),
             2 => NodeSpec::new(Op::Sub, vec![x, y]),
@@ -158,7 +159,10 @@ fn random_graph(r: u64, c: u64, ops: &[(u8, u8, u8)]) -> Module {
             10 => NodeSpec::new(Op::ReduceMax, vec![x])
                 .attr("axes", Attr::Ints(vec![-1]))
                 .attr("keep_dims", Attr::Bool(true)),
-            _ => NodeSpec::new(Op::Softmax, vec![x]),
+            11 => NodeSpec::new(Op::Softmax, vec![x]),
+            // Matmul applies only where x is [R,C]; elsewhere the builder rejects it.
+            12 => NodeSpec::new(Op::MatMul, vec![x, w]),
+            _ => NodeSpec::new(Op::Broadcast, vec![x]).attr("shape", Attr::Ints(vec![r as i64, c as i64])),
         };
         if let Ok(v) = g.add(body, spec) {
             vals.push(v[0]);

@@ -5,10 +5,10 @@
 use super::dce::remove_dead;
 use super::rewrite::{is_pure, regions};
 use super::Pass;
-use graphc_ir::{Graph, Node};
-use std::collections::HashMap;
 use graphc_ir::{Attr, TensorData};
+use graphc_ir::{Graph, Node};
 use std::collections::hash_map::DefaultHasher;
+use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 
 #[derive(Debug)]
