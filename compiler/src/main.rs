@@ -42,6 +42,20 @@ enum Command {
     Opt(OptArgs),
     /// Print a module as a Graphviz DOT graph: one cluster per graph and per fusion kernel.
     Dot(DotArgs),
+    /// Import an ONNX model as graphc IR.
+    Import(ImportArgs),
+}
+
+#[derive(clap::Args, Debug)]
+struct ImportArgs {
+    /// The .onnx model.
+    model: PathBuf,
+    /// Write the IR here (atomically) instead of to standard output ('-').
+    #[arg(short, long, value_name = "OUT.gir")]
+    output: Option<PathBuf>,
+    /// Make float initializers variables instead of constants (trainable, checkpointable).
+    #[arg(long)]
+    weights_as_variables: bool,
 }
 
 #[derive(clap::Args, Debug)]
@@ -160,6 +174,7 @@ fn main() -> ExitCode {
         Command::Check(a) => check(&a),
         Command::Fmt(a) => fmt(&a),
         Command::Opt(a) => opt(&a),
+        Command::Import(a) => import(&a),
         Command::Dot(a) => match load(&a.file) {
             Ok((_, m)) => {
                 say!("{}", graphc::dot::to_dot(&m));
@@ -167,7 +182,7 @@ fn main() -> ExitCode {
             }
             Err(_) => Ok(ExitCode::FAILURE),
         },
-        Command::Run(a) => match load(&a.file) {
+        Command::Run(a) => match load_with(&a.file, &run::import_options(&a)) {
             Ok((file, m)) => run::run(&a, &file, m),
             Err(_) => Ok(ExitCode::FAILURE),
         },
@@ -181,8 +196,49 @@ fn main() -> ExitCode {
     }
 }
 
-/// Reads a file (or stdin for `-`), parses and verifies it; diagnostics go to stderr.
+fn import(a: &ImportArgs) -> anyhow::Result<ExitCode> {
+    let options = graphc_onnx::ImportOptions { weights_as_variables: a.weights_as_variables, ..Default::default() };
+    let m = graphc_onnx::import_file(&a.model, &options).map_err(|e| anyhow::anyhow!("{e}"))?;
+    write_output(a.output.as_deref(), &print_module(&m))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Writes text to a file atomically, or to stdout for none or '-'.
+fn write_output(out: Option<&Path>, text: &str) -> anyhow::Result<()> {
+    match out.filter(|p| p.as_os_str() != "-") {
+        Some(out) => graphc_runtime::fsutil::write_atomically(out, |f| f.write_all(text.as_bytes()))
+            .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", out.display())),
+        None => {
+            say!("{}", text.trim_end_matches('\n'));
+            Ok(())
+        }
+    }
+}
+
+/// Reads a file (or stdin for `-`), parses and verifies it; diagnostics go to stderr. An
+/// `.onnx` file is imported (its text is the printed IR, for locating run-time errors).
 fn load(path: &Path) -> Result<(SourceFile, Module), SourceFile> {
+    load_with(path, &graphc_onnx::ImportOptions::default())
+}
+
+fn is_onnx(path: &Path) -> bool {
+    path.extension().is_some_and(|e| e.eq_ignore_ascii_case("onnx"))
+}
+
+/// [`load`], importing an ONNX model with these options.
+fn load_with(path: &Path, options: &graphc_onnx::ImportOptions) -> Result<(SourceFile, Module), SourceFile> {
+    if is_onnx(path) {
+        return match graphc_onnx::import_file(path, options) {
+            Ok(m) => {
+                let file = SourceFile::new(path.display().to_string(), print_module(&m));
+                Ok((file, m))
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                Err(SourceFile::new(path.display().to_string(), ""))
+            }
+        };
+    }
     let (file, parsed) = if path == Path::new("-") {
         let mut bytes = Vec::new();
         let read = std::io::stdin().read_to_end(&mut bytes);
@@ -270,12 +326,7 @@ fn opt(a: &OptArgs) -> anyhow::Result<ExitCode> {
         let after = count(&m);
         eprintln!("nodes: {} -> {}; kernels: {} -> {}", before.0, after.0, before.1, after.1);
     }
-    let text = print_module(&m);
-    match a.output.as_ref().filter(|p| p.as_os_str() != "-") {
-        Some(out) => graphc_runtime::fsutil::write_atomically(out, |f| f.write_all(text.as_bytes()))
-            .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", out.display()))?,
-        None => say!("{}", text.trim_end_matches('\n')),
-    }
+    write_output(a.output.as_deref(), &print_module(&m))?;
     Ok(ExitCode::SUCCESS)
 }
 

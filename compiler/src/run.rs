@@ -119,6 +119,26 @@ pub fn run(a: &RunArgs, file: &SourceFile, module: Module) -> anyhow::Result<Exi
     Ok(ExitCode::SUCCESS)
 }
 
+/// For an ONNX model: the integer inputs given on the command line, which the importer may
+/// need as constants (shapes, axes, slice bounds). Unreadable files are reported later, when
+/// the inputs are fed.
+pub fn import_options(a: &RunArgs) -> graphc_onnx::ImportOptions {
+    let mut options = graphc_onnx::ImportOptions::default();
+    if !crate::is_onnx(&a.file) {
+        return options;
+    }
+    for flag in &a.inputs {
+        if let Some((name, path)) = flag.split_once('=') {
+            if let Ok(t) = npy::read_npy(Path::new(path)) {
+                if matches!(t.dtype(), graphc_ir::DType::I32 | graphc_ir::DType::I64) && t.len() <= 1 << 16 {
+                    options.known_inputs.insert(name.to_string(), t);
+                }
+            }
+        }
+    }
+    options
+}
+
 /// The graphs to run: those named; else the only one; else all of a partitioned module (every
 /// graph sends or receives); else the first, with a note.
 fn select_graphs(a: &RunArgs, file: &SourceFile, m: &Module) -> anyhow::Result<Vec<String>> {

@@ -1,0 +1,740 @@
+//! ONNX graphs to graphc graphs. Each ONNX node becomes one or a few IR nodes; inputs that
+//! ONNX passes as tensors but graphc needs as attributes (a Reshape's shape, a Slice's
+//! bounds, reduction axes) must be constants at import time: initializers, Constant nodes, or
+//! anything computed from them, which the importer evaluates with the reference kernels as it
+//! goes (so `Shape -> Gather -> Concat -> Reshape` chains work, shapes being static).
+
+use crate::proto::{attribute_type, GraphProto, ModelProto, NodeProto};
+use crate::tensor::{dtype_of, tensor_from_proto};
+use graphc_ir::{Attr, DType, Graph, Module, NodeSpec, Op, TensorType, Type, Value};
+use graphc_runtime::{kernels, Tensor};
+use std::collections::HashMap;
+use std::path::Path;
+
+/// How to import.
+#[derive(Clone, Debug, Default)]
+pub struct ImportOptions {
+    /// Make initializers variables (named as in the model, initialized to their values)
+    /// instead of constants, so they can be trained, checkpointed and restored.
+    pub weights_as_variables: bool,
+    /// Values of graph inputs known when importing (`graphc run` knows what it will feed).
+    /// Where an operator needs an input as a constant (a Reshape's shape, Slice bounds,
+    /// reduction axes), a known value specializes the graph to it; the input stays in the
+    /// signature.
+    pub known_inputs: HashMap<String, Tensor>,
+}
+
+/// Results of evaluating a node at import time may be kept as constants up to this size.
+const CONST_LIMIT: usize = 1 << 20;
+
+pub(crate) type Result<T> = std::result::Result<T, String>;
+
+/// Imports a decoded model. `base` is the model's directory (for external data).
+pub fn import_model(model: &ModelProto, base: &Path, options: &ImportOptions) -> Result<Module> {
+    let opset = model
+        .opset_import
+        .iter()
+        .find(|o| matches!(o.domain.as_deref(), None | Some("") | Some("ai.onnx")))
+        .and_then(|o| o.version)
+        .ok_or("the model imports no version of the default ONNX operator set")?;
+    if opset < 13 {
+        return Err(format!("the model uses ONNX opset {opset}; graphc imports opset 13 and later"));
+    }
+    let graph = model.graph.as_ref().ok_or("the model has no graph")?;
+    let mut imp = Importer::new(graph, base, opset, options)?;
+    for node in &graph.node {
+        imp.node(node).map_err(|e| format!("{}: {e}", describe(node)))?;
+    }
+    imp.finish(graph)
+}
+
+fn describe(n: &NodeProto) -> String {
+    match n.name.as_deref().filter(|s| !s.is_empty()) {
+        Some(name) => format!("node '{name}' ({})", n.op_type.as_deref().unwrap_or("?")),
+        None => format!("node {} -> {:?}", n.op_type.as_deref().unwrap_or("?"), n.output),
+    }
+}
+
+struct Importer<'a> {
+    g: Graph,
+    env: HashMap<String, Value>,
+    consts: HashMap<Value, Tensor>,
+    base: &'a Path,
+    opset: i64,
+    options: &'a ImportOptions,
+}
+
+/// Reads a node's attributes with ONNX's defaults.
+struct Attrs<'n>(&'n NodeProto);
+
+impl Attrs<'_> {
+    fn get(&self, name: &str) -> Option<&crate::proto::AttributeProto> {
+        self.0.attribute.iter().find(|a| a.name.as_deref() == Some(name))
+    }
+    fn int(&self, name: &str, default: i64) -> i64 {
+        self.get(name).and_then(|a| a.i).unwrap_or(default)
+    }
+    fn float(&self, name: &str, default: f32) -> f32 {
+        self.get(name).and_then(|a| a.f).unwrap_or(default)
+    }
+    fn ints(&self, name: &str) -> Option<Vec<i64>> {
+        self.get(name).filter(|a| a.r#type == Some(attribute_type::INTS) || !a.ints.is_empty()).map(|a| a.ints.clone())
+    }
+    fn string(&self, name: &str, default: &str) -> String {
+        self.get(name).and_then(|a| a.s.clone()).map(|s| String::from_utf8_lossy(&s).into_owned()).unwrap_or(default.into())
+    }
+}
+
+impl<'a> Importer<'a> {
+    fn new(graph: &GraphProto, base: &'a Path, opset: i64, options: &'a ImportOptions) -> Result<Self> {
+        let mut imp = Importer {
+            g: Graph::new(sanitize_graph_name(graph.name.as_deref().unwrap_or("main"))),
+            env: HashMap::new(),
+            consts: HashMap::new(),
+            base,
+            opset,
+            options,
+        };
+        let body = imp.g.body;
+        let init_names: Vec<&str> = graph.initializer.iter().filter_map(|t| t.name.as_deref()).collect();
+        for vi in &graph.input {
+            let name = vi.name.clone().unwrap_or_default();
+            // Before IR version 4 initializers were listed as inputs too; they are weights.
+            if init_names.contains(&name.as_str()) {
+                continue;
+            }
+            let ty = value_type(vi).map_err(|e| format!("graph input '{name}': {e}"))?;
+            let v = imp.g.add_input(&name, Type::Tensor(ty));
+            imp.env.insert(name, v);
+        }
+        if !graph.sparse_initializer.is_empty() {
+            return Err("sparse initializers are not supported".into());
+        }
+        for init in &graph.initializer {
+            let name = init.name.clone().unwrap_or_default();
+            let t = tensor_from_proto(init, base).map_err(|e| format!("initializer '{name}': {e}"))?;
+            // Integer initializers (shapes, axes, indices) stay constants: imports need them.
+            let v = if imp.options.weights_as_variables && t.dtype().is_float() {
+                let ty = t.ty();
+                let var = imp
+                    .g
+                    .add(
+                        body,
+                        NodeSpec::new(Op::Variable, vec![])
+                            .attr("name", Attr::Str(name.clone()))
+                            .attr("init", Attr::Tensor(t.to_literal()))
+                            .declared(vec![Type::Var(ty)]),
+                    )
+                    .map_err(|e| e.message)?[0];
+                imp.g.add(body, NodeSpec::new(Op::Read, vec![var])).map_err(|e| e.message)?[0]
+            } else {
+                imp.constant(t.clone())?
+            };
+            imp.g.set_name(v, &name);
+            imp.env.insert(name, v);
+        }
+        Ok(imp)
+    }
+
+    fn finish(mut self, graph: &GraphProto) -> Result<Module> {
+        let mut outs = Vec::new();
+        for vi in &graph.output {
+            let name = vi.name.clone().unwrap_or_default();
+            let v = self.value(&name).map_err(|_| format!("graph output '{name}' is computed by no node"))?;
+            outs.push((name, v));
+        }
+        self.g.set_outputs(outs);
+        Ok(Module { graphs: vec![self.g], end_comments: vec![] })
+    }
+
+    fn value(&self, name: &str) -> Result<Value> {
+        self.env.get(name).copied().ok_or_else(|| format!("input '{name}' is not defined by any earlier node, input or initializer"))
+    }
+
+    fn input(&self, n: &NodeProto, i: usize) -> Result<Value> {
+        match n.input.get(i).filter(|s| !s.is_empty()) {
+            Some(name) => self.value(name),
+            None => Err(format!("input {i} is required")),
+        }
+    }
+
+    /// An optional input: absent, or named by the empty string.
+    fn opt_input(&self, n: &NodeProto, i: usize) -> Result<Option<Value>> {
+        match n.input.get(i).filter(|s| !s.is_empty()) {
+            Some(name) => self.value(name).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// The value of an input that must be known at import time.
+    fn const_input(&self, n: &NodeProto, i: usize, what: &str) -> Result<Option<&Tensor>> {
+        let Some(v) = self.opt_input(n, i)? else { return Ok(None) };
+        if let Some(t) = self.consts.get(&v) {
+            return Ok(Some(t));
+        }
+        let fed = self.g.inputs().contains(&v).then(|| self.g.values[v].name.as_deref()).flatten();
+        if let Some(t) = fed.and_then(|name| self.options.known_inputs.get(name)) {
+            return Ok(Some(t));
+        }
+        Err(match fed {
+            Some(name) => format!(
+                "input {i} ({what}) comes from graph input '{name}', whose value graphc needs when importing; give it with --input"
+            ),
+            None => format!("input {i} ({what}) must be a constant at import time (an initializer or computed from them)"),
+        })
+    }
+
+    fn const_ints(&self, n: &NodeProto, i: usize, what: &str) -> Result<Option<Vec<i64>>> {
+        Ok(self.const_input(n, i, what)?.map(|t| t.to_f64_vec().into_iter().map(|x| x as i64).collect()))
+    }
+
+    fn ty(&self, v: Value) -> Result<TensorType> {
+        self.g.values[v].ty.as_tensor().cloned().ok_or("not a tensor".into())
+    }
+
+    fn shape(&self, v: Value) -> Result<Vec<i64>> {
+        Ok(self.ty(v)?.shape.iter().map(|&d| d as i64).collect())
+    }
+
+    /// Adds a node and, when all its operands are known, evaluates it.
+    fn emit(&mut self, spec: NodeSpec) -> Result<Vec<Value>> {
+        let op = spec.op;
+        let known: Option<Vec<Tensor>> = spec.operands.iter().map(|v| self.consts.get(v).cloned()).collect();
+        let attrs = spec.attrs.clone();
+        let body = self.g.body;
+        let node = self.g.add_node(body, spec).map_err(|e| e.message)?;
+        let results = self.g.nodes[node].results.clone();
+        if let Some(inputs) = known.filter(|_| kernels::is_kernel(op) && op != Op::Constant) {
+            let types: Vec<TensorType> = results.iter().filter_map(|&v| self.g.values[v].ty.as_tensor().cloned()).collect();
+            if types.iter().all(|t| t.num_elements().is_some_and(|e| e as usize <= CONST_LIMIT)) {
+                let refs: Vec<&Tensor> = inputs.iter().collect();
+                if let Ok(out) = kernels::eval(op, &attrs, &refs, &types) {
+                    for (&v, t) in results.iter().zip(out) {
+                        self.consts.insert(v, t);
+                    }
+                }
+            }
+        }
+        Ok(results)
+    }
+
+    fn emit1(&mut self, spec: NodeSpec) -> Result<Value> {
+        Ok(self.emit(spec)?[0])
+    }
+
+    fn constant(&mut self, t: Tensor) -> Result<Value> {
+        let v = self.emit1(NodeSpec::new(Op::Constant, vec![]).attr("value", Attr::Tensor(t.to_literal())))?;
+        self.consts.insert(v, t);
+        Ok(v)
+    }
+
+    /// A one-element tensor as a scalar constant.
+    fn reshape_const(&mut self, t: Tensor) -> Result<Value> {
+        let scalar = graphc_runtime::map_dtype!(&t, a => a.clone().into_shape_with_order(ndarray::IxDyn(&[])).map_err(|e| e.to_string())?);
+        self.constant(scalar)
+    }
+
+    fn scalar(&mut self, dtype: DType, x: f64) -> Result<Value> {
+        let t = graphc_runtime::kernels::cast(&Tensor::F64(ndarray::arr0(x).into_dyn()), dtype);
+        self.constant(t)
+    }
+
+    fn unary(&mut self, op: Op, x: Value) -> Result<Value> {
+        self.emit1(NodeSpec::new(op, vec![x]))
+    }
+
+    fn binary(&mut self, op: Op, a: Value, b: Value) -> Result<Value> {
+        self.emit1(NodeSpec::new(op, vec![a, b]))
+    }
+
+    fn reshape(&mut self, x: Value, shape: Vec<i64>) -> Result<Value> {
+        self.emit1(NodeSpec::new(Op::Reshape, vec![x]).attr("shape", Attr::Ints(shape)))
+    }
+
+    fn reduce(&mut self, op: Op, x: Value, axes: Vec<i64>, keep: bool) -> Result<Value> {
+        self.emit1(NodeSpec::new(op, vec![x]).attr("axes", Attr::Ints(axes)).attr("keep_dims", Attr::Bool(keep)))
+    }
+
+    fn bind(&mut self, n: &NodeProto, values: Vec<Value>) -> Result<()> {
+        for (i, name) in n.output.iter().enumerate() {
+            if name.is_empty() {
+                continue;
+            }
+            let v = *values.get(i).ok_or(format!("output {i} ('{name}') is not supported"))?;
+            // A value may carry one name; an alias (Identity of a graph input) gets a node.
+            let v = if self.g.values[v].name.is_some() { self.unary(Op::Identity, v)? } else { v };
+            self.g.set_name(v, name);
+            self.env.insert(name.clone(), v);
+        }
+        Ok(())
+    }
+
+    fn node(&mut self, n: &NodeProto) -> Result<()> {
+        if !matches!(n.domain.as_deref(), None | Some("") | Some("ai.onnx")) {
+            return Err(format!("operator domain '{}' is not supported", n.domain.as_deref().unwrap_or("")));
+        }
+        let op_type = n.op_type.clone().unwrap_or_default();
+        let a = Attrs(n);
+        let outs: Vec<Value> = match op_type.as_str() {
+            "Add" | "Sub" | "Mul" | "Div" | "Equal" | "Greater" | "Less" | "And" | "Or" => {
+                let op = match op_type.as_str() {
+                    "Add" => Op::Add,
+                    "Sub" => Op::Sub,
+                    "Mul" => Op::Mul,
+                    "Div" => Op::Div,
+                    "Equal" => Op::Equal,
+                    "Greater" => Op::Greater,
+                    "Less" => Op::Less,
+                    "And" => Op::And,
+                    _ => Op::Or,
+                };
+                vec![self.binary(op, self.input(n, 0)?, self.input(n, 1)?)?]
+            }
+            "GreaterOrEqual" => vec![self.binary(Op::GreaterEqual, self.input(n, 0)?, self.input(n, 1)?)?],
+            "LessOrEqual" => vec![self.binary(Op::LessEqual, self.input(n, 0)?, self.input(n, 1)?)?],
+            "Pow" => {
+                let (x, y) = (self.input(n, 0)?, self.input(n, 1)?);
+                let dt = self.ty(x)?.dtype;
+                let y = if self.ty(y)?.dtype != dt { self.emit1(NodeSpec::new(Op::Cast, vec![y]).attr("to", Attr::DType(dt)))? } else { y };
+                vec![self.binary(Op::Pow, x, y)?]
+            }
+            "Neg" | "Abs" | "Exp" | "Log" | "Sqrt" | "Relu" | "Sigmoid" | "Tanh" | "Erf" | "Not" | "Identity" => {
+                let op = match op_type.as_str() {
+                    "Neg" => Op::Neg,
+                    "Abs" => Op::Abs,
+                    "Exp" => Op::Exp,
+                    "Log" => Op::Log,
+                    "Sqrt" => Op::Sqrt,
+                    "Relu" => Op::Relu,
+                    "Sigmoid" => Op::Sigmoid,
+                    "Tanh" => Op::Tanh,
+                    "Erf" => Op::Erf,
+                    "Not" => Op::Not,
+                    _ => Op::Identity,
+                };
+                vec![self.unary(op, self.input(n, 0)?)?]
+            }
+            "Max" | "Min" | "Sum" => {
+                let op = match op_type.as_str() {
+                    "Max" => Op::Max,
+                    "Min" => Op::Min,
+                    _ => Op::Add,
+                };
+                let mut acc = self.input(n, 0)?;
+                for i in 1..n.input.len() {
+                    let x = self.input(n, i)?;
+                    acc = self.binary(op, acc, x)?;
+                }
+                if n.input.len() == 1 {
+                    acc = self.unary(Op::Identity, acc)?;
+                }
+                vec![acc]
+            }
+            "Where" => vec![self.emit1(NodeSpec::new(Op::Select, vec![self.input(n, 0)?, self.input(n, 1)?, self.input(n, 2)?]))?],
+            "Cast" => {
+                let to = dtype_of(a.int("to", 0) as i32)?;
+                vec![self.emit1(NodeSpec::new(Op::Cast, vec![self.input(n, 0)?]).attr("to", Attr::DType(to)))?]
+            }
+            "Constant" => vec![self.constant_node(n, &a)?],
+            "ConstantOfShape" => {
+                let shape = self.const_ints(n, 0, "shape")?.ok_or("input 0 (shape) is required")?;
+                let fill = match a.get("value").and_then(|x| x.t.as_ref()) {
+                    Some(t) => tensor_from_proto(t, self.base)?,
+                    None => Tensor::F32(ndarray::arr1(&[0.0f32]).into_dyn()),
+                };
+                if fill.len() != 1 {
+                    return Err("the value attribute must hold one element".into());
+                }
+                let scalar = self.reshape_const(fill)?;
+                let dims: Vec<i64> = shape.iter().map(|&d| d.max(0)).collect();
+                vec![self.emit1(NodeSpec::new(Op::Broadcast, vec![scalar]).attr("shape", Attr::Ints(dims)))?]
+            }
+            "CastLike" => {
+                let to = self.ty(self.input(n, 1)?)?.dtype;
+                vec![self.emit1(NodeSpec::new(Op::Cast, vec![self.input(n, 0)?]).attr("to", Attr::DType(to)))?]
+            }
+            "MatMul" => vec![self.matmul(self.input(n, 0)?, self.input(n, 1)?)?],
+            "Gemm" => vec![self.gemm(n, &a)?],
+            "Transpose" => {
+                let x = self.input(n, 0)?;
+                let rank = self.ty(x)?.rank() as i64;
+                let perm = a.ints("perm").unwrap_or_else(|| (0..rank).rev().collect());
+                vec![self.emit1(NodeSpec::new(Op::Transpose, vec![x]).attr("perm", Attr::Ints(perm)))?]
+            }
+            "Reshape" => {
+                let x = self.input(n, 0)?;
+                let mut shape = self.const_ints(n, 1, "shape")?.ok_or("input 1 (shape) is required")?;
+                let dims = self.shape(x)?;
+                if a.int("allowzero", 0) == 0 {
+                    for (i, s) in shape.iter_mut().enumerate() {
+                        if *s == 0 {
+                            *s = *dims.get(i).ok_or(format!("shape entry {i} is 0 (copy) but the input has rank {}", dims.len()))?;
+                        }
+                    }
+                }
+                vec![self.reshape(x, shape)?]
+            }
+            "Flatten" => {
+                let x = self.input(n, 0)?;
+                let dims = self.shape(x)?;
+                let r = dims.len() as i64;
+                let axis = a.int("axis", 1);
+                let axis = if axis < 0 { axis + r } else { axis };
+                if !(0..=r).contains(&axis) {
+                    return Err(format!("axis {} is out of range for rank {r}", a.int("axis", 1)));
+                }
+                let axis = axis as usize;
+                let outer: i64 = dims[..axis].iter().product();
+                let inner: i64 = dims[axis..].iter().product();
+                vec![self.reshape(x, vec![outer, inner])?]
+            }
+            "Squeeze" | "Unsqueeze" => vec![self.squeeze(n, &a, op_type == "Unsqueeze")?],
+            "Concat" => {
+                let xs = (0..n.input.len()).map(|i| self.input(n, i)).collect::<Result<Vec<_>>>()?;
+                vec![self.emit1(NodeSpec::new(Op::Concat, xs).attr("axis", Attr::Int(a.int("axis", 0))))?]
+            }
+            "Split" => self.split(n, &a)?,
+            "Slice" => vec![self.slice(n)?],
+            "Gather" => {
+                vec![self.emit1(NodeSpec::new(Op::Gather, vec![self.input(n, 0)?, self.input(n, 1)?]).attr("axis", Attr::Int(a.int("axis", 0))))?]
+            }
+            "Expand" => {
+                let x = self.input(n, 0)?;
+                let target = self.const_ints(n, 1, "shape")?.ok_or("input 1 (shape) is required")?;
+                let dims: Vec<u64> = self.shape(x)?.iter().map(|&d| d as u64).collect();
+                let t: Vec<u64> = target.iter().map(|&d| d.max(0) as u64).collect();
+                let out = graphc_ir::shape::broadcast_shapes(&dims, &t)?;
+                vec![self.emit1(NodeSpec::new(Op::Broadcast, vec![x]).attr("shape", Attr::Ints(out.iter().map(|&d| d as i64).collect())))?]
+            }
+            "Shape" => {
+                let x = self.input(n, 0)?;
+                let dims = self.shape(x)?;
+                let r = dims.len() as i64;
+                let clamp = |i: i64| (if i < 0 { i + r } else { i }).clamp(0, r) as usize;
+                let (s, e) = (clamp(a.int("start", 0)), clamp(a.int("end", r)));
+                let part = if s < e { dims[s..e].to_vec() } else { vec![] };
+                vec![self.constant(Tensor::I64(ndarray::Array1::from(part).into_dyn()))?]
+            }
+            "Size" => {
+                let x = self.input(n, 0)?;
+                let count: i64 = self.shape(x)?.iter().product();
+                vec![self.constant(Tensor::I64(ndarray::arr0(count).into_dyn()))?]
+            }
+            "Clip" => {
+                let mut x = self.input(n, 0)?;
+                if let Some(lo) = self.opt_input(n, 1)? {
+                    x = self.binary(Op::Max, x, lo)?;
+                }
+                if let Some(hi) = self.opt_input(n, 2)? {
+                    x = self.binary(Op::Min, x, hi)?;
+                }
+                vec![self.unary(Op::Identity, x)?]
+            }
+            "ReduceSum" | "ReduceMean" | "ReduceMax" | "ReduceMin" => vec![self.reduction(n, &a, &op_type)?],
+            "Softmax" | "LogSoftmax" => {
+                let x = self.input(n, 0)?;
+                let axis = a.int("axis", -1);
+                if op_type == "Softmax" {
+                    vec![self.emit1(NodeSpec::new(Op::Softmax, vec![x]).attr("axis", Attr::Int(axis)))?]
+                } else {
+                    let m = self.reduce(Op::ReduceMax, x, vec![axis], true)?;
+                    let d = self.binary(Op::Sub, x, m)?;
+                    let e = self.unary(Op::Exp, d)?;
+                    let s = self.reduce(Op::ReduceSum, e, vec![axis], true)?;
+                    let l = self.unary(Op::Log, s)?;
+                    vec![self.binary(Op::Sub, d, l)?]
+                }
+            }
+            "Gelu" => {
+                let x = self.input(n, 0)?;
+                let dt = self.ty(x)?.dtype;
+                let half = self.scalar(dt, 0.5)?;
+                let one = self.scalar(dt, 1.0)?;
+                let inner = if a.string("approximate", "none") == "tanh" {
+                    // tanh(sqrt(2/pi) * (x + 0.044715 x^3))
+                    let c = self.scalar(dt, (2.0 / std::f64::consts::PI).sqrt())?;
+                    let k = self.scalar(dt, 0.044715)?;
+                    let x2 = self.binary(Op::Mul, x, x)?;
+                    let x3 = self.binary(Op::Mul, x2, x)?;
+                    let kx3 = self.binary(Op::Mul, k, x3)?;
+                    let s = self.binary(Op::Add, x, kx3)?;
+                    let cs = self.binary(Op::Mul, c, s)?;
+                    self.unary(Op::Tanh, cs)?
+                } else {
+                    let r = self.scalar(dt, std::f64::consts::FRAC_1_SQRT_2)?;
+                    let xr = self.binary(Op::Mul, x, r)?;
+                    self.unary(Op::Erf, xr)?
+                };
+                let p = self.binary(Op::Add, one, inner)?;
+                let hx = self.binary(Op::Mul, half, x)?;
+                vec![self.binary(Op::Mul, hx, p)?]
+            }
+            "LayerNormalization" => self.layer_norm(n, &a)?,
+            "BatchNormalization" => vec![self.batch_norm(n, &a)?],
+            other => return Err(format!("operator '{other}' is not supported (opset {})", self.opset)),
+        };
+        self.bind(n, outs)
+    }
+
+    fn constant_node(&mut self, n: &NodeProto, a: &Attrs) -> Result<Value> {
+        let t = if let Some(t) = a.get("value").and_then(|x| x.t.as_ref()) {
+            tensor_from_proto(t, self.base)?
+        } else if let Some(f) = a.get("value_float").and_then(|x| x.f) {
+            Tensor::F32(ndarray::arr0(f).into_dyn())
+        } else if let Some(i) = a.get("value_int").and_then(|x| x.i) {
+            Tensor::I64(ndarray::arr0(i).into_dyn())
+        } else if let Some(fs) = a.get("value_floats") {
+            Tensor::F32(ndarray::Array1::from(fs.floats.clone()).into_dyn())
+        } else if let Some(is) = a.get("value_ints") {
+            Tensor::I64(ndarray::Array1::from(is.ints.clone()).into_dyn())
+        } else {
+            let which = n.attribute.first().and_then(|x| x.name.clone()).unwrap_or_default();
+            return Err(format!("Constant with attribute '{which}' is not supported"));
+        };
+        self.constant(t)
+    }
+
+    /// numpy matmul: 1-D operands are promoted to matrices and the added dim removed after.
+    fn matmul(&mut self, x: Value, y: Value) -> Result<Value> {
+        let (xs, ys) = (self.shape(x)?, self.shape(y)?);
+        let x2 = if xs.len() == 1 { self.reshape(x, vec![1, xs[0]])? } else { x };
+        let y2 = if ys.len() == 1 { self.reshape(y, vec![ys[0], 1])? } else { y };
+        let m = self.binary(Op::MatMul, x2, y2)?;
+        if xs.len() > 1 && ys.len() > 1 {
+            return Ok(m);
+        }
+        // Drop the dims the promotion added: M for a 1-D lhs, N for a 1-D rhs.
+        let full = self.shape(m)?;
+        let r = full.len();
+        let drop = |i: usize| (xs.len() == 1 && i == r - 2) || (ys.len() == 1 && i == r - 1);
+        let out = full.iter().enumerate().filter(|&(i, _)| !drop(i)).map(|(_, &d)| d).collect();
+        self.reshape(m, out)
+    }
+
+    fn gemm(&mut self, n: &NodeProto, a: &Attrs) -> Result<Value> {
+        let (mut x, mut y) = (self.input(n, 0)?, self.input(n, 1)?);
+        let t = |imp: &mut Self, v: Value| imp.emit1(NodeSpec::new(Op::Transpose, vec![v]).attr("perm", Attr::Ints(vec![1, 0])));
+        if a.int("transA", 0) != 0 {
+            x = t(self, x)?;
+        }
+        if a.int("transB", 0) != 0 {
+            y = t(self, y)?;
+        }
+        let dt = self.ty(x)?.dtype;
+        let mut out = self.binary(Op::MatMul, x, y)?;
+        let alpha = a.float("alpha", 1.0);
+        if alpha != 1.0 {
+            let s = self.scalar(dt, alpha as f64)?;
+            out = self.binary(Op::Mul, out, s)?;
+        }
+        if let Some(mut c) = self.opt_input(n, 2)? {
+            let beta = a.float("beta", 1.0);
+            if beta != 1.0 {
+                let s = self.scalar(dt, beta as f64)?;
+                c = self.binary(Op::Mul, c, s)?;
+            }
+            out = self.binary(Op::Add, out, c)?;
+        }
+        Ok(out)
+    }
+
+    fn squeeze(&mut self, n: &NodeProto, a: &Attrs, unsqueeze: bool) -> Result<Value> {
+        let x = self.input(n, 0)?;
+        let dims = self.shape(x)?;
+        let axes = match self.const_ints(n, 1, "axes")? {
+            Some(v) => Some(v),
+            None => a.ints("axes"),
+        };
+        let shape = if unsqueeze {
+            let axes = axes.ok_or("axes are required")?;
+            let rank = dims.len() + axes.len();
+            let mut axes = axes.iter().map(|&ax| norm_axis(ax, rank)).collect::<Result<Vec<_>>>()?;
+            axes.sort_unstable();
+            let mut out = Vec::with_capacity(rank);
+            let mut it = dims.iter();
+            for i in 0..rank {
+                if axes.contains(&i) {
+                    out.push(1);
+                } else {
+                    out.push(*it.next().ok_or("repeated axes")?);
+                }
+            }
+            out
+        } else {
+            match axes {
+                Some(axes) => {
+                    let axes = axes.iter().map(|&ax| norm_axis(ax, dims.len())).collect::<Result<Vec<_>>>()?;
+                    for &ax in &axes {
+                        if dims[ax] != 1 {
+                            return Err(format!("cannot squeeze axis {ax} of size {}", dims[ax]));
+                        }
+                    }
+                    dims.iter().enumerate().filter(|(i, _)| !axes.contains(i)).map(|(_, &d)| d).collect()
+                }
+                None => dims.iter().copied().filter(|&d| d != 1).collect(),
+            }
+        };
+        self.reshape(x, shape)
+    }
+
+    fn split(&mut self, n: &NodeProto, a: &Attrs) -> Result<Vec<Value>> {
+        let x = self.input(n, 0)?;
+        let dims = self.shape(x)?;
+        let axis = norm_axis(a.int("axis", 0), dims.len())?;
+        let outputs = n.output.len() as i64;
+        let sizes = match self.const_ints(n, 1, "split")? {
+            Some(s) => s,
+            None => match a.ints("split") {
+                Some(s) => s,
+                None => {
+                    let parts = a.get("num_outputs").and_then(|x| x.i).unwrap_or(outputs).max(1);
+                    let chunk = (dims[axis] + parts - 1) / parts;
+                    let mut left = dims[axis];
+                    (0..parts)
+                        .map(|_| {
+                            let s = chunk.min(left);
+                            left -= s;
+                            s
+                        })
+                        .collect()
+                }
+            },
+        };
+        self.emit(NodeSpec::new(Op::Split, vec![x]).attr("axis", Attr::Int(axis as i64)).attr("sizes", Attr::Ints(sizes)))
+    }
+
+    fn slice(&mut self, n: &NodeProto) -> Result<Value> {
+        let x = self.input(n, 0)?;
+        let dims = self.shape(x)?;
+        let starts = self.const_ints(n, 1, "starts")?.ok_or("input 1 (starts) is required")?;
+        let ends = self.const_ints(n, 2, "ends")?.ok_or("input 2 (ends) is required")?;
+        let axes = self.const_ints(n, 3, "axes")?.unwrap_or_else(|| (0..starts.len() as i64).collect());
+        let steps = self.const_ints(n, 4, "steps")?.unwrap_or_else(|| vec![1; starts.len()]);
+        let (mut s, mut e, mut st) = (vec![0i64; dims.len()], dims.clone(), vec![1i64; dims.len()]);
+        for (k, &ax) in axes.iter().enumerate() {
+            let ax = norm_axis(ax, dims.len())?;
+            let step = *steps.get(k).unwrap_or(&1);
+            if step < 1 {
+                return Err(format!("a step of {step} on axis {ax} is not supported (graphc slices with positive steps)"));
+            }
+            // ONNX uses huge values for "to the end"; clamping keeps them in range.
+            let clamp = |v: i64| v.clamp(-dims[ax] - 1, dims[ax]);
+            s[ax] = clamp(*starts.get(k).ok_or("fewer starts than axes")?);
+            e[ax] = clamp(*ends.get(k).ok_or("fewer ends than axes")?);
+            st[ax] = step;
+        }
+        // `ends` of -dim-1 clamps to 0 here as in ONNX; IR slices resolve negatives the same way.
+        let e: Vec<i64> = e.iter().zip(&dims).map(|(&v, &d)| if v < -d { 0 } else { v }).collect();
+        let s: Vec<i64> = s.iter().zip(&dims).map(|(&v, &d)| if v < -d { 0 } else { v }).collect();
+        let mut spec = NodeSpec::new(Op::Slice, vec![x]).attr("starts", Attr::Ints(s)).attr("ends", Attr::Ints(e));
+        if st.iter().any(|&x| x != 1) {
+            spec = spec.attr("steps", Attr::Ints(st));
+        }
+        self.emit1(spec)
+    }
+
+    fn reduction(&mut self, n: &NodeProto, a: &Attrs, op_type: &str) -> Result<Value> {
+        let op = match op_type {
+            "ReduceSum" => Op::ReduceSum,
+            "ReduceMean" => Op::ReduceMean,
+            "ReduceMax" => Op::ReduceMax,
+            _ => Op::ReduceMin,
+        };
+        let x = self.input(n, 0)?;
+        let rank = self.shape(x)?.len() as i64;
+        let axes = match self.const_ints(n, 1, "axes")? {
+            Some(v) => v,
+            None => a.ints("axes").unwrap_or_default(),
+        };
+        let axes = if axes.is_empty() {
+            if a.int("noop_with_empty_axes", 0) != 0 {
+                return self.unary(Op::Identity, x);
+            }
+            (0..rank).collect()
+        } else {
+            axes
+        };
+        self.reduce(op, x, axes, a.int("keepdims", 1) != 0)
+    }
+
+    fn layer_norm(&mut self, n: &NodeProto, a: &Attrs) -> Result<Vec<Value>> {
+        let x = self.input(n, 0)?;
+        let scale = self.input(n, 1)?;
+        let bias = self.opt_input(n, 2)?;
+        let rank = self.shape(x)?.len();
+        let axis = norm_axis(a.int("axis", -1), rank)?;
+        let axes: Vec<i64> = (axis as i64..rank as i64).collect();
+        let dt = self.ty(x)?.dtype;
+        let eps = self.scalar(dt, a.float("epsilon", 1e-5) as f64)?;
+        let mean = self.reduce(Op::ReduceMean, x, axes.clone(), true)?;
+        let d = self.binary(Op::Sub, x, mean)?;
+        let sq = self.binary(Op::Mul, d, d)?;
+        let var = self.reduce(Op::ReduceMean, sq, axes, true)?;
+        let ve = self.binary(Op::Add, var, eps)?;
+        let std = self.unary(Op::Sqrt, ve)?;
+        let one = self.scalar(dt, 1.0)?;
+        let inv = self.binary(Op::Div, one, std)?;
+        let norm = self.binary(Op::Mul, d, inv)?;
+        let mut y = self.binary(Op::Mul, norm, scale)?;
+        if let Some(b) = bias {
+            y = self.binary(Op::Add, y, b)?;
+        }
+        Ok(vec![y, mean, inv])
+    }
+
+    fn batch_norm(&mut self, n: &NodeProto, a: &Attrs) -> Result<Value> {
+        if a.int("training_mode", 0) != 0 || n.output.iter().skip(1).any(|o| !o.is_empty()) {
+            return Err("training mode is not supported (inference only)".into());
+        }
+        let x = self.input(n, 0)?;
+        let rank = self.shape(x)?.len();
+        let dt = self.ty(x)?.dtype;
+        // Per-channel parameters broadcast over dim 1: [C] -> [C, 1, ..., 1].
+        let per_channel = |imp: &mut Self, i: usize| -> Result<Value> {
+            let v = imp.input(n, i)?;
+            let c = imp.shape(v)?;
+            let mut shape = c.clone();
+            shape.extend(std::iter::repeat_n(1, rank.saturating_sub(2)));
+            imp.reshape(v, shape)
+        };
+        let (scale, bias, mean, var) =
+            (per_channel(self, 1)?, per_channel(self, 2)?, per_channel(self, 3)?, per_channel(self, 4)?);
+        let eps = self.scalar(dt, a.float("epsilon", 1e-5) as f64)?;
+        let ve = self.binary(Op::Add, var, eps)?;
+        let std = self.unary(Op::Sqrt, ve)?;
+        let d = self.binary(Op::Sub, x, mean)?;
+        let norm = self.binary(Op::Div, d, std)?;
+        let scaled = self.binary(Op::Mul, norm, scale)?;
+        self.binary(Op::Add, scaled, bias)
+    }
+}
+
+fn norm_axis(axis: i64, rank: usize) -> Result<usize> {
+    graphc_ir::shape::normalize_axis(axis, rank)
+}
+
+/// The tensor type of a graph input or output: a supported element type and static dims.
+fn value_type(vi: &crate::proto::ValueInfoProto) -> Result<TensorType> {
+    let tp = vi.r#type.as_ref().ok_or("it has no type")?;
+    let t = tp.tensor_type.as_ref().ok_or("only tensors are supported (not sequences, maps or optionals)")?;
+    let dtype = dtype_of(t.elem_type.unwrap_or(0))?;
+    let shape = t.shape.as_ref().ok_or("its shape is unknown; graphc needs static shapes")?;
+    let mut dims = Vec::new();
+    for (i, d) in shape.dim.iter().enumerate() {
+        match (d.dim_value, &d.dim_param) {
+            (Some(v), _) if v >= 0 => dims.push(v as u64),
+            (_, Some(p)) => return Err(format!("dim {i} is symbolic ('{p}'); graphc needs static shapes")),
+            _ => return Err(format!("dim {i} is unknown; graphc needs static shapes")),
+        }
+    }
+    Ok(TensorType::new(dtype, dims))
+}
+
+fn sanitize_graph_name(s: &str) -> String {
+    let t: String = s.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' { c } else { '_' }).collect();
+    if t.is_empty() || t.starts_with(|c: char| c.is_ascii_digit()) {
+        format!("g_{t}")
+    } else {
+        t
+    }
+}

@@ -1,0 +1,195 @@
+#!/usr/bin/env python3
+"""Runs the ONNX backend node tests through `graphc run` and compares with expected outputs.
+
+Sets itself up: creates tests/onnx/.venv with onnx==1.22.0 (the last release whose wheel ships
+the node tests as files) on first use, builds graphc, then for every test in
+onnx/backend/test/data/node converts the inputs to .npy, runs
+`graphc run model.onnx --input NAME=PATH ... --out-dir DIR`, and compares each output (rtol
+1e-3, atol 1e-4 for floats; exact for ints and bools). Prints a per-op table and
+'N passed, N failed'.
+
+tests/onnx/passing.txt lists the tests that passed when it was last updated; a test on that
+list that fails now makes the run fail (exit 1). `--update` rewrites the list.
+
+Usage: python3 tests/onnx/conformance.py [--update] [--backend interp] [--filter SUBSTRING] [-v]
+"""
+
+import os
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+VENV = os.path.join(HERE, ".venv")
+VENV_PY = os.path.join(VENV, "bin", "python")
+PASSING = os.path.join(HERE, "passing.txt")
+
+
+def ensure_venv():
+    """Re-runs this script inside the venv, creating it first if needed."""
+    if os.path.realpath(sys.prefix) == os.path.realpath(VENV):
+        return
+    if not os.path.exists(VENV_PY):
+        print("setting up", VENV, "(onnx==1.22.0)", flush=True)
+        subprocess.check_call([sys.executable, "-m", "venv", VENV])
+        subprocess.check_call([VENV_PY, "-m", "pip", "install", "-q", "onnx==1.22.0"])
+    os.execv(VENV_PY, [VENV_PY, os.path.abspath(__file__)] + sys.argv[1:])
+
+
+def build_graphc():
+    graphc = os.environ.get("GRAPHC")
+    if graphc:
+        return graphc
+    subprocess.check_call(["cargo", "build", "-q", "-p", "graphc"], cwd=ROOT)
+    return os.path.join(ROOT, "target", "debug", "graphc")
+
+
+def sanitize(name):
+    return "".join(c if c.isalnum() or c in "._-" else "_" for c in name)
+
+
+def compare(expected, got):
+    import numpy as np
+
+    if expected.shape != got.shape:
+        return f"shape {got.shape}, expected {expected.shape}"
+    if expected.dtype.kind == "f":
+        if got.dtype.kind != "f":
+            return f"dtype {got.dtype}, expected {expected.dtype}"
+        e, g = expected.astype(np.float64), got.astype(np.float64)
+        if not np.allclose(g, e, rtol=1e-3, atol=1e-4, equal_nan=True):
+            bad = np.argmax(~np.isclose(g, e, rtol=1e-3, atol=1e-4, equal_nan=True))
+            return f"values differ (first at flat index {bad}: {g.flat[bad]} vs {e.flat[bad]})"
+        return None
+    if expected.dtype != got.dtype and not (expected.dtype.kind == got.dtype.kind == "b"):
+        return f"dtype {got.dtype}, expected {expected.dtype}"
+    if not np.array_equal(expected, got):
+        return "values differ"
+    return None
+
+
+def run_test(graphc, test_dir, work, backend):
+    """Returns (op, error or None)."""
+    import numpy as np
+    import onnx
+    from onnx import numpy_helper
+
+    model = onnx.load(os.path.join(test_dir, "model.onnx"), load_external_data=False)
+    op = model.graph.node[0].op_type if model.graph.node else "?"
+    inits = {t.name for t in model.graph.initializer}
+    inputs = [i.name for i in model.graph.input if i.name not in inits]
+    outputs = [o.name for o in model.graph.output]
+    sets = sorted(d for d in os.listdir(test_dir) if d.startswith("test_data_set_"))
+    if not sets:
+        return op, "no test data"
+    for ds in sets:
+        d = os.path.join(test_dir, ds)
+        args = [graphc, "run", os.path.join(test_dir, "model.onnx"), "--backend", backend]
+        for i, name in enumerate(inputs):
+            pb = os.path.join(d, f"input_{i}.pb")
+            if not os.path.exists(pb):
+                return op, f"missing {pb}"
+            t = onnx.TensorProto()
+            with open(pb, "rb") as f:
+                t.ParseFromString(f.read())
+            try:
+                arr = numpy_helper.to_array(t)
+            except Exception as e:  # noqa: BLE001 - any unreadable test input
+                return op, f"numpy cannot read input {i}: {e}"
+            path = os.path.join(work, f"in{i}.npy")
+            np.save(path, arr)
+            args += ["--input", f"{name}={path}"]
+        out_dir = os.path.join(work, "out")
+        for f in os.listdir(out_dir) if os.path.isdir(out_dir) else []:
+            os.remove(os.path.join(out_dir, f))
+        args += ["--out-dir", out_dir]
+        try:
+            r = subprocess.run(args, capture_output=True, text=True, timeout=120)
+        except subprocess.TimeoutExpired:
+            return op, "timed out"
+        if r.returncode != 0:
+            lines = [l for l in r.stderr.strip().splitlines() if l.strip()]
+            return op, (lines[0] if lines else f"exit {r.returncode}")[:300]
+        for i, name in enumerate(outputs):
+            t = onnx.TensorProto()
+            with open(os.path.join(d, f"output_{i}.pb"), "rb") as f:
+                t.ParseFromString(f.read())
+            expected = numpy_helper.to_array(t)
+            path = os.path.join(out_dir, sanitize(name) + ".npy")
+            if not os.path.exists(path):
+                return op, f"output '{name}' was not written"
+            err = compare(expected, np.load(path))
+            if err:
+                return op, f"output '{name}': {err}"
+    return op, None
+
+
+def main():
+    ensure_venv()
+    import onnx
+
+    args = sys.argv[1:]
+    update = "--update" in args
+    verbose = "-v" in args
+    backend = args[args.index("--backend") + 1] if "--backend" in args else "interp"
+    flt = args[args.index("--filter") + 1] if "--filter" in args else ""
+    graphc = build_graphc()
+    node_dir = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "node")
+    tests = sorted(t for t in os.listdir(node_dir) if flt in t)
+    work = os.path.join(ROOT, "target", "onnx-conformance")
+    os.makedirs(work, exist_ok=True)
+
+    by_op = {}
+    passed, failed = [], {}
+    for i, name in enumerate(tests):
+        op, err = run_test(graphc, os.path.join(node_dir, name), work, backend)
+        stats = by_op.setdefault(op, [0, 0])
+        if err is None:
+            passed.append(name)
+            stats[0] += 1
+        else:
+            failed[name] = err
+            stats[1] += 1
+            if verbose:
+                print(f"FAIL {name}: {err}")
+        if (i + 1) % 200 == 0:
+            print(f"... {i + 1}/{len(tests)}", flush=True)
+
+    print(f"\n{'op':<32} {'passed':>7} {'failed':>7}")
+    for op in sorted(by_op):
+        p, f = by_op[op]
+        print(f"{op:<32} {p:>7} {f:>7}")
+    print(f"\n{len(passed)} passed, {len(failed)} failed")
+
+    reasons = {}
+    for err in failed.values():
+        key = err.split(":", 2)[-1].strip()[:90] if "not supported" in err else err[:90]
+        reasons[key] = reasons.get(key, 0) + 1
+    print("\nmost common failures:")
+    for r, c in sorted(reasons.items(), key=lambda x: -x[1])[:15]:
+        print(f"{c:>6}  {r}")
+
+    if update:
+        if flt:
+            sys.exit("--update runs on the whole suite only (no --filter)")
+        with open(PASSING, "w") as f:
+            f.write("".join(t + "\n" for t in passed))
+        print(f"\nwrote {len(passed)} tests to {PASSING}")
+        return
+    known = set()
+    if os.path.exists(PASSING):
+        with open(PASSING) as f:
+            known = {l.strip() for l in f if l.strip()}
+    regressed = sorted(t for t in known if t in failed)
+    new = sorted(t for t in passed if t not in known)
+    if new:
+        print(f"\n{len(new)} tests pass that passing.txt does not list; run with --update to record them")
+    if regressed:
+        print(f"\nREGRESSIONS: {len(regressed)} tests on passing.txt fail now:")
+        for t in regressed:
+            print(f"  {t}: {failed[t]}")
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
