@@ -81,7 +81,10 @@ impl Attrs<'_> {
         self.get(name).filter(|a| a.r#type == Some(attribute_type::INTS) || !a.ints.is_empty()).map(|a| a.ints.clone())
     }
     fn string(&self, name: &str, default: &str) -> String {
-        self.get(name).and_then(|a| a.s.clone()).map(|s| String::from_utf8_lossy(&s).into_owned()).unwrap_or(default.into())
+        self.get(name)
+            .and_then(|a| a.s.clone())
+            .map(|s| String::from_utf8_lossy(&s).into_owned())
+            .unwrap_or(default.into())
     }
 }
 
@@ -148,7 +151,10 @@ impl<'a> Importer<'a> {
     }
 
     fn value(&self, name: &str) -> Result<Value> {
-        self.env.get(name).copied().ok_or_else(|| format!("input '{name}' is not defined by any earlier node, input or initializer"))
+        self.env
+            .get(name)
+            .copied()
+            .ok_or_else(|| format!("input '{name}' is not defined by any earlier node, input or initializer"))
     }
 
     fn input(&self, n: &NodeProto, i: usize) -> Result<Value> {
@@ -205,7 +211,8 @@ impl<'a> Importer<'a> {
         let node = self.g.add_node(body, spec).map_err(|e| e.message)?;
         let results = self.g.nodes[node].results.clone();
         if let Some(inputs) = known.filter(|_| kernels::is_kernel(op) && op != Op::Constant) {
-            let types: Vec<TensorType> = results.iter().filter_map(|&v| self.g.values[v].ty.as_tensor().cloned()).collect();
+            let types: Vec<TensorType> =
+                results.iter().filter_map(|&v| self.g.values[v].ty.as_tensor().cloned()).collect();
             if types.iter().all(|t| t.num_elements().is_some_and(|e| e as usize <= CONST_LIMIT)) {
                 let refs: Vec<&Tensor> = inputs.iter().collect();
                 if let Ok(out) = kernels::eval(op, &attrs, &refs, &types) {
@@ -295,7 +302,11 @@ impl<'a> Importer<'a> {
             "Pow" => {
                 let (x, y) = (self.input(n, 0)?, self.input(n, 1)?);
                 let dt = self.ty(x)?.dtype;
-                let y = if self.ty(y)?.dtype != dt { self.emit1(NodeSpec::new(Op::Cast, vec![y]).attr("to", Attr::DType(dt)))? } else { y };
+                let y = if self.ty(y)?.dtype != dt {
+                    self.emit1(NodeSpec::new(Op::Cast, vec![y]).attr("to", Attr::DType(dt)))?
+                } else {
+                    y
+                };
                 vec![self.binary(Op::Pow, x, y)?]
             }
             "Neg" | "Abs" | "Exp" | "Log" | "Sqrt" | "Relu" | "Sigmoid" | "Tanh" | "Erf" | "Not" | "Identity" => {
@@ -330,7 +341,10 @@ impl<'a> Importer<'a> {
                 }
                 vec![acc]
             }
-            "Where" => vec![self.emit1(NodeSpec::new(Op::Select, vec![self.input(n, 0)?, self.input(n, 1)?, self.input(n, 2)?]))?],
+            "Where" => {
+                vec![self
+                    .emit1(NodeSpec::new(Op::Select, vec![self.input(n, 0)?, self.input(n, 1)?, self.input(n, 2)?]))?]
+            }
             "Cast" => {
                 let to = dtype_of(a.int("to", 0) as i32)?;
                 vec![self.emit1(NodeSpec::new(Op::Cast, vec![self.input(n, 0)?]).attr("to", Attr::DType(to)))?]
@@ -368,7 +382,9 @@ impl<'a> Importer<'a> {
                 if a.int("allowzero", 0) == 0 {
                     for (i, s) in shape.iter_mut().enumerate() {
                         if *s == 0 {
-                            *s = *dims.get(i).ok_or(format!("shape entry {i} is 0 (copy) but the input has rank {}", dims.len()))?;
+                            *s = *dims
+                                .get(i)
+                                .ok_or(format!("shape entry {i} is 0 (copy) but the input has rank {}", dims.len()))?;
                         }
                     }
                 }
@@ -396,7 +412,10 @@ impl<'a> Importer<'a> {
             "Split" => self.split(n, &a)?,
             "Slice" => vec![self.slice(n)?],
             "Gather" => {
-                vec![self.emit1(NodeSpec::new(Op::Gather, vec![self.input(n, 0)?, self.input(n, 1)?]).attr("axis", Attr::Int(a.int("axis", 0))))?]
+                vec![self.emit1(
+                    NodeSpec::new(Op::Gather, vec![self.input(n, 0)?, self.input(n, 1)?])
+                        .attr("axis", Attr::Int(a.int("axis", 0))),
+                )?]
             }
             "Expand" => {
                 let x = self.input(n, 0)?;
@@ -404,7 +423,10 @@ impl<'a> Importer<'a> {
                 let dims: Vec<u64> = self.shape(x)?.iter().map(|&d| d as u64).collect();
                 let t: Vec<u64> = target.iter().map(|&d| d.max(0) as u64).collect();
                 let out = graphc_ir::shape::broadcast_shapes(&dims, &t)?;
-                vec![self.emit1(NodeSpec::new(Op::Broadcast, vec![x]).attr("shape", Attr::Ints(out.iter().map(|&d| d as i64).collect())))?]
+                vec![self.emit1(
+                    NodeSpec::new(Op::Broadcast, vec![x])
+                        .attr("shape", Attr::Ints(out.iter().map(|&d| d as i64).collect())),
+                )?]
             }
             "Shape" => {
                 let x = self.input(n, 0)?;
@@ -513,7 +535,9 @@ impl<'a> Importer<'a> {
 
     fn gemm(&mut self, n: &NodeProto, a: &Attrs) -> Result<Value> {
         let (mut x, mut y) = (self.input(n, 0)?, self.input(n, 1)?);
-        let t = |imp: &mut Self, v: Value| imp.emit1(NodeSpec::new(Op::Transpose, vec![v]).attr("perm", Attr::Ints(vec![1, 0])));
+        let t = |imp: &mut Self, v: Value| {
+            imp.emit1(NodeSpec::new(Op::Transpose, vec![v]).attr("perm", Attr::Ints(vec![1, 0])))
+        };
         if a.int("transA", 0) != 0 {
             x = t(self, x)?;
         }
@@ -600,7 +624,9 @@ impl<'a> Importer<'a> {
                 }
             },
         };
-        self.emit(NodeSpec::new(Op::Split, vec![x]).attr("axis", Attr::Int(axis as i64)).attr("sizes", Attr::Ints(sizes)))
+        self.emit(
+            NodeSpec::new(Op::Split, vec![x]).attr("axis", Attr::Int(axis as i64)).attr("sizes", Attr::Ints(sizes)),
+        )
     }
 
     fn slice(&mut self, n: &NodeProto) -> Result<Value> {
@@ -615,7 +641,9 @@ impl<'a> Importer<'a> {
             let ax = norm_axis(ax, dims.len())?;
             let step = *steps.get(k).unwrap_or(&1);
             if step < 1 {
-                return Err(format!("a step of {step} on axis {ax} is not supported (graphc slices with positive steps)"));
+                return Err(format!(
+                    "a step of {step} on axis {ax} is not supported (graphc slices with positive steps)"
+                ));
             }
             // ONNX uses huge values for "to the end"; clamping keeps them in range.
             let clamp = |v: i64| v.clamp(-dims[ax] - 1, dims[ax]);

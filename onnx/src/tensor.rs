@@ -31,7 +31,8 @@ pub fn tensor_from_proto(t: &TensorProto, base: &Path) -> Result<Tensor, String>
         return Err(format!("tensor '{name}' has a negative dim in {:?}", t.dims));
     }
     let shape: Vec<usize> = t.dims.iter().map(|&d| d as usize).collect();
-    let count = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d)).ok_or(format!("tensor '{name}' is too large"))?;
+    let count =
+        shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d)).ok_or(format!("tensor '{name}' is too large"))?;
     let external;
     let raw: Option<&[u8]> = if t.data_location == Some(1) {
         external = read_external(t, base).map_err(|e| format!("tensor '{name}': {e}"))?;
@@ -69,7 +70,8 @@ pub fn tensor_from_proto(t: &TensorProto, base: &Path) -> Result<Tensor, String>
         },
     };
     let got = data.len();
-    Tensor::from_data(&shape, data).ok_or(format!("tensor '{name}' of shape {shape:?} holds {got} elements, not {count}"))
+    Tensor::from_data(&shape, data)
+        .ok_or(format!("tensor '{name}' of shape {shape:?} holds {got} elements, not {count}"))
 }
 
 /// The bytes of an externally stored tensor: `location` relative to the model's directory,
@@ -83,14 +85,17 @@ fn read_external(t: &TensorProto, base: &Path) -> Result<Vec<u8>, String> {
     }
     let path = base.join(rel);
     let bytes = std::fs::read(&path).map_err(|e| format!("cannot read external data {}: {e}", path.display()))?;
-    let offset: usize = get("offset").map(|o| o.parse().map_err(|_| format!("bad offset '{o}'"))).transpose()?.unwrap_or(0);
-    let length: Option<usize> = get("length").map(|l| l.parse().map_err(|_| format!("bad length '{l}'"))).transpose()?;
+    let offset: usize =
+        get("offset").map(|o| o.parse().map_err(|_| format!("bad offset '{o}'"))).transpose()?.unwrap_or(0);
+    let length: Option<usize> =
+        get("length").map(|l| l.parse().map_err(|_| format!("bad length '{l}'"))).transpose()?;
     let end = match length {
         Some(l) => offset.checked_add(l).ok_or("offset plus length overflows")?,
         None => bytes.len(),
     };
-    bytes
-        .get(offset..end)
-        .map(<[u8]>::to_vec)
-        .ok_or(format!("external data {} holds {} bytes, fewer than offset {offset} + length", path.display(), bytes.len()))
+    bytes.get(offset..end).map(<[u8]>::to_vec).ok_or(format!(
+        "external data {} holds {} bytes, fewer than offset {offset} + length",
+        path.display(),
+        bytes.len()
+    ))
 }
