@@ -491,11 +491,106 @@ impl<'a> Importer<'a> {
                 let hx = self.binary(Op::Mul, half, x)?;
                 vec![self.binary(Op::Mul, hx, p)?]
             }
+            "Reciprocal" | "Softplus" | "Softsign" | "LeakyRelu" | "Elu" | "Selu" | "Celu" | "HardSigmoid"
+            | "HardSwish" | "ThresholdedRelu" | "Mish" => vec![self.activation(&op_type, self.input(n, 0)?, &a)?],
+            "PRelu" => {
+                let (x, slope) = (self.input(n, 0)?, self.input(n, 1)?);
+                let dt = self.ty(x)?.dtype;
+                let zero = self.scalar(dt, 0.0)?;
+                let neg = self.binary(Op::Less, x, zero)?;
+                let scaled = self.binary(Op::Mul, x, slope)?;
+                vec![self.emit1(NodeSpec::new(Op::Select, vec![neg, scaled, x]))?]
+            }
+            "Xor" => vec![self.binary(Op::NotEqual, self.input(n, 0)?, self.input(n, 1)?)?],
             "LayerNormalization" => self.layer_norm(n, &a)?,
             "BatchNormalization" => vec![self.batch_norm(n, &a)?],
             other => return Err(format!("operator '{other}' is not supported (opset {})", self.opset)),
         };
         self.bind(n, outs)
+    }
+
+    /// Activations that are short compositions of IR ops, with ONNX's default parameters.
+    fn activation(&mut self, op_type: &str, x: Value, a: &Attrs) -> Result<Value> {
+        let dt = self.ty(x)?.dtype;
+        let k = |imp: &mut Self, v: f64| imp.scalar(dt, v);
+        let zero = k(self, 0.0)?;
+        let one = k(self, 1.0)?;
+        Ok(match op_type {
+            "Reciprocal" => self.binary(Op::Div, one, x)?,
+            "Softplus" | "Mish" => {
+                // log(1 + exp(x)), written as max(x, 0) + log(1 + exp(-|x|)) so large x stays finite.
+                let ax = self.unary(Op::Abs, x)?;
+                let nax = self.unary(Op::Neg, ax)?;
+                let e = self.unary(Op::Exp, nax)?;
+                let p = self.binary(Op::Add, one, e)?;
+                let l = self.unary(Op::Log, p)?;
+                let r = self.unary(Op::Relu, x)?;
+                let sp = self.binary(Op::Add, r, l)?;
+                if op_type == "Mish" {
+                    let t = self.unary(Op::Tanh, sp)?;
+                    self.binary(Op::Mul, x, t)?
+                } else {
+                    sp
+                }
+            }
+            "Softsign" => {
+                let ax = self.unary(Op::Abs, x)?;
+                let d = self.binary(Op::Add, one, ax)?;
+                self.binary(Op::Div, x, d)?
+            }
+            "LeakyRelu" => {
+                let alpha = k(self, a.float("alpha", 0.01) as f64)?;
+                let neg = self.binary(Op::Less, x, zero)?;
+                let scaled = self.binary(Op::Mul, x, alpha)?;
+                self.emit1(NodeSpec::new(Op::Select, vec![neg, scaled, x]))?
+            }
+            "ThresholdedRelu" => {
+                let alpha = k(self, a.float("alpha", 1.0) as f64)?;
+                let above = self.binary(Op::Greater, x, alpha)?;
+                self.emit1(NodeSpec::new(Op::Select, vec![above, x, zero]))?
+            }
+            "Elu" | "Selu" | "Celu" => {
+                // alpha * (exp(x / c) - 1) below zero, x above; Selu scales both by gamma.
+                let (alpha, c, gamma) = match op_type {
+                    "Elu" => (a.float("alpha", 1.0) as f64, 1.0, 1.0),
+                    "Celu" => (a.float("alpha", 1.0) as f64, a.float("alpha", 1.0) as f64, 1.0),
+                    _ => (a.float("alpha", 1.673_263_2) as f64, 1.0, a.float("gamma", 1.050_701) as f64),
+                };
+                let cv = k(self, c)?;
+                let xc = self.binary(Op::Div, x, cv)?;
+                let e = self.unary(Op::Exp, xc)?;
+                let em1 = self.binary(Op::Sub, e, one)?;
+                let av = k(self, alpha)?;
+                let neg_part = self.binary(Op::Mul, av, em1)?;
+                let neg = self.binary(Op::Less, x, zero)?;
+                let y = self.emit1(NodeSpec::new(Op::Select, vec![neg, neg_part, x]))?;
+                if gamma == 1.0 {
+                    y
+                } else {
+                    let g = k(self, gamma)?;
+                    self.binary(Op::Mul, g, y)?
+                }
+            }
+            "HardSigmoid" | "HardSwish" => {
+                let (alpha, beta) = if op_type == "HardSwish" {
+                    (1.0 / 6.0, 0.5)
+                } else {
+                    (a.float("alpha", 0.2) as f64, a.float("beta", 0.5) as f64)
+                };
+                let av = k(self, alpha)?;
+                let bv = k(self, beta)?;
+                let ax = self.binary(Op::Mul, x, av)?;
+                let s = self.binary(Op::Add, ax, bv)?;
+                let lo = self.binary(Op::Max, s, zero)?;
+                let hs = self.binary(Op::Min, lo, one)?;
+                if op_type == "HardSwish" {
+                    self.binary(Op::Mul, x, hs)?
+                } else {
+                    hs
+                }
+            }
+            other => return Err(format!("operator '{other}' is not supported")),
+        })
     }
 
     fn constant_node(&mut self, n: &NodeProto, a: &Attrs) -> Result<Value> {
@@ -640,10 +735,11 @@ impl<'a> Importer<'a> {
         for (k, &ax) in axes.iter().enumerate() {
             let ax = norm_axis(ax, dims.len())?;
             let step = *steps.get(k).unwrap_or(&1);
-            if step < 1 {
-                return Err(format!(
-                    "a step of {step} on axis {ax} is not supported (graphc slices with positive steps)"
-                ));
+            if step == 0 {
+                return Err(format!("a step of 0 on axis {ax}"));
+            }
+            if step < 0 {
+                return self.slice_by_gather(x, &dims, &starts, &ends, &axes, &steps);
             }
             // ONNX uses huge values for "to the end"; clamping keeps them in range.
             let clamp = |v: i64| v.clamp(-dims[ax] - 1, dims[ax]);
@@ -659,6 +755,43 @@ impl<'a> Importer<'a> {
             spec = spec.attr("steps", Attr::Ints(st));
         }
         self.emit1(spec)
+    }
+
+    /// A slice with a negative step: the indices each axis keeps, computed with ONNX's rules,
+    /// become a gather per sliced axis.
+    fn slice_by_gather(
+        &mut self,
+        x: Value,
+        dims: &[i64],
+        starts: &[i64],
+        ends: &[i64],
+        axes: &[i64],
+        steps: &[i64],
+    ) -> Result<Value> {
+        let mut cur = x;
+        for (k, &ax) in axes.iter().enumerate() {
+            let axis = norm_axis(ax, dims.len())?;
+            let d = dims[axis];
+            let step = *steps.get(k).unwrap_or(&1);
+            let (s, e) = (*starts.get(k).ok_or("fewer starts than axes")?, *ends.get(k).ok_or("fewer ends than axes")?);
+            let fix = |v: i64| if v < 0 { v.saturating_add(d) } else { v };
+            let idx: Vec<i64> = if step > 0 {
+                let (s, e) = (fix(s).clamp(0, d), fix(e).clamp(0, d));
+                (s..e).step_by(step as usize).collect()
+            } else {
+                let (s, e) = (fix(s).clamp(-1, d - 1), fix(e).clamp(-1, d - 1));
+                let mut v = Vec::new();
+                let mut i = s;
+                while i > e {
+                    v.push(i);
+                    i += step;
+                }
+                v
+            };
+            let t = self.constant(Tensor::I64(ndarray::Array1::from(idx).into_dyn()))?;
+            cur = self.emit1(NodeSpec::new(Op::Gather, vec![cur, t]).attr("axis", Attr::Int(axis as i64)))?;
+        }
+        Ok(cur)
     }
 
     fn reduction(&mut self, n: &NodeProto, a: &Attrs, op_type: &str) -> Result<Value> {
