@@ -21,6 +21,7 @@ pub mod suggest;
 pub mod topo;
 pub mod types;
 pub mod verify;
+pub mod window;
 
 pub use attr::{Attr, AttrKind, Attrs, TensorData, TensorLiteral};
 pub use device::{DeviceKind, DeviceSpec};

@@ -43,6 +43,7 @@ define_ops! {
     Rank => "rank",
     // Matrix.
     MatMul => "matmul",
+    Conv => "conv",
     // Elementwise unary.
     Neg => "neg",
     Abs => "abs",
@@ -77,6 +78,8 @@ define_ops! {
     ReduceMax => "reduce_max",
     ReduceMin => "reduce_min",
     Softmax => "softmax",
+    MaxPool => "max_pool",
+    AvgPool => "avg_pool",
     // State.
     Variable => "variable",
     Read => "read",
@@ -413,6 +416,15 @@ fn build_def(op: Op) -> OpDef {
             "Both operands have rank at least 2 and the same numeric dtype. `lhs` is `[..., M, K]` and `rhs` `[..., K, N]`; the batch dims `...` broadcast; the result is `[..., M, N]` with `result[b, m, n] = sum_k lhs[b, m, k] * rhs[b, k, n]`.",
             "graph @g(%a: f32[2,3], %b: f32[3,4]) -> (y: f32[2,4]) {\n  %0 = matmul %a, %b : f32[2,4]\n  return %0\n}\n",
             rules::matmul),
+        Op::Conv => plain(Contraction, "Convolution over the spatial dims (NCHW layout, ONNX `Conv`).", "input, weight", (2, Some(2)), vec![
+                attr("strides", K::Ints, AttrDefault::Optional, "Step per spatial dim, each at least 1; all 1 when left out."),
+                attr("pads", K::Ints, AttrDefault::Optional, "Zero padding: every spatial dim's start, then every one's end; all 0 when left out."),
+                attr("dilations", K::Ints, AttrDefault::Optional, "Spacing of the filter taps per spatial dim; all 1 when left out."),
+                attr("group", K::Int, AttrDefault::Value(Attr::Int(1)), "Number of channel groups; input and output channels are both divisible by it."),
+            ],
+            "`input` is `[N, C, D1, ..., Dk]` (k at least 1) and `weight` `[M, C/group, K1, ..., Kk]`, both floats of one dtype. Output channel m sees the input channels of its group (`m / (M/group)`). `result[n, m, o...] = sum_{c, k...} input[n, g*C/group + c, o*stride - pad_begin + k*dilation] * weight[m, c, k...]`, positions outside the input counting as 0. Output size per dim: `floor((D + pad_begin + pad_end - dilation*(K-1) - 1) / stride) + 1`.",
+            "graph @g(%x: f32[1,2,5,5], %w: f32[4,2,3,3]) -> (y: f32[1,4,3,3]) {\n  %0 = conv %x, %w : f32[1,4,3,3]\n  return %0\n}\n",
+            rules::conv),
         Op::Neg => elementwise("Negation.", "input", 1, "`-x`, for numeric dtypes (integers wrap).", unary_example("neg", "f32"), rules::unary_numeric),
         Op::Abs => elementwise("Absolute value.", "input", 1, "`|x|`, for numeric dtypes (integers wrap at the minimum).", unary_example("abs", "f32"), rules::unary_numeric),
         Op::Exp => elementwise("Exponential.", "input", 1, "`e^x`, for floats.", unary_example("exp", "f32"), rules::unary_float),
@@ -456,6 +468,31 @@ fn build_def(op: Op) -> OpDef {
             "`exp(x - max(x)) / sum(exp(x - max(x)))` along `axis`, for floats. A composite: passes expand it into reduce_max, sub, exp, reduce_sum and div before fusion.",
             "graph @g(%x: f32[2,5]) -> (y: f32[2,5]) {\n  %0 = softmax %x : f32[2,5]\n  return %0\n}\n",
             rules::softmax),
+        Op::MaxPool | Op::AvgPool => {
+            let max = op == Op::MaxPool;
+            let mut attrs = vec![
+                required("kernel", K::Ints, "Window size per spatial dim."),
+                attr("strides", K::Ints, AttrDefault::Optional, "Step per spatial dim, each at least 1; all 1 when left out."),
+                attr("pads", K::Ints, AttrDefault::Optional, "Padding: every spatial dim's start, then every one's end; all 0 when left out."),
+                attr("dilations", K::Ints, AttrDefault::Optional, "Spacing of the window taps per spatial dim; all 1 when left out."),
+                attr("ceil_mode", K::Bool, AttrDefault::Value(Attr::Bool(false)), "Round output sizes up: a last, partial window counts if it starts inside the input or its leading padding."),
+            ];
+            if !max {
+                attrs.push(attr("count_include_pad", K::Bool, AttrDefault::Value(Attr::Bool(false)), "Count padding positions in each window's divisor."));
+            }
+            plain(Opaque, if max { "Maximum over sliding windows (ONNX `MaxPool`)." } else { "Mean over sliding windows (ONNX `AveragePool`)." }, "input", (1, Some(1)), attrs,
+                if max {
+                    "`input` is `[N, C, D1, ..., Dk]`, numeric. Each output element is the largest input element in its window (padding never wins; NaN if any is NaN). Output size per dim: `floor((D + pad_begin + pad_end - dilation*(K-1) - 1) / stride) + 1` (with `ceil_mode`, rounded up, dropping a window that would start in the trailing padding)."
+                } else {
+                    "`input` is `[N, C, D1, ..., Dk]`, floats. Each output element is the sum of the input elements in its window divided by their count; with `count_include_pad`, padding positions (as 0) count too, but positions a `ceil_mode` window reaches beyond the padding never do. Output sizes as for `max_pool`."
+                },
+                if max {
+                    "graph @g(%x: f32[1,1,4,4]) -> (y: f32[1,1,2,2]) {\n  %0 = max_pool %x {kernel = [2, 2], strides = [2, 2]} : f32[1,1,2,2]\n  return %0\n}\n"
+                } else {
+                    "graph @g(%x: f32[1,1,4,4]) -> (y: f32[1,1,4,4]) {\n  %0 = avg_pool %x {kernel = [3, 3], pads = [1, 1, 1, 1]} : f32[1,1,4,4]\n  return %0\n}\n"
+                },
+                rules::pool)
+        }
         Op::Variable => plain(Stateful, "Declares a variable: mutable state held by the session.", "", (0, Some(0)), vec![
                 required("name", K::Str, "The variable's name in the session and in checkpoints. Graphs of one module that name the same variable share it."),
                 attr("init", K::Tensor, AttrDefault::Optional, "Initial value, of the variable's type. Without it the variable is uninitialized until assigned, and reading it is a run-time error."),

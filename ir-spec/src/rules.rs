@@ -372,6 +372,71 @@ pub fn matmul(ctx: &InferCtx) -> R {
     one(a.with_shape(shape))
 }
 
+/// The output of a sliding-window op: `[N, channels, spatial...]`.
+fn windowed(ctx: &InferCtx, t: &TensorType, kernel: Vec<u64>, channels: u64) -> R {
+    let w = crate::window::Window::from_attrs(ctx.attrs, kernel)
+        .map_err(|m| InferError::new(Blame::Op, format!("{}: {m}", ctx.op.name())))?;
+    let spatial = w
+        .output_dims(&t.shape[2..])
+        .map_err(|m| InferError::new(Blame::Operand(0), format!("{}: {m}", ctx.op.name())))?;
+    let mut shape = vec![t.shape[0], channels];
+    shape.extend(spatial);
+    one(t.with_shape(shape))
+}
+
+pub fn conv(ctx: &InferCtx) -> R {
+    let x = check_dtype(ctx, 0, DType::is_float, "floats (f32, f64)")?;
+    let w = check_dtype(ctx, 1, DType::is_float, "floats (f32, f64)")?;
+    same_dtype(ctx, 0, 1)?;
+    if x.rank() < 3 {
+        return err(Blame::Operand(0), format!("conv needs an input [N, C, spatial...] of rank 3 or more, got {x}"));
+    }
+    if w.rank() != x.rank() {
+        return err(
+            Blame::Operand(1),
+            format!("conv: the weight {w} must have the input's rank {} ([M, C/group, kernel...])", x.rank()),
+        );
+    }
+    let group = ctx.int_attr("group")?;
+    if group < 1 {
+        return err(Blame::Attr("group"), format!("conv: group must be at least 1, got {group}"));
+    }
+    let (c, m, g) = (x.shape[1], w.shape[0], group as u64);
+    if c % g != 0 || m % g != 0 || w.shape[1] * g != c {
+        return err(
+            Blame::Operand(1),
+            format!("conv: input {x} and weight {w} do not fit {g} group(s): need C = {c} and M = {m} divisible by {g} and weight dim 1 = C/group"),
+        );
+    }
+    windowed(ctx, &x, w.shape[2..].to_vec(), m)
+}
+
+pub fn pool(ctx: &InferCtx) -> R {
+    let x = if ctx.op == crate::ops::Op::AvgPool {
+        check_dtype(ctx, 0, DType::is_float, "floats (f32, f64)")?
+    } else {
+        check_dtype(ctx, 0, DType::is_numeric, "numbers (f32, f64, i32, i64)")?
+    };
+    if x.rank() < 3 {
+        return err(
+            Blame::Operand(0),
+            format!("{} needs an input [N, C, spatial...] of rank 3 or more, got {x}", ctx.op.name()),
+        );
+    }
+    let kernel = ctx.ints_attr("kernel")?;
+    if kernel.len() != x.rank() - 2 || kernel.iter().any(|&k| k < 1) {
+        return err(
+            Blame::Attr("kernel"),
+            format!(
+                "{}: 'kernel' must hold {} positive sizes, one per spatial dim of {x}",
+                ctx.op.name(),
+                x.rank() - 2
+            ),
+        );
+    }
+    windowed(ctx, &x, kernel.iter().map(|&k| k as u64).collect(), x.shape[1])
+}
+
 fn reduce(ctx: &InferCtx, ok: fn(DType) -> bool, what: &str) -> R {
     let t = check_dtype(ctx, 0, ok, what)?;
     let axes = ctx.ints_attr("axes")?;

@@ -502,8 +502,15 @@ impl<'a> Importer<'a> {
                 vec![self.emit1(NodeSpec::new(Op::Select, vec![neg, scaled, x]))?]
             }
             "Xor" => vec![self.binary(Op::NotEqual, self.input(n, 0)?, self.input(n, 1)?)?],
+            "Conv" | "MaxPool" | "AveragePool" => vec![self.windowed(n, &a, &op_type)?],
+            "GlobalAveragePool" | "GlobalMaxPool" => {
+                let x = self.input(n, 0)?;
+                let rank = self.shape(x)?.len() as i64;
+                let op = if op_type == "GlobalMaxPool" { Op::ReduceMax } else { Op::ReduceMean };
+                vec![self.reduce(op, x, (2..rank).collect(), true)?]
+            }
             "LayerNormalization" => self.layer_norm(n, &a)?,
-            "BatchNormalization" => vec![self.batch_norm(n, &a)?],
+            "BatchNormalization" => self.batch_norm(n, &a)?,
             other => return Err(format!("operator '{other}' is not supported (opset {})", self.opset)),
         };
         self.bind(n, outs)
@@ -591,6 +598,77 @@ impl<'a> Importer<'a> {
             }
             other => return Err(format!("operator '{other}' is not supported")),
         })
+    }
+
+    /// Conv, MaxPool and AveragePool: window attributes, with `auto_pad` resolved to explicit
+    /// pads from the static input shape.
+    fn windowed(&mut self, n: &NodeProto, a: &Attrs, op_type: &str) -> Result<Value> {
+        let x = self.input(n, 0)?;
+        let dims = self.shape(x)?;
+        if dims.len() < 3 {
+            return Err(format!("the input must be [N, C, spatial...], got rank {}", dims.len()));
+        }
+        let spatial = &dims[2..];
+        let k = spatial.len();
+        let kernel = match (op_type, a.ints("kernel_shape")) {
+            (_, Some(ks)) => ks,
+            ("Conv", None) => self.shape(self.input(n, 1)?)?[2..].to_vec(),
+            _ => return Err("kernel_shape is required".into()),
+        };
+        let strides = a.ints("strides").unwrap_or_else(|| vec![1; k]);
+        let dilations = a.ints("dilations").unwrap_or_else(|| vec![1; k]);
+        if kernel.len() != k || strides.len() != k || dilations.len() != k {
+            return Err(format!("kernel_shape, strides and dilations need {k} entries each"));
+        }
+        let pads = match a.string("auto_pad", "NOTSET").as_str() {
+            "NOTSET" => a.ints("pads").unwrap_or_else(|| vec![0; 2 * k]),
+            "VALID" => vec![0; 2 * k],
+            mode @ ("SAME_UPPER" | "SAME_LOWER") => {
+                let mut begin = vec![0; k];
+                let mut end = vec![0; k];
+                for i in 0..k {
+                    let out = (spatial[i] + strides[i] - 1) / strides[i];
+                    let total = ((out - 1) * strides[i] + (kernel[i] - 1) * dilations[i] + 1 - spatial[i]).max(0);
+                    let small = total / 2;
+                    (begin[i], end[i]) =
+                        if mode == "SAME_UPPER" { (small, total - small) } else { (total - small, small) };
+                }
+                begin.into_iter().chain(end).collect()
+            }
+            other => return Err(format!("auto_pad '{other}' is not one of NOTSET, SAME_UPPER, SAME_LOWER, VALID")),
+        };
+        let windowed = |spec: NodeSpec| {
+            spec.attr("strides", Attr::Ints(strides.clone()))
+                .attr("pads", Attr::Ints(pads.clone()))
+                .attr("dilations", Attr::Ints(dilations.clone()))
+        };
+        if op_type == "Conv" {
+            let w = self.input(n, 1)?;
+            let spec = windowed(NodeSpec::new(Op::Conv, vec![x, w])).attr("group", Attr::Int(a.int("group", 1)));
+            let mut y = self.emit1(spec)?;
+            if let Some(b) = self.opt_input(n, 2)? {
+                let m = self.shape(b)?;
+                let mut shape = m.clone();
+                shape.extend(std::iter::repeat_n(1, k));
+                let b = self.reshape(b, shape)?;
+                y = self.binary(Op::Add, y, b)?;
+            }
+            return Ok(y);
+        }
+        if n.output.iter().skip(1).any(|o| !o.is_empty()) {
+            return Err("the Indices output of MaxPool is not supported".into());
+        }
+        if a.int("storage_order", 0) != 0 {
+            return Err("storage_order = 1 is not supported".into());
+        }
+        let op = if op_type == "MaxPool" { Op::MaxPool } else { Op::AvgPool };
+        let mut spec = windowed(NodeSpec::new(op, vec![x]))
+            .attr("kernel", Attr::Ints(kernel))
+            .attr("ceil_mode", Attr::Bool(a.int("ceil_mode", 0) != 0));
+        if op == Op::AvgPool {
+            spec = spec.attr("count_include_pad", Attr::Bool(a.int("count_include_pad", 0) != 0));
+        }
+        self.emit1(spec)
     }
 
     fn constant_node(&mut self, n: &NodeProto, a: &Attrs) -> Result<Value> {
@@ -815,7 +893,14 @@ impl<'a> Importer<'a> {
         } else {
             axes
         };
-        self.reduce(op, x, axes, a.int("keepdims", 1) != 0)
+        let keep = a.int("keepdims", 1) != 0;
+        if self.ty(x)?.dtype == DType::Bool && matches!(op, Op::ReduceMax | Op::ReduceMin) {
+            // Any / all: reduce as 0/1 integers.
+            let i = self.emit1(NodeSpec::new(Op::Cast, vec![x]).attr("to", Attr::DType(DType::I32)))?;
+            let r = self.reduce(op, i, axes, keep)?;
+            return self.emit1(NodeSpec::new(Op::Cast, vec![r]).attr("to", Attr::DType(DType::Bool)));
+        }
+        self.reduce(op, x, axes, keep)
     }
 
     fn layer_norm(&mut self, n: &NodeProto, a: &Attrs) -> Result<Vec<Value>> {
@@ -843,10 +928,10 @@ impl<'a> Importer<'a> {
         Ok(vec![y, mean, inv])
     }
 
-    fn batch_norm(&mut self, n: &NodeProto, a: &Attrs) -> Result<Value> {
-        if a.int("training_mode", 0) != 0 || n.output.iter().skip(1).any(|o| !o.is_empty()) {
-            return Err("training mode is not supported (inference only)".into());
-        }
+    /// Inference: normalize with the given mean and variance. Training mode: normalize with the
+    /// batch's own (population) statistics over every axis but 1, and also return the running
+    /// statistics updated with `momentum`.
+    fn batch_norm(&mut self, n: &NodeProto, a: &Attrs) -> Result<Vec<Value>> {
         let x = self.input(n, 0)?;
         let rank = self.shape(x)?.len();
         let dt = self.ty(x)?.dtype;
@@ -861,12 +946,43 @@ impl<'a> Importer<'a> {
         let (scale, bias, mean, var) =
             (per_channel(self, 1)?, per_channel(self, 2)?, per_channel(self, 3)?, per_channel(self, 4)?);
         let eps = self.scalar(dt, a.float("epsilon", 1e-5) as f64)?;
-        let ve = self.binary(Op::Add, var, eps)?;
+        let training = a.int("training_mode", 0) != 0;
+        let (use_mean, use_var) = if training {
+            let axes: Vec<i64> = std::iter::once(0).chain(2..rank as i64).collect();
+            let bm = self.reduce(Op::ReduceMean, x, axes.clone(), true)?;
+            let d = self.binary(Op::Sub, x, bm)?;
+            let sq = self.binary(Op::Mul, d, d)?;
+            let bv = self.reduce(Op::ReduceMean, sq, axes, true)?;
+            // Back to [C, 1, ...] to line up with the per-channel parameters.
+            let shape = self.shape(mean)?;
+            (self.reshape(bm, shape.clone())?, self.reshape(bv, shape)?)
+        } else {
+            (mean, var)
+        };
+        let ve = self.binary(Op::Add, use_var, eps)?;
         let std = self.unary(Op::Sqrt, ve)?;
-        let d = self.binary(Op::Sub, x, mean)?;
+        let d = self.binary(Op::Sub, x, use_mean)?;
         let norm = self.binary(Op::Div, d, std)?;
         let scaled = self.binary(Op::Mul, norm, scale)?;
-        self.binary(Op::Add, scaled, bias)
+        let y = self.binary(Op::Add, scaled, bias)?;
+        if !training {
+            if n.output.iter().skip(1).any(|o| !o.is_empty()) {
+                return Err("running statistics are outputs only in training mode".into());
+            }
+            return Ok(vec![y]);
+        }
+        let momentum = a.float("momentum", 0.9) as f64;
+        let mom = self.scalar(dt, momentum)?;
+        let rest = self.scalar(dt, 1.0 - momentum)?;
+        let mut running = vec![y];
+        for (old, new) in [(mean, use_mean), (var, use_var)] {
+            let kept = self.binary(Op::Mul, old, mom)?;
+            let fresh = self.binary(Op::Mul, new, rest)?;
+            let r = self.binary(Op::Add, kept, fresh)?;
+            let c = self.shape(self.input(n, 3)?)?;
+            running.push(self.reshape(r, c)?);
+        }
+        Ok(running)
     }
 }
 

@@ -243,3 +243,49 @@ fn softmax_by_hand() {
     let y = f32t(&[2, 1], &[0.0, 0.0]);
     assert_eq!(op1(y, "softmax {axis = 0}", "f32[2,1]"), f32t(&[2, 1], &[0.5, 0.5]));
 }
+
+#[test]
+fn conv_by_hand() {
+    // 1x1x3x3 input, 1x1x2x2 filter of ones: each output sums a 2x2 block.
+    let x = f32t(&[1, 1, 3, 3], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0]);
+    let w = f32t(&[1, 1, 2, 2], &[1.0; 4]);
+    assert_eq!(op2(x.clone(), w.clone(), "conv", "f32[1,1,2,2]"), f32t(&[1, 1, 2, 2], &[12.0, 16.0, 24.0, 28.0]));
+    // Padding 1 on every side, stride 2: corners see one 2x2 block each, padded with zeros.
+    assert_eq!(
+        op2(x.clone(), w.clone(), "conv {strides = [2, 2], pads = [1, 1, 1, 1]}", "f32[1,1,2,2]"),
+        f32t(&[1, 1, 2, 2], &[1.0, 5.0, 11.0, 28.0])
+    );
+    // Dilation 2 on a 2x2 filter taps the four corners.
+    assert_eq!(op2(x, w, "conv {dilations = [2, 2]}", "f32[1,1,1,1]"), f32t(&[1, 1, 1, 1], &[20.0]));
+    // Two groups: each output channel sees only its own input channel.
+    let x2 = f32t(&[1, 2, 1, 1], &[3.0, 5.0]);
+    let w2 = f32t(&[2, 1, 1, 1], &[10.0, 100.0]);
+    assert_eq!(op2(x2, w2, "conv {group = 2}", "f32[1,2,1,1]"), f32t(&[1, 2, 1, 1], &[30.0, 500.0]));
+}
+
+#[test]
+fn pooling_by_hand() {
+    let x = f32t(&[1, 1, 4, 4], &(1..=16).map(|i| i as f32).collect::<Vec<_>>());
+    assert_eq!(
+        op1(x.clone(), "max_pool {kernel = [2, 2], strides = [2, 2]}", "f32[1,1,2,2]"),
+        f32t(&[1, 1, 2, 2], &[6.0, 8.0, 14.0, 16.0])
+    );
+    assert_eq!(
+        op1(x.clone(), "avg_pool {kernel = [2, 2], strides = [2, 2]}", "f32[1,1,2,2]"),
+        f32t(&[1, 1, 2, 2], &[3.5, 5.5, 11.5, 13.5])
+    );
+    // Padding: the corner window holds 1, 2, 5, 6 and five padding positions.
+    let corner = |attrs: &str| op1(x.clone(), &format!("avg_pool {attrs}"), "f32[1,1,4,4]").to_f64_vec()[0];
+    assert_eq!(corner("{kernel = [3, 3], pads = [1, 1, 1, 1]}"), (14.0f32 / 4.0) as f64);
+    assert_eq!(corner("{kernel = [3, 3], pads = [1, 1, 1, 1], count_include_pad = true}"), (14.0f32 / 9.0) as f64);
+    // ceil_mode keeps the last, partial window: 5 wide, kernel 2, stride 2 -> 3 outputs.
+    let y = f32t(&[1, 1, 1, 5], &[1.0, 9.0, 2.0, 8.0, 7.0]);
+    assert_eq!(
+        op1(y.clone(), "max_pool {kernel = [1, 2], strides = [1, 2], ceil_mode = true}", "f32[1,1,1,3]"),
+        f32t(&[1, 1, 1, 3], &[9.0, 8.0, 7.0])
+    );
+    assert_eq!(
+        op1(y, "max_pool {kernel = [1, 2], strides = [1, 2]}", "f32[1,1,1,2]"),
+        f32t(&[1, 1, 1, 2], &[9.0, 8.0])
+    );
+}

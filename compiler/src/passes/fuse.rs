@@ -81,9 +81,11 @@ pub fn kernel_count(g: &Graph) -> usize {
         }
         for &n in &g.regions[r].nodes {
             let op = g.nodes[n].op;
-            let compute =
-                matches!(op.kind(), OpKind::Elementwise | OpKind::Injective | OpKind::Reduction | OpKind::Contraction)
-                    || matches!(op, Op::Softmax | Op::Fusion);
+            // Opaque ops (softmax, pooling, fusion kernels) are kernels of their own.
+            let compute = matches!(
+                op.kind(),
+                OpKind::Elementwise | OpKind::Injective | OpKind::Reduction | OpKind::Contraction | OpKind::Opaque
+            );
             count += usize::from(compute && op != Op::Identity);
         }
     }

@@ -10,6 +10,7 @@ pub mod elem;
 mod elementwise;
 mod matmul;
 mod reduce;
+mod window;
 
 use crate::Tensor;
 use graphc_ir::{Attrs, Op, OpKind, TensorType};
@@ -63,6 +64,8 @@ pub fn eval(op: Op, attrs: &Attrs, inputs: &[&Tensor], results: &[TensorType]) -
         }
         Op::Rank => one(Tensor::I64(ndarray::arr0(inputs[0].shape().len() as i64).into_dyn())),
         Op::MatMul => one(matmul::matmul(inputs[0], inputs[1], result(0)?)?),
+        Op::Conv => one(window::conv(inputs[0], inputs[1], attrs, result(0)?)?),
+        Op::MaxPool | Op::AvgPool => one(window::pool(op, inputs[0], attrs, result(0)?)?),
         Op::Neg | Op::Abs | Op::Exp | Op::Log | Op::Sqrt | Op::Tanh | Op::Sigmoid | Op::Relu | Op::Erf | Op::Not => {
             one(elementwise::unary(op, inputs[0])?)
         }

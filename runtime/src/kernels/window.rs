@@ -1,0 +1,185 @@
+//! Sliding-window kernels: convolution and pooling over `[N, C, spatial...]`, written as plain
+//! loops over output positions and window taps (the geometry comes from `graphc_ir::window`).
+
+use super::elem::{Float, Num};
+use super::KernelError;
+use crate::Tensor;
+use graphc_ir::window::Window;
+use graphc_ir::{Attrs, Op, TensorType};
+use ndarray::{ArrayD, IxDyn};
+
+fn geometry(attrs: &Attrs, kernel: Vec<u64>) -> Result<Window, KernelError> {
+    Window::from_attrs(attrs, kernel).map_err(KernelError::new)
+}
+
+/// The row-major multi-index of flat position `i` in `shape`.
+fn unravel(mut i: usize, shape: &[usize], out: &mut [usize]) {
+    for d in (0..shape.len()).rev() {
+        out[d] = i % shape[d];
+        i /= shape[d];
+    }
+}
+
+/// The input position (in unpadded coordinates) of tap `k` of the window at output `o`, per
+/// spatial dim; `None` when it falls in the padding or beyond.
+fn tap(w: &Window, o: &[usize], k: &[usize], dims: &[usize], pos: &mut [usize]) -> TapKind {
+    let mut kind = TapKind::Inside;
+    for i in 0..o.len() {
+        let p = (o[i] as i64) * w.strides[i] as i64 - w.pads_begin[i] as i64 + (k[i] as i64) * w.dilations[i] as i64;
+        if p < 0 || p >= dims[i] as i64 {
+            let padded_end = dims[i] as i64 + w.pads_end[i] as i64;
+            if p >= padded_end {
+                return TapKind::Beyond;
+            }
+            kind = TapKind::Padding;
+        } else {
+            pos[i] = p as usize;
+        }
+    }
+    kind
+}
+
+#[derive(PartialEq)]
+enum TapKind {
+    Inside,
+    /// In the explicit padding.
+    Padding,
+    /// Past the end padding (only `ceil_mode` windows reach there).
+    Beyond,
+}
+
+/// Flat offset of `[n, c, pos...]` in a row-major `[N, C, dims...]` array.
+fn offset(n: usize, c: usize, channels: usize, pos: &[usize], dims: &[usize]) -> usize {
+    let mut off = n * channels + c;
+    for (p, d) in pos.iter().zip(dims) {
+        off = off * d + p;
+    }
+    off
+}
+
+pub fn conv(x: &Tensor, w: &Tensor, attrs: &Attrs, result: &TensorType) -> Result<Tensor, KernelError> {
+    match (x, w) {
+        (Tensor::F32(x), Tensor::F32(w)) => Ok(Tensor::F32(conv_float(x, w, attrs, result)?)),
+        (Tensor::F64(x), Tensor::F64(w)) => Ok(Tensor::F64(conv_float(x, w, attrs, result)?)),
+        _ => Err(KernelError::new(format!("conv of {} and {}", x.dtype(), w.dtype()))),
+    }
+}
+
+fn conv_float<T: Float>(
+    x: &ArrayD<T>,
+    w: &ArrayD<T>,
+    attrs: &Attrs,
+    result: &TensorType,
+) -> Result<ArrayD<T>, KernelError> {
+    let (xs, ws) = (x.shape().to_vec(), w.shape().to_vec());
+    let out_shape: Vec<usize> = result.shape.iter().map(|&d| d as usize).collect();
+    let win = geometry(attrs, ws[2..].iter().map(|&k| k as u64).collect())?;
+    let group = attrs.int("group").unwrap_or(1).max(1) as usize;
+    let (n_batch, c_in, m_out) = (xs[0], xs[1], ws[0]);
+    let (c_per, m_per) = (c_in / group, m_out / group);
+    let (dims, kdims, odims) = (&xs[2..], &ws[2..], &out_shape[2..]);
+    let (x, w) = (x.as_standard_layout(), w.as_standard_layout());
+    let (xv, wv) = (x.as_slice().expect("standard layout"), w.as_slice().expect("standard layout"));
+    let taps: usize = kdims.iter().product();
+    let positions: usize = odims.iter().product();
+    let mut out = Vec::with_capacity(n_batch * m_out * positions);
+    let (mut o, mut k, mut pos) = (vec![0; odims.len()], vec![0; kdims.len()], vec![0; dims.len()]);
+    for n in 0..n_batch {
+        for m in 0..m_out {
+            let g = m / m_per;
+            for op in 0..positions {
+                unravel(op, odims, &mut o);
+                let mut acc = 0.0f64;
+                for c in 0..c_per {
+                    for t in 0..taps {
+                        unravel(t, kdims, &mut k);
+                        if tap(&win, &o, &k, dims, &mut pos) == TapKind::Inside {
+                            let xi = offset(n, g * c_per + c, c_in, &pos, dims);
+                            let wi = offset(m, c, c_per, &k, kdims);
+                            acc += xv[xi].to_f64() * wv[wi].to_f64();
+                        }
+                    }
+                }
+                out.push(T::from_f64(acc));
+            }
+        }
+    }
+    ArrayD::from_shape_vec(IxDyn(&out_shape), out).map_err(|e| KernelError::new(format!("conv result: {e}")))
+}
+
+pub fn pool(op: Op, x: &Tensor, attrs: &Attrs, result: &TensorType) -> Result<Tensor, KernelError> {
+    let kernel: Vec<u64> = attrs.ints("kernel").unwrap_or_default().iter().map(|&k| k as u64).collect();
+    let win = geometry(attrs, kernel)?;
+    let include_pad = attrs.bool("count_include_pad").unwrap_or(false);
+    match (op, x) {
+        (Op::MaxPool, Tensor::F32(a)) => Ok(Tensor::F32(pool_max(a, &win, result)?)),
+        (Op::MaxPool, Tensor::F64(a)) => Ok(Tensor::F64(pool_max(a, &win, result)?)),
+        (Op::MaxPool, Tensor::I32(a)) => Ok(Tensor::I32(pool_max(a, &win, result)?)),
+        (Op::MaxPool, Tensor::I64(a)) => Ok(Tensor::I64(pool_max(a, &win, result)?)),
+        (Op::AvgPool, Tensor::F32(a)) => Ok(Tensor::F32(pool_avg(a, &win, include_pad, result)?)),
+        (Op::AvgPool, Tensor::F64(a)) => Ok(Tensor::F64(pool_avg(a, &win, include_pad, result)?)),
+        _ => Err(KernelError::new(format!("'{}' is not defined on {}", op.name(), x.dtype()))),
+    }
+}
+
+/// Visits every output element with the values and kinds of its window's taps.
+fn each_window<T: Copy>(
+    x: &ArrayD<T>,
+    win: &Window,
+    result: &TensorType,
+    mut reduce: impl FnMut(&mut dyn Iterator<Item = (TapKind, Option<T>)>) -> T,
+) -> Result<ArrayD<T>, KernelError> {
+    let xs = x.shape().to_vec();
+    let out_shape: Vec<usize> = result.shape.iter().map(|&d| d as usize).collect();
+    let (dims, odims) = (&xs[2..], &out_shape[2..]);
+    let kdims: Vec<usize> = win.kernel.iter().map(|&k| k as usize).collect();
+    let x = x.as_standard_layout();
+    let xv = x.as_slice().expect("standard layout");
+    let taps: usize = kdims.iter().product();
+    let positions: usize = odims.iter().product();
+    let mut out = Vec::with_capacity(xs[0] * xs[1] * positions);
+    let mut o = vec![0; odims.len()];
+    for n in 0..xs[0] {
+        for c in 0..xs[1] {
+            for op in 0..positions {
+                unravel(op, odims, &mut o);
+                let mut k = vec![0; kdims.len()];
+                let mut pos = vec![0; dims.len()];
+                let mut it = (0..taps).map(|t| {
+                    unravel(t, &kdims, &mut k);
+                    let kind = tap(win, &o, &k, dims, &mut pos);
+                    let v = (kind == TapKind::Inside).then(|| xv[offset(n, c, xs[1], &pos, dims)]);
+                    (kind, v)
+                });
+                out.push(reduce(&mut it));
+            }
+        }
+    }
+    ArrayD::from_shape_vec(IxDyn(&out_shape), out).map_err(|e| KernelError::new(format!("pool result: {e}")))
+}
+
+fn pool_max<T: Num>(x: &ArrayD<T>, win: &Window, result: &TensorType) -> Result<ArrayD<T>, KernelError> {
+    each_window(x, win, result, |taps| taps.filter_map(|(_, v)| v).fold(T::LOWEST, T::max_nan))
+}
+
+fn pool_avg<T: Float>(
+    x: &ArrayD<T>,
+    win: &Window,
+    include_pad: bool,
+    result: &TensorType,
+) -> Result<ArrayD<T>, KernelError> {
+    each_window(x, win, result, |taps| {
+        let (mut sum, mut count) = (0.0f64, 0usize);
+        for (kind, v) in taps {
+            match kind {
+                TapKind::Inside => {
+                    sum += v.map_or(0.0, T::to_f64);
+                    count += 1;
+                }
+                TapKind::Padding if include_pad => count += 1,
+                _ => {}
+            }
+        }
+        T::from_f64(if count == 0 { f64::NAN } else { sum / count as f64 })
+    })
+}
