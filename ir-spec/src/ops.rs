@@ -477,7 +477,9 @@ fn build_def(op: Op) -> OpDef {
                 attr("dilations", K::Ints, AttrDefault::Optional, "Spacing of the window taps per spatial dim; all 1 when left out."),
                 attr("ceil_mode", K::Bool, AttrDefault::Value(Attr::Bool(false)), "Round output sizes up: a last, partial window counts if it starts inside the input or its leading padding."),
             ];
-            if !max {
+            if max {
+                attrs.push(attr("indices", K::Bool, AttrDefault::Value(Attr::Bool(false)), "Also return, as a second result of type i64, the row-major flat index into the whole input of each maximum (the first, on ties)."));
+            } else {
                 attrs.push(attr("count_include_pad", K::Bool, AttrDefault::Value(Attr::Bool(false)), "Count padding positions in each window's divisor."));
             }
             plain(Opaque, if max { "Maximum over sliding windows (ONNX `MaxPool`)." } else { "Mean over sliding windows (ONNX `AveragePool`)." }, "input", (1, Some(1)), attrs,

@@ -434,7 +434,12 @@ pub fn pool(ctx: &InferCtx) -> R {
             ),
         );
     }
-    windowed(ctx, &x, kernel.iter().map(|&k| k as u64).collect(), x.shape[1])
+    let mut out = windowed(ctx, &x, kernel.iter().map(|&k| k as u64).collect(), x.shape[1])?;
+    if matches!(ctx.attr("indices"), Some(Attr::Bool(true))) {
+        let values = out[0].as_tensor().cloned().expect("a tensor result");
+        out.push(Type::Tensor(values.with_dtype(DType::I64)));
+    }
+    Ok(out)
 }
 
 fn reduce(ctx: &InferCtx, ok: fn(DType) -> bool, what: &str) -> R {

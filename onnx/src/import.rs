@@ -502,7 +502,7 @@ impl<'a> Importer<'a> {
                 vec![self.emit1(NodeSpec::new(Op::Select, vec![neg, scaled, x]))?]
             }
             "Xor" => vec![self.binary(Op::NotEqual, self.input(n, 0)?, self.input(n, 1)?)?],
-            "Conv" | "MaxPool" | "AveragePool" => vec![self.windowed(n, &a, &op_type)?],
+            "Conv" | "MaxPool" | "AveragePool" => self.windowed(n, &a, &op_type)?,
             "GlobalAveragePool" | "GlobalMaxPool" => {
                 let x = self.input(n, 0)?;
                 let rank = self.shape(x)?.len() as i64;
@@ -602,7 +602,7 @@ impl<'a> Importer<'a> {
 
     /// Conv, MaxPool and AveragePool: window attributes, with `auto_pad` resolved to explicit
     /// pads from the static input shape.
-    fn windowed(&mut self, n: &NodeProto, a: &Attrs, op_type: &str) -> Result<Value> {
+    fn windowed(&mut self, n: &NodeProto, a: &Attrs, op_type: &str) -> Result<Vec<Value>> {
         let x = self.input(n, 0)?;
         let dims = self.shape(x)?;
         if dims.len() < 3 {
@@ -653,14 +653,10 @@ impl<'a> Importer<'a> {
                 let b = self.reshape(b, shape)?;
                 y = self.binary(Op::Add, y, b)?;
             }
-            return Ok(y);
+            return Ok(vec![y]);
         }
-        if n.output.iter().skip(1).any(|o| !o.is_empty()) {
-            return Err("the Indices output of MaxPool is not supported".into());
-        }
-        if a.int("storage_order", 0) != 0 {
-            return Err("storage_order = 1 is not supported".into());
-        }
+        let indices = n.output.get(1).is_some_and(|o| !o.is_empty());
+        let column_major = a.int("storage_order", 0) != 0;
         let op = if op_type == "MaxPool" { Op::MaxPool } else { Op::AvgPool };
         let mut spec = windowed(NodeSpec::new(op, vec![x]))
             .attr("kernel", Attr::Ints(kernel))
@@ -668,7 +664,43 @@ impl<'a> Importer<'a> {
         if op == Op::AvgPool {
             spec = spec.attr("count_include_pad", Attr::Bool(a.int("count_include_pad", 0) != 0));
         }
-        self.emit1(spec)
+        if indices {
+            spec = spec.attr("indices", Attr::Bool(true));
+        }
+        let mut outs = self.emit(spec)?;
+        if indices && column_major {
+            outs[1] = self.column_major_index(outs[1], spatial)?;
+        }
+        Ok(outs)
+    }
+
+    /// Turns row-major flat indices into ones whose spatial part is column-major (ONNX
+    /// `storage_order = 1`): `plane * S + sum_i pos_i * prod_{j<i} dims_j`.
+    fn column_major_index(&mut self, idx: Value, spatial: &[i64]) -> Result<Value> {
+        let plane_size: i64 = spatial.iter().product();
+        let k = |imp: &mut Self, v: i64| imp.scalar(DType::I64, v as f64);
+        let ps = k(self, plane_size)?;
+        let plane = self.binary(Op::Div, idx, ps)?;
+        let base = self.binary(Op::Mul, plane, ps)?;
+        let mut rest = self.binary(Op::Sub, idx, base)?;
+        // Row-major positions, last dim first.
+        let mut pos = vec![rest; spatial.len()];
+        for i in (0..spatial.len()).rev() {
+            let d = k(self, spatial[i])?;
+            let q = self.binary(Op::Div, rest, d)?;
+            let qd = self.binary(Op::Mul, q, d)?;
+            pos[i] = self.binary(Op::Sub, rest, qd)?;
+            rest = q;
+        }
+        let mut col = base;
+        let mut stride = 1i64;
+        for (i, &p) in pos.iter().enumerate() {
+            let s = k(self, stride)?;
+            let term = self.binary(Op::Mul, p, s)?;
+            col = self.binary(Op::Add, col, term)?;
+            stride *= spatial[i];
+        }
+        Ok(col)
     }
 
     fn constant_node(&mut self, n: &NodeProto, a: &Attrs) -> Result<Value> {

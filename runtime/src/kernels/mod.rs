@@ -65,6 +65,9 @@ pub fn eval(op: Op, attrs: &Attrs, inputs: &[&Tensor], results: &[TensorType]) -
         Op::Rank => one(Tensor::I64(ndarray::arr0(inputs[0].shape().len() as i64).into_dyn())),
         Op::MatMul => one(matmul::matmul(inputs[0], inputs[1], result(0)?)?),
         Op::Conv => one(window::conv(inputs[0], inputs[1], attrs, result(0)?)?),
+        Op::MaxPool if attrs.bool("indices") == Some(true) => {
+            window::max_pool_with_indices(inputs[0], attrs, result(0)?)
+        }
         Op::MaxPool | Op::AvgPool => one(window::pool(op, inputs[0], attrs, result(0)?)?),
         Op::Neg | Op::Abs | Op::Exp | Op::Log | Op::Sqrt | Op::Tanh | Op::Sigmoid | Op::Relu | Op::Erf | Op::Not => {
             one(elementwise::unary(op, inputs[0])?)

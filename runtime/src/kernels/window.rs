@@ -107,6 +107,65 @@ fn conv_float<T: Float>(
     ArrayD::from_shape_vec(IxDyn(&out_shape), out).map_err(|e| KernelError::new(format!("conv result: {e}")))
 }
 
+/// `max_pool {indices = true}`: the maxima and their flat indices into the input.
+pub fn max_pool_with_indices(x: &Tensor, attrs: &Attrs, result: &TensorType) -> Result<Vec<Tensor>, KernelError> {
+    let kernel: Vec<u64> = attrs.ints("kernel").unwrap_or_default().iter().map(|&k| k as u64).collect();
+    let win = geometry(attrs, kernel)?;
+    fn run<T: Num>(x: &ArrayD<T>, win: &Window, result: &TensorType) -> Result<(ArrayD<T>, ArrayD<i64>), KernelError>
+    where
+        ArrayD<T>: Into<Tensor>,
+    {
+        // Window values are paired with their flat input offsets by visiting the input of
+        // offsets alongside it.
+        let offsets = ArrayD::from_shape_vec(IxDyn(x.shape()), (0..x.len() as i64).collect::<Vec<_>>())
+            .map_err(|e| KernelError::new(e.to_string()))?;
+        let idx = each_window(&offsets, win, result, |taps| {
+            let mut best: Option<i64> = None;
+            let xs = x.as_standard_layout();
+            let xv = xs.as_slice().expect("standard layout");
+            for (_, o) in taps {
+                if let Some(o) = o {
+                    let better = match best {
+                        None => true,
+                        Some(b) => {
+                            let (v, bv) = (xv[o as usize], xv[b as usize]);
+                            !bv.is_nan() && (v.is_nan() || v > bv)
+                        }
+                    };
+                    if better {
+                        best = Some(o);
+                    }
+                }
+            }
+            best.unwrap_or(-1)
+        })?;
+        let xs = x.as_standard_layout();
+        let xv = xs.as_slice().expect("standard layout");
+        let values = idx.mapv(|i| if i < 0 { T::LOWEST } else { xv[i as usize] });
+        Ok((values, idx))
+    }
+    let (v, i) = match x {
+        Tensor::F32(a) => {
+            let (v, i) = run(a, &win, result)?;
+            (Tensor::F32(v), i)
+        }
+        Tensor::F64(a) => {
+            let (v, i) = run(a, &win, result)?;
+            (Tensor::F64(v), i)
+        }
+        Tensor::I32(a) => {
+            let (v, i) = run(a, &win, result)?;
+            (Tensor::I32(v), i)
+        }
+        Tensor::I64(a) => {
+            let (v, i) = run(a, &win, result)?;
+            (Tensor::I64(v), i)
+        }
+        Tensor::Bool(_) => return Err(KernelError::new("max_pool is not defined on bool")),
+    };
+    Ok(vec![v, Tensor::I64(i)])
+}
+
 pub fn pool(op: Op, x: &Tensor, attrs: &Attrs, result: &TensorType) -> Result<Tensor, KernelError> {
     let kernel: Vec<u64> = attrs.ints("kernel").unwrap_or_default().iter().map(|&k| k as u64).collect();
     let win = geometry(attrs, kernel)?;
