@@ -289,3 +289,15 @@ fn pooling_by_hand() {
         f32t(&[1, 1, 1, 2], &[9.0, 8.0])
     );
 }
+
+#[test]
+fn max_pool_indices_point_into_the_input() {
+    let x = f32t(&[1, 2, 2, 2], &[1.0, 4.0, 3.0, 2.0, 5.0, 5.0, 0.0, 9.0]);
+    let out = run(
+        "(%x: f32[1,2,2,2]) -> (v: f32[1,2,1,1], i: i64[1,2,1,1])",
+        "  %v, %i = max_pool %x {kernel = [2, 2], indices = true} : f32[1,2,1,1], i64[1,2,1,1]\n  return %v, %i",
+        &[("x", x)],
+    );
+    assert_eq!(out[0], f32t(&[1, 2, 1, 1], &[4.0, 9.0]));
+    assert_eq!(out[1], i64t(&[1, 2, 1, 1], &[1, 7]), "flat offsets into the whole input");
+}
