@@ -173,6 +173,40 @@ fn random_graph(r: u64, c: u64, ops: &[(u8, u8, u8)]) -> Module {
     Module { graphs: vec![g], end_comments: vec![] }
 }
 
+/// Found by the proptest below: a node joined one group while another group it read from
+/// depended on the first through a different member (a cycle between two fused kernels).
+#[test]
+fn regression_sibling_merge_cycle() {
+    let ops = [
+        (0, 113, 0),
+        (219, 1, 0),
+        (0, 0, 0),
+        (0, 0, 0),
+        (121, 47, 0),
+        (0, 0, 0),
+        (0, 0, 5),
+        (31, 217, 21),
+        (145, 139, 49),
+        (192, 46, 190),
+        (60, 58, 46),
+        (211, 209, 240),
+        (255, 136, 213),
+        (41, 69, 52),
+        (228, 234, 222),
+        (83, 166, 197),
+        (65, 149, 231),
+        (105, 146, 21),
+        (56, 11, 141),
+        (189, 236, 99),
+        (175, 53, 114),
+        (85, 247, 124),
+        (156, 254, 110),
+    ];
+    let m = random_graph(1, 1, &ops);
+    let opt = optimize(&m);
+    assert_same(&run_all(&m), &run_all(&opt), &print_module(&m));
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(48))]
 

@@ -67,6 +67,8 @@ struct Group {
     members: Vec<Node>,
     kind: Kind,
     first: usize,
+    /// Position of the latest member.
+    last: usize,
     seg: usize,
     device: Option<DeviceSpec>,
 }
@@ -129,6 +131,8 @@ fn fuse_region(g: &mut Graph, r: Region) -> Result<bool, String> {
 
     let mut groups: Vec<Group> = Vec::new();
     let mut group_of: HashMap<Node, usize> = HashMap::new();
+    // (position, group) each time a group gains a member, in position order.
+    let mut recent: Vec<(usize, usize)> = Vec::new();
     for &n in &nodes {
         if !fusible(g, n) {
             continue;
@@ -155,7 +159,16 @@ fn fuse_region(g: &mut Graph, r: Region) -> Result<bool, String> {
             if grp.seg != seg[&n] || grp.device != g.nodes[n].device {
                 continue;
             }
-            if creates_cycle(g, n, gi, &group_of, &pos, grp.first) {
+            // Joining is safe unless another operand of `n` depends on the group.
+            let starts: Vec<Node> = g.nodes[n]
+                .operands
+                .iter()
+                .filter_map(|&v| producer(g, v))
+                .filter(|p| group_of.get(p) != Some(&gi))
+                .collect();
+            let bound = safe_bound(grp.first, &groups, &recent);
+            let state = Fusion { groups: &groups, group_of: &group_of, pos: &pos };
+            if reaches_target(g, starts, &|m| group_of.get(&m) == Some(&gi), bound, &state) {
                 continue;
             }
             joined = Some((gi, kind));
@@ -165,8 +178,10 @@ fn fuse_region(g: &mut Graph, r: Region) -> Result<bool, String> {
             Some((gi, kind)) => {
                 groups[gi].members.push(n);
                 groups[gi].kind = kind;
+                groups[gi].last = pos[&n];
                 group_of.insert(n, gi);
-                merge_sibling_groups(g, n, gi, &mut groups, &mut group_of, &pos);
+                recent.push((pos[&n], gi));
+                merge_sibling_groups(g, n, gi, &mut groups, &mut group_of, &pos, &recent);
             }
             None => {
                 let kind = match op.kind() {
@@ -175,10 +190,12 @@ fn fuse_region(g: &mut Graph, r: Region) -> Result<bool, String> {
                     _ => Kind::Loop,
                 };
                 group_of.insert(n, groups.len());
+                recent.push((pos[&n], groups.len()));
                 groups.push(Group {
                     members: vec![n],
                     kind,
                     first: pos[&n],
+                    last: pos[&n],
                     seg: seg[&n],
                     device: g.nodes[n].device.clone(),
                 });
@@ -217,6 +234,7 @@ fn merge_sibling_groups(
     groups: &mut [Group],
     group_of: &mut HashMap<Node, usize>,
     pos: &HashMap<Node, usize>,
+    recent: &[(usize, usize)],
 ) {
     for &v in &g.nodes[n].operands {
         let Some(&hj) = producer(g, v).and_then(|p| group_of.get(&p)) else { continue };
@@ -232,8 +250,16 @@ fn merge_sibling_groups(
         if a.seg != b.seg || a.device != b.device {
             continue;
         }
+        // Merging is safe unless one of the two depends on the other through an outside node.
         let merged: HashSet<Node> = a.members.iter().chain(&b.members).copied().collect();
-        if group_cycle(g, &merged, pos, a.first.min(b.first)) {
+        let starts: Vec<Node> = merged
+            .iter()
+            .flat_map(|&m| g.nodes[m].operands.iter().filter_map(|&v| producer(g, v)))
+            .filter(|p| !merged.contains(p))
+            .collect();
+        let bound = safe_bound(a.first.min(b.first), groups, recent);
+        let state = Fusion { groups, group_of, pos };
+        if reaches_target(g, starts, &|m| merged.contains(&m), bound, &state) {
             continue;
         }
         let hfirst = groups[hj].first;
@@ -249,53 +275,76 @@ fn merge_sibling_groups(
     }
 }
 
-/// Whether a set of nodes, fused into one, would depend on itself through an outside node.
-fn group_cycle(g: &Graph, members: &HashSet<Node>, pos: &HashMap<Node, usize>, first: usize) -> bool {
-    let outside = |m: &Node| !members.contains(m);
-    let mut stack: Vec<Node> = members
-        .iter()
-        .flat_map(|&m| g.nodes[m].operands.iter().filter_map(|&v| producer(g, v)))
-        .filter(outside)
-        .collect();
-    let mut seen = HashSet::new();
-    while let Some(m) = stack.pop() {
-        if !seen.insert(m) || pos.get(&m).is_none_or(|&p| p < first) {
-            continue;
+/// The position below which nothing can depend on a target whose earliest member is at
+/// `first`, groups counted as single nodes: lowered until no group straddles it (a group with a
+/// member at or after it and one before would let an early node reach the target through the
+/// group's late members).
+fn safe_bound(first: usize, groups: &[Group], recent: &[(usize, usize)]) -> usize {
+    let mut bound = first;
+    loop {
+        let lowest = recent
+            .iter()
+            .rev()
+            .take_while(|&&(last, _)| last >= bound)
+            .filter(|&&(_, k)| !groups[k].members.is_empty())
+            .map(|&(_, k)| groups[k].first)
+            .min()
+            .unwrap_or(bound);
+        if lowest >= bound {
+            return bound;
         }
-        if members.contains(&m) {
+        bound = lowest;
+    }
+}
+
+/// Whether any of `starts` depends on a node `in_target` accepts, with every group contracted
+/// to one node (a group depends on everything any of its members does).
+fn reaches_target(
+    g: &Graph,
+    starts: Vec<Node>,
+    in_target: &dyn Fn(Node) -> bool,
+    bound: usize,
+    fusion: &Fusion<'_>,
+) -> bool {
+    let mut stack = starts;
+    let (mut seen, mut seen_groups) = (HashSet::new(), HashSet::new());
+    let producers = |m: Node| {
+        let nd = &g.nodes[m];
+        nd.operands.iter().chain(&nd.control_deps).filter_map(|&v| producer(g, v)).collect::<Vec<_>>()
+    };
+    while let Some(m) = stack.pop() {
+        if in_target(m) {
             return true;
         }
-        let nd = &g.nodes[m];
-        stack.extend(nd.operands.iter().chain(&nd.control_deps).filter_map(|&v| producer(g, v)));
+        if !seen.insert(m) {
+            continue;
+        }
+        match fusion.group_of.get(&m) {
+            Some(&h) => {
+                let grp = &fusion.groups[h];
+                if grp.last < bound || !seen_groups.insert(h) {
+                    continue;
+                }
+                for &member in &grp.members {
+                    stack.extend(producers(member));
+                }
+            }
+            None => {
+                if fusion.pos.get(&m).is_none_or(|&p| p < bound) {
+                    continue;
+                }
+                stack.extend(producers(m));
+            }
+        }
     }
     false
 }
 
-/// Whether adding `n` to group `gi` would make the group depend on itself through an outside
-/// node: some operand of `n` from outside the group is reachable from the group. Nodes before
-/// the group's first member cannot be, which bounds the search.
-fn creates_cycle(
-    g: &Graph,
-    n: Node,
-    gi: usize,
-    group_of: &HashMap<Node, usize>,
-    pos: &HashMap<Node, usize>,
-    first: usize,
-) -> bool {
-    let mut stack: Vec<Node> =
-        g.nodes[n].operands.iter().filter_map(|&v| producer(g, v)).filter(|p| group_of.get(p) != Some(&gi)).collect();
-    let mut seen = HashSet::new();
-    while let Some(m) = stack.pop() {
-        if !seen.insert(m) || pos.get(&m).is_none_or(|&p| p < first) {
-            continue;
-        }
-        if group_of.get(&m) == Some(&gi) {
-            return true;
-        }
-        let nd = &g.nodes[m];
-        stack.extend(nd.operands.iter().chain(&nd.control_deps).filter_map(|&v| producer(g, v)));
-    }
-    false
+/// The grouping state of one region.
+struct Fusion<'a> {
+    groups: &'a [Group],
+    group_of: &'a HashMap<Node, usize>,
+    pos: &'a HashMap<Node, usize>,
 }
 
 /// Builds the fusion node for a group (appended to the region) and points every outside use
