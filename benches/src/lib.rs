@@ -44,16 +44,9 @@ pub fn large_graph(n: usize) -> Module {
 /// A session on one of the bundled examples with every input of `graph` filled with seeded
 /// random data, and the request that runs it: what `graphc run FILE --graph GRAPH` does.
 pub fn example_session(file: &str, graph: &str) -> (graphc_runtime::Session, graphc_runtime::RunRequest) {
-    use graphc_runtime::random::{random_tensor, seed_for, Range};
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../ir-spec/examples").join(file);
     let m = graphc_ir::parse_file(&path).1.expect("the bundled examples parse");
-    let g = m.graph(graph).expect("the example has the graph");
-    let mut req = graphc_runtime::RunRequest::new(graph);
-    for &v in g.inputs() {
-        let name = g.values[v].name.clone().unwrap_or_default();
-        let ty = g.values[v].ty.as_tensor().expect("tensor inputs");
-        req = req.feed(name.as_str(), random_tensor(ty, seed_for(0, &name), Range::Default));
-    }
+    let req = graphc_runtime::random::random_request(m.graph(graph).expect("the example has the graph"), 0);
     let session = graphc_runtime::Session::new(m, Default::default()).expect("the examples verify");
     (session, req)
 }

@@ -4,11 +4,11 @@
 
 use crate::{plural, Backend, RunArgs};
 use anyhow::{anyhow, bail, Context};
-use graphc_ir::{Diagnostic, Graph, Module, Op, SourceFile, Type, Use, Value};
+use graphc_ir::{Diagnostic, Graph, Module, Op, SourceFile, Type};
 use graphc_runtime::checkpoint::Checkpointer;
 use graphc_runtime::limits::{check_tensor_size, default_max_tensor_bytes};
-use graphc_runtime::random::{random_tensor, seed_for, Range};
-use graphc_runtime::{npy, RtValue, RunError, RunOutput, RunRequest, Session, SessionOptions, Tensor};
+use graphc_runtime::random::random_input;
+use graphc_runtime::{npy, RtValue, RunError, RunOutput, RunRequest, Session, SessionOptions};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -42,7 +42,7 @@ pub fn run(a: &RunArgs, file: &SourceFile, module: Module) -> anyhow::Result<Exi
                 None => {
                     check_tensor_size(want, max_bytes).map_err(|m| anyhow!("input '{input}' of @{name}: {m}"))?;
                     random.push(format!("{input} {want}"));
-                    random_tensor(want, seed_for(a.seed, &input), index_range(g, v))
+                    random_input(g, v, a.seed).expect("a tensor input")
                 }
             };
             req = req.feed(input, Arc::new(t));
@@ -209,24 +209,6 @@ fn check_input_names(given: &BTreeMap<&str, PathBuf>, graphs: &[String], m: &Mod
     Ok(())
 }
 
-/// Random integers that feed a gather's indices stay in range, so any graph runs as is.
-fn index_range(g: &Graph, v: Value) -> Range {
-    for u in g.uses(v) {
-        if let Use::Operand(n, 1) = *u {
-            let nd = &g.nodes[n];
-            if nd.op == Op::Gather {
-                if let Some(data) = g.values[nd.operands[0]].ty.as_tensor() {
-                    let axis = nd.attrs.int("axis").unwrap_or(0);
-                    if let Ok(ax) = graphc_ir::shape::normalize_axis(axis, data.rank()) {
-                        return Range::Below(data.shape[ax]);
-                    }
-                }
-            }
-        }
-    }
-    Range::Default
-}
-
 fn report_run_error(e: &RunError, file: &SourceFile, step: u64, steps: u64) {
     let at = if steps > 1 { format!(" (step {step} of {steps})") } else { String::new() };
     let message = format!("{e}{at}");
@@ -298,14 +280,10 @@ fn write_outputs(dir: &Path, graphs: &[String], outs: &[RunOutput]) -> anyhow::R
         match v {
             RtValue::Tensor(t) => {
                 npy::write_npy(&path, t).map_err(|e| anyhow!("output '{name}': {e}"))?;
-                say!("{name}: {} -> {}", summary_type(t), path.display());
+                say!("{name}: {} -> {}", t.ty(), path.display());
             }
             other => say!("{name}: {} (not written: not a tensor)", other.ty()),
         }
     }
     Ok(())
-}
-
-fn summary_type(t: &Tensor) -> String {
-    t.ty().to_string()
 }

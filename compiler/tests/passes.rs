@@ -6,8 +6,8 @@ use graphc::passes::{PassManager, PrintAfter, DEFAULT_PIPELINE};
 use graphc_ir::{
     parse_module, print_module, verify_module, Attr, DType, Graph, Module, NodeSpec, Op, TensorType, Type,
 };
-use graphc_runtime::random::{random_tensor, seed_for, Range};
-use graphc_runtime::{ErrorKind, RunRequest, Session, SessionOptions, Tensor};
+use graphc_runtime::random::random_request;
+use graphc_runtime::{ErrorKind, Session, SessionOptions, Tensor};
 use proptest::prelude::*;
 use std::path::PathBuf;
 
@@ -38,15 +38,9 @@ fn run_all(m: &Module) -> Vec<Result<Vec<Option<Tensor>>, ErrorKind>> {
     m.graphs
         .iter()
         .map(|g| {
-            let mut req = RunRequest::new(g.name.as_str());
-            for &v in g.inputs() {
-                let name = g.values[v].name.clone().unwrap();
-                req = req.feed(
-                    name.as_str(),
-                    random_tensor(g.values[v].ty.as_tensor().unwrap(), seed_for(3, &name), Range::Below(4)),
-                );
-            }
-            s.run(req).map(|o| o.values.iter().map(|v| v.as_tensor().cloned()).collect()).map_err(|e| e.kind)
+            s.run(random_request(g, 3))
+                .map(|o| o.values.iter().map(|v| v.as_tensor().cloned()).collect())
+                .map_err(|e| e.kind)
         })
         .collect()
 }

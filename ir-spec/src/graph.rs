@@ -49,6 +49,16 @@ pub enum Use {
     Yield(Region, u32),
 }
 
+impl Use {
+    /// The node making the use: operands and `after` entries have one, yields do not.
+    pub fn user(self) -> Option<Node> {
+        match self {
+            Use::Operand(n, _) | Use::Control(n, _) => Some(n),
+            Use::Yield(..) => None,
+        }
+    }
+}
+
 #[derive(Clone, Debug)]
 pub struct ValueData {
     pub ty: Type,
@@ -225,6 +235,14 @@ impl Graph {
 
     pub fn value_type(&self, v: Value) -> &Type {
         &self.values[v].ty
+    }
+
+    /// The node whose result a value is; `None` for a region parameter.
+    pub fn producer(&self, v: Value) -> Option<Node> {
+        match self.values[v].def {
+            ValueDef::Result(n, _) => Some(n),
+            ValueDef::Param(..) => None,
+        }
     }
 
     pub fn uses(&self, v: Value) -> &[Use] {
@@ -433,13 +451,9 @@ impl Graph {
     /// delete thousands of nodes stay linear.
     pub fn remove_nodes(&mut self, nodes: &[Node]) -> Result<(), String> {
         let doomed: std::collections::HashSet<Node> = nodes.iter().copied().collect();
-        let user = |u: &Use| match *u {
-            Use::Operand(n, _) | Use::Control(n, _) => Some(n),
-            Use::Yield(..) => None,
-        };
         for &n in nodes {
             for &v in &self.nodes[n].results {
-                if self.values[v].uses.iter().any(|u| user(u).is_none_or(|m| !doomed.contains(&m))) {
+                if self.values[v].uses.iter().any(|u| u.user().is_none_or(|m| !doomed.contains(&m))) {
                     return Err(format!("cannot remove {n}: its result {v} is still used"));
                 }
             }

@@ -1,7 +1,7 @@
 //! Deterministic pseudo-random tensors, so any graph can be run without preparing inputs.
 
-use crate::Tensor;
-use graphc_ir::{DType, TensorType};
+use crate::{RunRequest, Tensor};
+use graphc_ir::{DType, Graph, Op, TensorType, Use, Value};
 use ndarray::ArrayD;
 
 /// SplitMix64: tiny, fast, and the same sequence on every platform.
@@ -61,4 +61,52 @@ pub fn seed_for(seed: u64, name: &str) -> u64 {
         h = (h ^ b as u64).wrapping_mul(0x0100_0000_01b3);
     }
     SplitMix64::new(seed ^ h).next_u64()
+}
+
+/// The values a graph input should take: integers that feed a gather's indices stay in range,
+/// so any graph runs on random data as it is. Uses are followed into the regions the value
+/// is passed to (fusion kernels, loop and branch bodies).
+pub fn input_range(g: &Graph, v: Value) -> Range {
+    for u in g.uses(v) {
+        let Use::Operand(n, i) = *u else { continue };
+        let nd = &g.nodes[n];
+        if nd.op == Op::Gather && i == 1 {
+            if let Some(data) = g.values[nd.operands[0]].ty.as_tensor() {
+                let axis = nd.attrs.int("axis").unwrap_or(0);
+                if let Ok(ax) = graphc_ir::shape::normalize_axis(axis, data.rank()) {
+                    return Range::Below(data.shape[ax]);
+                }
+            }
+        }
+        // Region parameters line up with the operands (a cond's predicate has none).
+        let param = if nd.op == Op::Cond { (i as usize).checked_sub(1) } else { Some(i as usize) };
+        for &r in &nd.regions {
+            if let Some(&p) = param.and_then(|p| g.regions[r].params.get(p)) {
+                if let Range::Below(b) = input_range(g, p) {
+                    return Range::Below(b);
+                }
+            }
+        }
+    }
+    Range::Default
+}
+
+/// Seeded random data for graph input `v`, seeded by the run's seed and the input's name;
+/// `None` when the input is not a tensor.
+pub fn random_input(g: &Graph, v: Value, seed: u64) -> Option<Tensor> {
+    let ty = g.values[v].ty.as_tensor()?;
+    let name = g.values[v].name.as_deref().unwrap_or_default();
+    Some(random_tensor(ty, seed_for(seed, name), input_range(g, v)))
+}
+
+/// A request that feeds every tensor input of `g` with seeded random data and fetches every
+/// output: what `graphc run` does when no input is given.
+pub fn random_request(g: &Graph, seed: u64) -> RunRequest {
+    let mut req = RunRequest::new(g.name.as_str());
+    for &v in g.inputs() {
+        if let Some(t) = random_input(g, v, seed) {
+            req = req.feed(g.values[v].name.clone().unwrap_or_default(), t);
+        }
+    }
+    req
 }

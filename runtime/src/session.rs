@@ -13,7 +13,7 @@ use crate::rendezvous::Rendezvous;
 use crate::state::State;
 use crate::wait::{Activity, WaitCtx};
 use crate::Tensor;
-use graphc_ir::{verify_module, Graph, Module, Node, Type, Value, ValueDef};
+use graphc_ir::{verify_module, Graph, Module, Node, Type, Value};
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -222,7 +222,7 @@ impl Session {
         let mut missing = Vec::new();
         for &input in g.inputs() {
             let read =
-                roots.contains(&input) || g.uses(input).iter().any(|u| user(*u).is_some_and(|n| needed.contains(&n)));
+                roots.contains(&input) || g.uses(input).iter().any(|u| u.user().is_some_and(|n| needed.contains(&n)));
             if read && !feeds.contains_key(&input) {
                 missing.push(format!("'{}' ({})", g.values[input].name.as_deref().unwrap_or("?"), g.values[input].ty));
             }
@@ -290,14 +290,6 @@ fn resolve(g: &Graph, name: &str, what: &str) -> Result<Value, RunError> {
         .map_err(RunError::invalid)
 }
 
-/// The node a use belongs to (operands and `after` lists; yields have no node).
-fn user(u: graphc_ir::Use) -> Option<Node> {
-    match u {
-        graphc_ir::Use::Operand(n, _) | graphc_ir::Use::Control(n, _) => Some(n),
-        graphc_ir::Use::Yield(..) => None,
-    }
-}
-
 /// The body nodes the roots depend on, through operands and `after` lists, stopping at fed
 /// values. Regions are isolated, so dependencies never leave the body.
 fn needed_nodes(g: &Graph, roots: &[Value], fed: &Env) -> HashSet<Node> {
@@ -307,7 +299,7 @@ fn needed_nodes(g: &Graph, roots: &[Value], fed: &Env) -> HashSet<Node> {
         if fed.contains_key(&v) {
             continue;
         }
-        if let ValueDef::Result(n, _) = g.values[v].def {
+        if let Some(n) = g.producer(v) {
             if needed.insert(n) {
                 let nd = &g.nodes[n];
                 work.extend(nd.operands.iter().chain(&nd.control_deps));

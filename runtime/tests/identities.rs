@@ -5,7 +5,7 @@ mod common;
 use common::*;
 use graphc_ir::{parse_module, Op};
 use graphc_runtime::kernels::{self, KernelError};
-use graphc_runtime::random::{random_tensor, seed_for, Range};
+use graphc_runtime::random::{random_request, random_tensor, Range};
 use graphc_runtime::{ErrorKind, RunRequest, Session, SessionOptions, Tensor};
 use proptest::prelude::*;
 use std::collections::BTreeSet;
@@ -183,18 +183,7 @@ proptest! {
 fn run_all(src: &str) -> Vec<(String, Result<(), graphc_runtime::RunError>)> {
     let m = parse_module(src).unwrap();
     let s = Session::new(m.clone(), SessionOptions { detect_deadlock: true, ..Default::default() }).unwrap();
-    m.graphs
-        .iter()
-        .map(|g| {
-            let mut req = RunRequest::new(g.name.as_str());
-            for &v in g.inputs() {
-                let name = g.values[v].name.clone().unwrap();
-                let ty = g.values[v].ty.as_tensor().unwrap();
-                req = req.feed(name.as_str(), random_tensor(ty, seed_for(1, &name), Range::Below(2)));
-            }
-            (g.name.clone(), s.run(req).map(|_| ()))
-        })
-        .collect()
+    m.graphs.iter().map(|g| (g.name.clone(), s.run(random_request(g, 1)).map(|_| ()))).collect()
 }
 
 #[test]

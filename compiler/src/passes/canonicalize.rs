@@ -15,9 +15,9 @@
 //! Nodes with `after` lists are left alone (apart from being replaced as values).
 
 use super::dce::remove_dead;
-use super::rewrite::{constant_of, is_splat_of, place_before, producer, regions, splat_value};
+use super::rewrite::{constant_of, is_splat_of, place_before, regions, splat_value};
 use super::Pass;
-use graphc_ir::{Attr, Graph, Node, NodeSpec, Op, OpKind, Region, Value};
+use graphc_ir::{Attr, Attrs, Graph, Node, NodeSpec, Op, OpKind, Region, Value};
 use std::collections::HashMap;
 
 #[derive(Debug)]
@@ -62,7 +62,37 @@ enum Rewrite {
     /// Its (single) result is this existing value.
     Value(Value),
     /// New nodes, in order; the last one's results replace the node's.
-    Nodes(Vec<NodeSpec>),
+    Nodes(Vec<NewNode>),
+}
+
+/// An operand of a new node: an existing value, or result 0 of an earlier new node of the
+/// same rewrite.
+#[derive(Clone, Copy)]
+enum Arg {
+    Old(Value),
+    New(usize),
+}
+
+/// A node a rewrite adds (with the rewritten node's device).
+struct NewNode {
+    op: Op,
+    args: Vec<Arg>,
+    attrs: Attrs,
+}
+
+impl NewNode {
+    fn new(op: Op, args: Vec<Arg>) -> Self {
+        NewNode { op, args, attrs: Attrs::new() }
+    }
+
+    fn of(op: Op, operands: &[Value]) -> Self {
+        Self::new(op, operands.iter().map(|&v| Arg::Old(v)).collect())
+    }
+
+    fn attr(mut self, name: &str, value: Attr) -> Self {
+        self.attrs.set(name, value);
+        self
+    }
 }
 
 fn rewrite_region(g: &mut Graph, r: Region, renames: &mut Vec<(Value, String)>) -> Result<bool, String> {
@@ -77,9 +107,17 @@ fn rewrite_region(g: &mut Graph, r: Region, renames: &mut Vec<(Value, String)>) 
                 let device = g.nodes[n].device.clone();
                 let mut added = Vec::new();
                 let mut last = Vec::new();
-                for mut spec in specs {
-                    // Specs may refer to earlier new nodes' results through `Pending`.
-                    spec.operands = spec.operands.iter().map(|&v| resolve(&added, g, v)).collect();
+                for new in specs {
+                    let operands = new
+                        .args
+                        .iter()
+                        .map(|&a| match a {
+                            Arg::Old(v) => v,
+                            Arg::New(i) => g.nodes[added[i]].results[0],
+                        })
+                        .collect::<Vec<Value>>();
+                    let mut spec = NodeSpec::new(new.op, operands);
+                    spec.attrs = new.attrs;
                     spec.device = device.clone();
                     let m = g.add_node(r, spec).map_err(|e| e.message)?;
                     last = g.nodes[m].results.clone();
@@ -100,21 +138,6 @@ fn rewrite_region(g: &mut Graph, r: Region, renames: &mut Vec<(Value, String)>) 
     Ok(changed)
 }
 
-/// A placeholder operand for result 0 of the i-th new node of a rewrite: an id far above any
-/// value a graph holds, swapped for the real value as the nodes are added.
-fn pending(i: usize) -> Value {
-    Value::from_u32(u32::MAX - 1 - i as u32)
-}
-
-fn resolve(added: &[Node], g: &Graph, v: Value) -> Value {
-    let i = (u32::MAX - 1 - v.as_u32()) as usize;
-    if i < added.len() {
-        g.nodes[added[i]].results[0]
-    } else {
-        v
-    }
-}
-
 fn rule(g: &Graph, n: Node) -> Option<Rewrite> {
     let nd = &g.nodes[n];
     if !nd.control_deps.is_empty() || nd.op.is_stateful() {
@@ -126,13 +149,13 @@ fn rule(g: &Graph, n: Node) -> Option<Rewrite> {
     let ops = &nd.operands;
     // A no-op that names a device is a device move (an `identity` placed elsewhere): it stays
     // unless its operand is already on that device.
-    let device_of = |v: Value| producer(g, v).and_then(|p| g.nodes[p].device.as_ref());
+    let device_of = |v: Value| g.producer(v).and_then(|p| g.nodes[p].device.as_ref());
     let keep = |v: Value| {
         (same(v) && (nd.device.is_none() || nd.device.as_ref() == device_of(v))).then_some(Rewrite::Value(v))
     };
     let zero = |v: Value| is_splat_of(g, v, 0.0) || is_splat_of(g, v, -0.0);
     let one = |v: Value| is_splat_of(g, v, 1.0);
-    let def = |v: Value| producer(g, v).map(|p| &g.nodes[p]).filter(|p| p.control_deps.is_empty());
+    let def = |v: Value| g.producer(v).map(|p| &g.nodes[p]).filter(|p| p.control_deps.is_empty());
     match nd.op {
         Op::Add if zero(ops[1]) => keep(ops[0]),
         Op::Add if zero(ops[0]) => keep(ops[1]),
@@ -161,7 +184,7 @@ fn rule(g: &Graph, n: Node) -> Option<Rewrite> {
                 return keep(inner.operands[0]);
             }
             Some(Rewrite::Nodes(vec![
-                NodeSpec::new(Op::Transpose, vec![inner.operands[0]]).attr("perm", Attr::Ints(composed))
+                NewNode::of(Op::Transpose, &[inner.operands[0]]).attr("perm", Attr::Ints(composed))
             ]))
         }
         Op::Reshape | Op::Broadcast => {
@@ -170,20 +193,20 @@ fn rule(g: &Graph, n: Node) -> Option<Rewrite> {
             if same(inner.operands[0]) {
                 return keep(inner.operands[0]);
             }
-            Some(Rewrite::Nodes(vec![NodeSpec::new(nd.op, vec![inner.operands[0]]).attr("shape", Attr::Ints(shape))]))
+            Some(Rewrite::Nodes(vec![NewNode::of(nd.op, &[inner.operands[0]]).attr("shape", Attr::Ints(shape))]))
         }
         Op::Softmax => {
             let axis = nd.attrs.int("axis").unwrap_or(-1);
-            let x = ops[0];
-            let reduce = |op: Op, v: Value| {
-                NodeSpec::new(op, vec![v]).attr("axes", Attr::Ints(vec![axis])).attr("keep_dims", Attr::Bool(true))
+            let x = Arg::Old(ops[0]);
+            let reduce = |op: Op, a: Arg| {
+                NewNode::new(op, vec![a]).attr("axes", Attr::Ints(vec![axis])).attr("keep_dims", Attr::Bool(true))
             };
             Some(Rewrite::Nodes(vec![
                 reduce(Op::ReduceMax, x),
-                NodeSpec::new(Op::Sub, vec![x, pending(0)]),
-                NodeSpec::new(Op::Exp, vec![pending(1)]),
-                reduce(Op::ReduceSum, pending(2)),
-                NodeSpec::new(Op::Div, vec![pending(2), pending(3)]),
+                NewNode::new(Op::Sub, vec![x, Arg::New(0)]),
+                NewNode::new(Op::Exp, vec![Arg::New(1)]),
+                reduce(Op::ReduceSum, Arg::New(2)),
+                NewNode::new(Op::Div, vec![Arg::New(2), Arg::New(3)]),
             ]))
         }
         op if op.kind() == OpKind::Elementwise && ops.len() > 1 => {
@@ -194,9 +217,9 @@ fn rule(g: &Graph, n: Node) -> Option<Rewrite> {
                 operands[i] = b.operands[0];
                 let types = g.infer(op, &operands, &nd.attrs, &[], None).ok()?;
                 if types.first() == Some(ty(result)) {
-                    let mut spec = NodeSpec::new(op, operands);
-                    spec.attrs = nd.attrs.clone();
-                    return Some(Rewrite::Nodes(vec![spec]));
+                    let mut new = NewNode::of(op, &operands);
+                    new.attrs = nd.attrs.clone();
+                    return Some(Rewrite::Nodes(vec![new]));
                 }
             }
             None

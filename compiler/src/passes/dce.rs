@@ -2,7 +2,7 @@
 //! communication and control flow holding either always stay, and so do ops used only through
 //! `after` lists (a control use is a use).
 
-use super::rewrite::{is_pure, regions, user};
+use super::rewrite::{is_pure, regions};
 use super::Pass;
 use graphc_ir::{Graph, Node, Region};
 use std::collections::HashSet;
@@ -42,7 +42,7 @@ pub fn remove_dead(g: &mut Graph) -> Result<bool, String> {
 fn sweep(g: &Graph, r: Region, dead: &mut HashSet<Node>) {
     for &n in g.regions[r].nodes.iter().rev() {
         let unused =
-            g.nodes[n].results.iter().all(|&v| g.uses(v).iter().all(|u| user(u).is_some_and(|m| dead.contains(&m))));
+            g.nodes[n].results.iter().all(|&v| g.uses(v).iter().all(|u| u.user().is_some_and(|m| dead.contains(&m))));
         if unused && is_pure(g, n) {
             dead.insert(n);
         }

@@ -15,7 +15,7 @@
 //! replace.
 
 use super::dce::remove_dead;
-use super::rewrite::{constant_of, producer, regions, user};
+use super::rewrite::{constant_of, regions};
 use super::Pass;
 use graphc_ir::{Attr, DeviceSpec, Graph, Node, NodeSpec, Op, OpKind, Region, Type, Value};
 use std::cmp::Reverse;
@@ -141,7 +141,7 @@ fn fuse_region(g: &mut Graph, r: Region) -> Result<bool, String> {
         let mut joined = None;
         let mut tried = Vec::new();
         for &v in &g.nodes[n].operands {
-            let Some(&gi) = producer(g, v).and_then(|p| group_of.get(&p)) else { continue };
+            let Some(&gi) = g.producer(v).and_then(|p| group_of.get(&p)) else { continue };
             if tried.contains(&gi) {
                 continue;
             }
@@ -163,7 +163,7 @@ fn fuse_region(g: &mut Graph, r: Region) -> Result<bool, String> {
             let starts: Vec<Node> = g.nodes[n]
                 .operands
                 .iter()
-                .filter_map(|&v| producer(g, v))
+                .filter_map(|&v| g.producer(v))
                 .filter(|p| group_of.get(p) != Some(&gi))
                 .collect();
             let bound = safe_bound(grp.first, &groups, &recent);
@@ -237,7 +237,7 @@ fn merge_sibling_groups(
     recent: &[(usize, usize)],
 ) {
     for &v in &g.nodes[n].operands {
-        let Some(&hj) = producer(g, v).and_then(|p| group_of.get(&p)) else { continue };
+        let Some(&hj) = g.producer(v).and_then(|p| group_of.get(&p)) else { continue };
         if hj == gi || groups[hj].members.is_empty() {
             continue;
         }
@@ -254,7 +254,7 @@ fn merge_sibling_groups(
         let merged: HashSet<Node> = a.members.iter().chain(&b.members).copied().collect();
         let starts: Vec<Node> = merged
             .iter()
-            .flat_map(|&m| g.nodes[m].operands.iter().filter_map(|&v| producer(g, v)))
+            .flat_map(|&m| g.nodes[m].operands.iter().filter_map(|&v| g.producer(v)))
             .filter(|p| !merged.contains(p))
             .collect();
         let bound = safe_bound(a.first.min(b.first), groups, recent);
@@ -310,7 +310,7 @@ fn reaches_target(
     let (mut seen, mut seen_groups) = (HashSet::new(), HashSet::new());
     let producers = |m: Node| {
         let nd = &g.nodes[m];
-        nd.operands.iter().chain(&nd.control_deps).filter_map(|&v| producer(g, v)).collect::<Vec<_>>()
+        nd.operands.iter().chain(&nd.control_deps).filter_map(|&v| g.producer(v)).collect::<Vec<_>>()
     };
     while let Some(m) = stack.pop() {
         if in_target(m) {
@@ -355,7 +355,7 @@ fn outline(g: &mut Graph, r: Region, grp: &Group) -> Result<(Node, Vec<(Value, S
     let mut inputs: Vec<Value> = Vec::new();
     for &m in &grp.members {
         for &v in &g.nodes[m].operands {
-            let internal = producer(g, v).is_some_and(|p| members.contains(&p)) || inlinable(g, v);
+            let internal = g.producer(v).is_some_and(|p| members.contains(&p)) || inlinable(g, v);
             if !internal && !inputs.contains(&v) {
                 inputs.push(v);
             }
@@ -364,7 +364,7 @@ fn outline(g: &mut Graph, r: Region, grp: &Group) -> Result<(Node, Vec<(Value, S
     let mut outputs: Vec<Value> = Vec::new();
     for &m in &grp.members {
         for &v in &g.nodes[m].results {
-            if g.uses(v).iter().any(|u| user(u).is_none_or(|n| !members.contains(&n))) {
+            if g.uses(v).iter().any(|u| u.user().is_none_or(|n| !members.contains(&n))) {
                 outputs.push(v);
             }
         }
@@ -420,7 +420,7 @@ fn reorder(g: &mut Graph, r: Region, key: &HashMap<Node, (usize, usize)>) {
             .operands
             .iter()
             .chain(&nd.control_deps)
-            .filter_map(|&v| producer(g, v))
+            .filter_map(|&v| g.producer(v))
             .filter_map(|p| index.get(&p).copied())
             .collect();
         preds.sort_unstable();

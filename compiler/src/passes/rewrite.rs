@@ -1,6 +1,6 @@
 //! Helpers the passes share: purity, constants, walking regions, reordering.
 
-use graphc_ir::{Graph, Node, Op, Region, TensorData, TensorLiteral, Use, Value, ValueDef};
+use graphc_ir::{Graph, Node, Op, Region, TensorData, TensorLiteral, Value};
 use std::collections::HashMap;
 
 /// Whether removing, duplicating or merging the node cannot change what a run does: not
@@ -10,17 +10,9 @@ pub fn is_pure(g: &Graph, n: Node) -> bool {
     !nd.op.is_stateful() && nd.regions.iter().all(|&r| g.regions[r].nodes.iter().all(|&m| is_pure(g, m)))
 }
 
-/// The node defining a value, if it is a node result.
-pub fn producer(g: &Graph, v: Value) -> Option<Node> {
-    match g.values[v].def {
-        ValueDef::Result(n, _) => Some(n),
-        ValueDef::Param(..) => None,
-    }
-}
-
 /// The literal of a value defined by a `constant` node.
 pub fn constant_of(g: &Graph, v: Value) -> Option<&TensorLiteral> {
-    let n = producer(g, v)?;
+    let n = g.producer(v)?;
     let nd = &g.nodes[n];
     (nd.op == Op::Constant).then(|| nd.attrs.tensor("value")).flatten()
 }
@@ -42,14 +34,6 @@ pub fn splat_value(lit: &TensorLiteral) -> Option<f64> {
 /// Whether a splat constant is exactly `x` (so `-0.0` is not `0.0`).
 pub fn is_splat_of(g: &Graph, v: Value, x: f64) -> bool {
     constant_of(g, v).and_then(splat_value).is_some_and(|s| s == x && s.is_sign_negative() == x.is_sign_negative())
-}
-
-/// The node that uses a value, for operand and control uses.
-pub fn user(u: &Use) -> Option<Node> {
-    match *u {
-        Use::Operand(n, _) | Use::Control(n, _) => Some(n),
-        Use::Yield(..) => None,
-    }
 }
 
 /// The graph's body and every region nested in it, parents before children.
