@@ -4,3 +4,5 @@
 
 pub mod dot;
 pub mod passes;
+pub mod placement;
+pub mod trace;

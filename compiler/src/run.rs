@@ -60,6 +60,7 @@ pub fn run(a: &RunArgs, file: &SourceFile, module: Module) -> anyhow::Result<Exi
         wait_timeout: a.timeout.map(Duration::from_secs_f64),
         detect_deadlock: true,
         max_tensor_bytes: None,
+        trace: false,
     };
     let session = Session::new(module, options).map_err(|e| anyhow!("{e}"))?;
     if let Some(path) = &a.restore {

@@ -89,6 +89,36 @@ impl DeviceSpec {
         Ok(spec)
     }
 
+    /// A short name for file and graph names: the components that differ from a local
+    /// device's (`/job:localhost/replica:0/task:0`), joined by '.': `cpu1`, `worker.t1.cpu0`.
+    pub fn short_name(&self) -> String {
+        let mut parts = Vec::new();
+        if let Some(j) = self.job.as_deref().filter(|j| *j != "localhost") {
+            parts.push(j.to_string());
+        }
+        if let Some(r) = self.replica.filter(|&r| r != 0) {
+            parts.push(format!("r{r}"));
+        }
+        if let Some(t) = self.task.filter(|&t| t != 0) {
+            parts.push(format!("t{t}"));
+        }
+        match self.device {
+            Some((k, Some(i))) => parts.push(format!("{}{i}", k.name())),
+            Some((k, None)) => parts.push(k.name().to_string()),
+            None => {}
+        }
+        if parts.is_empty() {
+            "any".to_string()
+        } else {
+            parts.join(".")
+        }
+    }
+
+    /// True when every component is given: a spec that names exactly one device.
+    pub fn is_full(&self) -> bool {
+        self.job.is_some() && self.replica.is_some() && self.task.is_some() && matches!(self.device, Some((_, Some(_))))
+    }
+
     pub fn is_empty(&self) -> bool {
         *self == DeviceSpec::default()
     }
@@ -190,6 +220,14 @@ mod tests {
             let err = DeviceSpec::parse(s).unwrap_err();
             assert!(err.contains(want), "{s}: {err}");
         }
+    }
+
+    #[test]
+    fn short_names_drop_local_components() {
+        let short = |s: &str| DeviceSpec::parse(s).unwrap().short_name();
+        assert_eq!(short("/job:localhost/replica:0/task:0/device:cpu:1"), "cpu1");
+        assert_eq!(short("/job:worker/replica:0/task:1/device:gpu:0"), "worker.t1.gpu0");
+        assert_eq!(short(""), "any");
     }
 
     #[test]

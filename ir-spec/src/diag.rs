@@ -76,6 +76,18 @@ impl Diagnostic {
         self
     }
 
+    /// The message with its notes and help on one line, for where no source text is at hand.
+    pub fn flat_message(&self) -> String {
+        let mut s = self.message.clone();
+        for (_, n) in &self.notes {
+            s.push_str(&format!("; note: {n}"));
+        }
+        for h in &self.help {
+            s.push_str(&format!("; help: {h}"));
+        }
+        s
+    }
+
     /// Renders the diagnostic against the file it refers to.
     pub fn render(&self, file: &SourceFile) -> String {
         let mut out = String::new();

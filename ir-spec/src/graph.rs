@@ -409,6 +409,58 @@ impl Graph {
         Ok(node)
     }
 
+    /// Copies node `n` of `src`, with its regions (deeply), to the end of `region` of `self`;
+    /// `operands` and `control_deps` stand for the node's own in `self`. Attributes, device,
+    /// span, comments and result names come along (a name taken in `self` gets a suffix).
+    /// Returns the copy's results. Used to move nodes between graphs (partitioning).
+    pub fn import_node(
+        &mut self,
+        region: Region,
+        src: &Graph,
+        n: Node,
+        operands: Vec<Value>,
+        control_deps: Vec<Value>,
+    ) -> Result<Vec<Value>, InferError> {
+        let nd = &src.nodes[n];
+        let mut regions = Vec::with_capacity(nd.regions.len());
+        for &r in &nd.regions {
+            let rd = &src.regions[r];
+            let types: Vec<Type> = rd.params.iter().map(|&p| src.values[p].ty.clone()).collect();
+            let copy = self.new_region(&rd.label, &types);
+            let mut map: HashMap<Value, Value> = HashMap::new();
+            for (&from, &to) in rd.params.iter().zip(&self.regions[copy].params.clone()) {
+                map.insert(from, to);
+                if let Some(name) = &src.values[from].name {
+                    self.set_name(to, name);
+                }
+            }
+            for &m in &rd.nodes {
+                let md = &src.nodes[m];
+                let ops = md.operands.iter().map(|v| map[v]).collect();
+                let deps = md.control_deps.iter().map(|v| map[v]).collect();
+                let results = self.import_node(copy, src, m, ops, deps)?;
+                map.extend(md.results.iter().copied().zip(results));
+            }
+            self.set_yields(copy, rd.yields.iter().map(|v| map[v]).collect());
+            self.regions[copy].span = rd.span;
+            self.regions[copy].end_comments = rd.end_comments.clone();
+            regions.push(copy);
+        }
+        let mut spec = NodeSpec::new(nd.op, operands).after(control_deps).regions(regions).span(nd.span);
+        spec.attrs = nd.attrs.clone();
+        spec.device = nd.device.clone();
+        spec.declared = Some(nd.results.iter().map(|&v| src.values[v].ty.clone()).collect());
+        let copy = self.add_node(region, spec)?;
+        self.nodes[copy].comments = nd.comments.clone();
+        let results = self.nodes[copy].results.clone();
+        for (&from, &to) in nd.results.iter().zip(&results) {
+            if let Some(name) = &src.values[from].name {
+                self.set_name(to, name);
+            }
+        }
+        Ok(results)
+    }
+
     /// Adds a node and returns its results: the short form for front ends and tests.
     pub fn add(&mut self, region: Region, spec: NodeSpec) -> Result<Vec<Value>, InferError> {
         let n = self.add_node(region, spec)?;

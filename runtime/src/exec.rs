@@ -12,6 +12,7 @@ use crate::Tensor;
 use graphc_ir::{Graph, Node, Op, Region, TensorType, Type, Value};
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Instant;
 
 /// A value at run time: a tensor, a token, or a handle to session state.
 #[derive(Clone, Debug)]
@@ -45,6 +46,18 @@ impl RtValue {
     }
 }
 
+/// One node execution, recorded when a session traces.
+#[derive(Clone, Debug)]
+pub struct NodeEvent {
+    pub node: Node,
+    pub start: Instant,
+    pub end: Instant,
+    /// For send and recv: the rendezvous key, qualified by the loop iteration.
+    pub key: Option<String>,
+    /// How many regions enclose the node (0 for the graph body).
+    pub depth: usize,
+}
+
 /// Values bound so far in one region activation.
 pub(crate) type Env = HashMap<Value, RtValue>;
 
@@ -61,6 +74,10 @@ pub(crate) struct Interp<'a> {
     iterations: Vec<u64>,
     /// The largest tensor a kernel may produce, in bytes.
     max_bytes: u64,
+    /// Node executions, when tracing.
+    pub events: Option<Vec<NodeEvent>>,
+    /// How many regions enclose the nodes running now.
+    depth: usize,
 }
 
 impl<'a> Interp<'a> {
@@ -71,7 +88,17 @@ impl<'a> Interp<'a> {
         wait: WaitCtx<'a>,
         max_bytes: u64,
     ) -> Self {
-        Interp { graph, state, rendezvous, wait, executed: 0, iterations: Vec::new(), max_bytes }
+        Interp {
+            graph,
+            state,
+            rendezvous,
+            wait,
+            executed: 0,
+            iterations: Vec::new(),
+            max_bytes,
+            events: None,
+            depth: 0,
+        }
     }
 
     /// Runs, in order, the nodes of `region` that `keep` admits. A result already bound in
@@ -81,8 +108,18 @@ impl<'a> Interp<'a> {
             if keep(n) {
                 self.wait.check_cancelled()?;
                 let nd = &self.graph.nodes[n];
+                let start = self.events.is_some().then(Instant::now);
                 let results =
                     self.exec_node(n, env).map_err(|e| e.at_node(&self.graph.name, self.describe(n), nd.span))?;
+                if let Some(start) = start {
+                    let end = Instant::now();
+                    let key = matches!(nd.op, Op::Send | Op::Recv)
+                        .then(|| self.rendezvous_key(nd.attrs.str("key").unwrap_or_default()));
+                    let depth = self.depth;
+                    if let Some(events) = &mut self.events {
+                        events.push(NodeEvent { node: n, start, end, key, depth });
+                    }
+                }
                 for (&v, r) in nd.results.iter().zip(results) {
                     env.entry(v).or_insert(r);
                 }
@@ -95,7 +132,10 @@ impl<'a> Interp<'a> {
     fn run_region(&mut self, region: Region, args: Vec<RtValue>) -> Result<Vec<RtValue>, RunError> {
         let rd = &self.graph.regions[region];
         let mut env: Env = rd.params.iter().copied().zip(args).collect();
-        self.run_nodes(region, &mut env, &|_| true)?;
+        self.depth += 1;
+        let ran = self.run_nodes(region, &mut env, &|_| true);
+        self.depth -= 1;
+        ran?;
         rd.yields.iter().map(|v| lookup(&env, *v)).collect()
     }
 

@@ -23,6 +23,6 @@ pub mod tensor;
 mod wait;
 
 pub use error::{ErrorKind, RunError};
-pub use exec::RtValue;
+pub use exec::{NodeEvent, RtValue};
 pub use session::{RunOutput, RunRequest, Session, SessionOptions};
 pub use tensor::Tensor;

@@ -8,7 +8,7 @@
 //! failure cancels the rest.
 
 use crate::error::{ErrorKind, RunError};
-use crate::exec::{Env, Interp, RtValue};
+use crate::exec::{Env, Interp, NodeEvent, RtValue};
 use crate::rendezvous::Rendezvous;
 use crate::state::State;
 use crate::wait::{Activity, WaitCtx};
@@ -33,6 +33,9 @@ pub struct SessionOptions {
     /// memory ([`crate::limits::default_max_tensor_bytes`]). A node whose result would be
     /// larger fails with `ResourceExhausted` instead of aborting the process.
     pub max_tensor_bytes: Option<u64>,
+    /// Record when every node starts and ends ([`RunOutput::events`]), for timelines and
+    /// profiles.
+    pub trace: bool,
 }
 
 /// One graph's part of a step: what to feed, fetch and run.
@@ -45,11 +48,26 @@ pub struct RunRequest {
     pub fetches: Vec<String>,
     /// Values whose producers must run, though nothing of them is returned.
     pub targets: Vec<String>,
+    /// With no fetches and no targets, run only what the other graphs of the step need from
+    /// this one (its sends to them) instead of fetching every output: a partition that holds
+    /// nothing the caller asked for.
+    pub supporting: bool,
 }
 
 impl RunRequest {
     pub fn new(graph: impl Into<String>) -> Self {
-        RunRequest { graph: graph.into(), feeds: Vec::new(), fetches: Vec::new(), targets: Vec::new() }
+        RunRequest {
+            graph: graph.into(),
+            feeds: Vec::new(),
+            fetches: Vec::new(),
+            targets: Vec::new(),
+            supporting: false,
+        }
+    }
+
+    /// A request that fetches nothing and runs what the step's other graphs receive from it.
+    pub fn supporting(graph: impl Into<String>) -> Self {
+        RunRequest { supporting: true, ..RunRequest::new(graph) }
     }
 
     pub fn feed(mut self, name: impl Into<String>, t: impl Into<Arc<Tensor>>) -> Self {
@@ -76,6 +94,8 @@ pub struct RunOutput {
     pub values: Vec<RtValue>,
     /// Node executions, nested ones and loop iterations included.
     pub nodes_executed: usize,
+    /// With [`SessionOptions::trace`]: every node execution, in the order they ended.
+    pub events: Vec<NodeEvent>,
 }
 
 impl RunOutput {
@@ -154,7 +174,13 @@ impl Session {
     /// rendezvous. The first failure cancels the others; its error is the step's error.
     pub fn run_step(&self, requests: Vec<RunRequest>) -> Result<Vec<RunOutput>, RunError> {
         // Check everything before anything runs, so a bad request has no effects.
-        let plans = requests.iter().map(|r| self.plan(r)).collect::<Result<Vec<_>, _>>()?;
+        let mut plans = requests.iter().map(|r| self.plan(r)).collect::<Result<Vec<_>, _>>()?;
+        if plans.len() > 1 {
+            link_transfers(&mut plans);
+        }
+        for p in &plans {
+            check_inputs_fed(p)?;
+        }
         let rendezvous = Rendezvous::default();
         let cancelled = AtomicBool::new(false);
         self.activity.enter(plans.len());
@@ -209,34 +235,18 @@ impl Session {
                 return Err(RunError::invalid(format!("'{name}' is fed twice")));
             }
         }
-        let (fetch_names, fetches): (Vec<String>, Vec<Value>) = if r.fetches.is_empty() && r.targets.is_empty() {
-            (g.outputs.iter().map(|o| o.name.clone()).collect(), g.output_values().to_vec())
-        } else {
-            let vals = r.fetches.iter().map(|n| resolve(g, n, "fetch")).collect::<Result<Vec<_>, _>>()?;
-            (r.fetches.clone(), vals)
-        };
+        let (fetch_names, fetches): (Vec<String>, Vec<Value>) =
+            if r.fetches.is_empty() && r.targets.is_empty() && !r.supporting {
+                (g.outputs.iter().map(|o| o.name.clone()).collect(), g.output_values().to_vec())
+            } else {
+                let vals = r.fetches.iter().map(|n| resolve(g, n, "fetch")).collect::<Result<Vec<_>, _>>()?;
+                (r.fetches.clone(), vals)
+            };
         let targets = r.targets.iter().map(|n| resolve(g, n, "target")).collect::<Result<Vec<_>, _>>()?;
         let roots: Vec<Value> = fetches.iter().chain(&targets).copied().collect();
-        let needed = needed_nodes(g, &roots, &feeds);
-        // Every graph input the needed nodes (or the fetches themselves) read must be fed.
-        let mut missing = Vec::new();
-        for &input in g.inputs() {
-            let read =
-                roots.contains(&input) || g.uses(input).iter().any(|u| u.user().is_some_and(|n| needed.contains(&n)));
-            if read && !feeds.contains_key(&input) {
-                missing.push(format!("'{}' ({})", g.values[input].name.as_deref().unwrap_or("?"), g.values[input].ty));
-            }
-        }
-        if !missing.is_empty() {
-            return Err(RunError::invalid(format!(
-                "@{} needs input{} {} but {} not fed",
-                g.name,
-                if missing.len() == 1 { "" } else { "s" },
-                missing.join(", "),
-                if missing.len() == 1 { "it was" } else { "they were" }
-            )));
-        }
-        Ok(Plan { graph: g, feeds, fetch_names, fetches, needed })
+        let mut needed = HashSet::new();
+        add_needed(g, roots.iter().copied(), &feeds, &mut needed);
+        Ok(Plan { graph: g, feeds, fetch_names, fetches, roots, needed })
     }
 
     fn execute(&self, plan: Plan<'_>, rendezvous: &Rendezvous, cancelled: &AtomicBool) -> Result<RunOutput, RunError> {
@@ -247,6 +257,7 @@ impl Session {
             detect_deadlock: self.options.detect_deadlock,
         };
         let mut interp = Interp::new(plan.graph, &self.state, rendezvous, wait, self.max_bytes);
+        interp.events = self.options.trace.then(Vec::new);
         let mut env = plan.feeds;
         interp.run_nodes(plan.graph.body, &mut env, &|n| plan.needed.contains(&n))?;
         let values = plan
@@ -256,7 +267,8 @@ impl Session {
                 env.get(v).cloned().ok_or_else(|| RunError::internal(format!("fetched value {v} was not computed")))
             })
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(RunOutput { names: plan.fetch_names, values, nodes_executed: interp.executed })
+        let events = interp.events.take().unwrap_or_default();
+        Ok(RunOutput { names: plan.fetch_names, values, nodes_executed: interp.executed, events })
     }
 }
 
@@ -266,7 +278,81 @@ struct Plan<'s> {
     feeds: Env,
     fetch_names: Vec<String>,
     fetches: Vec<Value>,
+    /// The fetches and targets.
+    roots: Vec<Value>,
     needed: HashSet<Node>,
+}
+
+/// Every graph input that a node that runs (or a fetch) reads must be fed.
+fn check_inputs_fed(p: &Plan<'_>) -> Result<(), RunError> {
+    let g = p.graph;
+    let mut missing = Vec::new();
+    for &input in g.inputs() {
+        let read =
+            p.roots.contains(&input) || g.uses(input).iter().any(|u| u.user().is_some_and(|n| p.needed.contains(&n)));
+        if read && !p.feeds.contains_key(&input) {
+            missing.push(format!("'{}' ({})", g.values[input].name.as_deref().unwrap_or("?"), g.values[input].ty));
+        }
+    }
+    if missing.is_empty() {
+        return Ok(());
+    }
+    Err(RunError::invalid(format!(
+        "@{} needs input{} {} but {} not fed",
+        g.name,
+        if missing.len() == 1 { "" } else { "s" },
+        missing.join(", "),
+        if missing.len() == 1 { "it was" } else { "they were" }
+    )))
+}
+
+/// Makes a step's graphs run what the others receive from them: a needed node that holds a
+/// recv (at any depth) makes the node holding the matching send needed in its graph, with
+/// what that depends on, until nothing changes. Without this a partition would wait forever
+/// for a send its own fetches do not need.
+fn link_transfers(plans: &mut [Plan<'_>]) {
+    // For each graph, the keys sent and received by each top-level node.
+    let mut senders: std::collections::HashMap<&str, (usize, Node)> = std::collections::HashMap::new();
+    let mut receives: Vec<std::collections::HashMap<Node, Vec<&str>>> = Vec::new();
+    for (i, p) in plans.iter().enumerate() {
+        let g = p.graph;
+        let mut recvs: std::collections::HashMap<Node, Vec<&str>> = std::collections::HashMap::new();
+        for &top in &g.regions[g.body].nodes {
+            let mut inner = vec![top];
+            while let Some(n) = inner.pop() {
+                let nd = &g.nodes[n];
+                if let Some(key) = nd.attrs.str("key") {
+                    match nd.op {
+                        graphc_ir::Op::Send => {
+                            senders.insert(key, (i, top));
+                        }
+                        graphc_ir::Op::Recv => recvs.entry(top).or_default().push(key),
+                        _ => {}
+                    }
+                }
+                inner.extend(nd.regions.iter().flat_map(|&r| g.regions[r].nodes.iter().copied()));
+            }
+        }
+        receives.push(recvs);
+    }
+    let mut work: Vec<(usize, Node)> =
+        plans.iter().enumerate().flat_map(|(i, p)| p.needed.iter().map(move |&n| (i, n))).collect();
+    while let Some((i, n)) = work.pop() {
+        let Some(keys) = receives[i].get(&n) else { continue };
+        for key in keys.clone() {
+            let Some(&(j, sender)) = senders.get(key) else { continue };
+            let p = &mut plans[j];
+            if p.needed.contains(&sender) || p.feeds.keys().any(|v| p.graph.producer(*v) == Some(sender)) {
+                continue;
+            }
+            p.needed.insert(sender);
+            let nd = &p.graph.nodes[sender];
+            let added =
+                add_needed(p.graph, nd.operands.iter().chain(&nd.control_deps).copied(), &p.feeds, &mut p.needed);
+            work.push((j, sender));
+            work.extend(added.into_iter().map(|m| (j, m)));
+        }
+    }
 }
 
 /// A value by output name, then by value name; `%` in front is optional.
@@ -290,21 +376,23 @@ fn resolve(g: &Graph, name: &str, what: &str) -> Result<Value, RunError> {
         .map_err(RunError::invalid)
 }
 
-/// The body nodes the roots depend on, through operands and `after` lists, stopping at fed
-/// values. Regions are isolated, so dependencies never leave the body.
-fn needed_nodes(g: &Graph, roots: &[Value], fed: &Env) -> HashSet<Node> {
-    let mut needed = HashSet::new();
-    let mut work: Vec<Value> = roots.to_vec();
+/// Adds to `needed` the body nodes the roots depend on, through operands and `after` lists,
+/// stopping at fed values, and returns the nodes it added. Regions are isolated, so
+/// dependencies never leave the body.
+fn add_needed(g: &Graph, roots: impl IntoIterator<Item = Value>, fed: &Env, needed: &mut HashSet<Node>) -> Vec<Node> {
+    let mut added = Vec::new();
+    let mut work: Vec<Value> = roots.into_iter().collect();
     while let Some(v) = work.pop() {
         if fed.contains_key(&v) {
             continue;
         }
         if let Some(n) = g.producer(v) {
             if needed.insert(n) {
+                added.push(n);
                 let nd = &g.nodes[n];
                 work.extend(nd.operands.iter().chain(&nd.control_deps));
             }
         }
     }
-    needed
+    added
 }

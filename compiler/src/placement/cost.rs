@@ -1,0 +1,226 @@
+//! The cost model: how long a node takes on a device and how long a tensor takes to cross a
+//! link. Node times come from a profile of earlier runs when it has the node's signature, and
+//! otherwise from static heuristics (elements touched and flops, by op) calibrated against
+//! the reference CPU; either is divided by the device's speed for the op's class.
+
+use super::cluster::Cluster;
+use graphc_ir::{Graph, Node, Op, OpKind, Type};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+
+/// The reference CPU: graphc's interpreter on one core of the 2-core x86-64 build machine,
+/// measured with `graphc run --steps 50` on one-op graphs (ARCHITECTURE.md, "Cost model").
+/// Seconds per unit.
+mod reference {
+    /// Every node: dispatch, operand lookup, the result's type check.
+    pub const NODE: f64 = 1.3e-6;
+    /// A step: planning the run, thread start-up for each further graph of the step.
+    pub const STEP: f64 = 3e-6;
+    pub const EXTRA_GRAPH: f64 = 25e-6;
+    /// Per output element of arithmetic (add, mul, compare, select, ...), with its allocation.
+    pub const ELEM: f64 = 2.2e-9;
+    /// Per output element of exp, log, tanh, sigmoid, erf, pow, sqrt.
+    pub const ELEM_TRANSCENDENTAL: f64 = 5.5e-9;
+    /// Per element moved by reshape, broadcast, slice, concat, gather, cast, constant.
+    pub const MOVE: f64 = 3e-9;
+    /// Per element of a transpose (strided reads).
+    pub const TRANSPOSE: f64 = 9e-9;
+    /// Per input element of a reduction (f64 accumulation).
+    pub const REDUCE: f64 = 2.1e-9;
+    /// Per element of softmax (max, exp, sum, divide).
+    pub const SOFTMAX: f64 = 9e-9;
+    /// Matmul flops per second (matrixmultiply's packed kernel).
+    pub const MATMUL_FLOPS: f64 = 27e9;
+    /// Convolution flops per second (plain loops).
+    pub const CONV_FLOPS: f64 = 1.5e9;
+    /// Per window element of a pooling.
+    pub const POOL: f64 = 2.5e-9;
+}
+
+/// How many iterations a `while` is assumed to run when no profile says how long it takes.
+pub const ASSUMED_TRIPS: f64 = 10.0;
+
+/// Measured node times from earlier runs, by node signature (`graphc run --write-profile`).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Profile {
+    pub format: String,
+    pub version: u32,
+    /// Signature to measurement.
+    pub ops: BTreeMap<String, Measured>,
+}
+
+/// The mean time of one kind of node.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Measured {
+    pub mean_us: f64,
+    pub count: u64,
+}
+
+const PROFILE_FORMAT: &str = "graphc-profile";
+
+impl Profile {
+    pub fn new() -> Profile {
+        Profile { format: PROFILE_FORMAT.into(), version: 1, ops: BTreeMap::new() }
+    }
+
+    /// Adds one measurement of a node of signature `sig`.
+    pub fn record(&mut self, sig: String, seconds: f64) {
+        let m = self.ops.entry(sig).or_default();
+        m.mean_us += (seconds * 1e6 - m.mean_us) / (m.count + 1) as f64;
+        m.count += 1;
+    }
+
+    pub fn load(path: &Path) -> Result<Profile, String> {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read profile {}: {e}", path.display()))?;
+        let p: Profile =
+            serde_json::from_str(&text).map_err(|e| format!("{} is not a graphc profile: {e}", path.display()))?;
+        if p.format != PROFILE_FORMAT || p.version != 1 {
+            return Err(format!(
+                "{}: format '{}' version {}; expected '{PROFILE_FORMAT}' version 1 (written by graphc run --write-profile)",
+                path.display(),
+                p.format,
+                p.version
+            ));
+        }
+        Ok(p)
+    }
+
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).expect("a profile serializes")
+    }
+
+    /// Seconds a node of this signature took, if measured.
+    fn seconds(&self, sig: &str) -> Option<f64> {
+        self.ops.get(sig).map(|m| m.mean_us * 1e-6)
+    }
+}
+
+/// What identifies a node's cost across graphs and runs: the op, its attributes, its operand
+/// and result types, and for nodes with regions a digest of what the regions hold.
+pub fn signature(g: &Graph, n: Node) -> String {
+    let nd = &g.nodes[n];
+    let mut s = nd.op.name().to_string();
+    let types = |vs: &[graphc_ir::Value]| vs.iter().map(|&v| g.values[v].ty.to_string()).collect::<Vec<_>>().join(", ");
+    s.push_str(&format!(" ({}) -> ({})", types(&nd.operands), types(&nd.results)));
+    // Names and keys differ between otherwise equal nodes; they do not change the cost.
+    let attrs: Vec<String> = nd
+        .attrs
+        .iter()
+        .filter(|(k, _)| !matches!(*k, "name" | "key" | "to" | "from" | "init"))
+        .map(|(k, a)| format!("{k} = {a}"))
+        .collect();
+    if !attrs.is_empty() {
+        s.push_str(&format!(" {{{}}}", attrs.join(", ")));
+    }
+    if !nd.regions.is_empty() {
+        let mut inner = String::new();
+        for &r in &nd.regions {
+            for &m in &g.regions[r].nodes {
+                inner.push_str(&signature(g, m));
+                inner.push(';');
+            }
+            inner.push('|');
+        }
+        s.push_str(&format!(" regions#{:016x}", fnv1a(inner.as_bytes())));
+    }
+    s
+}
+
+/// A stable 64-bit digest (std's hasher may change between releases; profiles outlive them).
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| (h ^ b as u64).wrapping_mul(0x0100_0000_01b3))
+}
+
+/// Node and transfer times for one cluster.
+#[derive(Debug)]
+pub struct CostModel<'a> {
+    pub cluster: &'a Cluster,
+    profile: Option<&'a Profile>,
+    /// Reference-CPU seconds per node, computed once (signatures are not free).
+    memo: std::cell::RefCell<HashMap<(usize, Node), f64>>,
+}
+
+impl<'a> CostModel<'a> {
+    pub fn new(cluster: &'a Cluster, profile: Option<&'a Profile>) -> Self {
+        CostModel { cluster, profile, memo: Default::default() }
+    }
+
+    /// Seconds node `n` of `g` takes on device `d`, its regions included.
+    pub fn node_time(&self, g: &Graph, n: Node, d: usize) -> f64 {
+        self.reference_time(g, n) / self.cluster.devices[d].speed(g.nodes[n].op.kind())
+    }
+
+    /// Seconds to move a value of this type from device `a` to `b` (0 on one device).
+    pub fn transfer_time(&self, ty: &Type, a: usize, b: usize) -> f64 {
+        if a == b {
+            return 0.0;
+        }
+        self.cluster.link(a, b).time(type_bytes(ty))
+    }
+
+    /// The fixed cost of a step that runs `graphs` graphs concurrently.
+    pub fn step_overhead(&self, graphs: usize) -> f64 {
+        reference::STEP + reference::EXTRA_GRAPH * graphs.saturating_sub(1) as f64
+    }
+
+    /// Seconds on the reference CPU: measured if the profile has the node, else estimated.
+    pub fn reference_time(&self, g: &Graph, n: Node) -> f64 {
+        let key = (g as *const Graph as usize, n);
+        if let Some(&t) = self.memo.borrow().get(&key) {
+            return t;
+        }
+        let t = match self.profile.and_then(|p| p.seconds(&signature(g, n))) {
+            Some(t) => t + reference::NODE,
+            None => self.estimate(g, n),
+        };
+        self.memo.borrow_mut().insert(key, t);
+        t
+    }
+
+    fn estimate(&self, g: &Graph, n: Node) -> f64 {
+        let nd = &g.nodes[n];
+        let elems = |v: graphc_ir::Value| g.values[v].ty.as_tensor().and_then(|t| t.num_elements()).unwrap_or(0) as f64;
+        let out: f64 = nd.results.iter().map(|&v| elems(v)).sum();
+        let input = |i: usize| nd.operands.get(i).map(|&v| elems(v)).unwrap_or(0.0);
+        let region =
+            |i: usize| -> f64 { g.regions[nd.regions[i]].nodes.iter().map(|&m| self.reference_time(g, m)).sum() };
+        let work = match nd.op {
+            Op::Exp | Op::Log | Op::Tanh | Op::Sigmoid | Op::Erf | Op::Pow | Op::Sqrt => {
+                out * reference::ELEM_TRANSCENDENTAL
+            }
+            Op::Transpose => out * reference::TRANSPOSE,
+            Op::Identity | Op::Shape | Op::Rank | Op::Read | Op::Variable | Op::Queue => 0.0,
+            Op::Softmax => out * reference::SOFTMAX,
+            Op::MatMul => {
+                let k = g.values[nd.operands[0]].ty.as_tensor().and_then(|t| t.shape.last().copied()).unwrap_or(1);
+                2.0 * out * k as f64 / reference::MATMUL_FLOPS
+            }
+            Op::Conv => {
+                // Each output element sums over (input channels / group) x kernel window.
+                let w = g.values[nd.operands[1]].ty.as_tensor().map(|t| t.shape.clone()).unwrap_or_default();
+                let per_out: u64 = w.iter().skip(1).product();
+                2.0 * out * per_out as f64 / reference::CONV_FLOPS
+            }
+            Op::MaxPool | Op::AvgPool => {
+                let window: i64 = nd.attrs.ints("kernel").map(|k| k.iter().product()).unwrap_or(1);
+                out * window as f64 * reference::POOL
+            }
+            Op::Cond => region(0).max(region(1)),
+            Op::While => ASSUMED_TRIPS * (region(0) + region(1)) + region(0),
+            Op::Fusion => region(0),
+            Op::Enqueue | Op::Dequeue => 0.0,
+            op => match op.kind() {
+                OpKind::Elementwise | OpKind::Stateful => out * reference::ELEM,
+                OpKind::Reduction => input(0) * reference::REDUCE,
+                _ => out * reference::MOVE,
+            },
+        };
+        work + reference::NODE
+    }
+}
+
+/// The bytes a value takes on a link: a tensor's data, nothing for tokens and handles.
+pub fn type_bytes(ty: &Type) -> u64 {
+    ty.as_tensor().and_then(graphc_runtime::limits::tensor_bytes).unwrap_or(0)
+}

@@ -1,0 +1,154 @@
+//! The step simulator: predicts how a partitioned graph runs on a cluster from the cost model
+//! alone. Each device runs its partition's nodes one at a time in their order, as the
+//! runtime does; a recv waits for its send's tensor to cross the link (one transfer at a time
+//! per link and direction); the step ends when the last device does.
+
+use super::cost::{type_bytes, CostModel};
+use super::partition::Partitioned;
+use crate::trace::{Span, TRANSFERS};
+use graphc_ir::{DeviceSpec, Module, Node, Op};
+use std::collections::HashMap;
+
+/// The prediction for one step.
+#[derive(Clone, Debug)]
+pub struct Prediction {
+    /// Seconds.
+    pub step_time: f64,
+    /// Per device used: its name, seconds busy, nodes run.
+    pub devices: Vec<(String, f64, usize)>,
+    pub transfers: usize,
+    pub transfer_bytes: u64,
+    /// The predicted timeline.
+    pub spans: Vec<Span>,
+}
+
+impl Prediction {
+    /// The share of the step each device is busy.
+    pub fn utilization(&self) -> Vec<(String, f64)> {
+        self.devices
+            .iter()
+            .map(|(n, busy, _)| (n.clone(), if self.step_time > 0.0 { busy / self.step_time } else { 0.0 }))
+            .collect()
+    }
+}
+
+/// Simulates one step of a partitioned graph (the partitions of `parts`, found in `m`).
+pub fn simulate(m: &Module, parts: &Partitioned, cost: &CostModel<'_>) -> Result<Prediction, String> {
+    let cluster = cost.cluster;
+    let device_index = |spec: &DeviceSpec| {
+        cluster.device_of(spec).ok_or_else(|| {
+            format!(
+                "@{} is placed on '{spec}', which is not a device of the cluster ({})",
+                parts.graph,
+                cluster.listing()
+            )
+        })
+    };
+    struct Lane<'m> {
+        graph: &'m graphc_ir::Graph,
+        device: usize,
+        nodes: Vec<Node>,
+        next: usize,
+        clock: f64,
+        busy: f64,
+    }
+    let mut lanes = Vec::new();
+    for (name, spec) in &parts.parts {
+        let g = m.graph(name).ok_or_else(|| format!("no graph @{name} in the module"))?;
+        // An unpartitioned graph may have no annotation at all: it runs on the first device.
+        let device = if spec.is_empty() { 0 } else { device_index(spec)? };
+        lanes.push(Lane { graph: g, device, nodes: g.regions[g.body].nodes.clone(), next: 0, clock: 0.0, busy: 0.0 });
+    }
+    let mut arrivals: HashMap<&str, f64> = HashMap::new();
+    let mut link_free: HashMap<(usize, usize), f64> = HashMap::new();
+    let mut spans = Vec::new();
+    let (mut transfers, mut transfer_bytes) = (0, 0u64);
+    loop {
+        let mut progress = false;
+        for lane in &mut lanes {
+            while let Some(&n) = lane.nodes.get(lane.next) {
+                let g = lane.graph;
+                // Every recv in the node (at any depth) must have its tensor on the way.
+                let mut ready = lane.clock;
+                let mut blocked = false;
+                for k in recv_keys(g, n) {
+                    match arrivals.get(k) {
+                        Some(&t) => ready = ready.max(t),
+                        None => blocked = true,
+                    }
+                }
+                if blocked {
+                    break;
+                }
+                let time = cost.node_time(g, n, lane.device);
+                let (start, end) = (ready, ready + time);
+                let nd = &g.nodes[n];
+                spans.push(Span {
+                    track: cluster.devices[lane.device].name.clone(),
+                    name: g.describe(n).trim_matches('\'').to_string(),
+                    category: nd.op.kind().name().to_string(),
+                    start_us: start * 1e6,
+                    dur_us: time * 1e6,
+                    args: vec![("graph".into(), g.name.clone())],
+                });
+                if nd.op == Op::Send {
+                    let key = nd.attrs.str("key").unwrap_or_default();
+                    let to = nd.attrs.str("to").and_then(|s| DeviceSpec::parse(s).ok()).unwrap_or_default();
+                    let dst = device_index(&to)?;
+                    let bytes = type_bytes(&g.values[nd.operands[0]].ty);
+                    let link = cluster.link(lane.device, dst);
+                    let free = link_free.entry((lane.device, dst)).or_insert(0.0);
+                    let begin = end.max(*free);
+                    *free = begin + bytes as f64 / link.bandwidth;
+                    let arrive = begin + link.time(bytes);
+                    arrivals.insert(key, arrive);
+                    transfers += 1;
+                    transfer_bytes += bytes;
+                    spans.push(Span {
+                        track: TRANSFERS.into(),
+                        name: key.split(';').next().unwrap_or(key).to_string(),
+                        category: "transfer".into(),
+                        start_us: begin * 1e6,
+                        dur_us: (arrive - begin) * 1e6,
+                        args: vec![("key".into(), key.to_string()), ("bytes".into(), bytes.to_string())],
+                    });
+                }
+                lane.clock = end;
+                lane.busy += time;
+                lane.next += 1;
+                progress = true;
+            }
+        }
+        if lanes.iter().all(|l| l.next == l.nodes.len()) {
+            break;
+        }
+        if !progress {
+            let waiting: Vec<String> = lanes
+                .iter()
+                .filter_map(|l| {
+                    let n = *l.nodes.get(l.next)?;
+                    Some(format!("@{} waits in {}", l.graph.name, l.graph.describe(n)))
+                })
+                .collect();
+            return Err(format!("the partitions of @{} deadlock: {}", parts.graph, waiting.join("; ")));
+        }
+    }
+    let end = lanes.iter().map(|l| l.clock).fold(0.0, f64::max);
+    let step_time = end + cost.step_overhead(lanes.len());
+    let devices = lanes.iter().map(|l| (cluster.devices[l.device].name.clone(), l.busy, l.nodes.len())).collect();
+    Ok(Prediction { step_time, devices, transfers, transfer_bytes, spans })
+}
+
+/// The keys of the recvs in node `n` and its regions.
+fn recv_keys(g: &graphc_ir::Graph, n: Node) -> Vec<&str> {
+    let mut keys = Vec::new();
+    let mut stack = vec![n];
+    while let Some(m) = stack.pop() {
+        let nd = &g.nodes[m];
+        if nd.op == Op::Recv {
+            keys.extend(nd.attrs.str("key"));
+        }
+        stack.extend(nd.regions.iter().flat_map(|&r| g.regions[r].nodes.iter().copied()));
+    }
+    keys
+}
