@@ -13,6 +13,7 @@ macro_rules! say {
     }};
 }
 
+mod placement_cli;
 mod run;
 
 use clap::{Parser, Subcommand, ValueEnum};
@@ -44,6 +45,23 @@ enum Command {
     Dot(DotArgs),
     /// Import an ONNX model as graphc IR.
     Import(ImportArgs),
+    /// Predict a step's time and each device's utilization from the cost model: places and
+    /// partitions on --devices, then simulates the partitions (no kernel runs).
+    Simulate(SimulateArgs),
+}
+
+#[derive(clap::Args, Debug)]
+struct SimulateArgs {
+    /// The .gir or .onnx file ('-' reads standard input).
+    file: PathBuf,
+    #[command(flatten)]
+    devices: placement_cli::DeviceArgs,
+    /// Simulate only this graph (repeatable). Default: every graph, one after another.
+    #[arg(short, long = "graph", value_name = "NAME")]
+    graphs: Vec<String>,
+    /// Write the predicted timeline as Chrome trace / Perfetto JSON.
+    #[arg(long, value_name = "OUT.json")]
+    trace: Option<PathBuf>,
 }
 
 #[derive(clap::Args, Debug)]
@@ -62,7 +80,8 @@ struct ImportArgs {
 struct OptArgs {
     /// The .gir file ('-' reads standard input).
     file: PathBuf,
-    /// The passes to run, in order, comma-separated (canonicalize, fold, cse, dce, fuse).
+    /// The passes to run, in order, comma-separated (canonicalize, fold, cse, dce, fuse, place,
+    /// partition).
     #[arg(long, default_value = graphc::passes::DEFAULT_PIPELINE)]
     passes: String,
     /// Write the result here (atomically) instead of to standard output ('-').
@@ -83,12 +102,18 @@ struct OptArgs {
     /// Print node and kernel counts before and after to standard error.
     #[arg(long)]
     stats: bool,
+    /// The devices and profile that the place pass uses.
+    #[command(flatten)]
+    devices: placement_cli::DeviceArgs,
 }
 
 #[derive(clap::Args, Debug)]
 struct DotArgs {
     /// The .gir file ('-' reads standard input).
     file: PathBuf,
+    /// Place and partition on these devices first, and draw the partitions.
+    #[command(flatten)]
+    devices: placement_cli::DeviceArgs,
 }
 
 /// How `graphc run` executes graphs.
@@ -137,6 +162,17 @@ struct RunArgs {
     /// Fail a blocking op (enqueue, dequeue, recv) that waits longer than this.
     #[arg(long, value_name = "SECS", value_parser = parse_secs)]
     timeout: Option<f64>,
+    /// Place and partition on these devices and run each partition on its own thread.
+    #[command(flatten)]
+    devices: placement_cli::DeviceArgs,
+    /// Record every node's start and end and write the timeline as Chrome trace / Perfetto
+    /// JSON (one track per device, one for transfers).
+    #[arg(long, value_name = "OUT.json")]
+    trace: Option<PathBuf>,
+    /// Write each kind of node's mean time (steps after the first) as a profile for
+    /// --profile.
+    #[arg(long, value_name = "FILE")]
+    write_profile: Option<PathBuf>,
 }
 
 fn parse_secs(s: &str) -> Result<f64, String> {
@@ -176,10 +212,11 @@ fn main() -> ExitCode {
         Command::Opt(a) => opt(&a),
         Command::Import(a) => import(&a),
         Command::Dot(a) => match load(&a.file) {
-            Ok((_, m)) => {
-                say!("{}", graphc::dot::to_dot(&m));
-                Ok(ExitCode::SUCCESS)
-            }
+            Ok((file, m)) => dot(&a, &file, m),
+            Err(_) => Ok(ExitCode::FAILURE),
+        },
+        Command::Simulate(a) => match load(&a.file) {
+            Ok((file, m)) => placement_cli::simulate(&a, &file, m),
             Err(_) => Ok(ExitCode::FAILURE),
         },
         Command::Run(a) => match load_with(&a.file, &run::import_options(&a)) {
@@ -194,6 +231,18 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+fn dot(a: &DotArgs, file: &SourceFile, m: Module) -> anyhow::Result<ExitCode> {
+    let m = match &a.devices.devices {
+        Some(_) => match placement_cli::place_and_partition(&a.devices, file, m)? {
+            Some(placed) => placed.module,
+            None => return Ok(ExitCode::FAILURE),
+        },
+        None => m,
+    };
+    say!("{}", graphc::dot::to_dot(&m));
+    Ok(ExitCode::SUCCESS)
 }
 
 fn import(a: &ImportArgs) -> anyhow::Result<ExitCode> {
@@ -299,7 +348,8 @@ fn check(a: &CheckArgs) -> anyhow::Result<ExitCode> {
 
 fn opt(a: &OptArgs) -> anyhow::Result<ExitCode> {
     use graphc::passes::{kernel_count, timing_table, PassManager, PrintAfter};
-    let mut pm = PassManager::new(&a.passes).map_err(|e| anyhow::anyhow!("--passes: {e}"))?;
+    let ctx = a.devices.context()?;
+    let mut pm = PassManager::with_context(&a.passes, &ctx).map_err(|e| anyhow::anyhow!("--passes: {e}"))?;
     for name in &a.print_after {
         if !graphc::passes::PASSES.iter().any(|(k, _)| k == name) {
             anyhow::bail!("--print-after: unknown pass '{name}'");

@@ -4,11 +4,14 @@
 
 use crate::{plural, Backend, RunArgs};
 use anyhow::{anyhow, bail, Context};
+use graphc::placement::cost::{signature, Profile};
+use graphc::placement::partition::Partitioned;
+use graphc::trace;
 use graphc_ir::{Diagnostic, Graph, Module, Op, SourceFile, Type};
 use graphc_runtime::checkpoint::Checkpointer;
 use graphc_runtime::limits::{check_tensor_size, default_max_tensor_bytes};
 use graphc_runtime::random::random_input;
-use graphc_runtime::{npy, RtValue, RunError, RunOutput, RunRequest, Session, SessionOptions};
+use graphc_runtime::{npy, RtValue, RunError, RunOutput, RunRequest, Session, SessionOptions, Tensor};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -22,10 +25,11 @@ pub fn run(a: &RunArgs, file: &SourceFile, module: Module) -> anyhow::Result<Exi
     check_input_names(&given, &graphs, &module)?;
     let max_bytes = default_max_tensor_bytes();
     let mut random = Vec::new();
-    let mut requests = Vec::new();
+    // Each selected graph's inputs, by name, made before partitioning moves them around.
+    let mut inputs: Vec<BTreeMap<String, Arc<Tensor>>> = Vec::new();
     for name in &graphs {
         let g = module.graph(name).expect("selected graphs exist");
-        let mut req = RunRequest::new(name.as_str());
+        let mut feeds = BTreeMap::new();
         for &v in g.inputs() {
             let input = g.values[v].name.clone().unwrap_or_default();
             let Type::Tensor(want) = &g.values[v].ty else {
@@ -45,22 +49,45 @@ pub fn run(a: &RunArgs, file: &SourceFile, module: Module) -> anyhow::Result<Exi
                     random_input(g, v, a.seed).expect("a tensor input")
                 }
             };
-            req = req.feed(input, Arc::new(t));
+            feeds.insert(input, Arc::new(t));
         }
-        for f in &a.fetches {
-            req = req.fetch(f.trim_start_matches('%'));
-        }
-        requests.push(req);
+        inputs.push(feeds);
     }
     if !a.fetches.is_empty() && graphs.len() > 1 {
         bail!("--fetch works on one graph, but {} are selected", graphs.len());
     }
 
+    let output_names: Vec<Vec<String>> = graphs
+        .iter()
+        .map(|g| module.graph(g).expect("selected graphs exist").outputs.iter().map(|o| o.name.clone()).collect())
+        .collect();
+    let (module, groups) = match &a.devices.devices {
+        Some(_) => {
+            let Some(p) = crate::placement_cli::place_and_partition(&a.devices, file, module)? else {
+                return Ok(ExitCode::FAILURE);
+            };
+            for name in &graphs {
+                if let Some(group) = p.groups.iter().find(|g| &g.graph == name) {
+                    say!("{}", crate::placement_cli::placement_summary(&p.module, group));
+                }
+            }
+            (p.module, p.groups)
+        }
+        None => {
+            let groups = graphs
+                .iter()
+                .map(|g| Partitioned { graph: g.clone(), parts: vec![(g.clone(), Default::default())] })
+                .collect();
+            (module, groups)
+        }
+    };
+    let job = Job::new(&module, &graphs, &groups, &inputs, &output_names, &a.fetches);
+
     let options = SessionOptions {
         wait_timeout: a.timeout.map(Duration::from_secs_f64),
         detect_deadlock: true,
         max_tensor_bytes: None,
-        trace: false,
+        trace: a.trace.is_some() || a.write_profile.is_some(),
     };
     let session = Session::new(module, options).map_err(|e| anyhow!("{e}"))?;
     if let Some(path) = &a.restore {
@@ -76,10 +103,11 @@ pub fn run(a: &RunArgs, file: &SourceFile, module: Module) -> anyhow::Result<Exi
 
     let show_every = if a.steps <= 20 { 1 } else { a.steps / 10 };
     let mut times = Vec::with_capacity(a.steps as usize);
+    let mut timeline = Timeline::new(&job, session.module());
     let mut last = Vec::new();
     for step in 1..=a.steps {
         let start = Instant::now();
-        let outs = match session.run_step(requests.clone()) {
+        let outs = match session.run_step(job.requests.clone()) {
             Ok(o) => o,
             Err(e) => {
                 report_run_error(&e, file, step, a.steps);
@@ -87,8 +115,10 @@ pub fn run(a: &RunArgs, file: &SourceFile, module: Module) -> anyhow::Result<Exi
             }
         };
         times.push(start.elapsed());
+        // The first of several steps warms caches and allocators; profiles leave it out.
+        timeline.record(session.module(), start, &outs, a.steps == 1 || step > 1);
         if a.steps > 1 && (step % show_every == 0 || step == a.steps) {
-            let scalars = scalar_summary(&graphs, &outs);
+            let scalars = scalar_summary(&job.named_outputs(&outs));
             if !scalars.is_empty() {
                 say!("step {step}: {scalars}");
             }
@@ -108,16 +138,169 @@ pub fn run(a: &RunArgs, file: &SourceFile, module: Module) -> anyhow::Result<Exi
         let n = session.state().variables.len();
         say!("saved {n} variable{} to {}", plural(n), path.display());
     }
+    if let Some(path) = &a.trace {
+        write_file(path, &timeline.chrome_trace())?;
+        say!("trace of {} step{} -> {}", a.steps, plural(a.steps as usize), path.display());
+    }
+    if let Some(path) = &a.write_profile {
+        write_file(path, &timeline.profile.to_json())?;
+        say!(
+            "profile of {} node kind{} -> {}",
+            timeline.profile.ops.len(),
+            plural(timeline.profile.ops.len()),
+            path.display()
+        );
+    }
 
     print_timing(&graphs, &last, &times, a);
     if !random.is_empty() {
         say!("random inputs (seed {}): {}", a.seed, random.join(", "));
     }
+    let named = job.named_outputs(&last);
     match &a.out_dir {
-        Some(dir) => write_outputs(dir, &graphs, &last)?,
-        None => print_outputs(&graphs, &last),
+        Some(dir) => write_outputs(dir, &named)?,
+        None => print_outputs(&named),
     }
     Ok(ExitCode::SUCCESS)
+}
+
+fn write_file(path: &Path, text: &str) -> anyhow::Result<()> {
+    graphc_runtime::fsutil::write_atomically(path, |f| std::io::Write::write_all(f, text.as_bytes()))
+        .map_err(|e| anyhow!("cannot write {}: {e}", path.display()))
+}
+
+/// The requests of one step and where each output the user sees comes from.
+struct Job {
+    requests: Vec<RunRequest>,
+    /// Per output shown: its name, and which request's which fetch holds it.
+    outputs: Vec<(String, usize, String)>,
+}
+
+impl Job {
+    /// One request per partition of each selected graph. Each partition gets the inputs it
+    /// has, fetches the outputs (or the `--fetch` values) it computes, and otherwise only
+    /// serves the other partitions.
+    fn new(
+        m: &Module,
+        graphs: &[String],
+        groups: &[Partitioned],
+        inputs: &[BTreeMap<String, Arc<Tensor>>],
+        output_names: &[Vec<String>],
+        fetches: &[String],
+    ) -> Job {
+        let mut requests = Vec::new();
+        let mut outputs = Vec::new();
+        let several = graphs.len() > 1;
+        for (gi, name) in graphs.iter().enumerate() {
+            let group = groups.iter().find(|p| &p.graph == name).expect("every selected graph has a group");
+            let first = requests.len();
+            let wanted: Vec<String> = if fetches.is_empty() {
+                output_names[gi].clone()
+            } else {
+                fetches.iter().map(|f| f.trim_start_matches('%').to_string()).collect()
+            };
+            let feeds: Vec<(String, Arc<Tensor>)> = inputs[gi].iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+            let (reqs, at) = group.requests(m, &feeds, &wanted);
+            for (w, i) in wanted.into_iter().zip(at) {
+                let shown = if several { format!("{name}.{w}") } else { w.clone() };
+                outputs.push((shown, first + i, w));
+            }
+            requests.extend(reqs);
+        }
+        Job { requests, outputs }
+    }
+
+    fn named_outputs<'o>(&self, outs: &'o [RunOutput]) -> Vec<(String, &'o RtValue)> {
+        self.outputs
+            .iter()
+            .filter_map(|(shown, req, name)| {
+                let o = outs.get(*req)?;
+                let i = o.names.iter().position(|n| n == name)?;
+                Some((shown.clone(), &o.values[i]))
+            })
+            .collect()
+    }
+}
+
+/// Node timelines of every step, for `--trace`, and node times, for `--write-profile`.
+struct Timeline {
+    /// Per request: its graph and the track its nodes go on.
+    graphs: Vec<String>,
+    tracks: Vec<String>,
+    origin: Option<Instant>,
+    spans: Vec<trace::Span>,
+    profile: Profile,
+}
+
+impl Timeline {
+    fn new(job: &Job, m: &Module) -> Timeline {
+        let tracks = job
+            .requests
+            .iter()
+            .map(|r| {
+                let g = m.graph(&r.graph).expect("requested graphs exist");
+                let device = g.regions[g.body].nodes.first().and_then(|&n| g.nodes[n].device.clone());
+                match device.filter(|d| !d.is_empty()) {
+                    Some(d) if job.requests.len() > 1 => d.short_name(),
+                    _ => r.graph.clone(),
+                }
+            })
+            .collect();
+        let graphs = job.requests.iter().map(|r| r.graph.clone()).collect();
+        Timeline { graphs, tracks, origin: None, spans: Vec::new(), profile: Profile::new() }
+    }
+
+    fn record(&mut self, m: &Module, step_start: Instant, outs: &[RunOutput], profile: bool) {
+        let origin = *self.origin.get_or_insert(step_start);
+        let us = |t: Instant| t.saturating_duration_since(origin).as_secs_f64() * 1e6;
+        let mut sends: BTreeMap<&str, Instant> = BTreeMap::new();
+        let mut recvs: Vec<(&str, Instant)> = Vec::new();
+        for (i, o) in outs.iter().enumerate() {
+            let g = m.graph(&self.graphs[i]).expect("the graph ran");
+            for e in &o.events {
+                let nd = &g.nodes[e.node];
+                let secs = e.end.saturating_duration_since(e.start).as_secs_f64();
+                if profile {
+                    self.profile.record(signature(g, e.node), secs);
+                }
+                self.spans.push(trace::Span {
+                    track: self.tracks[i].clone(),
+                    name: g.describe(e.node).trim_matches('\'').to_string(),
+                    category: nd.op.kind().name().to_string(),
+                    start_us: us(e.start),
+                    dur_us: secs * 1e6,
+                    args: vec![("graph".into(), g.name.clone()), ("depth".into(), e.depth.to_string())],
+                });
+                match (nd.op, &e.key) {
+                    (Op::Send, Some(k)) => {
+                        sends.insert(k, e.start);
+                    }
+                    (Op::Recv, Some(k)) => recvs.push((k, e.end)),
+                    _ => {}
+                }
+            }
+        }
+        // A transfer runs from its send to the moment the recv has the tensor.
+        for (key, arrived) in recvs {
+            if let Some(&sent) = sends.get(key) {
+                let start = us(sent);
+                self.spans.push(trace::Span {
+                    track: trace::TRANSFERS.into(),
+                    name: key.split(';').next().unwrap_or(key).to_string(),
+                    category: "transfer".into(),
+                    start_us: start,
+                    dur_us: (us(arrived) - start).max(0.0),
+                    args: vec![("key".into(), key.to_string())],
+                });
+            }
+        }
+    }
+
+    fn chrome_trace(&self) -> String {
+        let mut tracks = self.tracks.clone();
+        tracks.push(trace::TRANSFERS.into());
+        trace::chrome_trace(&tracks, &self.spans)
+    }
 }
 
 /// For an ONNX model: the integer inputs given on the command line, which the importer may
@@ -219,21 +402,9 @@ fn report_run_error(e: &RunError, file: &SourceFile, step: u64, steps: u64) {
     }
 }
 
-/// Each graph's outputs with their names, prefixed by the graph when several ran.
-fn named_outputs<'o>(graphs: &[String], outs: &'o [RunOutput]) -> Vec<(String, &'o RtValue)> {
-    let mut v = Vec::new();
-    for (g, o) in graphs.iter().zip(outs) {
-        for (name, value) in o.names.iter().zip(&o.values) {
-            let full = if graphs.len() > 1 { format!("{g}.{name}") } else { name.clone() };
-            v.push((full, value));
-        }
-    }
-    v
-}
-
-fn scalar_summary(graphs: &[String], outs: &[RunOutput]) -> String {
-    named_outputs(graphs, outs)
-        .into_iter()
+fn scalar_summary(named: &[(String, &RtValue)]) -> String {
+    named
+        .iter()
         .filter_map(|(n, v)| v.as_tensor().filter(|t| t.len() == 1).map(|t| format!("{n}={}", t.to_f64_vec()[0])))
         .collect::<Vec<_>>()
         .join(", ")
@@ -262,8 +433,8 @@ fn print_timing(graphs: &[String], outs: &[RunOutput], times: &[Duration], a: &R
     }
 }
 
-fn print_outputs(graphs: &[String], outs: &[RunOutput]) {
-    for (name, v) in named_outputs(graphs, outs) {
+fn print_outputs(named: &[(String, &RtValue)]) {
+    for (name, v) in named {
         match v {
             RtValue::Tensor(t) => say!("{name}: {}", t.summary(8)),
             other => say!("{name}: {}", other.ty()),
@@ -272,9 +443,9 @@ fn print_outputs(graphs: &[String], outs: &[RunOutput]) {
 }
 
 /// Writes each tensor output to DIR/NAME.npy; characters outside [A-Za-z0-9._-] become '_'.
-fn write_outputs(dir: &Path, graphs: &[String], outs: &[RunOutput]) -> anyhow::Result<()> {
+fn write_outputs(dir: &Path, named: &[(String, &RtValue)]) -> anyhow::Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create the output directory {}", dir.display()))?;
-    for (name, v) in named_outputs(graphs, outs) {
+    for (name, v) in named {
         let file: String =
             name.chars().map(|c| if c.is_ascii_alphanumeric() || "._-".contains(c) { c } else { '_' }).collect();
         let path = dir.join(format!("{file}.npy"));

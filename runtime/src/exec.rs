@@ -207,17 +207,24 @@ impl<'a> Interp<'a> {
                     })
                     .collect::<Result<Vec<_>, _>>()?;
                 queue(&args[0])?.enqueue(&self.wait, item)?;
+                self.wait.activity.progress();
                 Ok(vec![RtValue::Token])
             }
-            Op::Dequeue => Ok(queue(&args[0])?.dequeue(&self.wait)?.into_iter().map(RtValue::Tensor).collect()),
+            Op::Dequeue => {
+                let items = queue(&args[0])?.dequeue(&self.wait)?;
+                self.wait.activity.progress();
+                Ok(items.into_iter().map(RtValue::Tensor).collect())
+            }
             Op::QueueClose => {
                 queue(&args[0])?.close();
+                self.wait.activity.progress();
                 Ok(vec![RtValue::Token])
             }
             Op::QueueSize => one(Tensor::I64(ndarray::arr0(queue(&args[0])?.len() as i64).into_dyn())),
             Op::NoOp => Ok(vec![RtValue::Token]),
             Op::Send => {
                 self.rendezvous.send(key(), args[0].clone())?;
+                self.wait.activity.progress();
                 Ok(vec![RtValue::Token])
             }
             Op::Recv => Ok(vec![self.rendezvous.recv(&self.wait, &key())?]),

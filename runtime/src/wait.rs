@@ -7,7 +7,8 @@
 //! is every active run of the session being blocked at once (no one is left to wake anyone).
 
 use crate::error::{ErrorKind, RunError};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -19,40 +20,74 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// How many runs of a session are active and how many of them are blocked.
+/// How many runs of a session are active, which of them are blocked, and a count of the
+/// events that can unblock a run (a send, an enqueue, a dequeue, a close).
+///
+/// A deadlock is every active run blocked *and* each having looked at its object again since
+/// the last such event. Counting blocked runs alone is not enough: a run whose tensor has just
+/// arrived is still counted until it wakes, and another run checking in that moment would
+/// see everyone blocked.
 #[derive(Debug, Default)]
 pub(crate) struct Activity {
-    counts: Mutex<(usize, usize)>,
+    runs: Mutex<Runs>,
+    progress: AtomicU64,
+}
+
+#[derive(Debug, Default)]
+struct Runs {
+    active: usize,
+    /// Blocked waiters: the progress count when each last found its object unready.
+    blocked: HashMap<u64, u64>,
+    next_id: u64,
 }
 
 impl Activity {
     pub fn enter(&self, runs: usize) {
-        lock(&self.counts).0 += runs;
+        lock(&self.runs).active += runs;
     }
 
     pub fn leave(&self) {
-        lock(&self.counts).0 -= 1;
+        lock(&self.runs).active -= 1;
     }
 
-    fn all_blocked(&self) -> bool {
-        let c = lock(&self.counts);
-        c.1 >= c.0
+    /// Notes an event that may unblock a waiter; call after the change is made.
+    pub fn progress(&self) {
+        self.progress.fetch_add(1, Ordering::SeqCst);
+    }
+
+    fn is_deadlocked(&self) -> bool {
+        let now = self.progress.load(Ordering::SeqCst);
+        let r = lock(&self.runs);
+        r.blocked.len() >= r.active && r.blocked.values().all(|&seen| seen == now)
     }
 }
 
-/// Counts one blocked run for as long as it lives.
-struct Blocked<'a>(&'a Activity);
+/// Counts one blocked waiter for as long as it lives.
+struct Blocked<'a> {
+    activity: &'a Activity,
+    id: u64,
+}
 
 impl<'a> Blocked<'a> {
     fn new(a: &'a Activity) -> Self {
-        lock(&a.counts).1 += 1;
-        Blocked(a)
+        let mut r = lock(&a.runs);
+        let id = r.next_id;
+        r.next_id += 1;
+        r.blocked.insert(id, u64::MAX);
+        Blocked { activity: a, id }
+    }
+
+    /// Records that the waiter found its object unready with everything up to now seen;
+    /// called while holding the object's lock, so no change to it can slip in between.
+    fn still_stuck(&self) {
+        let now = self.activity.progress.load(Ordering::SeqCst);
+        lock(&self.activity.runs).blocked.insert(self.id, now);
     }
 }
 
 impl Drop for Blocked<'_> {
     fn drop(&mut self) {
-        lock(&self.0.counts).1 -= 1;
+        lock(&self.activity.runs).blocked.remove(&self.id);
     }
 }
 
@@ -87,13 +122,15 @@ impl WaitCtx<'_> {
         if let Some(r) = attempt(&mut guard) {
             return r;
         }
-        let _blocked = Blocked::new(self.activity);
+        let blocked = Blocked::new(self.activity);
+        blocked.still_stuck();
         let start = Instant::now();
         loop {
             guard = cv.wait_timeout(guard, SLICE).unwrap_or_else(|e| e.into_inner()).0;
             if let Some(r) = attempt(&mut guard) {
                 return r;
             }
+            blocked.still_stuck();
             self.check_cancelled()?;
             if let Some(t) = self.timeout {
                 if start.elapsed() >= t {
@@ -104,7 +141,7 @@ impl WaitCtx<'_> {
                 }
             }
             // Checked while holding `m`, so a run about to change it is still counted active.
-            if self.detect_deadlock && self.activity.all_blocked() {
+            if self.detect_deadlock && self.activity.is_deadlocked() {
                 return Err(RunError::new(
                     ErrorKind::Deadlock,
                     format!(

@@ -314,7 +314,7 @@ fn link_of(bandwidth_gbps: f64, latency_us: f64) -> Result<Link, String> {
     if !(latency_us.is_finite() && latency_us >= 0.0) {
         return Err(format!("latency_us = {latency_us}: must be a non-negative number of microseconds"));
     }
-    Ok(Link { bandwidth: bandwidth_gbps * 1e9, latency: latency_us * 1e-6 })
+    Ok(Link { bandwidth: bandwidth_gbps * 1e9, latency: latency_us / 1e6 })
 }
 
 /// `"16GiB"`, `"512 MB"`, `"1024"`: a byte count with an optional unit.
@@ -322,6 +322,9 @@ fn parse_bytes(text: &str) -> Result<u64, String> {
     let t = text.trim();
     let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
     let (num, unit) = (&t[..split], t[split..].trim());
+    if num.is_empty() {
+        return Err(format!("memory '{text}' is not a size like \"16GiB\" or 1073741824"));
+    }
     let scale: f64 = match unit.to_ascii_lowercase().as_str() {
         "" | "b" => 1.0,
         "kb" => 1e3,

@@ -9,7 +9,9 @@
 //! graph whose nodes all sit on one device is left as it is.
 
 use graphc_ir::{Attr, DType, DeviceSpec, Graph, Module, NodeSpec, Op, TensorLiteral, TensorType, Type, Value};
+use graphc_runtime::{RunRequest, Tensor};
 use std::collections::HashMap;
+use std::sync::Arc;
 
 /// Which graphs a partitioned graph became, in device order.
 #[derive(Clone, Debug)]
@@ -17,6 +19,53 @@ pub struct Partitioned {
     pub graph: String,
     /// The partitions' graph names and their devices.
     pub parts: Vec<(String, DeviceSpec)>,
+}
+
+impl Partitioned {
+    /// The requests that run this graph's partitions as one step. Each partition gets the
+    /// feeds it has inputs for and fetches the `wanted` values (output or value names) that it
+    /// computes; a partition that computes none of them only serves the others. Returns the
+    /// requests and, per wanted value, the index of the request that fetches it.
+    pub fn requests(
+        &self,
+        m: &Module,
+        feeds: &[(String, Arc<Tensor>)],
+        wanted: &[String],
+    ) -> (Vec<RunRequest>, Vec<usize>) {
+        let mut requests: Vec<RunRequest> = Vec::new();
+        for (part, _) in &self.parts {
+            let mut req = RunRequest::supporting(part.as_str());
+            if let Some(pg) = m.graph(part) {
+                for &v in pg.inputs() {
+                    let name = pg.values[v].name.as_deref().unwrap_or_default();
+                    if let Some((n, t)) = feeds.iter().find(|(n, _)| n == name) {
+                        req = req.feed(n.clone(), t.clone());
+                    }
+                }
+            }
+            requests.push(req);
+        }
+        let mut at = Vec::new();
+        for w in wanted {
+            let bare = w.trim_start_matches('%');
+            // The partition returning it as an output, else the one computing a value of that
+            // name (a received copy elsewhere has the same name).
+            let find = |f: &dyn Fn(&Graph) -> bool| self.parts.iter().position(|(p, _)| m.graph(p).is_some_and(f));
+            let i = (!w.starts_with('%'))
+                .then(|| find(&|pg: &Graph| pg.outputs.iter().any(|o| o.name == bare)))
+                .flatten()
+                .or_else(|| find(&|pg: &Graph| computes(pg, bare)))
+                .unwrap_or(0);
+            requests[i].fetches.push(w.clone());
+            at.push(i);
+        }
+        (requests, at)
+    }
+}
+
+/// True when graph `g` computes a value of that name itself (not by a recv).
+fn computes(g: &Graph, name: &str) -> bool {
+    g.value_named(name).is_some_and(|v| g.producer(v).is_none_or(|n| g.nodes[n].op != Op::Recv))
 }
 
 /// Partitions every graph of the module whose nodes sit on more than one device.
@@ -103,7 +152,7 @@ fn partition_graph(g: &Graph) -> Result<Option<Vec<(Graph, DeviceSpec)>>, String
                 if i == 0 {
                     pg.comments = g.comments.clone();
                 }
-                pg.comments.push(format!("// @{} on {d} (partition {} of {})", g.name, i + 1, devices.len()));
+                pg.comments.push(format!(" @{} on {d} (partition {} of {})", g.name, i + 1, devices.len()));
                 pg
             })
             .collect(),
@@ -198,27 +247,42 @@ impl Parts<'_> {
         let local = self.map[s][&v];
         let ty = TensorType::scalar(DType::Bool);
         let lit = TensorLiteral::new(ty.clone(), graphc_ir::TensorData::Bool(vec![true])).expect("a scalar literal");
-        let body = self.graphs[s].body;
         let spec = NodeSpec::new(Op::Constant, vec![])
             .attr("value", Attr::Tensor(lit))
             .after(vec![local])
             .device(self.devices[s].clone());
-        let signal = self.graphs[s].add(body, spec).map_err(|e| e.message)?[0];
+        let at = self.just_after(s, local);
+        let body = self.graphs[s].body;
+        let n = self.graphs[s].insert_node(body, at, spec).map_err(|e| e.message)?;
+        let signal = self.graphs[s].nodes[n].results[0];
         let key = self.key(v, s, d, ".done");
         let r = self.transfer(signal, s, d, key, Type::Tensor(ty))?;
         self.signals.insert((v, d), r);
         Ok(r)
     }
 
-    /// A send of `sent` in partition `s` and its recv in `d`; the recv's value.
+    /// The position in partition `s`'s body right after the node computing `v` (the start
+    /// for an input), where a send of `v` goes: a device runs its nodes in order, so a send
+    /// placed later would hold the tensor back from devices waiting for it.
+    fn just_after(&self, s: usize, v: Value) -> usize {
+        let g = &self.graphs[s];
+        match g.producer(v) {
+            Some(n) => g.regions[g.body].nodes.iter().position(|&m| m == n).map_or(0, |i| i + 1),
+            None => 0,
+        }
+    }
+
+    /// A send of `sent` in partition `s` and its recv in `d`; the recv's value. The recv goes
+    /// at the end of `d`'s body, just before the node that needs it.
     fn transfer(&mut self, sent: Value, s: usize, d: usize, key: String, ty: Type) -> Result<Value, String> {
         let (from, to) = (self.devices[s].to_string(), self.devices[d].to_string());
-        let body = self.graphs[s].body;
         let send = NodeSpec::new(Op::Send, vec![sent])
             .attr("key", Attr::Str(key.clone()))
             .attr("to", Attr::Str(to))
             .device(self.devices[s].clone());
-        self.graphs[s].add(body, send).map_err(|e| e.message)?;
+        let at = self.just_after(s, sent);
+        let body = self.graphs[s].body;
+        self.graphs[s].insert_node(body, at, send).map_err(|e| e.message)?;
         let body = self.graphs[d].body;
         let recv = NodeSpec::new(Op::Recv, vec![])
             .attr("key", Attr::Str(key))
