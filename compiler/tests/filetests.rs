@@ -2,9 +2,12 @@
 //! `// RUN: PASSES` line and states what the output must hold in `// CHECK:` (the text occurs,
 //! after the previous match), `// CHECK-NEXT:` (on the line after the previous match),
 //! `// CHECK-NOT:` (does not occur between the previous match and the next one, or the end)
-//! and `// KERNELS: N` (the kernel count after the pipeline) lines.
+//! and `// KERNELS: N` (the kernel count after the pipeline) lines. `// DEVICES: FILE` places
+//! on a device spec (found beside the test, else in ir-spec/examples); `// ERROR: TEXT` says
+//! the pipeline must fail with an error containing TEXT.
 
-use graphc::passes::{kernel_count, PassManager};
+use graphc::passes::{kernel_count, PassContext, PassManager};
+use graphc::placement::cluster::Cluster;
 use graphc_ir::{parse_module, print_module};
 use std::path::PathBuf;
 
@@ -15,10 +18,24 @@ enum Check {
     Not(String),
 }
 
-fn directives(text: &str) -> (Option<String>, Option<usize>, Vec<Check>) {
+#[derive(Debug, Default)]
+struct Directives {
+    run: Option<String>,
+    kernels: Option<usize>,
+    checks: Vec<Check>,
+    devices: Option<String>,
+    error: Option<String>,
+}
+
+fn directives(text: &str) -> Directives {
     let (mut run, mut kernels, mut checks) = (None, None, Vec::new());
+    let (mut devices, mut error) = (None, None);
     for line in text.lines().map(str::trim) {
-        if let Some(p) = line.strip_prefix("// RUN:") {
+        if let Some(d) = line.strip_prefix("// DEVICES:") {
+            devices = Some(d.trim().to_string());
+        } else if let Some(e) = line.strip_prefix("// ERROR:") {
+            error = Some(e.trim().to_string());
+        } else if let Some(p) = line.strip_prefix("// RUN:") {
             run = Some(p.trim().to_string());
         } else if let Some(k) = line.strip_prefix("// KERNELS:") {
             kernels = Some(k.trim().parse().expect("KERNELS takes a number"));
@@ -30,7 +47,7 @@ fn directives(text: &str) -> (Option<String>, Option<usize>, Vec<Check>) {
             checks.push(Check::Find(c.trim().to_string()));
         }
     }
-    (run, kernels, checks)
+    Directives { run, kernels, checks, devices, error }
 }
 
 /// Matches the checks against the output lines; the first failure, described.
@@ -84,13 +101,28 @@ fn filetests() {
     for path in &files {
         let text = std::fs::read_to_string(path).unwrap();
         let name = path.file_name().unwrap().to_string_lossy().into_owned();
-        let (run, kernels, checks) = directives(&text);
+        let Directives { run, kernels, checks, devices, error } = directives(&text);
         let result = (|| {
             let run = run.ok_or("no // RUN: line")?;
             let mut m = parse_module(&text).map_err(|d| format!("does not parse: {d:?}"))?;
-            let mut pm = PassManager::new(&run)?;
+            let mut ctx = PassContext::default();
+            if let Some(file) = devices {
+                let beside = dir.join(&file);
+                let path = if beside.exists() { beside } else { dir.join("../../ir-spec/examples").join(&file) };
+                ctx.cluster = Cluster::load(&path)?;
+            }
+            let mut pm = PassManager::with_context(&run, &ctx)?;
             pm.verify_each = true;
-            pm.run(&mut m, &mut |_| {})?;
+            let ran = pm.run(&mut m, &mut |_| {});
+            match (ran, error) {
+                (Err(e), Some(want)) if e.contains(&want) => return Ok(()),
+                (Err(e), Some(want)) => return Err(format!("ERROR: expected '{want}', got: {e}")),
+                (Ok(_), Some(want)) => {
+                    return Err(format!("ERROR: expected '{want}', but it passed:\n{}", print_module(&m)))
+                }
+                (Err(e), None) => return Err(e),
+                (Ok(_), None) => {}
+            }
             let out = print_module(&m);
             if checks.is_empty() && kernels.is_none() {
                 return Err("no CHECK or KERNELS line".to_string());

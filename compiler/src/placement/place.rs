@@ -277,12 +277,33 @@ fn admitted(g: &Graph, n: Node, cost: &CostModel<'_>) -> Result<Vec<bool>, Diagn
         }
     }
     if !ok.iter().any(|&b| b) {
+        // Some device matches the annotations but lacks a kernel: say which and for what.
         let nd = &g.nodes[n];
-        return Err(Diagnostic::error(
-            nd.span,
-            format!("no device that {} may use can run every op in it", g.describe(n)),
-        )
-        .with_help(format!("the devices are {}", cluster.listing())));
+        let pinned = nd.device.as_ref().filter(|s| !s.is_empty());
+        let lacking: Vec<String> = cluster
+            .devices
+            .iter()
+            .filter(|d| pinned.is_none_or(|s| s.is_compatible_with(&d.spec)))
+            .filter_map(|d| {
+                let mut ops = vec![nd.op];
+                let mut stack: Vec<Node> = nd.regions.iter().flat_map(|&r| g.regions[r].nodes.clone()).collect();
+                while let Some(m) = stack.pop() {
+                    ops.push(g.nodes[m].op);
+                    stack.extend(g.nodes[m].regions.iter().flat_map(|&r| g.regions[r].nodes.iter().copied()));
+                }
+                let missing = ops.iter().find(|&&op| !d.supports(op))?;
+                Some(format!("{} has no kernel for '{}'", d.name, missing.name()))
+            })
+            .collect();
+        let what = match pinned {
+            Some(s) => format!("{} is pinned to '{s}'", g.describe(n)),
+            None => format!("{} has annotations", g.describe(n)),
+        };
+        return Err(Diagnostic::error(nd.span, format!("{what}, but no device there can run it")).with_help(format!(
+            "{}; the devices are {}",
+            lacking.join(", "),
+            cluster.listing()
+        )));
     }
     Ok(ok)
 }
