@@ -1,19 +1,53 @@
 //! Graphviz DOT output: one cluster per graph, nested clusters for the regions of fusion, cond
 //! and while nodes; edges for data (solid) and `after` dependencies (dashed); send/recv pairs
-//! joined by a bold edge across graphs.
+//! joined by a bold edge across graphs. Nodes are filled with one color per device (a legend
+//! lists them); send and recv nodes are drawn as arrows.
 
 use graphc_ir::{Graph, Module, Node, Op, Region, ValueDef};
 use std::collections::HashMap;
 use std::fmt::Write;
 
+/// Fill colors for devices, in order of first appearance (Graphviz color names).
+const PALETTE: &[&str] =
+    &["lightblue", "palegreen", "lightsalmon", "plum", "khaki", "lightcyan", "pink", "wheat", "lightgray"];
+
+/// Every device named in the module, in order of first appearance.
+fn devices(m: &Module) -> Vec<String> {
+    let mut seen = Vec::new();
+    for g in &m.graphs {
+        for n in g.walk() {
+            if let Some(d) = g.nodes[n].device.as_ref().filter(|d| !d.is_empty()) {
+                let d = d.to_string();
+                if !seen.contains(&d) {
+                    seen.push(d);
+                }
+            }
+        }
+    }
+    seen
+}
+
 pub fn to_dot(m: &Module) -> String {
     let mut out =
         String::from("digraph module {\n  compound=true;\n  node [shape=box, fontname=\"monospace\", fontsize=10];\n");
+    let devices = devices(m);
+    if !devices.is_empty() {
+        out.push_str("  subgraph cluster_legend {\n    label=\"devices\";\n");
+        for (i, d) in devices.iter().enumerate() {
+            let _ = writeln!(
+                out,
+                "    legend_{i} [label=\"{}\", style=filled, fillcolor={}];",
+                esc(d),
+                PALETTE[i % PALETTE.len()]
+            );
+        }
+        out.push_str("  }\n");
+    }
     let mut sends: HashMap<String, String> = HashMap::new();
     let mut recvs: HashMap<String, String> = HashMap::new();
     for (gi, g) in m.graphs.iter().enumerate() {
         let _ = writeln!(out, "  subgraph cluster_g{gi} {{\n    label=\"@{}\";", esc(&g.name));
-        region(&mut out, g, gi, g.body, 2);
+        region(&mut out, g, gi, g.body, 2, &devices);
         let _ = writeln!(out, "  }}");
         edges(&mut out, g, gi);
         for n in g.walk() {
@@ -30,7 +64,8 @@ pub fn to_dot(m: &Module) -> String {
     }
     for (key, s) in &sends {
         if let Some(r) = recvs.get(key) {
-            let _ = writeln!(out, "  {s} -> {r} [style=bold, color=blue, label=\"{}\"];", esc(key));
+            let label = key.split(';').next().unwrap_or(key);
+            let _ = writeln!(out, "  {s} -> {r} [style=bold, color=blue, penwidth=2, label=\"{}\"];", esc(label));
         }
     }
     out.push_str("}\n");
@@ -41,7 +76,7 @@ fn node_id(gi: usize, n: Node) -> String {
     format!("g{gi}_{n}")
 }
 
-fn region(out: &mut String, g: &Graph, gi: usize, r: Region, depth: usize) {
+fn region(out: &mut String, g: &Graph, gi: usize, r: Region, depth: usize, devices: &[String]) {
     let pad = "  ".repeat(depth);
     for (i, &p) in g.regions[r].params.iter().enumerate() {
         let name = g.values[p].name.clone().unwrap_or_else(|| format!("arg{i}"));
@@ -64,12 +99,21 @@ fn region(out: &mut String, g: &Graph, gi: usize, r: Region, depth: usize) {
         if let Some(d) = &nd.device {
             let _ = write!(label, "\\n{d}");
         }
-        let style = match nd.op {
-            Op::Fusion => ", style=filled, fillcolor=lightyellow",
-            Op::Send | Op::Recv => ", style=filled, fillcolor=lightblue",
-            op if op.is_stateful() => ", style=filled, fillcolor=lightpink",
+        let device = nd.device.as_ref().and_then(|d| devices.iter().position(|x| *x == d.to_string()));
+        let shape = match nd.op {
+            Op::Send => ", shape=rarrow",
+            Op::Recv => ", shape=larrow",
+            Op::Fusion => ", peripheries=2",
+            op if op.is_stateful() => ", shape=box3d",
             _ => "",
         };
+        let fill = match (device, nd.op) {
+            (Some(i), _) => format!(", style=filled, fillcolor={}", PALETTE[i % PALETTE.len()]),
+            (None, Op::Fusion) => ", style=filled, fillcolor=lightyellow".to_string(),
+            (None, op) if op.is_stateful() => ", style=filled, fillcolor=lightpink".to_string(),
+            _ => String::new(),
+        };
+        let style = format!("{shape}{fill}");
         let _ = writeln!(out, "{pad}{} [label=\"{}\"{style}];", node_id(gi, n), esc_label(&label));
         for &sub in &nd.regions {
             let _ = writeln!(
@@ -78,7 +122,7 @@ fn region(out: &mut String, g: &Graph, gi: usize, r: Region, depth: usize) {
                 nd.op.name(),
                 esc(&g.regions[sub].label)
             );
-            region(out, g, gi, sub, depth + 1);
+            region(out, g, gi, sub, depth + 1, devices);
             let _ = writeln!(out, "{pad}}}");
         }
     }

@@ -16,7 +16,7 @@ use crate::Tensor;
 use graphc_ir::{verify_module, Graph, Module, Node, Type, Value};
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// How a session's blocking ops behave.
@@ -118,6 +118,8 @@ pub struct Session {
     activity: Activity,
     options: SessionOptions,
     max_bytes: u64,
+    /// Workers for steps of several graphs, made on first need.
+    pool: Mutex<Option<Arc<rayon::ThreadPool>>>,
 }
 
 impl Session {
@@ -135,7 +137,14 @@ impl Session {
         }
         let max_bytes = options.max_tensor_bytes.unwrap_or_else(crate::limits::default_max_tensor_bytes);
         let state = Arc::new(State::from_module(&module, max_bytes)?);
-        Ok(Session { module: Arc::new(module), state, activity: Activity::default(), options, max_bytes })
+        Ok(Session {
+            module: Arc::new(module),
+            state,
+            activity: Activity::default(),
+            options,
+            max_bytes,
+            pool: Mutex::new(None),
+        })
     }
 
     pub fn module(&self) -> &Module {
@@ -195,13 +204,30 @@ impl Session {
         let results: Vec<Result<RunOutput, RunError>> = if plans.len() == 1 {
             plans.into_iter().map(run_one).collect()
         } else {
-            std::thread::scope(|s| {
-                let handles: Vec<_> = plans.into_iter().map(|p| s.spawn(|| run_one(p))).collect();
-                handles
-                    .into_iter()
-                    .map(|h| h.join().unwrap_or_else(|_| Err(RunError::internal("a step thread panicked"))))
-                    .collect()
-            })
+            // Each graph of the step on a worker of its own (a graph blocked in a recv holds
+            // its worker), from a pool that outlives the step: starting threads every step
+            // would cost more than a small step itself.
+            let pool = self.workers(plans.len())?;
+            let slots: Vec<Mutex<Option<Result<RunOutput, RunError>>>> =
+                plans.iter().map(|_| Mutex::new(None)).collect();
+            pool.scope(|s| {
+                for (plan, slot) in plans.into_iter().zip(&slots) {
+                    let run_one = &run_one;
+                    s.spawn(move |_| {
+                        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run_one(plan)))
+                            .unwrap_or_else(|_| Err(RunError::internal("a step thread panicked")));
+                        *crate::wait::lock(slot) = Some(r);
+                    });
+                }
+            });
+            slots
+                .into_iter()
+                .map(|s| {
+                    s.into_inner()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .unwrap_or_else(|| Err(RunError::internal("a step's graph did not finish")))
+                })
+                .collect()
         };
         // The original failure, not the cancellations it caused.
         if let Some(e) = results.iter().filter_map(|r| r.as_ref().err()).min_by_key(|e| e.kind == ErrorKind::Cancelled)
@@ -209,6 +235,22 @@ impl Session {
             return Err(e.clone());
         }
         Ok(results.into_iter().map(|r| r.expect("errors were returned above")).collect())
+    }
+
+    /// A worker pool with room for `n` graphs at once (and the thread that waits on them).
+    fn workers(&self, n: usize) -> Result<Arc<rayon::ThreadPool>, RunError> {
+        let mut pool = crate::wait::lock(&self.pool);
+        if let Some(p) = pool.as_ref().filter(|p| p.current_num_threads() > n) {
+            return Ok(p.clone());
+        }
+        let p = rayon::ThreadPoolBuilder::new()
+            .num_threads(n + 1)
+            .thread_name(|i| format!("graphc-device-{i}"))
+            .build()
+            .map_err(|e| RunError::internal(format!("cannot start worker threads: {e}")))?;
+        let p = Arc::new(p);
+        *pool = Some(p.clone());
+        Ok(p)
     }
 
     /// Resolves names, checks feeds and finds the nodes to run.

@@ -15,9 +15,12 @@ use std::path::Path;
 mod reference {
     /// Every node: dispatch, operand lookup, the result's type check.
     pub const NODE: f64 = 1.3e-6;
-    /// A step: planning the run, thread start-up for each further graph of the step.
+    /// Every node, beyond the time a profile measured for it (which spans the kernel and
+    /// the type check): dispatch and binding the results.
+    pub const NODE_UNMEASURED: f64 = 0.3e-6;
+    /// A step: planning the run; and handing each further graph of the step to a worker.
     pub const STEP: f64 = 3e-6;
-    pub const EXTRA_GRAPH: f64 = 25e-6;
+    pub const EXTRA_GRAPH: f64 = 10e-6;
     /// Per output element of arithmetic (add, mul, compare, select, ...), with its allocation.
     pub const ELEM: f64 = 2.2e-9;
     /// Per output element of exp, log, tanh, sigmoid, erf, pow, sqrt.
@@ -171,7 +174,7 @@ impl<'a> CostModel<'a> {
             return t;
         }
         let t = match self.profile.and_then(|p| p.seconds(&signature(g, n))) {
-            Some(t) => t + reference::NODE,
+            Some(t) => t + reference::NODE_UNMEASURED,
             None => self.estimate(g, n),
         };
         self.memo.borrow_mut().insert(key, t);

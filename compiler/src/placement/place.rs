@@ -152,6 +152,7 @@ fn place_graph(
         mem_used[d] += group_bytes[&root];
     }
     let mut chosen: Vec<Option<usize>> = vec![None; top.len()];
+    let mut last_device: Option<usize> = None;
     for i in 0..top.len() {
         let n = top[i];
         let root = groups.find(i);
@@ -173,21 +174,7 @@ fn place_graph(
                 if fits.is_empty() {
                     return Err(out_of_memory(g, &top, &members[&root], need, &group_allowed[&root], &mem_used, cost));
                 }
-                let best = fits
-                    .iter()
-                    .copied()
-                    .map(|d| (d, sim.finish(n, d), sim.resident_operand_bytes(n, d)))
-                    .min_by(|a, b| {
-                        // Earliest finish; within a nanosecond, the device holding more of the
-                        // operands; then the lower index.
-                        if (a.1 - b.1).abs() > 1e-9 {
-                            a.1.total_cmp(&b.1)
-                        } else {
-                            b.2.cmp(&a.2).then(a.0.cmp(&b.0))
-                        }
-                    })
-                    .map(|(d, _, _)| d)
-                    .expect("fits is not empty");
+                let best = choose(&sim, n, &fits, last_device);
                 group_device.insert(root, best);
                 mem_used[best] += need;
                 best
@@ -206,6 +193,7 @@ fn place_graph(
         }
         chosen[i] = Some(d);
         sim.commit(n, d);
+        last_device = Some(d);
     }
     // Constants used by no node (only by outputs) stay on the first device they may use.
     for i in 0..top.len() {
@@ -227,6 +215,33 @@ fn place_graph(
         }
     }
     Ok(changed)
+}
+
+/// The device for node `n` among `fits`: where it finishes earliest, unless that is away from
+/// its operands (or, with none placed yet, from the node before it) and gains less than the
+/// link's latency. The greedy rule alone is myopic: it sends a tiny op to an idle device to
+/// save a microsecond, and the step later pays a transfer to bring the result back.
+fn choose(sim: &Sim<'_, '_>, n: Node, fits: &[usize], last: Option<usize>) -> usize {
+    let finish: Vec<(usize, f64, u64)> =
+        fits.iter().map(|&d| (d, sim.finish(n, d), sim.resident_operand_bytes(n, d))).collect();
+    let earliest = |set: &mut dyn Iterator<Item = &(usize, f64, u64)>| {
+        set.min_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0))).copied().expect("a candidate")
+    };
+    let best = earliest(&mut finish.iter());
+    let most = finish.iter().map(|f| f.2).max().unwrap_or(0);
+    let home = if most > 0 {
+        earliest(&mut finish.iter().filter(|f| f.2 == most))
+    } else {
+        match last.and_then(|l| finish.iter().find(|f| f.0 == l)) {
+            Some(f) => *f,
+            None => best,
+        }
+    };
+    if best.0 != home.0 && best.1 + sim.cost.cluster.link(home.0, best.0).latency < home.1 {
+        best.0
+    } else {
+        home.0
+    }
 }
 
 /// The devices node `n` (with its regions) may run on: compatible with every annotation in
@@ -413,13 +428,17 @@ struct Sim<'g, 'c> {
 }
 
 impl Sim<'_, '_> {
-    /// When `v` could be on device `d`: now if it is there or nowhere yet (an input or a
-    /// floating constant), else after a transfer from its home.
+    /// When `v` could be on device `d`: at once if it is there; for a graph input not yet
+    /// used, after a transfer from the host (the first device), where feeds come from; for a
+    /// floating constant, at once; else after a transfer from its home.
     fn arrival(&self, v: Value, d: usize, data: bool) -> f64 {
         if let Some(&t) = self.ready.get(&(v, d)) {
             return t;
         }
-        let Some(&s) = self.home.get(&v) else { return 0.0 };
+        let Some(&s) = self.home.get(&v) else {
+            let fed = matches!(self.g.values[v].def, graphc_ir::ValueDef::Param(..));
+            return if fed { self.cost.transfer_time(&self.g.values[v].ty, 0, d) } else { 0.0 };
+        };
         let t = self.ready[&(v, s)];
         let bytes_ty = if data { self.g.values[v].ty.clone() } else { Type::Token };
         let start = t.max(self.link_free.get(&(s, d)).copied().unwrap_or(0.0));
@@ -453,8 +472,9 @@ impl Sim<'_, '_> {
         for (v, data) in nd.operands.iter().map(|&v| (v, true)).chain(nd.control_deps.iter().map(|&v| (v, false))) {
             if !self.home.contains_key(&v) {
                 // An input, or a floating constant: it lives where its first user runs.
+                let t = self.arrival(v, d, data);
                 self.home.insert(v, d);
-                self.ready.insert((v, d), 0.0);
+                self.ready.insert((v, d), t);
             }
             let t = self.arrival(v, d, data);
             let s = self.home[&v];

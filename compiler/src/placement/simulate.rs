@@ -68,8 +68,14 @@ pub fn simulate(m: &Module, parts: &Partitioned, cost: &CostModel<'_>) -> Result
         for lane in &mut lanes {
             while let Some(&n) = lane.nodes.get(lane.next) {
                 let g = lane.graph;
-                // Every recv in the node (at any depth) must have its tensor on the way.
+                // Every recv in the node (at any depth) must have its tensor on the way, and
+                // graph inputs come from the host (the first device).
                 let mut ready = lane.clock;
+                for &v in &g.nodes[n].operands {
+                    if matches!(g.values[v].def, graphc_ir::ValueDef::Param(..)) {
+                        ready = ready.max(cost.transfer_time(&g.values[v].ty, 0, lane.device));
+                    }
+                }
                 let mut blocked = false;
                 for k in recv_keys(g, n) {
                     match arrivals.get(k) {
