@@ -17,7 +17,7 @@ use std::process::ExitCode;
 /// Where to place: `--devices` and `--profile`.
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct DeviceArgs {
-    /// Place on the devices of this spec file (.toml or .json; see ir-spec/SPEC.md §14) and
+    /// Place on the devices of this spec file (.toml or .json; see ir-spec/SPEC.md §13) and
     /// partition, one graph per device. Default: one CPU, nothing to partition.
     #[arg(long, value_name = "FILE")]
     pub devices: Option<PathBuf>,

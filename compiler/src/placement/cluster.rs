@@ -1,5 +1,5 @@
 //! Device spec files: the devices a module may be placed on, how fast each is per op class,
-//! how much memory it has, and the links between them (ir-spec/SPEC.md §14). TOML or JSON,
+//! how much memory it has, and the links between them (ir-spec/SPEC.md §13). TOML or JSON,
 //! chosen by the file's extension; without a file, one CPU device.
 
 use graphc_ir::{DeviceKind, DeviceSpec, Op, OpKind};

@@ -1,0 +1,164 @@
+//! `--devices`, `--profile`, `--trace`, `--write-profile` and `graphc simulate` from the
+//! command line.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn graphc(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_graphc")).args(args).output().expect("graphc runs")
+}
+
+fn example(name: &str) -> String {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../ir-spec/examples").join(name).display().to_string()
+}
+
+fn text(o: &Output) -> (String, String) {
+    (String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned())
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("graphc-devices-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join(name)
+}
+
+/// The output lines after the timing line: the values themselves.
+fn values(stdout: &str) -> Vec<&str> {
+    stdout.lines().filter(|l| l.starts_with("y:") || l.starts_with("probs:")).collect()
+}
+
+#[test]
+fn run_on_two_cpus_gives_the_single_device_outputs() {
+    for ex in ["two_branches.gir", "mlp.gir"] {
+        let one = graphc(&["run", &example(ex)]);
+        let two = graphc(&["run", &example(ex), "--devices", &example("two_cpus.devices.toml")]);
+        let ((a, ea), (b, eb)) = (text(&one), text(&two));
+        assert!(one.status.success() && two.status.success(), "{ea}{eb}");
+        assert!(b.contains("placed @"), "{b}");
+        assert!(!values(&a).is_empty());
+        assert_eq!(values(&a), values(&b), "{ex}");
+    }
+    let two = graphc(&["run", &example("two_branches.gir"), "--devices", &example("two_cpus.devices.toml")]);
+    assert!(text(&two).0.contains("placed @two_branches on 2 devices"), "{}", text(&two).0);
+}
+
+#[test]
+fn trace_and_profile_feed_the_simulator() {
+    let trace = tmp("run.json");
+    let profile = tmp("profile.json");
+    let devices = example("two_cpus.devices.toml");
+    let o = graphc(&[
+        "run",
+        &example("two_branches.gir"),
+        "--devices",
+        &devices,
+        "--steps",
+        "3",
+        "--trace",
+        trace.to_str().unwrap(),
+        "--write-profile",
+        profile.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o).1);
+    let t: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&trace).unwrap()).unwrap();
+    let events = t["traceEvents"].as_array().unwrap();
+    let tracks: Vec<&str> =
+        events.iter().filter(|e| e["name"] == "thread_name").map(|e| e["args"]["name"].as_str().unwrap()).collect();
+    assert_eq!(tracks, ["cpu0", "cpu1", "transfers"]);
+    let matmuls = events.iter().filter(|e| e["ph"] == "X" && e["name"].as_str().unwrap().starts_with("matmul")).count();
+    assert_eq!(matmuls, 18, "6 matmuls a step, 3 steps");
+    assert!(events.iter().any(|e| e["ph"] == "b" && e["cat"] == "transfer"));
+
+    let p: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&profile).unwrap()).unwrap();
+    assert_eq!(p["format"], "graphc-profile");
+    assert!(p["ops"].as_object().unwrap().keys().any(|k| k.starts_with("matmul (f32[128,512], f32[512,512])")), "{p}");
+
+    let sim_trace = tmp("sim.json");
+    let o = graphc(&[
+        "simulate",
+        &example("two_branches.gir"),
+        "--devices",
+        &devices,
+        "--profile",
+        profile.to_str().unwrap(),
+        "--trace",
+        sim_trace.to_str().unwrap(),
+    ]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    assert!(out.contains("@two_branches: predicted step time") && out.contains("from profile and estimates"), "{out}");
+    assert!(out.contains("cpu0") && out.contains("cpu1") && out.contains("transfers: 2"), "{out}");
+    let t: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&sim_trace).unwrap()).unwrap();
+    assert!(t["traceEvents"].as_array().unwrap().iter().any(|e| e["ph"] == "X" && e["tid"] == 2));
+}
+
+#[test]
+fn opt_places_and_partitions_into_ir_that_checks() {
+    let out = tmp("parted.gir");
+    let o = graphc(&[
+        "opt",
+        &example("two_branches.gir"),
+        "--passes",
+        "place,partition",
+        "--devices",
+        &example("two_cpus.devices.toml"),
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o).1);
+    let ir = std::fs::read_to_string(&out).unwrap();
+    assert!(ir.contains("graph @\"two_branches@cpu0\"") && ir.contains("graph @\"two_branches@cpu1\""), "{ir}");
+    assert!(graphc(&["check", out.to_str().unwrap()]).status.success());
+    assert!(graphc(&["fmt", "--check", out.to_str().unwrap()]).status.success());
+    // The partitions run together by default, and simulate treats them as one step.
+    let run = graphc(&["run", out.to_str().unwrap()]);
+    assert!(run.status.success(), "{}", text(&run).1);
+    let sim = graphc(&["simulate", out.to_str().unwrap(), "--devices", &example("two_cpus.devices.toml")]);
+    assert!(text(&sim).0.contains("predicted step time"), "{}{}", text(&sim).0, text(&sim).1);
+    let dot = graphc(&["dot", &example("two_branches.gir"), "--devices", &example("two_cpus.devices.toml")]);
+    let d = text(&dot).0;
+    assert!(d.contains("cluster_legend") && d.contains("fillcolor=palegreen") && d.contains("shape=rarrow"), "{d}");
+}
+
+#[test]
+fn bad_device_specs_and_placements_are_clear_errors() {
+    let bad = tmp("bad.devices.toml");
+    std::fs::write(&bad, "[[device]]\nspec = \"/cpu:0\"\nspeed = { warp = 2.0 }\n").unwrap();
+    let cases: Vec<(Vec<String>, &str)> = vec![
+        (vec!["--devices".into(), "/nonexistent/x.toml".into()], "cannot read device spec /nonexistent/x.toml"),
+        (vec!["--devices".into(), bad.display().to_string()], "unknown op class 'warp'"),
+        (
+            vec!["--devices".into(), example("two_cpus.devices.toml"), "--profile".into(), bad.display().to_string()],
+            "is not a graphc profile",
+        ),
+    ];
+    for (flags, want) in cases {
+        let mut args = vec!["run".to_string(), example("mlp.gir")];
+        args.extend(flags);
+        let o = graphc(&args.iter().map(String::as_str).collect::<Vec<_>>());
+        let (_, err) = text(&o);
+        assert_eq!(o.status.code(), Some(1), "{err}");
+        assert!(err.contains(want), "want '{want}' in: {err}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
+    // A pin no device matches points at the node.
+    let o = graphc(&["simulate", &example("devices.gir"), "--devices", &example("two_cpus.devices.toml")]);
+    let (_, err) = text(&o);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(err.contains("devices.gir:4:3: error: 'variable %w' is pinned to"), "{err}");
+    assert!(err.contains("help: the devices are cpu0"), "{err}");
+}
+
+#[test]
+fn a_device_failure_fails_the_run_with_the_original_error() {
+    let g = tmp("fail.gir");
+    std::fs::write(
+        &g,
+        "graph @g(%x: f32[4]) -> (y: f32[2]) {\n  %a = tanh %x device \"/cpu:0\" : f32[4]\n  %i = constant {value = dense<[0, 7]> : i32[2]} device \"/cpu:1\" : i32[2]\n  %y = gather %a, %i device \"/cpu:1\" : f32[2]\n  return %y\n}\n",
+    )
+    .unwrap();
+    let o = graphc(&["run", g.to_str().unwrap(), "--devices", &example("two_cpus.devices.toml")]);
+    let (_, err) = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("fail.gir:4:3: error:") && err.contains("gather"), "{err}");
+}
