@@ -36,12 +36,22 @@ fn cpus(n: usize) -> Cluster {
     Cluster::parse(&text, false).unwrap()
 }
 
-/// Pins each top-level node that touches no state to a random device, leaving state and its
-/// users to colocation; annotations already there stay.
+/// Pins each node that touches no state to a random device, leaving state and its users to
+/// colocation; nodes in `cond` and `while` regions too, so control flow spans devices.
+/// Annotations already there stay.
 fn pin_randomly(m: &mut Module, cluster: &Cluster, seed: u64) {
     let mut rng = SplitMix64::new(seed);
     for g in &mut m.graphs {
-        for n in g.regions[g.body].nodes.clone() {
+        let mut candidates = g.regions[g.body].nodes.clone();
+        let mut i = 0;
+        while i < candidates.len() {
+            let n = candidates[i];
+            i += 1;
+            if matches!(g.nodes[n].op, Op::Cond | Op::While) {
+                candidates.extend(g.nodes[n].regions.iter().flat_map(|&r| g.regions[r].nodes.clone()));
+            }
+        }
+        for n in candidates {
             let touches_state = {
                 let nd = &g.nodes[n];
                 nd.op.is_stateful()

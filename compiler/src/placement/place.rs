@@ -208,11 +208,47 @@ fn place_graph(
 
     let mut changed = false;
     for (i, &n) in top.iter().enumerate() {
-        let spec = cluster.devices[chosen[i].expect("every node is placed")].spec.clone();
+        let d = chosen[i].expect("every node is placed");
+        let spec = cluster.devices[d].spec.clone();
         if g.nodes[n].device.as_ref() != Some(&spec) {
             g.nodes[n].device = Some(spec);
             changed = true;
         }
+        changed |= resolve_nested(g, n, d, cost)?;
+    }
+    Ok(changed)
+}
+
+/// True for a node directly in a `cond` or `while` region that carries its own annotation:
+/// it runs where that says, and partitioning splits the control flow around it.
+fn splits_off(g: &Graph, m: Node) -> bool {
+    let parent = g.regions[g.nodes[m].parent].parent;
+    parent.is_some_and(|p| matches!(g.nodes[p].op, Op::Cond | Op::While))
+        && g.nodes[m].device.as_ref().is_some_and(|s| !s.is_empty())
+}
+
+/// Gives the annotated nodes in the regions of a `cond` or `while` placed on device `d` full
+/// specs: the enclosing device when the annotation admits it, else the first device it
+/// admits that can run the node. Unannotated nodes run with their enclosing node.
+fn resolve_nested(g: &mut Graph, n: Node, d: usize, cost: &CostModel<'_>) -> Result<bool, Diagnostic> {
+    let cluster = cost.cluster;
+    if !matches!(g.nodes[n].op, Op::Cond | Op::While) {
+        return Ok(false);
+    }
+    let mut changed = false;
+    let inner: Vec<Node> = g.nodes[n].regions.iter().flat_map(|&r| g.regions[r].nodes.clone()).collect();
+    for m in inner {
+        let mut at = d;
+        if splits_off(g, m) {
+            let ok = admitted(g, m, cost)?;
+            at = if ok[d] { d } else { ok.iter().position(|&b| b).expect("admitted returns a device or an error") };
+            let spec = cluster.devices[at].spec.clone();
+            if g.nodes[m].device.as_ref() != Some(&spec) {
+                g.nodes[m].device = Some(spec);
+                changed = true;
+            }
+        }
+        changed |= resolve_nested(g, m, at, cost)?;
     }
     Ok(changed)
 }
@@ -252,6 +288,9 @@ fn admitted(g: &Graph, n: Node, cost: &CostModel<'_>) -> Result<Vec<bool>, Diagn
     let mut stack = vec![n];
     while let Some(m) = stack.pop() {
         let nd = &g.nodes[m];
+        if m != n && splits_off(g, m) {
+            continue; // placed on its own by resolve_nested
+        }
         stack.extend(nd.regions.iter().flat_map(|&r| g.regions[r].nodes.iter().copied()));
         if let Some(spec) = nd.device.as_ref().filter(|s| !s.is_empty()) {
             let matching: Vec<usize> = cluster.matching(spec).collect();
@@ -276,7 +315,7 @@ fn admitted(g: &Graph, n: Node, cost: &CostModel<'_>) -> Result<Vec<bool>, Diagn
                     ),
                 )
                 .with_note(g.nodes[n].span, format!("the enclosing {}", g.describe(n)))
-                .with_help("a cond, while or fusion runs on one device with everything in its regions"));
+                .with_help("a fusion runs on one device with everything in its kernel"));
             }
         }
         if !cluster.devices.iter().any(|d| d.supports(nd.op)) {
