@@ -24,8 +24,11 @@ mod reference {
     pub const EXTRA_GRAPH: f64 = 10e-6;
     /// Per output element of arithmetic (add, mul, compare, select, ...), with its allocation.
     pub const ELEM: f64 = 2.2e-9;
-    /// Per output element of exp, log, tanh, sigmoid, erf, pow, sqrt.
+    /// Per output element of exp, log, sigmoid, sqrt.
     pub const ELEM_TRANSCENDENTAL: f64 = 5.5e-9;
+    /// Per output element of tanh and pow (libm's are slow), and erf.
+    pub const ELEM_TANH_POW: f64 = 20e-9;
+    pub const ELEM_ERF: f64 = 10e-9;
     /// Per element moved by reshape, broadcast, slice, concat, gather, cast, constant.
     pub const MOVE: f64 = 3e-9;
     /// Per element of a transpose (strided reads).
@@ -190,9 +193,9 @@ impl<'a> CostModel<'a> {
         let region =
             |i: usize| -> f64 { g.regions[nd.regions[i]].nodes.iter().map(|&m| self.reference_time(g, m)).sum() };
         let work = match nd.op {
-            Op::Exp | Op::Log | Op::Tanh | Op::Sigmoid | Op::Erf | Op::Pow | Op::Sqrt => {
-                out * reference::ELEM_TRANSCENDENTAL
-            }
+            Op::Exp | Op::Log | Op::Sigmoid | Op::Sqrt => out * reference::ELEM_TRANSCENDENTAL,
+            Op::Tanh | Op::Pow => out * reference::ELEM_TANH_POW,
+            Op::Erf => out * reference::ELEM_ERF,
             Op::Transpose => out * reference::TRANSPOSE,
             Op::Identity | Op::Shape | Op::Rank | Op::Read | Op::Variable | Op::Queue => 0.0,
             Op::Softmax => out * reference::SOFTMAX,
