@@ -48,6 +48,37 @@ enum Command {
     /// Predict a step's time and each device's utilization from the cost model: places and
     /// partitions on --devices, then simulates the partitions (no kernel runs).
     Simulate(SimulateArgs),
+    /// Measure: the time to get a graph ready to run, then the median, min and max step time
+    /// over --iters steps after --warmup, and the process's peak memory.
+    Bench(BenchArgs),
+}
+
+#[derive(clap::Args, Debug)]
+struct BenchArgs {
+    /// The .gir or .onnx file ('-' reads standard input).
+    file: PathBuf,
+    /// The graph to time (repeat to time several as one step); default as for `graphc run`.
+    #[arg(short, long = "graph", value_name = "NAME")]
+    graphs: Vec<String>,
+    /// Feed input NAME from a .npy file; inputs not given get seeded random data.
+    #[arg(short, long = "input", value_name = "NAME=PATH.npy")]
+    inputs: Vec<String>,
+    /// Untimed steps first.
+    #[arg(long, default_value_t = 3)]
+    warmup: u64,
+    /// Timed steps.
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..))]
+    iters: u64,
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    json: bool,
+    #[arg(long, value_enum, default_value_t = Backend::Interp)]
+    backend: Backend,
+    /// Seed of the random data for inputs not given with --input.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    #[command(flatten)]
+    devices: placement_cli::DeviceArgs,
 }
 
 #[derive(clap::Args, Debug)]
@@ -215,11 +246,18 @@ fn main() -> ExitCode {
             Ok((file, m)) => dot(&a, &file, m),
             Err(_) => Ok(ExitCode::FAILURE),
         },
+        Command::Bench(a) => {
+            let options = run::import_options_for(&a.file, &a.inputs);
+            match load_with(&a.file, &options) {
+                Ok((file, m)) => run::bench(&a, &file, m),
+                Err(_) => Ok(ExitCode::FAILURE),
+            }
+        }
         Command::Simulate(a) => match load(&a.file) {
             Ok((file, m)) => placement_cli::simulate(&a, &file, m),
             Err(_) => Ok(ExitCode::FAILURE),
         },
-        Command::Run(a) => match load_with(&a.file, &run::import_options(&a)) {
+        Command::Run(a) => match load_with(&a.file, &run::import_options_for(&a.file, &a.inputs)) {
             Ok((file, m)) => run::run(&a, &file, m),
             Err(_) => Ok(ExitCode::FAILURE),
         },

@@ -2,7 +2,7 @@
 //! number of steps on a session, writes or summarizes the outputs, and saves or restores
 //! checkpoints.
 
-use crate::{plural, Backend, RunArgs};
+use crate::{plural, Backend, BenchArgs, RunArgs};
 use anyhow::{anyhow, bail, Context};
 use graphc::placement::cost::{signature, Profile};
 use graphc::placement::partition::Partitioned;
@@ -20,69 +20,12 @@ use std::time::{Duration, Instant};
 
 pub fn run(a: &RunArgs, file: &SourceFile, module: Module) -> anyhow::Result<ExitCode> {
     let Backend::Interp = a.backend;
-    let graphs = select_graphs(a, file, &module)?;
-    let given = parse_input_flags(&a.inputs)?;
-    check_input_names(&given, &graphs, &module)?;
-    let max_bytes = default_max_tensor_bytes();
-    let mut random = Vec::new();
-    // Each selected graph's inputs, by name, made before partitioning moves them around.
-    let mut inputs: Vec<BTreeMap<String, Arc<Tensor>>> = Vec::new();
-    for name in &graphs {
-        let g = module.graph(name).expect("selected graphs exist");
-        let mut feeds = BTreeMap::new();
-        for &v in g.inputs() {
-            let input = g.values[v].name.clone().unwrap_or_default();
-            let Type::Tensor(want) = &g.values[v].ty else {
-                bail!("input '{input}' of @{name} is a {}; graphc run feeds only tensors", g.values[v].ty);
-            };
-            let t = match given.get(input.as_str()) {
-                Some(path) => {
-                    let t = npy::read_npy(path).map_err(|e| anyhow!("input '{input}': {e}"))?;
-                    if &t.ty() != want {
-                        bail!("input '{input}' of @{name}: expected {want}, got {} from {}", t.ty(), path.display());
-                    }
-                    t
-                }
-                None => {
-                    check_tensor_size(want, max_bytes).map_err(|m| anyhow!("input '{input}' of @{name}: {m}"))?;
-                    random.push(format!("{input} {want}"));
-                    random_input(g, v, a.seed).expect("a tensor input")
-                }
-            };
-            feeds.insert(input, Arc::new(t));
-        }
-        inputs.push(feeds);
+    let inputs = Inputs { graphs: &a.graphs, flags: &a.inputs, fetches: &a.fetches, seed: a.seed };
+    let Some(prepared) = prepare(&inputs, &a.devices, file, module)? else { return Ok(ExitCode::FAILURE) };
+    let Prepared { graphs, module, job, random, placements } = prepared;
+    for p in placements {
+        say!("{p}");
     }
-    if !a.fetches.is_empty() && graphs.len() > 1 {
-        bail!("--fetch works on one graph, but {} are selected", graphs.len());
-    }
-
-    let output_names: Vec<Vec<String>> = graphs
-        .iter()
-        .map(|g| module.graph(g).expect("selected graphs exist").outputs.iter().map(|o| o.name.clone()).collect())
-        .collect();
-    let (module, groups) = match &a.devices.devices {
-        Some(_) => {
-            let Some(p) = crate::placement_cli::place_and_partition(&a.devices, file, module)? else {
-                return Ok(ExitCode::FAILURE);
-            };
-            for name in &graphs {
-                if let Some(group) = p.groups.iter().find(|g| &g.graph == name) {
-                    say!("{}", crate::placement_cli::placement_summary(&p.module, group));
-                }
-            }
-            (p.module, p.groups)
-        }
-        None => {
-            let groups = graphs
-                .iter()
-                .map(|g| Partitioned { graph: g.clone(), parts: vec![(g.clone(), Default::default())] })
-                .collect();
-            (module, groups)
-        }
-    };
-    let job = Job::new(&module, &graphs, &groups, &inputs, &output_names, &a.fetches);
-
     let options = SessionOptions {
         wait_timeout: a.timeout.map(Duration::from_secs_f64),
         detect_deadlock: true,
@@ -162,6 +105,71 @@ pub fn run(a: &RunArgs, file: &SourceFile, module: Module) -> anyhow::Result<Exi
         None => print_outputs(&named),
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `graphc bench`: the time from a loaded module to a session ready to run (placement and
+/// partitioning included, compilation once there is a compiled backend), then step times.
+pub fn bench(a: &BenchArgs, file: &SourceFile, module: Module) -> anyhow::Result<ExitCode> {
+    let Backend::Interp = a.backend;
+    let start = Instant::now();
+    let inputs = Inputs { graphs: &a.graphs, flags: &a.inputs, fetches: &[], seed: a.seed };
+    let Some(prepared) = prepare(&inputs, &a.devices, file, module)? else { return Ok(ExitCode::FAILURE) };
+    let Prepared { graphs, module, job, placements, .. } = prepared;
+    if !a.json {
+        for p in &placements {
+            say!("{p}");
+        }
+    }
+    let options = SessionOptions { detect_deadlock: true, ..Default::default() };
+    let session = Session::new(module, options).map_err(|e| anyhow!("{e}"))?;
+    let compile = start.elapsed();
+    let mut times = Vec::with_capacity(a.iters as usize);
+    for i in 0..a.warmup + a.iters {
+        let t = Instant::now();
+        if let Err(e) = session.run_step(job.requests.clone()) {
+            report_run_error(&e, file, i + 1, a.warmup + a.iters);
+            return Ok(ExitCode::FAILURE);
+        }
+        if i >= a.warmup {
+            times.push(t.elapsed());
+        }
+    }
+    times.sort();
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    let (median, min, max) = (ms(times[times.len() / 2]), ms(times[0]), ms(times[times.len() - 1]));
+    let mean = times.iter().map(|&d| ms(d)).sum::<f64>() / times.len() as f64;
+    let rss = peak_rss_bytes();
+    let names = graphs.iter().map(|g| format!("@{g}")).collect::<Vec<_>>().join(" + ");
+    let backend = match a.backend {
+        Backend::Interp => "interp",
+    };
+    if a.json {
+        let j = serde_json::json!({
+            "file": file.name, "graphs": graphs, "backend": backend,
+            "compile_ms": ms(compile), "median_ms": median, "min_ms": min, "max_ms": max, "mean_ms": mean,
+            "iters": a.iters, "warmup": a.warmup, "peak_rss_bytes": rss, "placement": placements,
+        });
+        say!("{j}");
+    } else {
+        say!("{names} (backend {backend})");
+        say!("  compile      {:>10.3} ms", ms(compile));
+        say!("  step median  {median:>10.3} ms   ({} iterations after {} warm-up)", a.iters, a.warmup);
+        say!("  step min     {min:>10.3} ms");
+        say!("  step max     {max:>10.3} ms");
+        match rss {
+            Some(b) => say!("  peak RSS     {:>10.1} MiB", b as f64 / (1 << 20) as f64),
+            None => say!("  peak RSS     unknown (no /proc/self/status)"),
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The process's peak resident set (VmHWM), where /proc says.
+fn peak_rss_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
 }
 
 fn write_file(path: &Path, text: &str) -> anyhow::Result<()> {
@@ -303,15 +311,109 @@ impl Timeline {
     }
 }
 
+/// What `run` and `bench` take from the command line to build a step.
+pub struct Inputs<'a> {
+    pub graphs: &'a [String],
+    pub flags: &'a [String],
+    pub fetches: &'a [String],
+    pub seed: u64,
+}
+
+/// A module ready to run: placed and partitioned if asked, with the step's requests.
+pub struct Prepared {
+    graphs: Vec<String>,
+    module: Module,
+    job: Job,
+    /// The inputs that got random data, as `NAME TYPE`.
+    random: Vec<String>,
+    /// Where each graph was placed, a line each.
+    placements: Vec<String>,
+}
+
+/// Selects the graphs, makes their inputs (from .npy files or seeded random data), places and
+/// partitions on `--devices`, and builds the requests of one step. `None` when placement
+/// failed (its diagnostics are printed).
+pub fn prepare(
+    a: &Inputs<'_>,
+    devices: &crate::placement_cli::DeviceArgs,
+    file: &SourceFile,
+    module: Module,
+) -> anyhow::Result<Option<Prepared>> {
+    let graphs = select_graphs(a.graphs, file, &module)?;
+    let given = parse_input_flags(a.flags)?;
+    check_input_names(&given, &graphs, &module)?;
+    let max_bytes = default_max_tensor_bytes();
+    let mut random = Vec::new();
+    // Each selected graph's inputs, by name, made before partitioning moves them around.
+    let mut inputs: Vec<BTreeMap<String, Arc<Tensor>>> = Vec::new();
+    for name in &graphs {
+        let g = module.graph(name).expect("selected graphs exist");
+        let mut feeds = BTreeMap::new();
+        for &v in g.inputs() {
+            let input = g.values[v].name.clone().unwrap_or_default();
+            let Type::Tensor(want) = &g.values[v].ty else {
+                bail!("input '{input}' of @{name} is a {}; graphc run feeds only tensors", g.values[v].ty);
+            };
+            let t = match given.get(input.as_str()) {
+                Some(path) => {
+                    let t = npy::read_npy(path).map_err(|e| anyhow!("input '{input}': {e}"))?;
+                    if &t.ty() != want {
+                        bail!("input '{input}' of @{name}: expected {want}, got {} from {}", t.ty(), path.display());
+                    }
+                    t
+                }
+                None => {
+                    check_tensor_size(want, max_bytes).map_err(|m| anyhow!("input '{input}' of @{name}: {m}"))?;
+                    random.push(format!("{input} {want}"));
+                    random_input(g, v, a.seed).expect("a tensor input")
+                }
+            };
+            feeds.insert(input, Arc::new(t));
+        }
+        inputs.push(feeds);
+    }
+    if !a.fetches.is_empty() && graphs.len() > 1 {
+        bail!("--fetch works on one graph, but {} are selected", graphs.len());
+    }
+
+    let output_names: Vec<Vec<String>> = graphs
+        .iter()
+        .map(|g| module.graph(g).expect("selected graphs exist").outputs.iter().map(|o| o.name.clone()).collect())
+        .collect();
+    let mut placements = Vec::new();
+    let (module, groups) = match &devices.devices {
+        Some(_) => {
+            let Some(p) = crate::placement_cli::place_and_partition(devices, file, module)? else {
+                return Ok(None);
+            };
+            for name in &graphs {
+                if let Some(group) = p.groups.iter().find(|g| &g.graph == name) {
+                    placements.push(crate::placement_cli::placement_summary(&p.module, group));
+                }
+            }
+            (p.module, p.groups)
+        }
+        None => {
+            let groups = graphs
+                .iter()
+                .map(|g| Partitioned { graph: g.clone(), parts: vec![(g.clone(), Default::default())] })
+                .collect();
+            (module, groups)
+        }
+    };
+    let job = Job::new(&module, &graphs, &groups, &inputs, &output_names, a.fetches);
+    Ok(Some(Prepared { graphs, module, job, random, placements }))
+}
+
 /// For an ONNX model: the integer inputs given on the command line, which the importer may
 /// need as constants (shapes, axes, slice bounds). Unreadable files are reported later, when
 /// the inputs are fed.
-pub fn import_options(a: &RunArgs) -> graphc_onnx::ImportOptions {
+pub fn import_options_for(model: &Path, input_flags: &[String]) -> graphc_onnx::ImportOptions {
     let mut options = graphc_onnx::ImportOptions::default();
-    if !crate::is_onnx(&a.file) {
+    if !crate::is_onnx(model) {
         return options;
     }
-    for flag in &a.inputs {
+    for flag in input_flags {
         if let Some((name, path)) = flag.split_once('=') {
             if let Ok(t) = npy::read_npy(Path::new(path)) {
                 if matches!(t.dtype(), graphc_ir::DType::I32 | graphc_ir::DType::I64) && t.len() <= 1 << 16 {
@@ -325,11 +427,11 @@ pub fn import_options(a: &RunArgs) -> graphc_onnx::ImportOptions {
 
 /// The graphs to run: those named; else the only one; else all of a partitioned module (every
 /// graph sends or receives); else the first, with a note.
-fn select_graphs(a: &RunArgs, file: &SourceFile, m: &Module) -> anyhow::Result<Vec<String>> {
+fn select_graphs(wanted: &[String], file: &SourceFile, m: &Module) -> anyhow::Result<Vec<String>> {
     let all: Vec<String> = m.graphs.iter().map(|g| g.name.clone()).collect();
     let listing = || all.iter().map(|n| format!("@{n}")).collect::<Vec<_>>().join(", ");
-    if !a.graphs.is_empty() {
-        for name in &a.graphs {
+    if !wanted.is_empty() {
+        for name in wanted {
             let bare = name.trim_start_matches('@');
             if m.graph(bare).is_none() {
                 let hint = graphc_ir::suggest::closest(bare, all.iter().map(String::as_str))
@@ -338,7 +440,7 @@ fn select_graphs(a: &RunArgs, file: &SourceFile, m: &Module) -> anyhow::Result<V
                 bail!("{} has no graph @{bare}; {hint}its graphs are {}", file.name, listing());
             }
         }
-        return Ok(a.graphs.iter().map(|n| n.trim_start_matches('@').to_string()).collect());
+        return Ok(wanted.iter().map(|n| n.trim_start_matches('@').to_string()).collect());
     }
     let communicates = |g: &Graph| g.walk().iter().any(|&n| matches!(g.nodes[n].op, Op::Send | Op::Recv));
     match m.graphs.as_slice() {

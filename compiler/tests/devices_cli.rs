@@ -162,3 +162,22 @@ fn a_device_failure_fails_the_run_with_the_original_error() {
     assert_eq!(o.status.code(), Some(1), "{err}");
     assert!(err.contains("fail.gir:4:3: error:") && err.contains("gather"), "{err}");
 }
+
+#[test]
+fn bench_reports_compile_and_step_times() {
+    let o = graphc(&["bench", &example("mlp.gir"), "--iters", "5", "--warmup", "1", "--json"]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    let j: serde_json::Value = serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}"));
+    for key in ["compile_ms", "median_ms", "min_ms", "max_ms"] {
+        assert!(j[key].as_f64().is_some_and(|v| v >= 0.0), "{key}: {j}");
+    }
+    assert!(j["min_ms"].as_f64() <= j["median_ms"].as_f64() && j["median_ms"].as_f64() <= j["max_ms"].as_f64());
+    assert_eq!(j["iters"], 5);
+    assert!(j["peak_rss_bytes"].as_u64().is_some_and(|b| b > 1 << 20), "{j}");
+    let o = graphc(&["bench", &example("mlp.gir"), "--iters", "2"]);
+    let (out, _) = text(&o);
+    assert!(out.contains("step median") && out.contains("peak RSS"), "{out}");
+    let o = graphc(&["bench", &example("mlp.gir"), "--iters", "0"]);
+    assert_eq!(o.status.code(), Some(2), "clap rejects --iters 0");
+}
