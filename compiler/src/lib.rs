@@ -3,6 +3,7 @@
 //! command-line front of this library.
 
 pub mod dot;
+pub mod lower;
 pub mod passes;
 pub mod placement;
 pub mod trace;

@@ -72,7 +72,7 @@ struct BenchArgs {
     /// Print one JSON object instead of a table.
     #[arg(long)]
     json: bool,
-    #[arg(long, value_enum, default_value_t = Backend::Interp)]
+    #[arg(long, value_enum, default_value_t = Backend::Jit)]
     backend: Backend,
     /// Seed of the random data for inputs not given with --input.
     #[arg(long, default_value_t = 0)]
@@ -150,6 +150,9 @@ struct DotArgs {
 /// How `graphc run` executes graphs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum Backend {
+    /// The default pass pipeline, then elementwise kernels JIT-compiled with Cranelift (other
+    /// nodes run in the interpreter).
+    Jit,
     /// The reference interpreter: every op's plain kernel, one node at a time.
     Interp,
 }
@@ -173,7 +176,7 @@ struct RunArgs {
     /// Write each output to DIR/NAME.npy instead of printing a summary.
     #[arg(short, long, value_name = "DIR")]
     out_dir: Option<PathBuf>,
-    #[arg(long, value_enum, default_value_t = Backend::Interp)]
+    #[arg(long, value_enum, default_value_t = Backend::Jit)]
     backend: Backend,
     /// Run this many steps on one session (variables carry over); outputs are the last step's.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]

@@ -19,8 +19,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub fn run(a: &RunArgs, file: &SourceFile, module: Module) -> anyhow::Result<ExitCode> {
-    let Backend::Interp = a.backend;
     let inputs = Inputs { graphs: &a.graphs, flags: &a.inputs, fetches: &a.fetches, seed: a.seed };
+    let module = optimize_for(a.backend, module, &a.fetches, file)?;
     let Some(prepared) = prepare(&inputs, &a.devices, file, module)? else { return Ok(ExitCode::FAILURE) };
     let Prepared { graphs, module, job, random, placements } = prepared;
     for p in placements {
@@ -32,7 +32,7 @@ pub fn run(a: &RunArgs, file: &SourceFile, module: Module) -> anyhow::Result<Exi
         max_tensor_bytes: None,
         trace: a.trace.is_some() || a.write_profile.is_some(),
     };
-    let session = Session::new(module, options).map_err(|e| anyhow!("{e}"))?;
+    let (session, _) = new_session(a.backend, module, options)?;
     if let Some(path) = &a.restore {
         let step = session.restore(path).map_err(|e| anyhow!("{e}"))?;
         let at = step.map(|s| format!(" (saved at step {s})")).unwrap_or_default();
@@ -110,9 +110,9 @@ pub fn run(a: &RunArgs, file: &SourceFile, module: Module) -> anyhow::Result<Exi
 /// `graphc bench`: the time from a loaded module to a session ready to run (placement and
 /// partitioning included, compilation once there is a compiled backend), then step times.
 pub fn bench(a: &BenchArgs, file: &SourceFile, module: Module) -> anyhow::Result<ExitCode> {
-    let Backend::Interp = a.backend;
     let start = Instant::now();
     let inputs = Inputs { graphs: &a.graphs, flags: &a.inputs, fetches: &[], seed: a.seed };
+    let module = optimize_for(a.backend, module, &[], file)?;
     let Some(prepared) = prepare(&inputs, &a.devices, file, module)? else { return Ok(ExitCode::FAILURE) };
     let Prepared { graphs, module, job, placements, .. } = prepared;
     if !a.json {
@@ -121,7 +121,7 @@ pub fn bench(a: &BenchArgs, file: &SourceFile, module: Module) -> anyhow::Result
         }
     }
     let options = SessionOptions { detect_deadlock: true, ..Default::default() };
-    let session = Session::new(module, options).map_err(|e| anyhow!("{e}"))?;
+    let (session, _) = new_session(a.backend, module, options)?;
     let compile = start.elapsed();
     let mut times = Vec::with_capacity(a.iters as usize);
     for i in 0..a.warmup + a.iters {
@@ -140,9 +140,7 @@ pub fn bench(a: &BenchArgs, file: &SourceFile, module: Module) -> anyhow::Result
     let mean = times.iter().map(|&d| ms(d)).sum::<f64>() / times.len() as f64;
     let rss = peak_rss_bytes();
     let names = graphs.iter().map(|g| format!("@{g}")).collect::<Vec<_>>().join(" + ");
-    let backend = match a.backend {
-        Backend::Interp => "interp",
-    };
+    let backend = backend_name(a.backend);
     if a.json {
         let j = serde_json::json!({
             "file": file.name, "graphs": graphs, "backend": backend,
@@ -170,6 +168,36 @@ fn peak_rss_bytes() -> Option<u64> {
     let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
     let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kib * 1024)
+}
+
+fn backend_name(b: Backend) -> &'static str {
+    match b {
+        Backend::Jit => "jit",
+        Backend::Interp => "interp",
+    }
+}
+
+/// The JIT backend compiles what the default pipeline makes of the module (fused kernels);
+/// with `--fetch` it keeps the module as written, since fusion may absorb the value fetched.
+fn optimize_for(backend: Backend, mut m: Module, fetches: &[String], file: &SourceFile) -> anyhow::Result<Module> {
+    if backend == Backend::Jit && fetches.is_empty() {
+        let pm = graphc::passes::PassManager::new(graphc::passes::DEFAULT_PIPELINE).map_err(|e| anyhow!(e))?;
+        pm.run(&mut m, &mut |_| {}).map_err(|e| anyhow!("{}: {e}", file.name))?;
+    }
+    Ok(m)
+}
+
+/// A session for the backend: with the JIT, the module's kernels compiled first.
+fn new_session(backend: Backend, m: Module, options: SessionOptions) -> anyhow::Result<(Session, Duration)> {
+    match backend {
+        Backend::Interp => Ok((Session::new(m, options).map_err(|e| anyhow!("{e}"))?, Duration::ZERO)),
+        Backend::Jit => {
+            let kernels =
+                graphc::lower::cpu::CpuKernels::compile(&m).map_err(|e| anyhow!("JIT compilation failed: {e}"))?;
+            let t = kernels.compile_time;
+            Ok((Session::with_compiled(m, options, kernels).map_err(|e| anyhow!("{e}"))?, t))
+        }
+    }
 }
 
 fn write_file(path: &Path, text: &str) -> anyhow::Result<()> {
@@ -518,9 +546,7 @@ fn print_timing(graphs: &[String], outs: &[RunOutput], times: &[Duration], a: &R
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
     let mut sorted = times.to_vec();
     sorted.sort();
-    let backend = match a.backend {
-        Backend::Interp => "interp",
-    };
+    let backend = backend_name(a.backend);
     if sorted.len() == 1 {
         say!("{names}: ran {nodes} node{} in {:.3} ms (backend {backend})", plural(nodes), ms(sorted[0]));
     } else {

@@ -78,6 +78,8 @@ pub(crate) struct Interp<'a> {
     pub events: Option<Vec<NodeEvent>>,
     /// How many regions enclose the nodes running now.
     depth: usize,
+    /// Compiled code for some nodes, from a backend.
+    pub compiled: Option<&'a dyn crate::CompiledKernels>,
 }
 
 impl<'a> Interp<'a> {
@@ -98,6 +100,7 @@ impl<'a> Interp<'a> {
             max_bytes,
             events: None,
             depth: 0,
+            compiled: None,
         }
     }
 
@@ -176,6 +179,18 @@ impl<'a> Interp<'a> {
                 .ok_or_else(|| RunError::internal(format!("operand {i} is not a tensor")))
         };
         let one = |t: Tensor| Ok(vec![RtValue::tensor(t)]);
+        if let Some(compiled) = self.compiled.filter(|_| nd.op == Op::Fusion || kernels::is_kernel(nd.op)) {
+            let inputs = (0..args.len()).map(tensor).collect::<Result<Vec<_>, _>>()?;
+            for &r in &nd.results {
+                if let Some(t) = g.values[r].ty.as_tensor() {
+                    check_tensor_size(t, self.max_bytes).map_err(|m| RunError::new(ErrorKind::ResourceExhausted, m))?;
+                }
+            }
+            if let Some(out) = compiled.run(&g.name, n, &inputs) {
+                let out = out.map_err(|m| RunError::new(ErrorKind::Kernel, m))?;
+                return Ok(out.into_iter().map(RtValue::tensor).collect());
+            }
+        }
         match nd.op {
             op if kernels::is_kernel(op) => {
                 let inputs = (0..args.len()).map(tensor).collect::<Result<Vec<_>, _>>()?;

@@ -9,6 +9,7 @@
 //! This crate depends on the IR only; the compiler depends on it, never the reverse.
 
 pub mod checkpoint;
+mod compiled;
 mod error;
 mod exec;
 pub mod fsutil;
@@ -22,6 +23,7 @@ pub mod state;
 pub mod tensor;
 mod wait;
 
+pub use compiled::CompiledKernels;
 pub use error::{ErrorKind, RunError};
 pub use exec::{NodeEvent, RtValue};
 pub use session::{RunOutput, RunRequest, Session, SessionOptions};

@@ -120,6 +120,8 @@ pub struct Session {
     max_bytes: u64,
     /// Workers for steps of several graphs, made on first need.
     pool: Mutex<Option<Arc<rayon::ThreadPool>>>,
+    /// A backend's compiled code, run in place of the reference kernels where it exists.
+    compiled: Option<Arc<dyn crate::CompiledKernels>>,
 }
 
 impl Session {
@@ -144,7 +146,20 @@ impl Session {
             options,
             max_bytes,
             pool: Mutex::new(None),
+            compiled: None,
         })
+    }
+
+    /// A session that runs the nodes `compiled` has code for through it (a backend's kernels),
+    /// and the rest through the reference kernels.
+    pub fn with_compiled(
+        module: Module,
+        options: SessionOptions,
+        compiled: Arc<dyn crate::CompiledKernels>,
+    ) -> Result<Session, RunError> {
+        let mut s = Session::new(module, options)?;
+        s.compiled = Some(compiled);
+        Ok(s)
     }
 
     pub fn module(&self) -> &Module {
@@ -300,6 +315,7 @@ impl Session {
         };
         let mut interp = Interp::new(plan.graph, &self.state, rendezvous, wait, self.max_bytes);
         interp.events = self.options.trace.then(Vec::new);
+        interp.compiled = self.compiled.as_deref();
         let mut env = plan.feeds;
         interp.run_nodes(plan.graph.body, &mut env, &|n| plan.needed.contains(&n))?;
         let values = plan

@@ -1,0 +1,340 @@
+//! Loop plans to Cranelift IR, JIT-compiled with cranelift-jit through cranelift-module (so
+//! an AOT path can reuse it with cranelift-object).
+//!
+//! A kernel is `fn(inputs: *const *const f32, outputs: *const *mut f32, row_begin: i64,
+//! row_end: i64)` over the plan's `[rows, cols]` view: for each row, a loop of 4-lane vectors
+//! (f32x4, the width Cranelift's x86-64 backend gives) and a scalar tail. Strides are
+//! constants of the plan, so every address is a multiply-add of known numbers. Exponentials
+//! and the other transcendental functions call the same Rust (libm) functions the reference
+//! kernels use, lane by lane, so results match the interpreter bit for bit.
+
+use super::plan::{LoopPlan, Step};
+use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
+use cranelift_codegen::ir::{types, AbiParam, Endianness, InstBuilder, MemFlags, Type, UserFuncName, Value};
+use cranelift_codegen::settings::{self, Configurable};
+use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
+use cranelift_jit::{JITBuilder, JITModule};
+use cranelift_module::{default_libcall_names, FuncId, Linkage, Module};
+use graphc_ir::Op;
+use std::collections::HashMap;
+
+/// The scalar functions kernels call, as (symbol, arity, Rust function).
+fn math_symbols() -> Vec<(&'static str, usize, *const u8)> {
+    vec![
+        ("graphc_expf", 1, super::math::expf as *const u8),
+        ("graphc_logf", 1, super::math::logf as *const u8),
+        ("graphc_tanhf", 1, super::math::tanhf as *const u8),
+        ("graphc_erff", 1, super::math::erff as *const u8),
+        ("graphc_powf", 2, super::math::powf as *const u8),
+    ]
+}
+
+/// A JIT module being filled with kernels.
+pub struct Jit {
+    module: JITModule,
+    math: HashMap<&'static str, FuncId>,
+    ctx: cranelift_codegen::Context,
+    fctx: FunctionBuilderContext,
+    count: u32,
+}
+
+impl std::fmt::Debug for Jit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Jit({} kernels)", self.count)
+    }
+}
+
+impl Jit {
+    /// A module for the host CPU, with the features it has (detected by cranelift-native).
+    pub fn new() -> Result<Jit, String> {
+        let mut flags = settings::builder();
+        for (k, v) in [("opt_level", "speed"), ("use_colocated_libcalls", "false"), ("is_pic", "false")] {
+            flags.set(k, v).map_err(|e| format!("cranelift setting {k}: {e}"))?;
+        }
+        let isa = cranelift_native::builder()
+            .map_err(|e| format!("this host is not supported by Cranelift: {e}"))?
+            .finish(settings::Flags::new(flags))
+            .map_err(|e| format!("cannot configure Cranelift for this host: {e}"))?;
+        let mut jb = JITBuilder::with_isa(isa, default_libcall_names());
+        for (name, _, ptr) in math_symbols() {
+            jb.symbol(name, ptr);
+        }
+        let mut module = JITModule::new(jb);
+        let mut math = HashMap::new();
+        for (name, arity, _) in math_symbols() {
+            let mut sig = module.make_signature();
+            for _ in 0..arity {
+                sig.params.push(AbiParam::new(types::F32));
+            }
+            sig.returns.push(AbiParam::new(types::F32));
+            let id = module.declare_function(name, Linkage::Import, &sig).map_err(|e| e.to_string())?;
+            math.insert(name, id);
+        }
+        let ctx = module.make_context();
+        Ok(Jit { module, math, ctx, fctx: FunctionBuilderContext::new(), count: 0 })
+    }
+
+    /// Generates and defines the kernel for a plan.
+    pub fn define(&mut self, plan: &LoopPlan) -> Result<FuncId, String> {
+        let ptr = self.module.target_config().pointer_type();
+        let mut sig = self.module.make_signature();
+        for t in [ptr, ptr, types::I64, types::I64] {
+            sig.params.push(AbiParam::new(t));
+        }
+        self.count += 1;
+        let name = format!("graphc_loop_{}", self.count);
+        let id = self.module.declare_function(&name, Linkage::Local, &sig).map_err(|e| e.to_string())?;
+        self.module.clear_context(&mut self.ctx);
+        self.ctx.func.signature = sig;
+        self.ctx.func.name = UserFuncName::user(0, id.as_u32());
+        let mut math = HashMap::new();
+        for (&k, &f) in &self.math {
+            math.insert(k, self.module.declare_func_in_func(f, &mut self.ctx.func));
+        }
+        {
+            let mut b = FunctionBuilder::new(&mut self.ctx.func, &mut self.fctx);
+            emit(&mut b, plan, ptr, &math);
+            b.seal_all_blocks();
+            b.finalize();
+        }
+        self.module.define_function(id, &mut self.ctx).map_err(|e| format!("cranelift: {e:?}"))?;
+        Ok(id)
+    }
+
+    /// Links everything defined; returns the module (which owns the code) and each kernel's
+    /// entry point.
+    pub fn finish(mut self, ids: &[FuncId]) -> Result<(JITModule, Vec<*const u8>), String> {
+        self.module.finalize_definitions().map_err(|e| e.to_string())?;
+        let ptrs = ids.iter().map(|&id| self.module.get_finalized_function(id)).collect();
+        Ok((self.module, ptrs))
+    }
+}
+
+const F32: Type = types::F32;
+const F32X4: Type = types::F32X4;
+
+/// A body value: f32 data, or a comparison's mask.
+#[derive(Clone, Copy)]
+enum V {
+    F(Value),
+    M(Value),
+}
+
+impl V {
+    fn f(self) -> Value {
+        match self {
+            V::F(v) | V::M(v) => v,
+        }
+    }
+}
+
+fn emit(
+    b: &mut FunctionBuilder<'_>,
+    plan: &LoopPlan,
+    ptr: Type,
+    math: &HashMap<&'static str, cranelift_codegen::ir::FuncRef>,
+) {
+    let mem = MemFlags::trusted();
+    let entry = b.create_block();
+    b.append_block_params_for_function_params(entry);
+    b.switch_to_block(entry);
+    let [ins, outs, row_begin, row_end] = b.block_params(entry).try_into().expect("four parameters");
+    let in_ptrs: Vec<Value> =
+        (0..plan.inputs.len()).map(|i| b.ins().load(ptr, mem, ins, (i * ptr.bytes() as usize) as i32)).collect();
+    let out_ptrs: Vec<Value> =
+        (0..plan.results.len()).map(|k| b.ins().load(ptr, mem, outs, (k * ptr.bytes() as usize) as i32)).collect();
+
+    let row_head = b.create_block();
+    let row_body = b.create_block();
+    let vec_head = b.create_block();
+    let vec_body = b.create_block();
+    let tail_head = b.create_block();
+    let tail_body = b.create_block();
+    let row_next = b.create_block();
+    let exit = b.create_block();
+    let r = b.append_block_param(row_head, types::I64);
+    let jv = b.append_block_param(vec_head, types::I64);
+    let jt = b.append_block_param(tail_head, types::I64);
+    b.ins().jump(row_head, &[row_begin.into()]);
+
+    b.switch_to_block(row_head);
+    let more = b.ins().icmp(IntCC::SignedLessThan, r, row_end);
+    b.ins().brif(more, row_body, &[], exit, &[]);
+
+    b.switch_to_block(row_body);
+    let cols = plan.cols as i64;
+    let in_base: Vec<Value> = plan
+        .inputs
+        .iter()
+        .zip(&in_ptrs)
+        .map(|(m, &p)| {
+            if m.row_stride == 0 {
+                p
+            } else {
+                let off = b.ins().imul_imm(r, m.row_stride * 4);
+                b.ins().iadd(p, off)
+            }
+        })
+        .collect();
+    let out_off = b.ins().imul_imm(r, cols * 4);
+    let out_base: Vec<Value> = out_ptrs.iter().map(|&p| b.ins().iadd(p, out_off)).collect();
+    let zero = b.ins().iconst(types::I64, 0);
+    if cols >= 4 {
+        b.ins().jump(vec_head, &[zero.into()]);
+    } else {
+        b.ins().jump(tail_head, &[zero.into()]);
+    }
+
+    // Vector loop: while j + 4 <= cols.
+    b.switch_to_block(vec_head);
+    let go = b.ins().icmp_imm(IntCC::SignedLessThanOrEqual, jv, cols - 4);
+    b.ins().brif(go, vec_body, &[], tail_head, &[jv.into()]);
+    b.switch_to_block(vec_body);
+    let byte = b.ins().ishl_imm(jv, 2);
+    let results = body(b, plan, &in_base, byte, 4, math);
+    for (k, v) in results.iter().enumerate() {
+        let at = b.ins().iadd(out_base[k], byte);
+        b.ins().store(mem, *v, at, 0);
+    }
+    let next = b.ins().iadd_imm(jv, 4);
+    b.ins().jump(vec_head, &[next.into()]);
+
+    // Scalar tail: while j < cols.
+    b.switch_to_block(tail_head);
+    let go = b.ins().icmp_imm(IntCC::SignedLessThan, jt, cols);
+    b.ins().brif(go, tail_body, &[], row_next, &[]);
+    b.switch_to_block(tail_body);
+    let byte = b.ins().ishl_imm(jt, 2);
+    let results = body(b, plan, &in_base, byte, 1, math);
+    for (k, v) in results.iter().enumerate() {
+        let at = b.ins().iadd(out_base[k], byte);
+        b.ins().store(mem, *v, at, 0);
+    }
+    let next = b.ins().iadd_imm(jt, 1);
+    b.ins().jump(tail_head, &[next.into()]);
+
+    b.switch_to_block(row_next);
+    let next = b.ins().iadd_imm(r, 1);
+    b.ins().jump(row_head, &[next.into()]);
+
+    b.switch_to_block(exit);
+    b.ins().return_(&[]);
+}
+
+/// The loop body at column byte offset `byte`, `lanes` wide (1 or 4); returns the results.
+fn body(
+    b: &mut FunctionBuilder<'_>,
+    plan: &LoopPlan,
+    in_base: &[Value],
+    byte: Value,
+    lanes: u8,
+    math: &HashMap<&'static str, cranelift_codegen::ir::FuncRef>,
+) -> Vec<Value> {
+    let mem = MemFlags::trusted();
+    let ty = if lanes == 4 { F32X4 } else { F32 };
+    let mask_ty = if lanes == 4 { types::I32X4 } else { types::I8 };
+    let splat = |b: &mut FunctionBuilder<'_>, x: Value| if lanes == 4 { b.ins().splat(F32X4, x) } else { x };
+    let mut vals: Vec<V> = Vec::with_capacity(plan.steps.len());
+    for step in &plan.steps {
+        let v = match *step {
+            Step::Input(i) => {
+                let m = &plan.inputs[i];
+                if m.col_stride == 0 {
+                    let x = b.ins().load(F32, mem, in_base[i], 0);
+                    V::F(splat(b, x))
+                } else {
+                    let at = b.ins().iadd(in_base[i], byte);
+                    V::F(b.ins().load(ty, mem, at, 0))
+                }
+            }
+            Step::Const(c) => {
+                let x = b.ins().f32const(c);
+                V::F(splat(b, x))
+            }
+            Step::Unary(op, a) => {
+                let x = vals[a];
+                match op {
+                    Op::Broadcast | Op::Identity => x,
+                    Op::Not => match lanes {
+                        4 => V::M(b.ins().bnot(x.f())),
+                        _ => V::M(b.ins().bxor_imm(x.f(), 1)),
+                    },
+                    Op::Neg => V::F(b.ins().fneg(x.f())),
+                    Op::Abs => V::F(b.ins().fabs(x.f())),
+                    Op::Sqrt => V::F(b.ins().sqrt(x.f())),
+                    Op::Relu => {
+                        let z = b.ins().f32const(0.0);
+                        let z = splat(b, z);
+                        V::F(b.ins().fmax(x.f(), z))
+                    }
+                    Op::Exp => V::F(call(b, math["graphc_expf"], &[x.f()], lanes)),
+                    Op::Log => V::F(call(b, math["graphc_logf"], &[x.f()], lanes)),
+                    Op::Tanh => V::F(call(b, math["graphc_tanhf"], &[x.f()], lanes)),
+                    Op::Erf => V::F(call(b, math["graphc_erff"], &[x.f()], lanes)),
+                    Op::Sigmoid => {
+                        // 1 / (1 + exp(-x)), as the reference kernel computes it.
+                        let n = b.ins().fneg(x.f());
+                        let e = call(b, math["graphc_expf"], &[n], lanes);
+                        let one = b.ins().f32const(1.0);
+                        let one = splat(b, one);
+                        let d = b.ins().fadd(one, e);
+                        V::F(b.ins().fdiv(one, d))
+                    }
+                    _ => unreachable!("the plan admits only supported ops"),
+                }
+            }
+            Step::Binary(op, a, c) => {
+                let (x, y) = (vals[a].f(), vals[c].f());
+                let cmp = |b: &mut FunctionBuilder<'_>, cc: FloatCC| V::M(b.ins().fcmp(cc, x, y));
+                match op {
+                    Op::Add => V::F(b.ins().fadd(x, y)),
+                    Op::Sub => V::F(b.ins().fsub(x, y)),
+                    Op::Mul => V::F(b.ins().fmul(x, y)),
+                    Op::Div => V::F(b.ins().fdiv(x, y)),
+                    Op::Max => V::F(b.ins().fmax(x, y)),
+                    Op::Min => V::F(b.ins().fmin(x, y)),
+                    Op::Pow => V::F(call(b, math["graphc_powf"], &[x, y], lanes)),
+                    Op::Less => cmp(b, FloatCC::LessThan),
+                    Op::LessEqual => cmp(b, FloatCC::LessThanOrEqual),
+                    Op::Greater => cmp(b, FloatCC::GreaterThan),
+                    Op::GreaterEqual => cmp(b, FloatCC::GreaterThanOrEqual),
+                    Op::Equal => cmp(b, FloatCC::Equal),
+                    Op::NotEqual => cmp(b, FloatCC::NotEqual),
+                    Op::And => V::M(b.ins().band(x, y)),
+                    Op::Or => V::M(b.ins().bor(x, y)),
+                    _ => unreachable!("the plan admits only supported ops"),
+                }
+            }
+            Step::Select(c, t, e) => {
+                let (m, x, y) = (vals[c].f(), vals[t].f(), vals[e].f());
+                if lanes == 4 {
+                    let le = MemFlags::new().with_endianness(Endianness::Little);
+                    let m = b.ins().bitcast(F32X4, le, m);
+                    V::F(b.ins().bitselect(m, x, y))
+                } else {
+                    V::F(b.ins().select(m, x, y))
+                }
+            }
+        };
+        let _ = mask_ty;
+        vals.push(v);
+    }
+    plan.results.iter().map(|&i| vals[i].f()).collect()
+}
+
+/// Calls a scalar math function on each lane.
+fn call(b: &mut FunctionBuilder<'_>, f: cranelift_codegen::ir::FuncRef, args: &[Value], lanes: u8) -> Value {
+    if lanes == 1 {
+        let c = b.ins().call(f, args);
+        return b.inst_results(c)[0];
+    }
+    let mut out = b.ins().f32const(0.0);
+    out = b.ins().splat(F32X4, out);
+    for lane in 0..lanes {
+        let xs: Vec<Value> = args.iter().map(|&a| b.ins().extractlane(a, lane)).collect();
+        let c = b.ins().call(f, &xs);
+        let r = b.inst_results(c)[0];
+        out = b.ins().insertlane(out, r, lane);
+    }
+    out
+}

@@ -1,0 +1,22 @@
+//! The scalar functions generated kernels call: the very functions the reference kernels use
+//! (Rust's f32 methods, libm's erf), so compiled results equal the interpreter's.
+
+pub extern "C" fn expf(x: f32) -> f32 {
+    x.exp()
+}
+
+pub extern "C" fn logf(x: f32) -> f32 {
+    x.ln()
+}
+
+pub extern "C" fn tanhf(x: f32) -> f32 {
+    x.tanh()
+}
+
+pub extern "C" fn erff(x: f32) -> f32 {
+    libm::erff(x)
+}
+
+pub extern "C" fn powf(x: f32, y: f32) -> f32 {
+    x.powf(y)
+}
