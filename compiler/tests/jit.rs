@@ -190,3 +190,24 @@ fn planning_takes_elementwise_kernels_and_leaves_the_rest() {
     assert!(plan(g, by_name("z")).is_none());
     assert!(plan(g, by_name("k")).is_none(), "i32 is not compiled yet");
 }
+
+/// The inline exp, tanh and sigmoid across their whole range, from underflow to overflow,
+/// against libm in the interpreter.
+#[test]
+fn inline_transcendentals_match_libm_across_their_range() {
+    let n = 4099; // not a multiple of 4: the scalar tail runs too
+    let xs: Vec<f32> = (0..n).map(|i| -110.0 + 220.0 * i as f32 / (n - 1) as f32).collect();
+    let mut fine: Vec<f32> = (0..n).map(|i| -3.0 + 6.0 * i as f32 / (n - 1) as f32).collect();
+    fine.extend([0.0, -0.0, 1e-8, -1e-8, 88.72, 88.73, -87.5, -103.0, -104.5, f32::MAX, f32::MIN]);
+    for (name, xs) in [("wide", xs), ("fine", fine)] {
+        let len = xs.len();
+        let text = format!(
+            "graph @g(%x: f32[{len}]) -> (e: f32[{len}], t: f32[{len}], s: f32[{len}]) {{\n  %e = exp %x : f32[{len}]\n  %t = tanh %x : f32[{len}]\n  %s = sigmoid %x : f32[{len}]\n  return %e, %t, %s\n}}\n"
+        );
+        let m = parse_module(&text).unwrap();
+        let x = Arc::new(Tensor::F32(ndarray::Array1::from(xs).into_dyn()));
+        let feeds = vec![("x".to_string(), x)];
+        assert_eq!(compare(&m, name, Some(&feeds)), 3);
+        assert!(compare(&optimize(&m), name, Some(&feeds)) >= 1);
+    }
+}

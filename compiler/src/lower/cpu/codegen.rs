@@ -4,9 +4,10 @@
 //! A kernel is `fn(inputs: *const *const f32, outputs: *const *mut f32, row_begin: i64,
 //! row_end: i64)` over the plan's `[rows, cols]` view: for each row, a loop of 4-lane vectors
 //! (f32x4, the width Cranelift's x86-64 backend gives) and a scalar tail. Strides are
-//! constants of the plan, so every address is a multiply-add of known numbers. Exponentials
-//! and the other transcendental functions call the same Rust (libm) functions the reference
-//! kernels use, lane by lane, so results match the interpreter bit for bit.
+//! constants of the plan, so every address is a multiply-add of known numbers. `exp`, `tanh`
+//! and `sigmoid` are computed inline on all lanes (Cephes-style range reduction and
+//! polynomials, within a few ulp of libm); `log`, `erf` and `pow` call the Rust (libm)
+//! functions the reference kernels use, lane by lane.
 
 use super::plan::{LoopPlan, Step};
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
@@ -32,6 +33,8 @@ fn math_symbols() -> Vec<(&'static str, usize, *const u8)> {
 /// A JIT module being filled with kernels.
 pub struct Jit {
     module: JITModule,
+    /// The host has FMA (else Cranelift would make `fma` a library call per lane).
+    fma: bool,
     math: HashMap<&'static str, FuncId>,
     ctx: cranelift_codegen::Context,
     fctx: FunctionBuilderContext,
@@ -55,6 +58,7 @@ impl Jit {
             .map_err(|e| format!("this host is not supported by Cranelift: {e}"))?
             .finish(settings::Flags::new(flags))
             .map_err(|e| format!("cannot configure Cranelift for this host: {e}"))?;
+        let fma = isa.isa_flags().iter().any(|f| f.name == "has_fma" && f.as_bool() == Some(true));
         let mut jb = JITBuilder::with_isa(isa, default_libcall_names());
         for (name, _, ptr) in math_symbols() {
             jb.symbol(name, ptr);
@@ -71,7 +75,7 @@ impl Jit {
             math.insert(name, id);
         }
         let ctx = module.make_context();
-        Ok(Jit { module, math, ctx, fctx: FunctionBuilderContext::new(), count: 0 })
+        Ok(Jit { module, fma, math, ctx, fctx: FunctionBuilderContext::new(), count: 0 })
     }
 
     /// Generates and defines the kernel for a plan.
@@ -93,7 +97,7 @@ impl Jit {
         }
         {
             let mut b = FunctionBuilder::new(&mut self.ctx.func, &mut self.fctx);
-            emit(&mut b, plan, ptr, &math);
+            emit(&mut b, plan, ptr, &math, self.fma);
             b.seal_all_blocks();
             b.finalize();
         }
@@ -108,6 +112,13 @@ impl Jit {
         let ptrs = ids.iter().map(|&id| self.module.get_finalized_function(id)).collect();
         Ok((self.module, ptrs))
     }
+}
+
+/// How wide the code is, and whether the host fuses multiply-adds.
+#[derive(Clone, Copy)]
+struct Lanes {
+    n: u8,
+    fma: bool,
 }
 
 const F32: Type = types::F32;
@@ -133,6 +144,7 @@ fn emit(
     plan: &LoopPlan,
     ptr: Type,
     math: &HashMap<&'static str, cranelift_codegen::ir::FuncRef>,
+    fma: bool,
 ) {
     let mem = MemFlags::trusted();
     let entry = b.create_block();
@@ -191,7 +203,7 @@ fn emit(
     b.ins().brif(go, vec_body, &[], tail_head, &[jv.into()]);
     b.switch_to_block(vec_body);
     let byte = b.ins().ishl_imm(jv, 2);
-    let results = body(b, plan, &in_base, byte, 4, math);
+    let results = body(b, plan, &in_base, byte, Lanes { n: 4, fma }, math);
     for (k, v) in results.iter().enumerate() {
         let at = b.ins().iadd(out_base[k], byte);
         b.ins().store(mem, *v, at, 0);
@@ -205,7 +217,7 @@ fn emit(
     b.ins().brif(go, tail_body, &[], row_next, &[]);
     b.switch_to_block(tail_body);
     let byte = b.ins().ishl_imm(jt, 2);
-    let results = body(b, plan, &in_base, byte, 1, math);
+    let results = body(b, plan, &in_base, byte, Lanes { n: 1, fma }, math);
     for (k, v) in results.iter().enumerate() {
         let at = b.ins().iadd(out_base[k], byte);
         b.ins().store(mem, *v, at, 0);
@@ -227,9 +239,10 @@ fn body(
     plan: &LoopPlan,
     in_base: &[Value],
     byte: Value,
-    lanes: u8,
+    l: Lanes,
     math: &HashMap<&'static str, cranelift_codegen::ir::FuncRef>,
 ) -> Vec<Value> {
+    let lanes = l.n;
     let mem = MemFlags::trusted();
     let ty = if lanes == 4 { F32X4 } else { F32 };
     let mask_ty = if lanes == 4 { types::I32X4 } else { types::I8 };
@@ -267,14 +280,14 @@ fn body(
                         let z = splat(b, z);
                         V::F(b.ins().fmax(x.f(), z))
                     }
-                    Op::Exp => V::F(call(b, math["graphc_expf"], &[x.f()], lanes)),
+                    Op::Exp => V::F(exp(b, x.f(), l)),
                     Op::Log => V::F(call(b, math["graphc_logf"], &[x.f()], lanes)),
-                    Op::Tanh => V::F(call(b, math["graphc_tanhf"], &[x.f()], lanes)),
+                    Op::Tanh => V::F(tanh(b, x.f(), l)),
                     Op::Erf => V::F(call(b, math["graphc_erff"], &[x.f()], lanes)),
                     Op::Sigmoid => {
                         // 1 / (1 + exp(-x)), as the reference kernel computes it.
                         let n = b.ins().fneg(x.f());
-                        let e = call(b, math["graphc_expf"], &[n], lanes);
+                        let e = exp(b, n, l);
                         let one = b.ins().f32const(1.0);
                         let one = splat(b, one);
                         let d = b.ins().fadd(one, e);
@@ -305,21 +318,126 @@ fn body(
                     _ => unreachable!("the plan admits only supported ops"),
                 }
             }
-            Step::Select(c, t, e) => {
-                let (m, x, y) = (vals[c].f(), vals[t].f(), vals[e].f());
-                if lanes == 4 {
-                    let le = MemFlags::new().with_endianness(Endianness::Little);
-                    let m = b.ins().bitcast(F32X4, le, m);
-                    V::F(b.ins().bitselect(m, x, y))
-                } else {
-                    V::F(b.ins().select(m, x, y))
-                }
-            }
+            Step::Select(c, t, e) => V::F(choose(b, vals[c].f(), vals[t].f(), vals[e].f(), lanes)),
         };
         let _ = mask_ty;
         vals.push(v);
     }
     plan.results.iter().map(|&i| vals[i].f()).collect()
+}
+
+/// A constant on every lane.
+fn konst(b: &mut FunctionBuilder<'_>, c: f32, l: Lanes) -> Value {
+    let x = b.ins().f32const(c);
+    if l.n == 4 {
+        b.ins().splat(F32X4, x)
+    } else {
+        x
+    }
+}
+
+/// `a * x + c`, one step of a Horner polynomial (fused where the host can).
+fn mul_add(b: &mut FunctionBuilder<'_>, a: Value, x: Value, c: f32, l: Lanes) -> Value {
+    let k = konst(b, c, l);
+    if l.fma {
+        b.ins().fma(a, x, k)
+    } else {
+        let m = b.ins().fmul(a, x);
+        b.ins().fadd(m, k)
+    }
+}
+
+/// `2^n` for integer-valued lanes `n` in [-126, 127], built in the exponent bits: adding
+/// 2^23 + 127 leaves n + 127 in the low mantissa bits, which a shift moves into the exponent.
+fn pow2(b: &mut FunctionBuilder<'_>, n: Value, l: Lanes) -> Value {
+    let (ity, fty) = if l.n == 4 { (types::I32X4, F32X4) } else { (types::I32, F32) };
+    let magic = konst(b, 8_388_608.0 + 127.0, l);
+    let t = b.ins().fadd(n, magic);
+    let le = MemFlags::new().with_endianness(Endianness::Little);
+    let bits = b.ins().bitcast(ity, le, t);
+    let bits = b.ins().ishl_imm(bits, 23);
+    b.ins().bitcast(fty, le, bits)
+}
+
+/// e^x: x = n ln2 + r with |r| <= ln2/2, e^r by a degree-6 polynomial (Cephes expf), and
+/// 2^n applied as two halves so that results from the largest finite value down into the
+/// denormals come out right. NaN stays NaN; the clamps give inf above 88.8 and 0 below -104.
+fn exp(b: &mut FunctionBuilder<'_>, x: Value, l: Lanes) -> Value {
+    let hi = konst(b, 88.8, l);
+    let lo = konst(b, -104.0, l);
+    let x = b.ins().fmin(x, hi);
+    let x = b.ins().fmax(x, lo);
+    let log2e = konst(b, std::f32::consts::LOG2_E, l);
+    let fx = b.ins().fmul(x, log2e);
+    let n = b.ins().nearest(fx);
+    let c1 = konst(b, 0.693_359_4, l);
+    let c2 = konst(b, -2.121_944_4e-4, l);
+    let t = b.ins().fmul(n, c1);
+    let r = b.ins().fsub(x, t);
+    let t = b.ins().fmul(n, c2);
+    let r = b.ins().fsub(r, t);
+    let p = konst(b, 1.987_569_1e-4, l);
+    let p = mul_add(b, p, r, 1.398_199_9e-3, l);
+    let p = mul_add(b, p, r, 8.333_452e-3, l);
+    let p = mul_add(b, p, r, 4.166_579_6e-2, l);
+    let p = mul_add(b, p, r, 1.666_666_5e-1, l);
+    let p = mul_add(b, p, r, 5.000_000_1e-1, l);
+    let r2 = b.ins().fmul(r, r);
+    let p = b.ins().fmul(p, r2);
+    let p = b.ins().fadd(p, r);
+    let one = konst(b, 1.0, l);
+    let y = b.ins().fadd(p, one);
+    // n in [-150, 128]: n = n1 + n2 with both halves in [-75, 64].
+    let half = konst(b, 0.5, l);
+    let n1 = b.ins().fmul(n, half);
+    let n1 = b.ins().floor(n1);
+    let n2 = b.ins().fsub(n, n1);
+    let s1 = pow2(b, n1, l);
+    let s2 = pow2(b, n2, l);
+    let y = b.ins().fmul(y, s1);
+    b.ins().fmul(y, s2)
+}
+
+/// tanh x: an odd polynomial for |x| < 0.625 (Cephes tanhf), else
+/// sign(x) (1 - 2 / (e^{2|x|} + 1)); both computed, the right one chosen per lane.
+fn tanh(b: &mut FunctionBuilder<'_>, x: Value, l: Lanes) -> Value {
+    let lanes = l.n;
+    let z = b.ins().fmul(x, x);
+    let p = konst(b, -5.704_988_7e-3, l);
+    let p = mul_add(b, p, z, 2.063_908_9e-2, l);
+    let p = mul_add(b, p, z, -5.373_971_6e-2, l);
+    let p = mul_add(b, p, z, 1.333_144_2e-1, l);
+    let p = mul_add(b, p, z, -3.333_328_2e-1, l);
+    let p = b.ins().fmul(p, z);
+    let p = b.ins().fmul(p, x);
+    let small = b.ins().fadd(p, x);
+    let a = b.ins().fabs(x);
+    let two = konst(b, 2.0, l);
+    let a2 = b.ins().fmul(a, two);
+    let e = exp(b, a2, l);
+    let one = konst(b, 1.0, l);
+    let d = b.ins().fadd(e, one);
+    let q = b.ins().fdiv(two, d);
+    let big = b.ins().fsub(one, q);
+    // The sign of x (fcopysign has no x86-64 vector lowering).
+    let zero = konst(b, 0.0, l);
+    let negative = b.ins().fcmp(FloatCC::LessThan, x, zero);
+    let minus = b.ins().fneg(big);
+    let big = choose(b, negative, minus, big, lanes);
+    let limit = konst(b, 0.625, l);
+    let is_small = b.ins().fcmp(FloatCC::LessThan, a, limit);
+    choose(b, is_small, small, big, lanes)
+}
+
+/// `mask ? x : y` per lane, for a comparison's result.
+fn choose(b: &mut FunctionBuilder<'_>, mask: Value, x: Value, y: Value, lanes: u8) -> Value {
+    if lanes == 4 {
+        let le = MemFlags::new().with_endianness(Endianness::Little);
+        let m = b.ins().bitcast(F32X4, le, mask);
+        b.ins().bitselect(m, x, y)
+    } else {
+        b.ins().select(mask, x, y)
+    }
 }
 
 /// Calls a scalar math function on each lane.
