@@ -101,27 +101,25 @@ impl Kernel {
             }
         }
         let n = p.rows * p.cols;
-        let mut outs: Vec<Vec<f32>> = p.results.iter().map(|_| vec![0.0f32; n]).collect();
+        let mut outs: Vec<Vec<f32>> = p.results.iter().map(|_| Vec::with_capacity(n)).collect();
         {
             let ins: Vec<&[f32]> = owned.iter().map(|c| c.as_ref()).collect();
-            let mut out_slices: Vec<&mut [f32]> = outs.iter_mut().map(|v| v.as_mut_slice()).collect();
+            let ptrs = entry::Buffers::new(&ins, &mut outs);
             if n >= PARALLEL_ELEMENTS && p.rows > 1 {
                 let threads = rayon::current_num_threads().max(1);
                 let chunk = p.rows.div_ceil(threads * 4).max(1);
-                let ranges: Vec<(usize, usize)> =
-                    (0..p.rows).step_by(chunk).map(|r| (r, (r + chunk).min(p.rows))).collect();
-                let ptrs = entry::Buffers::new(&ins, &mut out_slices);
                 rayon::scope(|s| {
-                    for &(r0, r1) in &ranges {
+                    for r0 in (0..p.rows).step_by(chunk) {
                         let ptrs = &ptrs;
-                        s.spawn(move |_| self.entry.call(ptrs, r0, r1));
+                        s.spawn(move |_| self.entry.call(ptrs, r0, (r0 + chunk).min(p.rows)));
                     }
                 });
             } else {
-                let ptrs = entry::Buffers::new(&ins, &mut out_slices);
                 self.entry.call(&ptrs, 0, p.rows);
             }
         }
+        // Every row has run, so every element of every output is written.
+        entry::filled(&mut outs, n);
         let shape: Vec<usize> = p.out.shape.iter().map(|&d| d as usize).collect();
         outs.into_iter()
             .map(|v| ndarray::ArrayD::from_shape_vec(shape.clone(), v).map(Tensor::F32).map_err(|e| e.to_string()))
@@ -169,11 +167,22 @@ mod entry {
 
         /// Runs rows `[r0, r1)`.
         pub fn call(&self, b: &Buffers, r0: usize, r1: usize) {
-            // SAFETY: the buffers hold the plan's inputs (each at least as long as the plan
-            // reads: checked in `Buffers::new` against the kernel's type) and outputs of
-            // rows*cols elements; rows in [r0, r1) are within them and disjoint between
+            // SAFETY: the buffers hold the plan's inputs (each as long as its type, which the
+            // session checked and the plan's strides stay within) and outputs with capacity
+            // for rows*cols elements; rows in [r0, r1) are within them and disjoint between
             // concurrent calls, so no two calls write one element.
             unsafe { (self.0)(b.ins.as_ptr(), b.outs.as_ptr(), r0 as i64, r1 as i64) }
+        }
+    }
+
+    /// Marks outputs allocated with capacity `n` as holding `n` elements, once a kernel has
+    /// written all rows (the caller's promise).
+    pub fn filled(outs: &mut [Vec<f32>], n: usize) {
+        for v in outs {
+            assert!(v.capacity() >= n);
+            // SAFETY: the kernel wrote rows*cols = n elements through the pointer taken in
+            // `Buffers::new` (never through a reference, so nothing uninitialized was read).
+            unsafe { v.set_len(n) };
         }
     }
 
@@ -184,7 +193,8 @@ mod entry {
     }
 
     impl Buffers {
-        pub fn new(ins: &[&[f32]], outs: &mut [&mut [f32]]) -> Self {
+        /// Pointers to the inputs, and to the (allocated, still empty) output buffers.
+        pub fn new(ins: &[&[f32]], outs: &mut [Vec<f32>]) -> Self {
             Buffers {
                 ins: ins.iter().map(|s| s.as_ptr()).collect(),
                 outs: outs.iter_mut().map(|s| s.as_mut_ptr()).collect(),
