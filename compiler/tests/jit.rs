@@ -3,7 +3,7 @@
 //! sizes give the interpreter's results (1e-5 relative for f32), and bad values (NaN, Inf)
 //! behave alike.
 
-use graphc::lower::cpu::{plan, CpuKernels};
+use graphc::lower::cpu::{matmul_plan, plan, CpuKernels};
 use graphc::passes::{PassManager, DEFAULT_PIPELINE};
 use graphc_ir::{parse_module, print_module, Attr, DType, Graph, Module, NodeSpec, Op, TensorType, Type, Value};
 use graphc_runtime::random::random_request;
@@ -183,7 +183,10 @@ fn planning_takes_elementwise_kernels_and_leaves_the_rest() {
     let m = parse_module(text).unwrap();
     let g = &m.graphs[0];
     let by_name = |n: &str| g.producer(g.value_named(n).unwrap()).unwrap();
-    assert!(plan(g, by_name("h")).is_none(), "matmul stays with the interpreter for now");
+    assert!(plan(g, by_name("h")).is_none(), "a matmul is not a loop");
+    let mm = matmul_plan(g, by_name("h")).expect("a 2-D f32 matmul");
+    assert_eq!((mm.m, mm.k, mm.n), (4, 8, 8));
+    assert!(mm.epilogue.is_none());
     let p = plan(g, by_name("y")).expect("an f32 add with a broadcast row");
     assert_eq!((p.rows, p.cols), (4, 8));
     assert_eq!((p.inputs[1].row_stride, p.inputs[1].col_stride), (0, 1), "the bias row is read for every row");
@@ -209,5 +212,28 @@ fn inline_transcendentals_match_libm_across_their_range() {
         let feeds = vec![("x".to_string(), x)];
         assert_eq!(compare(&m, name, Some(&feeds)), 3);
         assert!(compare(&optimize(&m), name, Some(&feeds)) >= 1);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+
+    /// Matrix products of odd sizes, alone and fused with a bias, an activation and a
+    /// residual (an output fusion), split by rows across threads when large.
+    #[test]
+    fn matmuls_with_epilogues_run_alike_compiled(
+        m in prop_oneof![Just(1u64), Just(7), Just(64), Just(257)],
+        k in prop_oneof![Just(1u64), Just(9), Just(128)],
+        n in prop_oneof![Just(1u64), Just(5), Just(130)],
+        act in 0u8..3,
+    ) {
+        let act = ["relu", "tanh", "sigmoid"][act as usize];
+        let text = format!(
+            "graph @g(%a: f32[{m},{k}], %b: f32[{k},{n}], %bias: f32[{n}], %res: f32[{m},{n}]) -> (y: f32[{m},{n}], p: f32[{m},{n}]) {{\n  %p = matmul %a, %b : f32[{m},{n}]\n  %h = add %p, %bias : f32[{m},{n}]\n  %r = {act} %h : f32[{m},{n}]\n  %y = add %r, %res : f32[{m},{n}]\n  return %y, %p\n}}\n"
+        );
+        let m1 = parse_module(&text).unwrap();
+        let fused = optimize(&m1);
+        prop_assert!(compare(&m1, &text, None) >= 2);
+        prop_assert!(compare(&fused, &print_module(&fused), None) >= 1);
     }
 }

@@ -1,15 +1,19 @@
 //! The CPU backend: elementwise kernels (a `fusion` of kind "loop", or a lone elementwise op)
-//! JIT-compiled with Cranelift, run in place of the reference kernels inside sessions. Other
-//! nodes stay with the interpreter. Outer loops split across threads above a size threshold.
+//! JIT-compiled with Cranelift, and matrix products (a lone matmul, or an "output" fusion of a
+//! matmul and its elementwise epilogue) as blocks of rows multiplied by matrixmultiply's
+//! packed microkernels with the JIT-compiled epilogue applied to each block while it is in
+//! cache. They run in place of the reference kernels inside sessions; other nodes stay with
+//! the interpreter. Work splits across threads by rows above a size threshold.
 
 mod codegen;
 mod math;
 mod plan;
 
-pub use plan::{plan, LoopPlan};
+pub use plan::{matmul_plan, plan, LoopPlan, MatMulPlan};
 
 use graphc_ir::{Module, Node};
 use graphc_runtime::{CompiledKernels, Tensor};
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -28,10 +32,13 @@ pub struct CpuKernels {
 }
 
 #[derive(Debug)]
-struct Kernel {
-    plan: LoopPlan,
-    entry: entry::Entry,
+enum Kernel {
+    Loop { plan: LoopPlan, entry: entry::Entry },
+    MatMul { plan: MatMulPlan, epilogue: Option<entry::Entry> },
 }
+
+/// Below this many multiply-adds a matrix product runs on the calling thread.
+const PARALLEL_FLOPS: usize = 1 << 20;
 
 impl CpuKernels {
     /// Compiles every node of the module the backend handles (the whole module's graphs,
@@ -39,7 +46,11 @@ impl CpuKernels {
     pub fn compile(m: &Module) -> Result<Arc<CpuKernels>, String> {
         let start = Instant::now();
         let mut jit = codegen::Jit::new()?;
-        let mut planned = Vec::new();
+        enum Planned {
+            Loop(LoopPlan),
+            MatMul(MatMulPlan),
+        }
+        let mut planned: Vec<((String, Node), Planned, Option<cranelift_module::FuncId>)> = Vec::new();
         for g in &m.graphs {
             for n in g.walk() {
                 // Nodes inside a fusion run as part of it.
@@ -48,19 +59,31 @@ impl CpuKernels {
                 if inside_fusion {
                     continue;
                 }
-                if let Some(p) = plan::plan(g, n) {
+                if let Some(mp) = plan::matmul_plan(g, n) {
+                    let id = match &mp.epilogue {
+                        Some((lp, _)) => Some(jit.define(lp)?),
+                        None => None,
+                    };
+                    planned.push(((g.name.clone(), n), Planned::MatMul(mp), id));
+                } else if let Some(p) = plan::plan(g, n) {
                     let id = jit.define(&p)?;
-                    planned.push(((g.name.clone(), n), p, id));
+                    planned.push(((g.name.clone(), n), Planned::Loop(p), Some(id)));
                 }
             }
         }
-        let ids: Vec<_> = planned.iter().map(|(_, _, id)| *id).collect();
+        let ids: Vec<_> = planned.iter().filter_map(|(_, _, id)| *id).collect();
         let (module, ptrs) = jit.finish(&ids)?;
-        let kernels = planned
-            .into_iter()
-            .zip(ptrs)
-            .map(|((key, plan, _), p)| (key, Kernel { plan, entry: entry::Entry::new(p) }))
-            .collect();
+        let mut ptrs = ptrs.into_iter();
+        let mut kernels = HashMap::new();
+        for (key, planned, id) in planned {
+            let entry = id.and_then(|_| ptrs.next()).map(entry::Entry::new);
+            let k = match (planned, entry) {
+                (Planned::Loop(plan), Some(entry)) => Kernel::Loop { plan, entry },
+                (Planned::MatMul(plan), epilogue) => Kernel::MatMul { plan, epilogue },
+                (Planned::Loop(_), None) => return Err("a loop kernel without code".into()),
+            };
+            kernels.insert(key, k);
+        }
         Ok(Arc::new(CpuKernels { kernels, _code: entry::Code::new(module), compile_time: start.elapsed() }))
     }
 
@@ -83,48 +106,131 @@ impl CompiledKernels for CpuKernels {
 
 impl Kernel {
     fn run(&self, inputs: &[&Tensor]) -> Result<Vec<Tensor>, String> {
-        let p = &self.plan;
-        // Inputs as contiguous f32 buffers, expanded where the plan says.
-        let mut owned: Vec<std::borrow::Cow<'_, [f32]>> = Vec::with_capacity(inputs.len());
-        for (i, t) in inputs.iter().enumerate() {
-            let Tensor::F32(a) = t else {
-                return Err(format!("compiled kernel input {i} is {}, not f32", t.dtype()));
-            };
-            if p.inputs[i].materialize {
-                let shape: Vec<usize> = p.out.shape.iter().map(|&d| d as usize).collect();
-                let b = a.broadcast(shape).ok_or_else(|| format!("input {i} does not broadcast to {}", p.out))?;
-                owned.push(std::borrow::Cow::Owned(b.iter().copied().collect()));
-            } else if let Some(s) = a.as_slice() {
-                owned.push(std::borrow::Cow::Borrowed(s));
-            } else {
-                owned.push(std::borrow::Cow::Owned(a.iter().copied().collect()));
-            }
+        match self {
+            Kernel::Loop { plan, entry } => run_loop(plan, entry, inputs),
+            Kernel::MatMul { plan, epilogue } => run_matmul(plan, epilogue.as_ref(), inputs),
         }
-        let n = p.rows * p.cols;
-        let mut outs: Vec<Vec<f32>> = p.results.iter().map(|_| Vec::with_capacity(n)).collect();
-        {
-            let ins: Vec<&[f32]> = owned.iter().map(|c| c.as_ref()).collect();
-            let ptrs = entry::Buffers::new(&ins, &mut outs);
-            if n >= PARALLEL_ELEMENTS && p.rows > 1 {
-                let threads = rayon::current_num_threads().max(1);
-                let chunk = p.rows.div_ceil(threads * 4).max(1);
-                rayon::scope(|s| {
-                    for r0 in (0..p.rows).step_by(chunk) {
-                        let ptrs = &ptrs;
-                        s.spawn(move |_| self.entry.call(ptrs, r0, (r0 + chunk).min(p.rows)));
-                    }
-                });
-            } else {
-                self.entry.call(&ptrs, 0, p.rows);
-            }
-        }
-        // Every row has run, so every element of every output is written.
-        entry::filled(&mut outs, n);
-        let shape: Vec<usize> = p.out.shape.iter().map(|&d| d as usize).collect();
-        outs.into_iter()
-            .map(|v| ndarray::ArrayD::from_shape_vec(shape.clone(), v).map(Tensor::F32).map_err(|e| e.to_string()))
-            .collect()
     }
+}
+
+/// An f32 input as one contiguous buffer, expanded to the output shape where `map` says.
+fn f32_input<'t>(
+    i: usize,
+    t: &'t Tensor,
+    map: &plan::InputMap,
+    out: &graphc_ir::TensorType,
+) -> Result<Cow<'t, [f32]>, String> {
+    let Tensor::F32(a) = t else {
+        return Err(format!("compiled kernel input {i} is {}, not f32", t.dtype()));
+    };
+    Ok(if map.materialize {
+        let shape: Vec<usize> = out.shape.iter().map(|&d| d as usize).collect();
+        let b = a.broadcast(shape).ok_or_else(|| format!("input {i} does not broadcast to {out}"))?;
+        Cow::Owned(b.iter().copied().collect())
+    } else if let Some(s) = a.as_slice() {
+        Cow::Borrowed(s)
+    } else {
+        Cow::Owned(a.iter().copied().collect())
+    })
+}
+
+fn to_tensors(outs: Vec<Vec<f32>>, out: &graphc_ir::TensorType) -> Result<Vec<Tensor>, String> {
+    let shape: Vec<usize> = out.shape.iter().map(|&d| d as usize).collect();
+    outs.into_iter()
+        .map(|v| ndarray::ArrayD::from_shape_vec(shape.clone(), v).map(Tensor::F32).map_err(|e| e.to_string()))
+        .collect()
+}
+
+/// Row ranges for the calling thread alone, or a few per worker thread.
+fn row_blocks(rows: usize, parallel: bool) -> Vec<(usize, usize)> {
+    let chunk = if parallel { rows.div_ceil(rayon::current_num_threads().max(1) * 4).max(1) } else { rows.max(1) };
+    (0..rows).step_by(chunk).map(|r| (r, (r + chunk).min(rows))).collect()
+}
+
+/// Runs `f` on every block, on the worker threads when there are several.
+fn for_blocks(blocks: &[(usize, usize)], f: impl Fn(usize, usize) + Sync) {
+    if blocks.len() == 1 {
+        f(blocks[0].0, blocks[0].1);
+        return;
+    }
+    rayon::scope(|s| {
+        for &(r0, r1) in blocks {
+            let f = &f;
+            s.spawn(move |_| f(r0, r1));
+        }
+    });
+}
+
+fn run_loop(p: &LoopPlan, entry: &entry::Entry, inputs: &[&Tensor]) -> Result<Vec<Tensor>, String> {
+    let owned =
+        inputs.iter().enumerate().map(|(i, t)| f32_input(i, t, &p.inputs[i], &p.out)).collect::<Result<Vec<_>, _>>()?;
+    let n = p.rows * p.cols;
+    let mut outs: Vec<Vec<f32>> = p.results.iter().map(|_| Vec::with_capacity(n)).collect();
+    {
+        let ins: Vec<*const f32> = owned.iter().map(|c| c.as_ptr()).collect();
+        let ptrs = entry::Buffers::new(ins, outs.iter_mut().map(|v| v.as_mut_ptr()).collect());
+        let blocks = row_blocks(p.rows, n >= PARALLEL_ELEMENTS && p.rows > 1);
+        for_blocks(&blocks, |r0, r1| entry.call(&ptrs, r0, r1));
+    }
+    // Every row has run, so every element of every output is written.
+    entry::filled(&mut outs, n);
+    to_tensors(outs, &p.out)
+}
+
+fn run_matmul(p: &MatMulPlan, epilogue: Option<&entry::Entry>, inputs: &[&Tensor]) -> Result<Vec<Tensor>, String> {
+    let contiguous = |i: usize| -> Result<Cow<'_, [f32]>, String> {
+        match inputs.get(i) {
+            Some(Tensor::F32(a)) => {
+                Ok(a.as_slice().map(Cow::Borrowed).unwrap_or_else(|| Cow::Owned(a.iter().copied().collect())))
+            }
+            Some(t) => Err(format!("matmul operand {i} is {}, not f32", t.dtype())),
+            None => Err(format!("matmul operand {i} is missing")),
+        }
+    };
+    let (a, b) = (contiguous(p.lhs)?, contiguous(p.rhs)?);
+    let size = p.m * p.n;
+    let mut c: Vec<f32> = Vec::with_capacity(size);
+    // The epilogue's other inputs, and its outputs: in place over the product when it has one.
+    let (extra, mut outs) = match &p.epilogue {
+        Some((lp, used)) => {
+            let extra = used
+                .iter()
+                .enumerate()
+                .map(|(j, &i)| f32_input(i, inputs[i], &lp.inputs[j + 1], &lp.out))
+                .collect::<Result<Vec<_>, _>>()?;
+            let outs: Vec<Vec<f32>> = if lp.results.len() == 1 {
+                Vec::new()
+            } else {
+                lp.results.iter().map(|_| Vec::with_capacity(size)).collect()
+            };
+            (extra, outs)
+        }
+        None => (Vec::new(), Vec::new()),
+    };
+    {
+        let c_ptr = c.as_mut_ptr();
+        let mats = entry::MatMul { a: a.as_ptr(), b: b.as_ptr(), c: c_ptr, k: p.k, n: p.n };
+        let epi = epilogue.map(|_| {
+            let mut ins = vec![c_ptr as *const f32];
+            ins.extend(extra.iter().map(|e| e.as_ptr()));
+            let o = if outs.is_empty() { vec![c_ptr] } else { outs.iter_mut().map(|v| v.as_mut_ptr()).collect() };
+            entry::Buffers::new(ins, o)
+        });
+        let blocks = row_blocks(p.m, p.m * p.n * p.k >= PARALLEL_FLOPS && p.m > 1);
+        for_blocks(&blocks, |r0, r1| {
+            mats.rows(r0, r1);
+            if let (Some(e), Some(bufs)) = (epilogue, &epi) {
+                e.call(bufs, r0, r1);
+            }
+        });
+    }
+    entry::filled(std::slice::from_mut(&mut c), size);
+    let out = graphc_ir::TensorType::new(graphc_ir::DType::F32, [p.m as u64, p.n as u64]);
+    if outs.is_empty() {
+        return to_tensors(vec![c], &out);
+    }
+    entry::filled(&mut outs, size);
+    to_tensors(outs, &out)
 }
 
 /// The only unsafe code of the backend: keeping the JIT's code alive and calling into it.
@@ -193,17 +299,56 @@ mod entry {
     }
 
     impl Buffers {
-        /// Pointers to the inputs, and to the (allocated, still empty) output buffers.
-        pub fn new(ins: &[&[f32]], outs: &mut [Vec<f32>]) -> Self {
-            Buffers {
-                ins: ins.iter().map(|s| s.as_ptr()).collect(),
-                outs: outs.iter_mut().map(|s| s.as_mut_ptr()).collect(),
-            }
+        /// Pointers to the inputs, and to the outputs (allocated buffers, possibly still
+        /// empty, or an input's own buffer for an in-place epilogue).
+        pub fn new(ins: Vec<*const f32>, outs: Vec<*mut f32>) -> Self {
+            Buffers { ins, outs }
         }
     }
 
     // SAFETY: the pointers are only dereferenced by kernels on disjoint output rows while the
-    // borrowed slices live (the calls happen inside a scope that borrows them).
+    // buffers they point into live (the calls happen inside a scope that outlives none of them).
     unsafe impl Send for Buffers {}
     unsafe impl Sync for Buffers {}
+
+    /// `c = a b` for row-major `a: [m, k]`, `b: [k, n]`, `c: [m, n]`, by blocks of rows.
+    pub struct MatMul {
+        pub a: *const f32,
+        pub b: *const f32,
+        pub c: *mut f32,
+        pub k: usize,
+        pub n: usize,
+    }
+
+    impl MatMul {
+        /// Rows `[r0, r1)` of `c`.
+        pub fn rows(&self, r0: usize, r1: usize) {
+            // SAFETY: `a` holds m*k and `b` k*n elements and `c` has capacity m*n (the
+            // caller's buffers for the plan's shapes, checked by the session's types); rows
+            // r0..r1 <= m; concurrent calls write disjoint rows of `c`; with beta = 0
+            // matrixmultiply does not read `c`.
+            unsafe {
+                matrixmultiply::sgemm(
+                    r1 - r0,
+                    self.k,
+                    self.n,
+                    1.0,
+                    self.a.add(r0 * self.k),
+                    self.k as isize,
+                    1,
+                    self.b,
+                    self.n as isize,
+                    1,
+                    0.0,
+                    self.c.add(r0 * self.n),
+                    self.n as isize,
+                    1,
+                )
+            }
+        }
+    }
+
+    // SAFETY: as for `Buffers`: disjoint rows, buffers outliving the calls.
+    unsafe impl Send for MatMul {}
+    unsafe impl Sync for MatMul {}
 }

@@ -82,45 +82,104 @@ pub fn supported(op: Op) -> bool {
 /// elementwise op. `None` for anything else, which the interpreter keeps.
 pub fn plan(g: &Graph, n: Node) -> Option<LoopPlan> {
     let nd = &g.nodes[n];
+    match nd.op {
+        Op::Fusion => {
+            let r: Region = nd.regions[0];
+            build(g, &g.regions[r].params, &g.regions[r].nodes, &g.regions[r].yields, false)
+        }
+        op if op != Op::Constant && supported(op) => build(g, &nd.operands, &[n], &nd.results, false),
+        _ => None,
+    }
+}
+
+/// A matrix product `[m,k] x [k,n]` with the elementwise ops that follow it in an "output"
+/// fusion (or none, for a lone matmul), applied to each block of rows while it is in cache.
+#[derive(Clone, Debug)]
+pub struct MatMulPlan {
+    pub m: usize,
+    pub k: usize,
+    pub n: usize,
+    /// Which kernel operands are the two factors.
+    pub lhs: usize,
+    pub rhs: usize,
+    /// The epilogue over `[m, n]` rows: its input 0 is the product, input i > 0 is kernel
+    /// operand `epilogue_operands[i - 1]`. `None`: the product is the result.
+    pub epilogue: Option<(LoopPlan, Vec<usize>)>,
+}
+
+/// The plan for a 2-D f32 matmul, alone or heading an output fusion of elementwise ops.
+pub fn matmul_plan(g: &Graph, node: Node) -> Option<MatMulPlan> {
+    let nd = &g.nodes[node];
+    let (operands, nodes, yields): (&[Value], &[Node], &[Value]) = match nd.op {
+        Op::MatMul => (&nd.operands, std::slice::from_ref(&node), &nd.results),
+        Op::Fusion => {
+            let r = &g.regions[nd.regions[0]];
+            (&r.params, &r.nodes, &r.yields)
+        }
+        _ => return None,
+    };
+    let (&mm, rest) = nodes.split_first()?;
+    let md = &g.nodes[mm];
+    if md.op != Op::MatMul {
+        return None;
+    }
+    let t = |v: Value| g.values[v].ty.as_tensor().cloned();
+    let (a, b, c) = (t(md.operands[0])?, t(md.operands[1])?, t(md.results[0])?);
+    if [&a, &b, &c].iter().any(|x| x.dtype != DType::F32 || x.rank() != 2) || a.shape[1] != b.shape[0] {
+        return None;
+    }
+    let (m, k, n) = (a.shape[0] as usize, a.shape[1] as usize, b.shape[1] as usize);
+    if m * k * n == 0 {
+        return None;
+    }
+    let lhs = operands.iter().position(|&v| v == md.operands[0])?;
+    let rhs = operands.iter().position(|&v| v == md.operands[1])?;
+    let epilogue = if rest.is_empty() {
+        if yields != [md.results[0]] {
+            return None;
+        }
+        None
+    } else {
+        // The epilogue reads the product and whichever operands its nodes use.
+        let used: Vec<usize> = (0..operands.len())
+            .filter(|&i| {
+                rest.iter().any(|&x| g.nodes[x].operands.contains(&operands[i])) || yields.contains(&operands[i])
+            })
+            .collect();
+        let mut inputs = vec![md.results[0]];
+        inputs.extend(used.iter().map(|&i| operands[i]));
+        let p = build(g, &inputs, rest, yields, true)?;
+        Some((p, used))
+    };
+    Some(MatMulPlan { m, k, n, lhs, rhs, epilogue })
+}
+
+/// A loop plan computing `yields` from `inputs` through `nodes`, all elementwise; with
+/// `by_rows`, over the output's own rows (as a matmul epilogue must be) rather than blocks.
+fn build(g: &Graph, inputs: &[Value], nodes: &[Node], yields: &[Value], by_rows: bool) -> Option<LoopPlan> {
     let tensor = |v: Value| g.values[v].ty.as_tensor().cloned();
-    let out = tensor(*nd.results.first()?)?;
+    let out = tensor(*yields.first()?)?;
     if out.dtype != DType::F32 || out.num_elements()? == 0 {
         return None;
     }
     // Every result is a full f32 tensor of the output shape.
-    if nd.results.iter().any(|&r| tensor(r).as_ref() != Some(&out)) {
+    if yields.iter().any(|&r| tensor(r).as_ref() != Some(&out)) {
         return None;
     }
     let mut steps = Vec::new();
     let mut input_types = Vec::new();
     let mut index = std::collections::HashMap::new();
-    let results = match nd.op {
-        Op::Fusion => {
-            let r: Region = nd.regions[0];
-            for (i, &p) in g.regions[r].params.iter().enumerate() {
-                input_types.push(tensor(p)?);
-                steps.push(Step::Input(i));
-                index.insert(p, steps.len() - 1);
-            }
-            for &m in &g.regions[r].nodes {
-                let md = &g.nodes[m];
-                let step = lower_node(g, m, &index)?;
-                steps.push(step);
-                index.insert(md.results[0], steps.len() - 1);
-            }
-            g.regions[r].yields.iter().map(|v| index.get(v).copied()).collect::<Option<Vec<_>>>()?
-        }
-        op if op != Op::Constant && supported(op) => {
-            for (i, &v) in nd.operands.iter().enumerate() {
-                input_types.push(tensor(v)?);
-                steps.push(Step::Input(i));
-                index.insert(v, steps.len() - 1);
-            }
-            steps.push(lower_node(g, n, &index)?);
-            vec![steps.len() - 1]
-        }
-        _ => return None,
-    };
+    for (i, &v) in inputs.iter().enumerate() {
+        input_types.push(tensor(v)?);
+        steps.push(Step::Input(i));
+        index.insert(v, steps.len() - 1);
+    }
+    for &m in nodes {
+        let step = lower_node(g, m, &index)?;
+        steps.push(step);
+        index.insert(g.nodes[m].results[0], steps.len() - 1);
+    }
+    let results = yields.iter().map(|v| index.get(v).copied()).collect::<Option<Vec<_>>>()?;
     // Inputs are f32 buffers; each step takes masks exactly where it needs bools; results
     // are f32 (a bool result would need a store of its own).
     if input_types.iter().any(|t| t.dtype != DType::F32) {
@@ -130,7 +189,7 @@ pub fn plan(g: &Graph, n: Node) -> Option<LoopPlan> {
     if results.iter().any(|&i| masks[i]) {
         return None;
     }
-    let (inputs, rows, cols) = layout(&out, &input_types)?;
+    let (inputs, rows, cols) = layout(&out, &input_types, by_rows)?;
     Some(LoopPlan { out, rows, cols, inputs, input_types, steps, results })
 }
 
@@ -238,11 +297,11 @@ fn access(t: &TensorType, out: &TensorType) -> Option<Access> {
 /// The input maps and the `[rows, cols]` view to iterate: the output's leading dims by its
 /// last; or, when every input is read in full or as one element, blocks of up to 4096
 /// elements (so that a long vector splits into rows that threads can share).
-fn layout(out: &TensorType, types: &[TensorType]) -> Option<(Vec<InputMap>, usize, usize)> {
+fn layout(out: &TensorType, types: &[TensorType], by_rows: bool) -> Option<(Vec<InputMap>, usize, usize)> {
     let n = out.num_elements()? as usize;
     let accesses: Vec<Access> = types.iter().map(|t| access(t, out)).collect::<Option<_>>()?;
     let last = out.shape.last().copied().unwrap_or(1).max(1) as usize;
-    let flat = accesses.iter().all(|a| matches!(a, Access::Full | Access::Splat | Access::Expand));
+    let flat = !by_rows && accesses.iter().all(|a| matches!(a, Access::Full | Access::Splat | Access::Expand));
     let cols = if flat {
         let mut block = 4096.min(n);
         while n % block != 0 {
