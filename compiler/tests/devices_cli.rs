@@ -50,6 +50,8 @@ fn trace_and_profile_feed_the_simulator() {
     let o = graphc(&[
         "run",
         &example("two_branches.gir"),
+        "--backend",
+        "interp",
         "--devices",
         &devices,
         "--steps",
