@@ -237,3 +237,24 @@ proptest! {
         prop_assert!(compare(&fused, &print_module(&fused), None) >= 1);
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+
+    /// Row reductions inside input fusions (softmax's max and sum, layernorm's means), on odd
+    /// row lengths so that vector parts and scalar tails both count, with large values and
+    /// signs mixed so that the f64 accumulation matters.
+    #[test]
+    fn softmax_and_layernorm_run_alike_compiled(
+        r in prop_oneof![Just(1u64), Just(3), Just(64)],
+        c in prop_oneof![Just(1u64), Just(3), Just(7), Just(1023)],
+        scale in prop_oneof![Just(1.0f32), Just(100.0)],
+    ) {
+        let text = format!(
+            "graph @g(%x: f32[{r},{c}], %gamma: f32[{c}], %beta: f32[{c}]) -> (s: f32[{r},{c}], y: f32[{r},{c}], m: f32[{r},{c}]) {{\n  %k = constant {{value = dense<{scale:?}> : f32[]}} : f32[]\n  %xs = mul %x, %k : f32[{r},{c}]\n  %s = softmax %xs {{axis = -1}} : f32[{r},{c}]\n  %mean = reduce_mean %xs {{axes = [-1], keep_dims = true}} : f32[{r},1]\n  %d = sub %xs, %mean : f32[{r},{c}]\n  %sq = mul %d, %d : f32[{r},{c}]\n  %var = reduce_mean %sq {{axes = [-1], keep_dims = true}} : f32[{r},1]\n  %eps = constant {{value = dense<1.0e-5> : f32[]}} : f32[]\n  %ve = add %var, %eps : f32[{r},1]\n  %sd = sqrt %ve : f32[{r},1]\n  %n = div %d, %sd : f32[{r},{c}]\n  %g = mul %n, %gamma : f32[{r},{c}]\n  %y = add %g, %beta : f32[{r},{c}]\n  %mx = reduce_min %xs {{axes = [-1], keep_dims = true}} : f32[{r},1]\n  %m = sub %xs, %mx : f32[{r},{c}]\n  return %s, %y, %m\n}}\n"
+        );
+        let m = parse_module(&text).unwrap();
+        let fused = optimize(&m);
+        prop_assert!(compare(&fused, &print_module(&fused), None) >= 3, "{}", print_module(&fused));
+    }
+}

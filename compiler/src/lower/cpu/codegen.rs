@@ -196,6 +196,10 @@ fn emit(
         .collect();
     let out_off = b.ins().imul_imm(r, cols * 4);
     let out_base: Vec<Value> = out_ptrs.iter().map(|&p| b.ins().iadd(p, out_off)).collect();
+    let row_value = match plan.reduce {
+        Some(ri) => Some(reduce_row(b, plan, ri, &in_base, math, fma)),
+        None => None,
+    };
     let zero = b.ins().iconst(types::I64, 0);
     if cols >= 4 {
         b.ins().jump(vec_head, &[zero.into()]);
@@ -209,7 +213,8 @@ fn emit(
     b.ins().brif(go, vec_body, &[], tail_head, &[jv.into()]);
     b.switch_to_block(vec_body);
     let byte = b.ins().ishl_imm(jv, 2);
-    let results = body(b, plan, &in_base, byte, Lanes { n: 4, fma }, math);
+    let vals = body(b, plan, &in_base, byte, Lanes { n: 4, fma }, math, row_value, plan.steps.len());
+    let results: Vec<Value> = plan.results.iter().map(|&i| vals[i]).collect();
     for (k, v) in results.iter().enumerate() {
         let at = b.ins().iadd(out_base[k], byte);
         b.ins().store(mem, *v, at, 0);
@@ -223,7 +228,8 @@ fn emit(
     b.ins().brif(go, tail_body, &[], row_next, &[]);
     b.switch_to_block(tail_body);
     let byte = b.ins().ishl_imm(jt, 2);
-    let results = body(b, plan, &in_base, byte, Lanes { n: 1, fma }, math);
+    let vals = body(b, plan, &in_base, byte, Lanes { n: 1, fma }, math, row_value, plan.steps.len());
+    let results: Vec<Value> = plan.results.iter().map(|&i| vals[i]).collect();
     for (k, v) in results.iter().enumerate() {
         let at = b.ins().iadd(out_base[k], byte);
         b.ins().store(mem, *v, at, 0);
@@ -239,6 +245,124 @@ fn emit(
     b.ins().return_(&[]);
 }
 
+/// The first pass over a row: the reduced step's operand for every column, folded into one
+/// f32. Sums (and means) accumulate in f64, as the reference kernels do: two f64x2
+/// accumulators for the vector part and one f64 for the tail. Max and min fold f32x4 lanes
+/// (NaN-propagating) and then the lanes. Leaves the builder in the block after the pass.
+fn reduce_row(
+    b: &mut FunctionBuilder<'_>,
+    plan: &LoopPlan,
+    ri: usize,
+    in_base: &[Value],
+    math: &HashMap<&'static str, cranelift_codegen::ir::FuncRef>,
+    fma: bool,
+) -> Value {
+    let Step::Reduce(op, arg) = plan.steps[ri] else { unreachable!("reduce points at a Reduce step") };
+    let cols = plan.cols as i64;
+    let sum = matches!(op, Op::ReduceSum | Op::ReduceMean);
+    let j = b.declare_var(types::I64);
+    let (acc_lo, acc_hi, acc_v) = (b.declare_var(types::F64X2), b.declare_var(types::F64X2), b.declare_var(F32X4));
+    let acc_s = b.declare_var(if sum { types::F64 } else { F32 });
+    let zero = b.ins().iconst(types::I64, 0);
+    b.def_var(j, zero);
+    if sum {
+        let z = b.ins().f64const(0.0);
+        let zv = b.ins().splat(types::F64X2, z);
+        b.def_var(acc_lo, zv);
+        b.def_var(acc_hi, zv);
+        b.def_var(acc_s, z);
+    } else {
+        let init = if op == Op::ReduceMax { f32::NEG_INFINITY } else { f32::INFINITY };
+        let s = b.ins().f32const(init);
+        let v = b.ins().splat(F32X4, s);
+        b.def_var(acc_v, v);
+        b.def_var(acc_s, s);
+    }
+    let (vh, vb, th, tb, done) =
+        (b.create_block(), b.create_block(), b.create_block(), b.create_block(), b.create_block());
+    b.ins().jump(vh, &[]);
+    // Vector part.
+    b.switch_to_block(vh);
+    let jv = b.use_var(j);
+    let go = b.ins().icmp_imm(IntCC::SignedLessThanOrEqual, jv, cols - 4);
+    b.ins().brif(go, vb, &[], th, &[]);
+    b.switch_to_block(vb);
+    let jv = b.use_var(j);
+    let byte = b.ins().ishl_imm(jv, 2);
+    let vals = body(b, plan, in_base, byte, Lanes { n: 4, fma }, math, None, ri);
+    let x = vals[arg];
+    if sum {
+        let lo = b.ins().fvpromote_low(x);
+        let bytes = b.ins().bitcast(types::I8X16, MemFlags::new().with_endianness(Endianness::Little), x);
+        let mask = b.func.dfg.immediates.push(cranelift_codegen::ir::ConstantData::from(
+            [8u8, 9, 10, 11, 12, 13, 14, 15, 8, 9, 10, 11, 12, 13, 14, 15].as_slice(),
+        ));
+        let high = b.ins().shuffle(bytes, bytes, mask);
+        let high = b.ins().bitcast(F32X4, MemFlags::new().with_endianness(Endianness::Little), high);
+        let hi = b.ins().fvpromote_low(high);
+        let a = b.use_var(acc_lo);
+        let a = b.ins().fadd(a, lo);
+        b.def_var(acc_lo, a);
+        let a = b.use_var(acc_hi);
+        let a = b.ins().fadd(a, hi);
+        b.def_var(acc_hi, a);
+    } else {
+        let a = b.use_var(acc_v);
+        let a = if op == Op::ReduceMax { b.ins().fmax(a, x) } else { b.ins().fmin(a, x) };
+        b.def_var(acc_v, a);
+    }
+    let next = b.ins().iadd_imm(jv, 4);
+    b.def_var(j, next);
+    b.ins().jump(vh, &[]);
+    // Scalar tail.
+    b.switch_to_block(th);
+    let jt = b.use_var(j);
+    let go = b.ins().icmp_imm(IntCC::SignedLessThan, jt, cols);
+    b.ins().brif(go, tb, &[], done, &[]);
+    b.switch_to_block(tb);
+    let jt = b.use_var(j);
+    let byte = b.ins().ishl_imm(jt, 2);
+    let vals = body(b, plan, in_base, byte, Lanes { n: 1, fma }, math, None, ri);
+    let x = vals[arg];
+    let a = b.use_var(acc_s);
+    let a = match op {
+        Op::ReduceMax => b.ins().fmax(a, x),
+        Op::ReduceMin => b.ins().fmin(a, x),
+        _ => {
+            let x = b.ins().fpromote(types::F64, x);
+            b.ins().fadd(a, x)
+        }
+    };
+    b.def_var(acc_s, a);
+    let next = b.ins().iadd_imm(jt, 1);
+    b.def_var(j, next);
+    b.ins().jump(th, &[]);
+    // Fold the lanes.
+    b.switch_to_block(done);
+    let s = b.use_var(acc_s);
+    if sum {
+        let (lo, hi) = (b.use_var(acc_lo), b.use_var(acc_hi));
+        let v = b.ins().fadd(lo, hi);
+        let x0 = b.ins().extractlane(v, 0);
+        let x1 = b.ins().extractlane(v, 1);
+        let t = b.ins().fadd(x0, x1);
+        let mut total = b.ins().fadd(t, s);
+        if op == Op::ReduceMean {
+            let n = b.ins().f64const(cols as f64);
+            total = b.ins().fdiv(total, n);
+        }
+        b.ins().fdemote(F32, total)
+    } else {
+        let v = b.use_var(acc_v);
+        let mut acc = s;
+        for lane in 0..4 {
+            let x = b.ins().extractlane(v, lane);
+            acc = if op == Op::ReduceMax { b.ins().fmax(acc, x) } else { b.ins().fmin(acc, x) };
+        }
+        acc
+    }
+}
+
 /// The loop body at column byte offset `byte`, `lanes` wide (1 or 4); returns the results.
 fn body(
     b: &mut FunctionBuilder<'_>,
@@ -247,6 +371,8 @@ fn body(
     byte: Value,
     l: Lanes,
     math: &HashMap<&'static str, cranelift_codegen::ir::FuncRef>,
+    row_value: Option<Value>,
+    stop: usize,
 ) -> Vec<Value> {
     let lanes = l.n;
     let mem = MemFlags::trusted();
@@ -254,7 +380,7 @@ fn body(
     let mask_ty = if lanes == 4 { types::I32X4 } else { types::I8 };
     let splat = |b: &mut FunctionBuilder<'_>, x: Value| if lanes == 4 { b.ins().splat(F32X4, x) } else { x };
     let mut vals: Vec<V> = Vec::with_capacity(plan.steps.len());
-    for step in &plan.steps {
+    for step in &plan.steps[..stop] {
         let v = match *step {
             Step::Input(i) => {
                 let m = &plan.inputs[i];
@@ -325,11 +451,15 @@ fn body(
                 }
             }
             Step::Select(c, t, e) => V::F(choose(b, vals[c].f(), vals[t].f(), vals[e].f(), lanes)),
+            Step::Reduce(..) => {
+                let x = row_value.expect("the row's reduction is computed before the columns");
+                V::F(splat(b, x))
+            }
         };
         let _ = mask_ty;
         vals.push(v);
     }
-    plan.results.iter().map(|&i| vals[i].f()).collect()
+    vals.into_iter().map(V::f).collect()
 }
 
 /// A constant on every lane.

@@ -27,6 +27,9 @@ pub enum Step {
     Binary(Op, usize, usize),
     /// `select(cond, a, b)`.
     Select(usize, usize, usize),
+    /// A reduction of a full-shape value along the last axis (sum, max, min, mean): one value
+    /// per row, computed in a first pass over the row and then read by every column.
+    Reduce(Op, usize),
 }
 
 /// An elementwise loop kernel over a `[rows, cols]` view of the output shape.
@@ -40,6 +43,8 @@ pub struct LoopPlan {
     pub steps: Vec<Step>,
     /// Which step values are the kernel's results, in order.
     pub results: Vec<usize>,
+    /// The step that reduces each row, if any (at most one: an "input" fusion holds one).
+    pub reduce: Option<usize>,
 }
 
 /// The f32 ops a loop kernel computes.
@@ -75,6 +80,10 @@ pub fn supported(op: Op) -> bool {
             | Op::Broadcast
             | Op::Identity
             | Op::Constant
+            | Op::ReduceSum
+            | Op::ReduceMax
+            | Op::ReduceMin
+            | Op::ReduceMean
     )
 }
 
@@ -87,7 +96,9 @@ pub fn plan(g: &Graph, n: Node) -> Option<LoopPlan> {
             let r: Region = nd.regions[0];
             build(g, &g.regions[r].params, &g.regions[r].nodes, &g.regions[r].yields, false)
         }
-        op if op != Op::Constant && supported(op) => build(g, &nd.operands, &[n], &nd.results, false),
+        op if op != Op::Constant && supported(op) && !is_reduction(op) => {
+            build(g, &nd.operands, &[n], &nd.results, false)
+        }
         _ => None,
     }
 }
@@ -180,6 +191,17 @@ fn build(g: &Graph, inputs: &[Value], nodes: &[Node], yields: &[Value], by_rows:
         index.insert(g.nodes[m].results[0], steps.len() - 1);
     }
     let results = yields.iter().map(|v| index.get(v).copied()).collect::<Option<Vec<_>>>()?;
+    // One reduction at most, of a value of the output's full shape, along its last axis.
+    let reductions: Vec<usize> = (0..steps.len()).filter(|&i| matches!(steps[i], Step::Reduce(..))).collect();
+    if reductions.len() > 1 {
+        return None;
+    }
+    for &m in nodes {
+        if is_reduction(g.nodes[m].op) && g.values[g.nodes[m].operands[0]].ty.as_tensor() != Some(&out) {
+            return None;
+        }
+    }
+    let reduce = reductions.first().copied();
     // Inputs are f32 buffers; each step takes masks exactly where it needs bools; results
     // are f32 (a bool result would need a store of its own).
     if input_types.iter().any(|t| t.dtype != DType::F32) {
@@ -189,8 +211,8 @@ fn build(g: &Graph, inputs: &[Value], nodes: &[Node], yields: &[Value], by_rows:
     if results.iter().any(|&i| masks[i]) {
         return None;
     }
-    let (inputs, rows, cols) = layout(&out, &input_types, by_rows)?;
-    Some(LoopPlan { out, rows, cols, inputs, input_types, steps, results })
+    let (inputs, rows, cols) = layout(&out, &input_types, by_rows || reduce.is_some())?;
+    Some(LoopPlan { out, rows, cols, inputs, input_types, steps, results, reduce })
 }
 
 /// Which steps yield bools; `None` when a step gets a bool where it needs f32 or the reverse.
@@ -206,10 +228,15 @@ fn mask_steps(steps: &[Step]) -> Option<Vec<bool>> {
             Step::Binary(op, a, b) if is_comparison(op) => (!mask[a] && !mask[b]).then_some(true)?,
             Step::Binary(_, a, b) => (!mask[a] && !mask[b]).then_some(false)?,
             Step::Select(c, a, b) => (mask[c] && !mask[a] && !mask[b]).then_some(false)?,
+            Step::Reduce(_, a) => (!mask[a]).then_some(false)?,
         };
         mask.push(m);
     }
     Some(mask)
+}
+
+fn is_reduction(op: Op) -> bool {
+    matches!(op, Op::ReduceSum | Op::ReduceMax | Op::ReduceMin | Op::ReduceMean)
 }
 
 fn is_comparison(op: Op) -> bool {
@@ -244,6 +271,18 @@ fn lower_node(g: &Graph, m: Node, index: &std::collections::HashMap<Value, usize
             }
         }
         Op::Select => Step::Select(arg(0)?, arg(1)?, arg(2)?),
+        op if is_reduction(op) => {
+            // Along the last axis only (the kernel's columns), keeping it, so that the result
+            // broadcasts along the row it came from.
+            let rank = g.values[md.operands[0]].ty.as_tensor()?.rank() as i64;
+            if md.attrs.get("keep_dims") != Some(&graphc_ir::Attr::Bool(true)) {
+                return None;
+            }
+            match md.attrs.ints("axes")? {
+                [a] if rank > 0 && (*a == rank - 1 || *a == -1) => Step::Reduce(op, arg(0)?),
+                _ => return None,
+            }
+        }
         op if md.operands.len() == 1 => Step::Unary(op, arg(0)?),
         op if md.operands.len() == 2 => Step::Binary(op, arg(0)?, arg(1)?),
         _ => return None,
