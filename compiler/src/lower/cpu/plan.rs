@@ -266,7 +266,8 @@ fn lower_node(g: &Graph, m: Node, index: &std::collections::HashMap<Value, usize
                 _ => return None,
             };
             match lit.data() {
-                graphc_ir::TensorData::F32(v) if lit.is_splat() && !v.is_empty() => Step::Const(v[0]),
+                // One value for every element: a scalar, or a splat of any shape.
+                graphc_ir::TensorData::F32(v) if v.len() == 1 => Step::Const(v[0]),
                 _ => return None,
             }
         }
