@@ -408,9 +408,12 @@ fn body(
                     Op::Abs => V::F(b.ins().fabs(x.f())),
                     Op::Sqrt => V::F(b.ins().sqrt(x.f())),
                     Op::Relu => {
+                        // x < 0 ? 0 : x — NaN compares false and stays; a compare and a blend
+                        // instead of x86-64's long NaN-propagating fmax.
                         let z = b.ins().f32const(0.0);
                         let z = splat(b, z);
-                        V::F(b.ins().fmax(x.f(), z))
+                        let negative = b.ins().fcmp(FloatCC::LessThan, x.f(), z);
+                        V::F(choose(b, negative, z, x.f(), lanes))
                     }
                     Op::Exp => V::F(exp(b, x.f(), l)),
                     Op::Log => V::F(call(b, math["graphc_logf"], &[x.f()], lanes)),
