@@ -195,12 +195,17 @@ fn optimize_for(backend: Backend, mut m: Module, fetches: &[String], file: &Sour
 fn new_session(backend: Backend, m: Module, options: SessionOptions) -> anyhow::Result<(Session, Duration)> {
     match backend {
         Backend::Interp => Ok((Session::new(m, options).map_err(|e| anyhow!("{e}"))?, Duration::ZERO)),
-        Backend::Jit => {
-            let kernels =
-                graphc::lower::cpu::CpuKernels::compile(&m).map_err(|e| anyhow!("JIT compilation failed: {e}"))?;
-            let t = kernels.compile_time;
-            Ok((Session::with_compiled(m, options, kernels).map_err(|e| anyhow!("{e}"))?, t))
-        }
+        Backend::Jit => match graphc::lower::cpu::CpuKernels::compile(&m) {
+            Ok(kernels) => {
+                let t = kernels.compile_time;
+                Ok((Session::with_compiled(m, options, kernels).map_err(|e| anyhow!("{e}"))?, t))
+            }
+            // A host Cranelift cannot target, or a compiler bug: the interpreter still runs it.
+            Err(e) => {
+                eprintln!("warning: JIT compilation failed ({e}); running on the interpreter");
+                Ok((Session::new(m, options).map_err(|e| anyhow!("{e}"))?, Duration::ZERO))
+            }
+        },
     }
 }
 
