@@ -99,6 +99,10 @@ struct SimulateArgs {
     /// Write the predicted timeline as Chrome trace / Perfetto JSON.
     #[arg(long, value_name = "OUT.json")]
     trace: Option<PathBuf>,
+    /// Simulate the module as this backend runs it: with jit, after the default pipeline (so
+    /// a profile from `graphc run` matches its fused kernels).
+    #[arg(long, value_enum, default_value_t = Backend::Jit)]
+    backend: Backend,
 }
 
 #[derive(clap::Args, Debug)]

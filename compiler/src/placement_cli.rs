@@ -101,6 +101,7 @@ pub fn simulate(a: &SimulateArgs, file: &SourceFile, module: Module) -> anyhow::
             anyhow::bail!("{} has no graph @{w}; its graphs are {}", file.name, names.join(", "));
         }
     }
+    let module = crate::run::optimize_for(a.backend, module, &[], file)?;
     let already_partitioned = is_partitioned(&module);
     let Some(placed) = place_and_partition(&a.devices, file, module)? else { return Ok(ExitCode::FAILURE) };
     let cost = CostModel::new(&placed.ctx.cluster, placed.ctx.profile.as_ref());

@@ -183,7 +183,7 @@ fn backend_name(b: Backend) -> &'static str {
 
 /// The JIT backend compiles what the default pipeline makes of the module (fused kernels);
 /// with `--fetch` it keeps the module as written, since fusion may absorb the value fetched.
-fn optimize_for(backend: Backend, mut m: Module, fetches: &[String], file: &SourceFile) -> anyhow::Result<Module> {
+pub fn optimize_for(backend: Backend, mut m: Module, fetches: &[String], file: &SourceFile) -> anyhow::Result<Module> {
     if backend == Backend::Jit && fetches.is_empty() {
         let pm = graphc::passes::PassManager::new(graphc::passes::DEFAULT_PIPELINE).map_err(|e| anyhow!(e))?;
         pm.run(&mut m, &mut |_| {}).map_err(|e| anyhow!("{}: {e}", file.name))?;

@@ -141,8 +141,11 @@ fn to_tensors(outs: Vec<Vec<f32>>, out: &graphc_ir::TensorType) -> Result<Vec<Te
         .collect()
 }
 
-/// Row ranges for the calling thread alone, or a few per worker thread.
+/// Row ranges for the calling thread alone, or a few per worker thread. A kernel called on a
+/// worker thread already (a partition of a multi-device step: one device, one core) stays on
+/// its thread rather than competing with the other devices for the cores.
 fn row_blocks(rows: usize, parallel: bool) -> Vec<(usize, usize)> {
+    let parallel = parallel && rayon::current_thread_index().is_none();
     let chunk = if parallel { rows.div_ceil(rayon::current_num_threads().max(1) * 4).max(1) } else { rows.max(1) };
     (0..rows).step_by(chunk).map(|r| (r, (r + chunk).min(rows))).collect()
 }
