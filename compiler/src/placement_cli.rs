@@ -67,7 +67,7 @@ pub fn place_and_partition(args: &DeviceArgs, file: &SourceFile, mut module: Mod
 }
 
 /// True when the module holds partitions already: several graphs, each sending or receiving.
-fn is_partitioned(m: &Module) -> bool {
+pub fn is_partitioned(m: &Module) -> bool {
     m.graphs.len() > 1
         && m.graphs.iter().all(|g| g.walk().iter().any(|&n| matches!(g.nodes[n].op, Op::Send | Op::Recv)))
 }

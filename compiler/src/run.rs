@@ -7,7 +7,7 @@ use anyhow::{anyhow, bail, Context};
 use graphc::placement::cost::{signature, Profile};
 use graphc::placement::partition::Partitioned;
 use graphc::trace;
-use graphc_ir::{Diagnostic, Graph, Module, Op, SourceFile, Type};
+use graphc_ir::{Diagnostic, Module, Op, SourceFile, Type};
 use graphc_runtime::checkpoint::Checkpointer;
 use graphc_runtime::limits::{check_tensor_size, default_max_tensor_bytes};
 use graphc_runtime::random::random_input;
@@ -479,11 +479,10 @@ fn select_graphs(wanted: &[String], file: &SourceFile, m: &Module) -> anyhow::Re
         }
         return Ok(wanted.iter().map(|n| n.trim_start_matches('@').to_string()).collect());
     }
-    let communicates = |g: &Graph| g.walk().iter().any(|&n| matches!(g.nodes[n].op, Op::Send | Op::Recv));
     match m.graphs.as_slice() {
         [] => bail!("{} holds no graph to run", file.name),
         [g] => Ok(vec![g.name.clone()]),
-        gs if gs.iter().all(communicates) => Ok(all),
+        _ if crate::placement_cli::is_partitioned(m) => Ok(all),
         [g, ..] => {
             eprintln!(
                 "note: {} has {} graphs ({}); running @{} (choose with --graph)",

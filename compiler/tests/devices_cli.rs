@@ -1,20 +1,10 @@
 //! `--devices`, `--profile`, `--trace`, `--write-profile` and `graphc simulate` from the
 //! command line.
 
+mod common;
+
+use common::{example, graphc, text};
 use std::path::PathBuf;
-use std::process::{Command, Output};
-
-fn graphc(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_graphc")).args(args).output().expect("graphc runs")
-}
-
-fn example(name: &str) -> String {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../ir-spec/examples").join(name).display().to_string()
-}
-
-fn text(o: &Output) -> (String, String) {
-    (String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned())
-}
 
 fn tmp(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("graphc-devices-{}", std::process::id()));

@@ -3,26 +3,16 @@
 //! sizes give the interpreter's results (1e-5 relative for f32), and bad values (NaN, Inf)
 //! behave alike.
 
+mod common;
+
+use common::examples;
 use graphc::lower::cpu::{matmul_plan, plan, CpuKernels};
 use graphc::passes::{PassManager, DEFAULT_PIPELINE};
 use graphc_ir::{parse_module, print_module, Attr, DType, Graph, Module, NodeSpec, Op, TensorType, Type, Value};
 use graphc_runtime::random::random_request;
 use graphc_runtime::{ErrorKind, Session, SessionOptions, Tensor};
 use proptest::prelude::*;
-use std::path::PathBuf;
 use std::sync::Arc;
-
-fn examples() -> Vec<(String, String)> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../ir-spec/examples");
-    let mut v: Vec<_> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "gir"))
-        .map(|p| (p.file_name().unwrap().to_string_lossy().into_owned(), std::fs::read_to_string(&p).unwrap()))
-        .collect();
-    v.sort();
-    v
-}
 
 fn optimize(m: &Module) -> Module {
     let mut out = m.clone();

@@ -1,19 +1,8 @@
 //! `graphc opt` and `graphc dot` from the command line.
 
-use std::path::PathBuf;
-use std::process::{Command, Output};
+mod common;
 
-fn graphc(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_graphc")).args(args).output().expect("graphc runs")
-}
-
-fn example(name: &str) -> String {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../ir-spec/examples").join(name).display().to_string()
-}
-
-fn text(o: &Output) -> (String, String) {
-    (String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned())
-}
+use common::{example, graphc, text};
 
 #[test]
 fn opt_prints_fused_ir_that_checks_and_runs() {

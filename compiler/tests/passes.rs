@@ -2,6 +2,9 @@
 //! outputs from the interpreter before and after it, and the IR after every pass verifies and
 //! round-trips.
 
+mod common;
+
+use common::examples;
 use graphc::passes::{PassManager, PrintAfter, DEFAULT_PIPELINE};
 use graphc_ir::{
     parse_module, print_module, verify_module, Attr, DType, Graph, Module, NodeSpec, Op, TensorType, Type,
@@ -9,19 +12,6 @@ use graphc_ir::{
 use graphc_runtime::random::random_request;
 use graphc_runtime::{ErrorKind, Session, SessionOptions, Tensor};
 use proptest::prelude::*;
-use std::path::PathBuf;
-
-fn examples() -> Vec<(String, String)> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../ir-spec/examples");
-    let mut v: Vec<_> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "gir"))
-        .map(|p| (p.file_name().unwrap().to_string_lossy().into_owned(), std::fs::read_to_string(&p).unwrap()))
-        .collect();
-    v.sort();
-    v
-}
 
 fn optimize(m: &Module) -> Module {
     let mut out = m.clone();

@@ -4,6 +4,9 @@
 //! give exactly the interpreter's outputs on the unpartitioned graph, over several steps
 //! (state evolves alike). Also: a failure on one device ends the step everywhere.
 
+mod common;
+
+use common::examples;
 use graphc::placement::cluster::Cluster;
 use graphc::placement::cost::CostModel;
 use graphc::placement::partition::{partition_module, Partitioned};
@@ -18,18 +21,6 @@ use proptest::prelude::*;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-fn examples() -> Vec<(String, String)> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../ir-spec/examples");
-    let mut v: Vec<_> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "gir"))
-        .map(|p| (p.file_name().unwrap().to_string_lossy().into_owned(), std::fs::read_to_string(&p).unwrap()))
-        .collect();
-    v.sort();
-    v
-}
 
 fn cpus(n: usize) -> Cluster {
     let text: String = (0..n).map(|i| format!("[[device]]\nspec = \"/cpu:{i}\"\n")).collect();

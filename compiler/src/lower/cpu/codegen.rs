@@ -22,9 +22,7 @@ use std::collections::HashMap;
 /// The scalar functions kernels call, as (symbol, arity, Rust function).
 fn math_symbols() -> Vec<(&'static str, usize, *const u8)> {
     vec![
-        ("graphc_expf", 1, super::math::expf as *const u8),
         ("graphc_logf", 1, super::math::logf as *const u8),
-        ("graphc_tanhf", 1, super::math::tanhf as *const u8),
         ("graphc_erff", 1, super::math::erff as *const u8),
         ("graphc_powf", 2, super::math::powf as *const u8),
     ]
@@ -212,13 +210,7 @@ fn emit(
     let go = b.ins().icmp_imm(IntCC::SignedLessThanOrEqual, jv, cols - 4);
     b.ins().brif(go, vec_body, &[], tail_head, &[jv.into()]);
     b.switch_to_block(vec_body);
-    let byte = b.ins().ishl_imm(jv, 2);
-    let vals = body(b, plan, &in_base, byte, Lanes { n: 4, fma }, math, row_value, plan.steps.len());
-    let results: Vec<Value> = plan.results.iter().map(|&i| vals[i]).collect();
-    for (k, v) in results.iter().enumerate() {
-        let at = b.ins().iadd(out_base[k], byte);
-        b.ins().store(mem, *v, at, 0);
-    }
+    columns(b, plan, &in_base, &out_base, jv, Lanes { n: 4, fma }, math, row_value);
     let next = b.ins().iadd_imm(jv, 4);
     b.ins().jump(vec_head, &[next.into()]);
 
@@ -227,13 +219,7 @@ fn emit(
     let go = b.ins().icmp_imm(IntCC::SignedLessThan, jt, cols);
     b.ins().brif(go, tail_body, &[], row_next, &[]);
     b.switch_to_block(tail_body);
-    let byte = b.ins().ishl_imm(jt, 2);
-    let vals = body(b, plan, &in_base, byte, Lanes { n: 1, fma }, math, row_value, plan.steps.len());
-    let results: Vec<Value> = plan.results.iter().map(|&i| vals[i]).collect();
-    for (k, v) in results.iter().enumerate() {
-        let at = b.ins().iadd(out_base[k], byte);
-        b.ins().store(mem, *v, at, 0);
-    }
+    columns(b, plan, &in_base, &out_base, jt, Lanes { n: 1, fma }, math, row_value);
     let next = b.ins().iadd_imm(jt, 1);
     b.ins().jump(tail_head, &[next.into()]);
 
@@ -243,6 +229,26 @@ fn emit(
 
     b.switch_to_block(exit);
     b.ins().return_(&[]);
+}
+
+/// The results for columns `j..j+lanes` of the row, computed and stored.
+#[allow(clippy::too_many_arguments)]
+fn columns(
+    b: &mut FunctionBuilder<'_>,
+    plan: &LoopPlan,
+    in_base: &[Value],
+    out_base: &[Value],
+    j: Value,
+    l: Lanes,
+    math: &HashMap<&'static str, cranelift_codegen::ir::FuncRef>,
+    row_value: Option<Value>,
+) {
+    let byte = b.ins().ishl_imm(j, 2);
+    let vals = body(b, plan, in_base, byte, l, math, row_value, plan.steps.len());
+    for (k, &i) in plan.results.iter().enumerate() {
+        let at = b.ins().iadd(out_base[k], byte);
+        b.ins().store(MemFlags::trusted(), vals[i], at, 0);
+    }
 }
 
 /// The first pass over a row: the reduced step's operand for every column, folded into one
@@ -377,7 +383,6 @@ fn body(
     let lanes = l.n;
     let mem = MemFlags::trusted();
     let ty = if lanes == 4 { F32X4 } else { F32 };
-    let mask_ty = if lanes == 4 { types::I32X4 } else { types::I8 };
     let splat = |b: &mut FunctionBuilder<'_>, x: Value| if lanes == 4 { b.ins().splat(F32X4, x) } else { x };
     let mut vals: Vec<V> = Vec::with_capacity(plan.steps.len());
     for step in &plan.steps[..stop] {
@@ -459,7 +464,6 @@ fn body(
                 V::F(splat(b, x))
             }
         };
-        let _ = mask_ty;
         vals.push(v);
     }
     vals.into_iter().map(V::f).collect()

@@ -24,7 +24,9 @@ const PARALLEL_ELEMENTS: usize = 1 << 15;
 /// A compiled module: kernels for the nodes the backend took, by graph and node.
 #[derive(Debug)]
 pub struct CpuKernels {
-    kernels: HashMap<(String, Node), Kernel>,
+    /// By graph name, then node: looked up for every node the interpreter runs, so without
+    /// building a key.
+    kernels: HashMap<String, HashMap<Node, Kernel>>,
     /// Owns the generated code.
     _code: entry::Code,
     /// How long compilation took.
@@ -74,7 +76,7 @@ impl CpuKernels {
         let ids: Vec<_> = planned.iter().filter_map(|(_, _, id)| *id).collect();
         let (module, ptrs) = jit.finish(&ids)?;
         let mut ptrs = ptrs.into_iter();
-        let mut kernels = HashMap::new();
+        let mut kernels: HashMap<String, HashMap<Node, Kernel>> = HashMap::new();
         for (key, planned, id) in planned {
             let entry = id.and_then(|_| ptrs.next()).map(entry::Entry::new);
             let k = match (planned, entry) {
@@ -82,24 +84,24 @@ impl CpuKernels {
                 (Planned::MatMul(plan), epilogue) => Kernel::MatMul { plan, epilogue },
                 (Planned::Loop(_), None) => return Err("a loop kernel without code".into()),
             };
-            kernels.insert(key, k);
+            kernels.entry(key.0).or_default().insert(key.1, k);
         }
         Ok(Arc::new(CpuKernels { kernels, _code: entry::Code::new(module), compile_time: start.elapsed() }))
     }
 
     /// How many nodes run compiled code.
     pub fn len(&self) -> usize {
-        self.kernels.len()
+        self.kernels.values().map(HashMap::len).sum()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.kernels.is_empty()
+        self.len() == 0
     }
 }
 
 impl CompiledKernels for CpuKernels {
     fn run(&self, graph: &str, node: Node, inputs: &[&Tensor]) -> Option<Result<Vec<Tensor>, String>> {
-        let k = self.kernels.get(&(graph.to_string(), node))?;
+        let k = self.kernels.get(graph)?.get(&node)?;
         Some(k.run(inputs))
     }
 }
