@@ -231,7 +231,8 @@ proptest! {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(24))]
 
-    /// Row reductions inside input fusions (softmax's max and sum, layernorm's means), on odd
+    /// Row reductions inside input fusions (softmax's max and sum, layernorm's means, one pass
+    /// each, softmax's exponentials kept in the scratch row between passes), on odd
     /// row lengths so that vector parts and scalar tails both count, with large values and
     /// signs mixed so that the f64 accumulation matters.
     #[test]
@@ -245,6 +246,7 @@ proptest! {
         );
         let m = parse_module(&text).unwrap();
         let fused = optimize(&m);
-        prop_assert!(compare(&fused, &print_module(&fused), None) >= 3, "{}", print_module(&fused));
+        // All five reductions read rows of %xs: one kernel, a pass per reduction.
+        prop_assert!(compare(&fused, &print_module(&fused), None) >= 1, "{}", print_module(&fused));
     }
 }

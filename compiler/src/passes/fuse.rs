@@ -2,7 +2,8 @@
 //!
 //! The op kinds follow XLA's and TVM's: elementwise and injective ops fuse with each other
 //! (a "loop" kernel); a reduction takes its elementwise producers and then its elementwise and
-//! injective consumers (an "input" kernel, at most one reduction each); a matmul takes its
+//! injective consumers (an "input" kernel; further reductions join it when they reduce values
+//! of the same type along the same axes, as softmax and layernorm do); a matmul takes its
 //! elementwise epilogue (an "output" kernel: bias, activation). Matmul never joins a producer's
 //! group, so an expensive producer is never recomputed.
 //!
@@ -108,6 +109,23 @@ fn fusible(g: &Graph, n: Node) -> bool {
         })
 }
 
+/// Whether the reductions among `a` and `b` all reduce values of one type along the same
+/// axes, so that one kernel can make a pass over each row per reduction (softmax's max and
+/// sum, layernorm's mean and variance) with the row in cache.
+fn same_rows(g: &Graph, a: &[Node], b: &[Node]) -> bool {
+    let key = |n: Node| {
+        let nd = &g.nodes[n];
+        let rank = g.values[nd.operands[0]].ty.as_tensor().map_or(0, |t| t.rank() as i64);
+        let mut axes: Vec<i64> =
+            nd.attrs.ints("axes").unwrap_or(&[]).iter().map(|&x| x.rem_euclid(rank.max(1))).collect();
+        axes.sort_unstable();
+        (&g.values[nd.operands[0]].ty, axes, nd.attrs.get("keep_dims").cloned())
+    };
+    let mut keys = a.iter().chain(b).filter(|&&n| g.nodes[n].op.kind() == OpKind::Reduction).map(|&n| key(n));
+    let Some(first) = keys.next() else { return true };
+    keys.all(|k| k == first)
+}
+
 /// A constant cheap enough to copy into every kernel that reads it.
 fn inlinable(g: &Graph, v: Value) -> bool {
     constant_of(g, v).is_some_and(|lit| lit.is_splat() || lit.data().len() <= 1)
@@ -150,6 +168,7 @@ fn fuse_region(g: &mut Graph, r: Region) -> Result<bool, String> {
             let accepts = match (grp.kind, op.kind()) {
                 (_, OpKind::Contraction) => None,
                 (Kind::Loop, OpKind::Reduction) => Some(Kind::Input),
+                (Kind::Input, OpKind::Reduction) if same_rows(g, &grp.members, &[n]) => Some(Kind::Input),
                 (_, OpKind::Reduction) => None,
                 (Kind::Output, OpKind::Elementwise) => Some(Kind::Output),
                 (Kind::Output, _) => None,
@@ -245,6 +264,7 @@ fn merge_sibling_groups(
         let kind = match (a.kind, b.kind) {
             (Kind::Loop, Kind::Loop) => Kind::Loop,
             (Kind::Loop, Kind::Input) | (Kind::Input, Kind::Loop) => Kind::Input,
+            (Kind::Input, Kind::Input) if same_rows(g, &a.members, &b.members) => Kind::Input,
             _ => continue,
         };
         if a.seg != b.seg || a.device != b.device {

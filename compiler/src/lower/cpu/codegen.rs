@@ -2,8 +2,10 @@
 //! an AOT path can reuse it with cranelift-object).
 //!
 //! A kernel is `fn(inputs: *const *const f32, outputs: *const *mut f32, row_begin: i64,
-//! row_end: i64)` over the plan's `[rows, cols]` view: for each row, a loop of 4-lane vectors
-//! (f32x4, the width Cranelift's x86-64 backend gives) and a scalar tail. Strides are
+//! row_end: i64, scratch: *mut f32)` over the plan's `[rows, cols]` view: for each row, one
+//! pass per reduction and then one for the results, each a loop of 4-lane vectors (f32x4,
+//! the width Cranelift's x86-64 backend gives) and a scalar tail; `scratch` has a row for
+//! each of the plan's cached steps. Strides are
 //! constants of the plan, so every address is a multiply-add of known numbers. `exp`, `tanh`
 //! and `sigmoid` are computed inline on all lanes (Cephes-style range reduction and
 //! polynomials, within a few ulp of libm); `log`, `erf` and `pow` call the Rust (libm)
@@ -80,7 +82,7 @@ impl Jit {
     pub fn define(&mut self, plan: &LoopPlan) -> Result<FuncId, String> {
         let ptr = self.module.target_config().pointer_type();
         let mut sig = self.module.make_signature();
-        for t in [ptr, ptr, types::I64, types::I64] {
+        for t in [ptr, ptr, types::I64, types::I64, ptr] {
             sig.params.push(AbiParam::new(t));
         }
         self.count += 1;
@@ -103,6 +105,9 @@ impl Jit {
             self.ctx.set_disasm(true);
         }
         self.module.define_function(id, &mut self.ctx).map_err(|e| format!("cranelift: {e:?}"))?;
+        if std::env::var_os("GRAPHC_JIT_CLIF").is_some() {
+            eprintln!("{}", self.ctx.func.display());
+        }
         if let Some(vcode) = self.ctx.compiled_code().and_then(|c| c.vcode.as_ref()) {
             eprintln!("; {name}\n{vcode}");
         }
@@ -143,6 +148,31 @@ impl V {
     }
 }
 
+/// What a pass over a row can read besides the inputs: the steps that have one value per
+/// row (scalars computed before the pass: the reductions of earlier passes, inputs read as
+/// one element per row, and what follows from those) and the steps earlier passes left in
+/// the scratch row.
+struct Row<'a> {
+    in_base: &'a [Value],
+    uniform: HashMap<usize, Value>,
+    stored: Vec<usize>,
+    scratch: Value,
+}
+
+impl Row<'_> {
+    /// The address of cached step `step` at column byte offset `byte`.
+    fn slot(&self, b: &mut FunctionBuilder<'_>, plan: &LoopPlan, step: usize, byte: Value) -> Option<Value> {
+        let slot = plan.cached.iter().position(|&c| c == step)?;
+        let base = b.ins().iadd_imm(self.scratch, (slot * plan.cols * 4) as i64);
+        Some(b.ins().iadd(base, byte))
+    }
+}
+
+/// Every loop here branches `brif finished, exit, body`, exit first. Cranelift 0.126 hoists
+/// loop-invariant code while walking the dominator tree, but once it has visited the loop's
+/// exit (a sibling of the body there) it forgets the loop, and it visits the children in
+/// reverse postorder, which puts a `brif go, body, exit`'s exit first: then nothing is
+/// hoisted out of the body (every splat, constant and row value recomputed per iteration).
 fn emit(
     b: &mut FunctionBuilder<'_>,
     plan: &LoopPlan,
@@ -154,7 +184,7 @@ fn emit(
     let entry = b.create_block();
     b.append_block_params_for_function_params(entry);
     b.switch_to_block(entry);
-    let [ins, outs, row_begin, row_end] = b.block_params(entry).try_into().expect("four parameters");
+    let [ins, outs, row_begin, row_end, scratch] = b.block_params(entry).try_into().expect("five parameters");
     let in_ptrs: Vec<Value> =
         (0..plan.inputs.len()).map(|i| b.ins().load(ptr, mem, ins, (i * ptr.bytes() as usize) as i32)).collect();
     let out_ptrs: Vec<Value> =
@@ -162,20 +192,13 @@ fn emit(
 
     let row_head = b.create_block();
     let row_body = b.create_block();
-    let vec_head = b.create_block();
-    let vec_body = b.create_block();
-    let tail_head = b.create_block();
-    let tail_body = b.create_block();
-    let row_next = b.create_block();
     let exit = b.create_block();
     let r = b.append_block_param(row_head, types::I64);
-    let jv = b.append_block_param(vec_head, types::I64);
-    let jt = b.append_block_param(tail_head, types::I64);
     b.ins().jump(row_head, &[row_begin.into()]);
 
     b.switch_to_block(row_head);
-    let more = b.ins().icmp(IntCC::SignedLessThan, r, row_end);
-    b.ins().brif(more, row_body, &[], exit, &[]);
+    let finished = b.ins().icmp(IntCC::SignedGreaterThanOrEqual, r, row_end);
+    b.ins().brif(finished, exit, &[], row_body, &[]);
 
     b.switch_to_block(row_body);
     let cols = plan.cols as i64;
@@ -194,34 +217,31 @@ fn emit(
         .collect();
     let out_off = b.ins().imul_imm(r, cols * 4);
     let out_base: Vec<Value> = out_ptrs.iter().map(|&p| b.ins().iadd(p, out_off)).collect();
-    let row_value = match plan.reduce {
-        Some(ri) => Some(reduce_row(b, plan, ri, &in_base, math, fma)),
-        None => None,
-    };
-    let zero = b.ins().iconst(types::I64, 0);
-    if cols >= 4 {
-        b.ins().jump(vec_head, &[zero.into()]);
-    } else {
-        b.ins().jump(tail_head, &[zero.into()]);
+    let mut row = Row { in_base: &in_base, uniform: HashMap::new(), stored: Vec::new(), scratch };
+    let masks = super::plan::mask_steps(&plan.steps).expect("planned steps are typed");
+    hoist_uniform(b, plan, &mut row, &masks, math, fma);
+    // One pass per reduction, each seeing the ones before; the row stays in cache.
+    for &ri in &plan.reduces {
+        let v = reduce_row(b, plan, ri, &row, math, fma);
+        row.uniform.insert(ri, v);
+        if let Step::Reduce(_, arg) = plan.steps[ri] {
+            if plan.cached.contains(&arg) {
+                row.stored.push(arg);
+            }
+        }
+        hoist_uniform(b, plan, &mut row, &masks, math, fma);
     }
-
-    // Vector loop: while j + 4 <= cols.
-    b.switch_to_block(vec_head);
-    let go = b.ins().icmp_imm(IntCC::SignedLessThanOrEqual, jv, cols - 4);
-    b.ins().brif(go, vec_body, &[], tail_head, &[jv.into()]);
-    b.switch_to_block(vec_body);
-    columns(b, plan, &in_base, &out_base, jv, Lanes { n: 4, fma }, math, row_value);
-    let next = b.ins().iadd_imm(jv, 4);
-    b.ins().jump(vec_head, &[next.into()]);
-
-    // Scalar tail: while j < cols.
-    b.switch_to_block(tail_head);
-    let go = b.ins().icmp_imm(IntCC::SignedLessThan, jt, cols);
-    b.ins().brif(go, tail_body, &[], row_next, &[]);
-    b.switch_to_block(tail_body);
-    columns(b, plan, &in_base, &out_base, jt, Lanes { n: 1, fma }, math, row_value);
-    let next = b.ins().iadd_imm(jt, 1);
-    b.ins().jump(tail_head, &[next.into()]);
+    // The last pass: the results.
+    let row_next = b.create_block();
+    col_loop(b, cols, row_next, |b, j, l| {
+        let l = Lanes { n: l, fma };
+        let byte = b.ins().ishl_imm(j, 2);
+        let vals = body(b, plan, &row, byte, l, math, &plan.results);
+        for (k, &i) in plan.results.iter().enumerate() {
+            let at = b.ins().iadd(out_base[k], byte);
+            b.ins().store(MemFlags::trusted(), vals[i].expect("results are computed"), at, 0);
+        }
+    });
 
     b.switch_to_block(row_next);
     let next = b.ins().iadd_imm(r, 1);
@@ -231,46 +251,82 @@ fn emit(
     b.ins().return_(&[]);
 }
 
-/// The results for columns `j..j+lanes` of the row, computed and stored.
-#[allow(clippy::too_many_arguments)]
-fn columns(
+/// Loops over the columns of a row: `each(b, j, 4)` for j = 0, 4, ... while j + 4 <= cols,
+/// then `each(b, j, 1)` for each remaining column, straight-line; ends by jumping to `done`.
+fn col_loop(
+    b: &mut FunctionBuilder<'_>,
+    cols: i64,
+    done: cranelift_codegen::ir::Block,
+    mut each: impl FnMut(&mut FunctionBuilder<'_>, Value, u8),
+) {
+    if cols >= 4 {
+        let (vh, vb, tail) = (b.create_block(), b.create_block(), b.create_block());
+        let jv = b.append_block_param(vh, types::I64);
+        let zero = b.ins().iconst(types::I64, 0);
+        b.ins().jump(vh, &[zero.into()]);
+        b.switch_to_block(vh);
+        let finished = b.ins().icmp_imm(IntCC::SignedGreaterThan, jv, cols - 4);
+        b.ins().brif(finished, tail, &[], vb, &[]);
+        b.switch_to_block(vb);
+        each(b, jv, 4);
+        let next = b.ins().iadd_imm(jv, 4);
+        b.ins().jump(vh, &[next.into()]);
+        b.switch_to_block(tail);
+    }
+    for j in cols / 4 * 4..cols {
+        let j = b.ins().iconst(types::I64, j);
+        each(b, j, 1);
+    }
+    b.ins().jump(done, &[]);
+}
+
+/// Computes, once per row, every f32 step that has one value per row and that the row
+/// values known so far determine, so that the column loops only read it.
+fn hoist_uniform(
     b: &mut FunctionBuilder<'_>,
     plan: &LoopPlan,
-    in_base: &[Value],
-    out_base: &[Value],
-    j: Value,
-    l: Lanes,
+    row: &mut Row<'_>,
+    masks: &[bool],
     math: &HashMap<&'static str, cranelift_codegen::ir::FuncRef>,
-    row_value: Option<Value>,
+    fma: bool,
 ) {
-    let byte = b.ins().ishl_imm(j, 2);
-    let vals = body(b, plan, in_base, byte, l, math, row_value, plan.steps.len());
-    for (k, &i) in plan.results.iter().enumerate() {
-        let at = b.ins().iadd(out_base[k], byte);
-        b.ins().store(MemFlags::trusted(), vals[i], at, 0);
+    let zero = b.ins().iconst(types::I64, 0);
+    for (i, step) in plan.steps.iter().enumerate() {
+        if masks[i] || row.uniform.contains_key(&i) {
+            continue;
+        }
+        let ready = match *step {
+            Step::Input(k) => plan.inputs[k].col_stride == 0,
+            Step::Const(_) | Step::Reduce(..) => false,
+            _ => {
+                step.operands().iter().all(|&a| row.uniform.contains_key(&a) || matches!(plan.steps[a], Step::Const(_)))
+            }
+        };
+        if ready {
+            let v = body(b, plan, row, zero, Lanes { n: 1, fma }, math, &[i])[i].expect("the wanted step is computed");
+            row.uniform.insert(i, v);
+        }
     }
 }
 
-/// The first pass over a row: the reduced step's operand for every column, folded into one
-/// f32. Sums (and means) accumulate in f64, as the reference kernels do: two f64x2
-/// accumulators for the vector part and one f64 for the tail. Max and min fold f32x4 lanes
-/// (NaN-propagating) and then the lanes. Leaves the builder in the block after the pass.
+/// A pass over a row folding reduction `ri`'s operand into one f32 (storing the operand in
+/// the scratch row when later passes read it). Sums (and means) accumulate in f64, as the
+/// reference kernels do: two f64x2 accumulators for the vector part and one f64 for the
+/// tail. Max and min fold f32x4 lanes (NaN-propagating) and then the lanes. Leaves the
+/// builder in the block after the pass.
 fn reduce_row(
     b: &mut FunctionBuilder<'_>,
     plan: &LoopPlan,
     ri: usize,
-    in_base: &[Value],
+    row: &Row<'_>,
     math: &HashMap<&'static str, cranelift_codegen::ir::FuncRef>,
     fma: bool,
 ) -> Value {
-    let Step::Reduce(op, arg) = plan.steps[ri] else { unreachable!("reduce points at a Reduce step") };
+    let Step::Reduce(op, arg) = plan.steps[ri] else { unreachable!("reduces point at Reduce steps") };
     let cols = plan.cols as i64;
     let sum = matches!(op, Op::ReduceSum | Op::ReduceMean);
-    let j = b.declare_var(types::I64);
     let (acc_lo, acc_hi, acc_v) = (b.declare_var(types::F64X2), b.declare_var(types::F64X2), b.declare_var(F32X4));
     let acc_s = b.declare_var(if sum { types::F64 } else { F32 });
-    let zero = b.ins().iconst(types::I64, 0);
-    b.def_var(j, zero);
     if sum {
         let z = b.ins().f64const(0.0);
         let zv = b.ins().splat(types::F64X2, z);
@@ -284,65 +340,51 @@ fn reduce_row(
         b.def_var(acc_v, v);
         b.def_var(acc_s, s);
     }
-    let (vh, vb, th, tb, done) =
-        (b.create_block(), b.create_block(), b.create_block(), b.create_block(), b.create_block());
-    b.ins().jump(vh, &[]);
-    // Vector part.
-    b.switch_to_block(vh);
-    let jv = b.use_var(j);
-    let go = b.ins().icmp_imm(IntCC::SignedLessThanOrEqual, jv, cols - 4);
-    b.ins().brif(go, vb, &[], th, &[]);
-    b.switch_to_block(vb);
-    let jv = b.use_var(j);
-    let byte = b.ins().ishl_imm(jv, 2);
-    let vals = body(b, plan, in_base, byte, Lanes { n: 4, fma }, math, None, ri);
-    let x = vals[arg];
-    if sum {
-        let lo = b.ins().fvpromote_low(x);
-        let bytes = b.ins().bitcast(types::I8X16, MemFlags::new().with_endianness(Endianness::Little), x);
-        let mask = b.func.dfg.immediates.push(cranelift_codegen::ir::ConstantData::from(
-            [8u8, 9, 10, 11, 12, 13, 14, 15, 8, 9, 10, 11, 12, 13, 14, 15].as_slice(),
-        ));
-        let high = b.ins().shuffle(bytes, bytes, mask);
-        let high = b.ins().bitcast(F32X4, MemFlags::new().with_endianness(Endianness::Little), high);
-        let hi = b.ins().fvpromote_low(high);
-        let a = b.use_var(acc_lo);
-        let a = b.ins().fadd(a, lo);
-        b.def_var(acc_lo, a);
-        let a = b.use_var(acc_hi);
-        let a = b.ins().fadd(a, hi);
-        b.def_var(acc_hi, a);
-    } else {
-        let a = b.use_var(acc_v);
-        let a = if op == Op::ReduceMax { b.ins().fmax(a, x) } else { b.ins().fmin(a, x) };
-        b.def_var(acc_v, a);
-    }
-    let next = b.ins().iadd_imm(jv, 4);
-    b.def_var(j, next);
-    b.ins().jump(vh, &[]);
-    // Scalar tail.
-    b.switch_to_block(th);
-    let jt = b.use_var(j);
-    let go = b.ins().icmp_imm(IntCC::SignedLessThan, jt, cols);
-    b.ins().brif(go, tb, &[], done, &[]);
-    b.switch_to_block(tb);
-    let jt = b.use_var(j);
-    let byte = b.ins().ishl_imm(jt, 2);
-    let vals = body(b, plan, in_base, byte, Lanes { n: 1, fma }, math, None, ri);
-    let x = vals[arg];
-    let a = b.use_var(acc_s);
-    let a = match op {
-        Op::ReduceMax => b.ins().fmax(a, x),
-        Op::ReduceMin => b.ins().fmin(a, x),
-        _ => {
-            let x = b.ins().fpromote(types::F64, x);
-            b.ins().fadd(a, x)
+    let done = b.create_block();
+    col_loop(b, cols, done, |b, j, lanes| {
+        let byte = b.ins().ishl_imm(j, 2);
+        let vals = body(b, plan, row, byte, Lanes { n: lanes, fma }, math, &[arg]);
+        let x = vals[arg].expect("the reduced operand is computed");
+        if let Some(at) = row.slot(b, plan, arg, byte) {
+            b.ins().store(MemFlags::trusted(), x, at, 0);
         }
-    };
-    b.def_var(acc_s, a);
-    let next = b.ins().iadd_imm(jt, 1);
-    b.def_var(j, next);
-    b.ins().jump(th, &[]);
+        match (lanes, sum) {
+            (4, true) => {
+                let lo = b.ins().fvpromote_low(x);
+                let le = MemFlags::new().with_endianness(Endianness::Little);
+                let bytes = b.ins().bitcast(types::I8X16, le, x);
+                let mask = b.func.dfg.immediates.push(cranelift_codegen::ir::ConstantData::from(
+                    [8u8, 9, 10, 11, 12, 13, 14, 15, 8, 9, 10, 11, 12, 13, 14, 15].as_slice(),
+                ));
+                let high = b.ins().shuffle(bytes, bytes, mask);
+                let high = b.ins().bitcast(F32X4, le, high);
+                let hi = b.ins().fvpromote_low(high);
+                let a = b.use_var(acc_lo);
+                let a = b.ins().fadd(a, lo);
+                b.def_var(acc_lo, a);
+                let a = b.use_var(acc_hi);
+                let a = b.ins().fadd(a, hi);
+                b.def_var(acc_hi, a);
+            }
+            (4, false) => {
+                let a = b.use_var(acc_v);
+                let a = if op == Op::ReduceMax { b.ins().fmax(a, x) } else { b.ins().fmin(a, x) };
+                b.def_var(acc_v, a);
+            }
+            _ => {
+                let a = b.use_var(acc_s);
+                let a = match op {
+                    Op::ReduceMax => b.ins().fmax(a, x),
+                    Op::ReduceMin => b.ins().fmin(a, x),
+                    _ => {
+                        let x = b.ins().fpromote(types::F64, x);
+                        b.ins().fadd(a, x)
+                    }
+                };
+                b.def_var(acc_s, a);
+            }
+        }
+    });
     // Fold the lanes.
     b.switch_to_block(done);
     let s = b.use_var(acc_s);
@@ -369,31 +411,54 @@ fn reduce_row(
     }
 }
 
-/// The loop body at column byte offset `byte`, `lanes` wide (1 or 4); returns the results.
+/// The loop body at column byte offset `byte`, `lanes` wide (1 or 4): the steps `wanted`
+/// needs and nothing else, with earlier passes' row values splat and their stored steps
+/// loaded. Returns every step's value, `None` where it was not needed.
+#[allow(clippy::too_many_arguments)]
 fn body(
     b: &mut FunctionBuilder<'_>,
     plan: &LoopPlan,
-    in_base: &[Value],
+    row: &Row<'_>,
     byte: Value,
     l: Lanes,
     math: &HashMap<&'static str, cranelift_codegen::ir::FuncRef>,
-    row_value: Option<Value>,
-    stop: usize,
-) -> Vec<Value> {
+    wanted: &[usize],
+) -> Vec<Option<Value>> {
     let lanes = l.n;
     let mem = MemFlags::trusted();
     let ty = if lanes == 4 { F32X4 } else { F32 };
     let splat = |b: &mut FunctionBuilder<'_>, x: Value| if lanes == 4 { b.ins().splat(F32X4, x) } else { x };
-    let mut vals: Vec<V> = Vec::with_capacity(plan.steps.len());
-    for step in &plan.steps[..stop] {
+    let known = |i: usize| row.uniform.contains_key(&i) || row.stored.contains(&i);
+    let mut need = vec![false; plan.steps.len()];
+    let mut stack = wanted.to_vec();
+    while let Some(i) = stack.pop() {
+        if !std::mem::replace(&mut need[i], true) && !known(i) {
+            stack.extend(plan.steps[i].operands());
+        }
+    }
+    let mut vals: Vec<Option<V>> = vec![None; plan.steps.len()];
+    for (i, step) in plan.steps.iter().enumerate() {
+        if !need[i] {
+            continue;
+        }
+        if let Some(&x) = row.uniform.get(&i) {
+            vals[i] = Some(V::F(splat(b, x)));
+            continue;
+        }
+        if row.stored.contains(&i) {
+            let at = row.slot(b, plan, i, byte).expect("stored steps have slots");
+            vals[i] = Some(V::F(b.ins().load(ty, mem, at, 0)));
+            continue;
+        }
+        let arg = |k: usize| vals[k].expect("operands come first");
         let v = match *step {
-            Step::Input(i) => {
-                let m = &plan.inputs[i];
+            Step::Input(k) => {
+                let m = &plan.inputs[k];
                 if m.col_stride == 0 {
-                    let x = b.ins().load(F32, mem, in_base[i], 0);
+                    let x = b.ins().load(F32, mem, row.in_base[k], 0);
                     V::F(splat(b, x))
                 } else {
-                    let at = b.ins().iadd(in_base[i], byte);
+                    let at = b.ins().iadd(row.in_base[k], byte);
                     V::F(b.ins().load(ty, mem, at, 0))
                 }
             }
@@ -402,7 +467,7 @@ fn body(
                 V::F(splat(b, x))
             }
             Step::Unary(op, a) => {
-                let x = vals[a];
+                let x = arg(a);
                 match op {
                     Op::Broadcast | Op::Identity => x,
                     Op::Not => match lanes {
@@ -437,7 +502,7 @@ fn body(
                 }
             }
             Step::Binary(op, a, c) => {
-                let (x, y) = (vals[a].f(), vals[c].f());
+                let (x, y) = (arg(a).f(), arg(c).f());
                 let cmp = |b: &mut FunctionBuilder<'_>, cc: FloatCC| V::M(b.ins().fcmp(cc, x, y));
                 match op {
                     Op::Add => V::F(b.ins().fadd(x, y)),
@@ -458,15 +523,12 @@ fn body(
                     _ => unreachable!("the plan admits only supported ops"),
                 }
             }
-            Step::Select(c, t, e) => V::F(choose(b, vals[c].f(), vals[t].f(), vals[e].f(), lanes)),
-            Step::Reduce(..) => {
-                let x = row_value.expect("the row's reduction is computed before the columns");
-                V::F(splat(b, x))
-            }
+            Step::Select(c, t, e) => V::F(choose(b, arg(c).f(), arg(t).f(), arg(e).f(), lanes)),
+            Step::Reduce(..) => unreachable!("a reduction is read only after its own pass"),
         };
-        vals.push(v);
+        vals[i] = Some(v);
     }
-    vals.into_iter().map(V::f).collect()
+    vals.into_iter().map(|v| v.map(V::f)).collect()
 }
 
 /// A constant on every lane.

@@ -78,7 +78,11 @@ impl CpuKernels {
         let mut ptrs = ptrs.into_iter();
         let mut kernels: HashMap<String, HashMap<Node, Kernel>> = HashMap::new();
         for (key, planned, id) in planned {
-            let entry = id.and_then(|_| ptrs.next()).map(entry::Entry::new);
+            let scratch = match &planned {
+                Planned::Loop(p) => p.cached.len() * p.cols,
+                Planned::MatMul(mp) => mp.epilogue.as_ref().map_or(0, |(p, _)| p.cached.len() * p.cols),
+            };
+            let entry = id.and_then(|_| ptrs.next()).map(|p| entry::Entry::new(p, scratch));
             let k = match (planned, entry) {
                 (Planned::Loop(plan), Some(entry)) => Kernel::Loop { plan, entry },
                 (Planned::MatMul(plan), epilogue) => Kernel::MatMul { plan, epilogue },
@@ -175,7 +179,10 @@ fn run_loop(p: &LoopPlan, entry: &entry::Entry, inputs: &[&Tensor]) -> Result<Ve
         let ins: Vec<*const f32> = owned.iter().map(|c| c.as_ptr()).collect();
         let ptrs = entry::Buffers::new(ins, outs.iter_mut().map(|v| v.as_mut_ptr()).collect());
         let blocks = row_blocks(p.rows, n >= PARALLEL_ELEMENTS && p.rows > 1);
-        for_blocks(&blocks, |r0, r1| entry.call(&ptrs, r0, r1));
+        for_blocks(&blocks, |r0, r1| {
+            let mut scratch = vec![0.0; p.cached.len() * p.cols];
+            entry.call(&ptrs, r0, r1, &mut scratch)
+        });
     }
     // Every row has run, so every element of every output is written.
     entry::filled(&mut outs, n);
@@ -225,7 +232,7 @@ fn run_matmul(p: &MatMulPlan, epilogue: Option<&entry::Entry>, inputs: &[&Tensor
         for_blocks(&blocks, |r0, r1| {
             mats.rows(r0, r1);
             if let (Some(e), Some(bufs)) = (epilogue, &epi) {
-                e.call(bufs, r0, r1);
+                e.call(bufs, r0, r1, &mut []);
             }
         });
     }
@@ -243,7 +250,7 @@ fn run_matmul(p: &MatMulPlan, epilogue: Option<&entry::Entry>, inputs: &[&Tensor
 mod entry {
     use cranelift_jit::JITModule;
 
-    type KernelFn = unsafe extern "C" fn(*const *const f32, *const *mut f32, i64, i64);
+    type KernelFn = unsafe extern "C" fn(*const *const f32, *const *mut f32, i64, i64, *mut f32);
 
     /// The JIT module, which owns the code's memory. It is never touched after linking, so
     /// sharing it between threads is sound.
@@ -267,22 +274,30 @@ mod entry {
 
     /// A kernel's entry point.
     #[derive(Debug)]
-    pub struct Entry(KernelFn);
+    pub struct Entry {
+        f: KernelFn,
+        /// How many scratch elements the kernel uses.
+        scratch: usize,
+    }
 
     impl Entry {
-        pub fn new(p: *const u8) -> Self {
+        pub fn new(p: *const u8, scratch: usize) -> Self {
             // SAFETY: `p` is a function Cranelift generated with exactly this signature
-            // (codegen.rs: two pointers, two i64, no result, the platform's C convention).
-            Entry(unsafe { std::mem::transmute::<*const u8, KernelFn>(p) })
+            // (codegen.rs: two pointers, two i64, a pointer, no result, the platform's C
+            // convention).
+            Entry { f: unsafe { std::mem::transmute::<*const u8, KernelFn>(p) }, scratch }
         }
 
-        /// Runs rows `[r0, r1)`.
-        pub fn call(&self, b: &Buffers, r0: usize, r1: usize) {
+        /// Runs rows `[r0, r1)`, with `scratch` (a row per cached step of the plan) to itself.
+        pub fn call(&self, b: &Buffers, r0: usize, r1: usize, scratch: &mut [f32]) {
             // SAFETY: the buffers hold the plan's inputs (each as long as its type, which the
             // session checked and the plan's strides stay within) and outputs with capacity
             // for rows*cols elements; rows in [r0, r1) are within them and disjoint between
-            // concurrent calls, so no two calls write one element.
-            unsafe { (self.0)(b.ins.as_ptr(), b.outs.as_ptr(), r0 as i64, r1 as i64) }
+            // concurrent calls, so no two calls write one element. The kernel touches
+            // `self.scratch` elements of the scratch, checked here (exclusively borrowed, so
+            // no other call shares it).
+            assert!(scratch.len() >= self.scratch, "a kernel's scratch is too small");
+            unsafe { (self.f)(b.ins.as_ptr(), b.outs.as_ptr(), r0 as i64, r1 as i64, scratch.as_mut_ptr()) }
         }
     }
 

@@ -28,8 +28,21 @@ pub enum Step {
     /// `select(cond, a, b)`.
     Select(usize, usize, usize),
     /// A reduction of a full-shape value along the last axis (sum, max, min, mean): one value
-    /// per row, computed in a first pass over the row and then read by every column.
+    /// per row, computed in a pass over the row of its own and then read by every column.
     Reduce(Op, usize),
+}
+
+impl Step {
+    /// The steps this one reads per element (a reduction's operand is read by its own pass,
+    /// not per element).
+    pub fn operands(&self) -> Vec<usize> {
+        match *self {
+            Step::Input(_) | Step::Const(_) | Step::Reduce(..) => vec![],
+            Step::Unary(_, a) => vec![a],
+            Step::Binary(_, a, b) => vec![a, b],
+            Step::Select(c, a, b) => vec![c, a, b],
+        }
+    }
 }
 
 /// An elementwise loop kernel over a `[rows, cols]` view of the output shape.
@@ -43,8 +56,13 @@ pub struct LoopPlan {
     pub steps: Vec<Step>,
     /// Which step values are the kernel's results, in order.
     pub results: Vec<usize>,
-    /// The step that reduces each row, if any (at most one: an "input" fusion holds one).
-    pub reduce: Option<usize>,
+    /// The steps that reduce each row, in order: a kernel makes one pass over the row for
+    /// each (with the row in cache), and a last pass for the results.
+    pub reduces: Vec<usize>,
+    /// Steps that a reduction pass stores in a scratch row so that later passes read them
+    /// instead of computing them again (the expensive operands of reductions, like softmax's
+    /// exponentials); slot `i` of the scratch holds `cached[i]`.
+    pub cached: Vec<usize>,
 }
 
 /// The f32 ops a loop kernel computes.
@@ -191,17 +209,14 @@ fn build(g: &Graph, inputs: &[Value], nodes: &[Node], yields: &[Value], by_rows:
         index.insert(g.nodes[m].results[0], steps.len() - 1);
     }
     let results = yields.iter().map(|v| index.get(v).copied()).collect::<Option<Vec<_>>>()?;
-    // One reduction at most, of a value of the output's full shape, along its last axis.
-    let reductions: Vec<usize> = (0..steps.len()).filter(|&i| matches!(steps[i], Step::Reduce(..))).collect();
-    if reductions.len() > 1 {
-        return None;
-    }
+    // Reductions of values of the output's full shape, along its last axis.
+    let reduces: Vec<usize> = (0..steps.len()).filter(|&i| matches!(steps[i], Step::Reduce(..))).collect();
     for &m in nodes {
         if is_reduction(g.nodes[m].op) && g.values[g.nodes[m].operands[0]].ty.as_tensor() != Some(&out) {
             return None;
         }
     }
-    let reduce = reductions.first().copied();
+    let cached = cached_steps(&steps, &reduces, &results);
     // Inputs are f32 buffers; each step takes masks exactly where it needs bools; results
     // are f32 (a bool result would need a store of its own).
     if input_types.iter().any(|t| t.dtype != DType::F32) {
@@ -211,12 +226,49 @@ fn build(g: &Graph, inputs: &[Value], nodes: &[Node], yields: &[Value], by_rows:
     if results.iter().any(|&i| masks[i]) {
         return None;
     }
-    let (inputs, rows, cols) = layout(&out, &input_types, by_rows || reduce.is_some())?;
-    Some(LoopPlan { out, rows, cols, inputs, input_types, steps, results, reduce })
+    let (inputs, rows, cols) = layout(&out, &input_types, by_rows || !reduces.is_empty())?;
+    Some(LoopPlan { out, rows, cols, inputs, input_types, steps, results, reduces, cached })
+}
+
+/// The reduction operands worth keeping for the passes after their own: those read again
+/// (by another step or as a result) whose computation since the inputs and earlier row
+/// values holds an exponential, logarithm, division or the like. A cheap one (`x - mean`) is
+/// recomputed from the row, which is in cache anyway.
+fn cached_steps(steps: &[Step], reduces: &[usize], results: &[usize]) -> Vec<usize> {
+    let operands = Step::operands;
+    let expensive = |root: usize| {
+        let mut stack = vec![root];
+        let mut seen = vec![false; steps.len()];
+        while let Some(i) = stack.pop() {
+            if std::mem::replace(&mut seen[i], true) {
+                continue;
+            }
+            let costly = matches!(
+                steps[i],
+                Step::Unary(Op::Exp | Op::Log | Op::Tanh | Op::Sigmoid | Op::Erf | Op::Sqrt, _)
+                    | Step::Binary(Op::Div | Op::Pow, ..)
+            );
+            if costly {
+                return true;
+            }
+            stack.extend(operands(&steps[i]));
+        }
+        false
+    };
+    let mut cached = Vec::new();
+    for &ri in reduces {
+        let Step::Reduce(_, a) = steps[ri] else { continue };
+        let read_again =
+            results.contains(&a) || steps.iter().enumerate().any(|(i, s)| i != ri && operands(s).contains(&a));
+        if read_again && !cached.contains(&a) && expensive(a) {
+            cached.push(a);
+        }
+    }
+    cached
 }
 
 /// Which steps yield bools; `None` when a step gets a bool where it needs f32 or the reverse.
-fn mask_steps(steps: &[Step]) -> Option<Vec<bool>> {
+pub fn mask_steps(steps: &[Step]) -> Option<Vec<bool>> {
     let mut mask = Vec::with_capacity(steps.len());
     for step in steps {
         let m = match *step {
