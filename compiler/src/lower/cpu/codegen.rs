@@ -437,6 +437,8 @@ fn body(
         }
     }
     let mut vals: Vec<Option<V>> = vec![None; plan.steps.len()];
+    // exp(-|x|) by operand step: sigmoid and tanh of one value share it.
+    let mut decays: HashMap<usize, Value> = HashMap::new();
     for (i, step) in plan.steps.iter().enumerate() {
         if !need[i] {
             continue;
@@ -487,16 +489,14 @@ fn body(
                     }
                     Op::Exp => V::F(exp(b, x.f(), l)),
                     Op::Log => V::F(call(b, math["graphc_logf"], &[x.f()], lanes)),
-                    Op::Tanh => V::F(tanh(b, x.f(), l)),
+                    Op::Tanh => {
+                        let e = decay(b, &mut decays, a, x.f(), l);
+                        V::F(tanh(b, x.f(), e, l))
+                    }
                     Op::Erf => V::F(call(b, math["graphc_erff"], &[x.f()], lanes)),
                     Op::Sigmoid => {
-                        // 1 / (1 + exp(-x)), as the reference kernel computes it.
-                        let n = b.ins().fneg(x.f());
-                        let e = exp(b, n, l);
-                        let one = b.ins().f32const(1.0);
-                        let one = splat(b, one);
-                        let d = b.ins().fadd(one, e);
-                        V::F(b.ins().fdiv(one, d))
+                        let e = decay(b, &mut decays, a, x.f(), l);
+                        V::F(sigmoid(b, x.f(), e, l))
                     }
                     _ => unreachable!("the plan admits only supported ops"),
                 }
@@ -576,26 +576,7 @@ fn exp(b: &mut FunctionBuilder<'_>, x: Value, l: Lanes) -> Value {
     let x = choose(b, above, hi, x, l.n);
     let below = b.ins().fcmp(FloatCC::LessThan, x, lo);
     let x = choose(b, below, lo, x, l.n);
-    let log2e = konst(b, std::f32::consts::LOG2_E, l);
-    let fx = b.ins().fmul(x, log2e);
-    let n = b.ins().nearest(fx);
-    let c1 = konst(b, 0.693_359_4, l);
-    let c2 = konst(b, -2.121_944_4e-4, l);
-    let t = b.ins().fmul(n, c1);
-    let r = b.ins().fsub(x, t);
-    let t = b.ins().fmul(n, c2);
-    let r = b.ins().fsub(r, t);
-    let p = konst(b, 1.987_569_1e-4, l);
-    let p = mul_add(b, p, r, 1.398_199_9e-3, l);
-    let p = mul_add(b, p, r, 8.333_452e-3, l);
-    let p = mul_add(b, p, r, 4.166_579_6e-2, l);
-    let p = mul_add(b, p, r, 1.666_666_5e-1, l);
-    let p = mul_add(b, p, r, 5.000_000_1e-1, l);
-    let r2 = b.ins().fmul(r, r);
-    let p = b.ins().fmul(p, r2);
-    let p = b.ins().fadd(p, r);
-    let one = konst(b, 1.0, l);
-    let y = b.ins().fadd(p, one);
+    let (y, n) = exp_reduced(b, x, l);
     // n in [-150, 128]: n = n1 + n2 with both halves in [-75, 64].
     let half = konst(b, 0.5, l);
     let n1 = b.ins().fmul(n, half);
@@ -607,9 +588,80 @@ fn exp(b: &mut FunctionBuilder<'_>, x: Value, l: Lanes) -> Value {
     b.ins().fmul(y, s2)
 }
 
-/// tanh x: an odd polynomial for |x| < 0.625 (Cephes tanhf), else
-/// sign(x) (1 - 2 / (e^{2|x|} + 1)); both computed, the right one chosen per lane.
-fn tanh(b: &mut FunctionBuilder<'_>, x: Value, l: Lanes) -> Value {
+/// For e^x: (e^r, n) with x = n ln2 + r, |r| <= ln2/2, n integer-valued.
+fn exp_reduced(b: &mut FunctionBuilder<'_>, x: Value, l: Lanes) -> (Value, Value) {
+    let log2e = konst(b, std::f32::consts::LOG2_E, l);
+    let fx = b.ins().fmul(x, log2e);
+    let n = b.ins().nearest(fx);
+    // r = x - n ln2, ln2 split in two so that the first product is exact.
+    let r = mul_add_value(b, n, -0.693_359_4, x, l);
+    let r = mul_add_value(b, n, 2.121_944_4e-4, r, l);
+    let p = konst(b, 1.987_569_1e-4, l);
+    let p = mul_add(b, p, r, 1.398_199_9e-3, l);
+    let p = mul_add(b, p, r, 8.333_452e-3, l);
+    let p = mul_add(b, p, r, 4.166_579_6e-2, l);
+    let p = mul_add(b, p, r, 1.666_666_5e-1, l);
+    let p = mul_add(b, p, r, 5.000_000_1e-1, l);
+    let r2 = b.ins().fmul(r, r);
+    let p = b.ins().fmul(p, r2);
+    let p = b.ins().fadd(p, r);
+    let one = konst(b, 1.0, l);
+    (b.ins().fadd(p, one), n)
+}
+
+/// `a * c + x` for a constant `c` (fused where the host can).
+fn mul_add_value(b: &mut FunctionBuilder<'_>, a: Value, c: f32, x: Value, l: Lanes) -> Value {
+    let k = konst(b, c, l);
+    if l.fma {
+        b.ins().fma(a, k, x)
+    } else {
+        let m = b.ins().fmul(a, k);
+        b.ins().fadd(m, x)
+    }
+}
+
+/// `exp(-|x|)` for the value of step `a`, computed once per loop body: it is all that
+/// sigmoid and tanh need of an exponential, and it never overflows.
+fn decay(b: &mut FunctionBuilder<'_>, memo: &mut HashMap<usize, Value>, a: usize, x: Value, l: Lanes) -> Value {
+    if let Some(&e) = memo.get(&a) {
+        return e;
+    }
+    let ax = b.ins().fabs(x);
+    let n = b.ins().fneg(ax);
+    let e = exp_nonpositive(b, n, l);
+    memo.insert(a, e);
+    e
+}
+
+/// e^x for x <= 0 (or NaN): the range reduction and polynomial of `exp`, with x clamped at
+/// -87.3 so that one scale by 2^n (n >= -126) suffices. Below that the result stays at about
+/// 1e-38 instead of going through the denormals to 0: sigmoid and tanh, which use this, come
+/// out within 1e-38 of the exact values there.
+fn exp_nonpositive(b: &mut FunctionBuilder<'_>, x: Value, l: Lanes) -> Value {
+    let lo = konst(b, -87.3, l);
+    let below = b.ins().fcmp(FloatCC::LessThan, x, lo);
+    let x = choose(b, below, lo, x, l.n);
+    let (y, n) = exp_reduced(b, x, l);
+    let s = pow2(b, n, l);
+    b.ins().fmul(y, s)
+}
+
+/// sigmoid x from e = exp(-|x|): 1 / (1 + e) for x >= 0 and e / (1 + e) below, so that
+/// neither side overflows.
+fn sigmoid(b: &mut FunctionBuilder<'_>, x: Value, e: Value, l: Lanes) -> Value {
+    let one = konst(b, 1.0, l);
+    let d = b.ins().fadd(one, e);
+    let p = b.ins().fdiv(one, d);
+    let q = b.ins().fmul(e, p);
+    let zero = konst(b, 0.0, l);
+    let negative = b.ins().fcmp(FloatCC::LessThan, x, zero);
+    choose(b, negative, q, p, l.n)
+}
+
+/// tanh x: an odd polynomial for |x| < 0.625 (Cephes tanhf), else sign(x) (1 - e^2) /
+/// (1 + e^2) from e = exp(-|x|); both computed, the right one chosen per lane. Within 3 ulp
+/// of libm's tanhf.
+fn tanh(b: &mut FunctionBuilder<'_>, x: Value, e: Value, l: Lanes) -> Value {
     let lanes = l.n;
     let z = b.ins().fmul(x, x);
     let p = konst(b, -5.704_988_7e-3, l);
@@ -620,19 +672,20 @@ fn tanh(b: &mut FunctionBuilder<'_>, x: Value, l: Lanes) -> Value {
     let p = b.ins().fmul(p, z);
     let p = b.ins().fmul(p, x);
     let small = b.ins().fadd(p, x);
-    let a = b.ins().fabs(x);
-    let two = konst(b, 2.0, l);
-    let a2 = b.ins().fmul(a, two);
-    let e = exp(b, a2, l);
     let one = konst(b, 1.0, l);
-    let d = b.ins().fadd(e, one);
-    let q = b.ins().fdiv(two, d);
+    // 1 - 2 e^2 / (1 + e^2): the quotient is at most 0.29 here, so its rounding costs
+    // less than that of (1 - e^2) / (1 + e^2).
+    let e2 = b.ins().fmul(e, e);
+    let den = b.ins().fadd(one, e2);
+    let twice = b.ins().fadd(e2, e2);
+    let q = b.ins().fdiv(twice, den);
     let big = b.ins().fsub(one, q);
     // The sign of x (fcopysign has no x86-64 vector lowering).
     let zero = konst(b, 0.0, l);
     let negative = b.ins().fcmp(FloatCC::LessThan, x, zero);
     let minus = b.ins().fneg(big);
     let big = choose(b, negative, minus, big, lanes);
+    let a = b.ins().fabs(x);
     let limit = konst(b, 0.625, l);
     let is_small = b.ins().fcmp(FloatCC::LessThan, a, limit);
     choose(b, is_small, small, big, lanes)
