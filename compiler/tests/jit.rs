@@ -249,6 +249,7 @@ fn inline_transcendentals_match_libm_across_their_range() {
     let xs: Vec<f32> = (0..n).map(|i| -110.0 + 220.0 * i as f32 / (n - 1) as f32).collect();
     let mut fine: Vec<f32> = (0..n).map(|i| -3.0 + 6.0 * i as f32 / (n - 1) as f32).collect();
     fine.extend([0.0, -0.0, 1e-8, -1e-8, 88.72, 88.73, -87.5, -103.0, -104.5, f32::MAX, f32::MIN]);
+    fine.extend([1e-3, -2e-4, 3e-20, -1e-30, 1e-40, -1e-41, 0.34, 0.35, -0.347, 0.625]);
     for (name, xs) in [("wide", xs), ("fine", fine)] {
         let len = xs.len();
         let text = format!(
@@ -259,6 +260,20 @@ fn inline_transcendentals_match_libm_across_their_range() {
         let feeds = vec![("x".to_string(), x)];
         assert_eq!(compare(&m, name, Some(&feeds)), 3);
         assert!(compare(&optimize(&m), name, Some(&feeds)) >= 1);
+        // Closer than the tolerance: a few ulp, relative even for tiny results (tanh x ~ x).
+        let interp = Session::new(m.clone(), options()).unwrap();
+        let jit = Session::with_compiled(m.clone(), options(), CpuKernels::compile(&m).unwrap()).unwrap();
+        let (want, got) = (run_all(&interp, &m, Some(&feeds)), run_all(&jit, &m, Some(&feeds)));
+        let (Ok(want), Ok(got)) = (&want[0], &got[0]) else { panic!("{name}: the sweep runs") };
+        for (k, op) in ["exp", "tanh", "sigmoid"].iter().enumerate() {
+            let (Some(Tensor::F32(w)), Some(Tensor::F32(g))) = (&want[k], &got[k]) else { panic!("f32 results") };
+            for ((&a, &b), &x) in w.iter().zip(g.iter()).zip(feeds[0].1.to_f64_vec().iter()) {
+                let ulps = (a - b).abs() / (a.abs().max(f32::MIN_POSITIVE) * f32::EPSILON);
+                // sigmoid and tanh may differ by 1e-38 where they underflow (see codegen.rs).
+                let ok = a == b || (a.is_nan() && b.is_nan()) || ulps <= 4.0 || (a - b).abs() < 1e-37;
+                assert!(ok, "{name}: {op}({x}) = {a} by libm, {b} compiled ({ulps} ulp)");
+            }
+        }
     }
 }
 

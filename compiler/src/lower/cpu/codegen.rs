@@ -438,7 +438,7 @@ fn body(
     }
     let mut vals: Vec<Option<V>> = vec![None; plan.steps.len()];
     // exp(-|x|) by operand step: sigmoid and tanh of one value share it.
-    let mut decays: HashMap<usize, Value> = HashMap::new();
+    let mut decays: HashMap<usize, Decay> = HashMap::new();
     for (i, step) in plan.steps.iter().enumerate() {
         if !need[i] {
             continue;
@@ -576,7 +576,9 @@ fn exp(b: &mut FunctionBuilder<'_>, x: Value, l: Lanes) -> Value {
     let x = choose(b, above, hi, x, l.n);
     let below = b.ins().fcmp(FloatCC::LessThan, x, lo);
     let x = choose(b, below, lo, x, l.n);
-    let (y, n) = exp_reduced(b, x, l);
+    let (q, n) = exp_reduced(b, x, l);
+    let one = konst(b, 1.0, l);
+    let y = b.ins().fadd(q, one);
     // n in [-150, 128]: n = n1 + n2 with both halves in [-75, 64].
     let half = konst(b, 0.5, l);
     let n1 = b.ins().fmul(n, half);
@@ -588,7 +590,7 @@ fn exp(b: &mut FunctionBuilder<'_>, x: Value, l: Lanes) -> Value {
     b.ins().fmul(y, s2)
 }
 
-/// For e^x: (e^r, n) with x = n ln2 + r, |r| <= ln2/2, n integer-valued.
+/// For e^x: (e^r - 1, n) with x = n ln2 + r, |r| <= ln2/2, n integer-valued.
 fn exp_reduced(b: &mut FunctionBuilder<'_>, x: Value, l: Lanes) -> (Value, Value) {
     let log2e = konst(b, std::f32::consts::LOG2_E, l);
     let fx = b.ins().fmul(x, log2e);
@@ -604,9 +606,7 @@ fn exp_reduced(b: &mut FunctionBuilder<'_>, x: Value, l: Lanes) -> (Value, Value
     let p = mul_add(b, p, r, 5.000_000_1e-1, l);
     let r2 = b.ins().fmul(r, r);
     let p = b.ins().fmul(p, r2);
-    let p = b.ins().fadd(p, r);
-    let one = konst(b, 1.0, l);
-    (b.ins().fadd(p, one), n)
+    (b.ins().fadd(p, r), n)
 }
 
 /// `a * c + x` for a constant `c` (fused where the host can).
@@ -620,75 +620,86 @@ fn mul_add_value(b: &mut FunctionBuilder<'_>, a: Value, c: f32, x: Value, l: Lan
     }
 }
 
-/// `exp(-|x|)` for the value of step `a`, computed once per loop body: it is all that
-/// sigmoid and tanh need of an exponential, and it never overflows.
-fn decay(b: &mut FunctionBuilder<'_>, memo: &mut HashMap<usize, Value>, a: usize, x: Value, l: Lanes) -> Value {
-    if let Some(&e) = memo.get(&a) {
-        return e;
+/// What sigmoid and tanh need of an exponential: `e = exp(-|x|)` and `e - 1`.
+#[derive(Clone, Copy)]
+struct Decay {
+    e: Value,
+    em1: Value,
+}
+
+/// The decay of the value of step `a`, computed once per loop body: sigmoid and tanh of one
+/// value share it, and it never overflows.
+fn decay(b: &mut FunctionBuilder<'_>, memo: &mut HashMap<usize, Decay>, a: usize, x: Value, l: Lanes) -> Decay {
+    if let Some(&d) = memo.get(&a) {
+        return d;
     }
     let ax = b.ins().fabs(x);
     let n = b.ins().fneg(ax);
-    let e = exp_nonpositive(b, n, l);
-    memo.insert(a, e);
-    e
+    let d = exp_nonpositive(b, n, l);
+    memo.insert(a, d);
+    d
 }
 
-/// e^x for x <= 0 (or NaN): the range reduction and polynomial of `exp`, with x clamped at
-/// -87.3 so that one scale by 2^n (n >= -126) suffices. Below that the result stays at about
-/// 1e-38 instead of going through the denormals to 0: sigmoid and tanh, which use this, come
-/// out within 1e-38 of the exact values there.
-fn exp_nonpositive(b: &mut FunctionBuilder<'_>, x: Value, l: Lanes) -> Value {
+/// e^x and e^x - 1 for x <= 0 (or NaN): the range reduction and polynomial of `exp`, with x
+/// clamped at -87.3 so that one scale s = 2^n (n >= -126) suffices; below that e stays at
+/// about 1e-38 instead of going through the denormals to 0 (sigmoid and tanh, which use
+/// this, come out within 1e-38 of the exact values there). e - 1 = s q + (s - 1) with
+/// e^r = 1 + q has no cancellation: s - 1 is exact, and where s = 1 it is q itself.
+fn exp_nonpositive(b: &mut FunctionBuilder<'_>, x: Value, l: Lanes) -> Decay {
     let lo = konst(b, -87.3, l);
     let below = b.ins().fcmp(FloatCC::LessThan, x, lo);
     let x = choose(b, below, lo, x, l.n);
-    let (y, n) = exp_reduced(b, x, l);
+    let (q, n) = exp_reduced(b, x, l);
     let s = pow2(b, n, l);
-    b.ins().fmul(y, s)
+    let one = konst(b, 1.0, l);
+    let s1 = b.ins().fsub(s, one);
+    let (e, em1) = if l.fma {
+        (b.ins().fma(s, q, s), b.ins().fma(s, q, s1))
+    } else {
+        let sq = b.ins().fmul(s, q);
+        (b.ins().fadd(sq, s), b.ins().fadd(sq, s1))
+    };
+    Decay { e, em1 }
 }
 
 /// sigmoid x from e = exp(-|x|): 1 / (1 + e) for x >= 0 and e / (1 + e) below, so that
-/// neither side overflows.
-fn sigmoid(b: &mut FunctionBuilder<'_>, x: Value, e: Value, l: Lanes) -> Value {
+/// neither side overflows. Within 4 ulp of the reference.
+fn sigmoid(b: &mut FunctionBuilder<'_>, x: Value, d: Decay, l: Lanes) -> Value {
     let one = konst(b, 1.0, l);
-    let d = b.ins().fadd(one, e);
-    let p = b.ins().fdiv(one, d);
-    let q = b.ins().fmul(e, p);
+    let den = b.ins().fadd(one, d.e);
+    let p = b.ins().fdiv(one, den);
+    let q = b.ins().fmul(d.e, p);
     let zero = konst(b, 0.0, l);
     let negative = b.ins().fcmp(FloatCC::LessThan, x, zero);
     choose(b, negative, q, p, l.n)
 }
 
-/// tanh x: an odd polynomial for |x| < 0.625 (Cephes tanhf), else sign(x) (1 - e^2) /
-/// (1 + e^2) from e = exp(-|x|); both computed, the right one chosen per lane. Within 3 ulp
-/// of libm's tanhf.
-fn tanh(b: &mut FunctionBuilder<'_>, x: Value, e: Value, l: Lanes) -> Value {
-    let lanes = l.n;
-    let z = b.ins().fmul(x, x);
-    let p = konst(b, -5.704_988_7e-3, l);
-    let p = mul_add(b, p, z, 2.063_908_9e-2, l);
-    let p = mul_add(b, p, z, -5.373_971_6e-2, l);
-    let p = mul_add(b, p, z, 1.333_144_2e-1, l);
-    let p = mul_add(b, p, z, -3.333_328_2e-1, l);
-    let p = b.ins().fmul(p, z);
-    let p = b.ins().fmul(p, x);
-    let small = b.ins().fadd(p, x);
+/// tanh |x| = (1 - e^2) / (1 + e^2) with e = exp(-|x|), the numerator as -(e - 1)(e + 1) so
+/// that small |x| keeps its precision; then x's sign. Within a few ulp of libm's tanhf.
+fn tanh(b: &mut FunctionBuilder<'_>, x: Value, d: Decay, l: Lanes) -> Value {
     let one = konst(b, 1.0, l);
-    // 1 - 2 e^2 / (1 + e^2): the quotient is at most 0.29 here, so its rounding costs
-    // less than that of (1 - e^2) / (1 + e^2).
-    let e2 = b.ins().fmul(e, e);
+    let e2 = b.ins().fmul(d.e, d.e);
     let den = b.ins().fadd(one, e2);
-    let twice = b.ins().fadd(e2, e2);
-    let q = b.ins().fdiv(twice, den);
-    let big = b.ins().fsub(one, q);
-    // The sign of x (fcopysign has no x86-64 vector lowering).
-    let zero = konst(b, 0.0, l);
-    let negative = b.ins().fcmp(FloatCC::LessThan, x, zero);
-    let minus = b.ins().fneg(big);
-    let big = choose(b, negative, minus, big, lanes);
-    let a = b.ins().fabs(x);
-    let limit = konst(b, 0.625, l);
-    let is_small = b.ins().fcmp(FloatCC::LessThan, a, limit);
-    choose(b, is_small, small, big, lanes)
+    let two = konst(b, 2.0, l);
+    let ep1 = b.ins().fadd(d.em1, two);
+    let num = b.ins().fmul(d.em1, ep1);
+    // num / den = -tanh |x| <= 0; the result takes the magnitude and x's sign.
+    let t = b.ins().fdiv(num, den);
+    copysign(b, t, x, l)
+}
+
+/// |t| with the sign of x, by bit masks (fcopysign has no x86-64 vector lowering).
+fn copysign(b: &mut FunctionBuilder<'_>, t: Value, x: Value, l: Lanes) -> Value {
+    let (ity, fty) = if l.n == 4 { (types::I32X4, F32X4) } else { (types::I32, F32) };
+    let le = MemFlags::new().with_endianness(Endianness::Little);
+    let sign = b.ins().iconst(types::I32, i64::from(i32::MIN));
+    let sign = if l.n == 4 { b.ins().splat(types::I32X4, sign) } else { sign };
+    let ti = b.ins().bitcast(ity, le, t);
+    let xi = b.ins().bitcast(ity, le, x);
+    let magnitude = b.ins().band_not(ti, sign);
+    let xs = b.ins().band(xi, sign);
+    let r = b.ins().bor(magnitude, xs);
+    b.ins().bitcast(fty, le, r)
 }
 
 /// `mask ? x : y` per lane, for a comparison's result.
