@@ -155,6 +155,8 @@ impl V {
 struct Row<'a> {
     in_base: &'a [Value],
     uniform: HashMap<usize, Value>,
+    /// For uniform divisors: (r1, r2) with x / d = (x r1) r2, r2 a power of two.
+    recip: HashMap<usize, (Value, Value)>,
     stored: Vec<usize>,
     scratch: Value,
 }
@@ -217,7 +219,8 @@ fn emit(
         .collect();
     let out_off = b.ins().imul_imm(r, cols * 4);
     let out_base: Vec<Value> = out_ptrs.iter().map(|&p| b.ins().iadd(p, out_off)).collect();
-    let mut row = Row { in_base: &in_base, uniform: HashMap::new(), stored: Vec::new(), scratch };
+    let mut row =
+        Row { in_base: &in_base, uniform: HashMap::new(), recip: HashMap::new(), stored: Vec::new(), scratch };
     let masks = super::plan::mask_steps(&plan.steps).expect("planned steps are typed");
     hoist_uniform(b, plan, &mut row, &masks, math, fma);
     // One pass per reduction, each seeing the ones before; the row stays in cache.
@@ -251,31 +254,41 @@ fn emit(
     b.ins().return_(&[]);
 }
 
-/// Loops over the columns of a row: `each(b, j, 4)` for j = 0, 4, ... while j + 4 <= cols,
-/// then `each(b, j, 1)` for each remaining column, straight-line; ends by jumping to `done`.
+/// Loops over the columns of a row: `each(b, j, 4)` for j = 0, 4, ... while j + 4 <= cols
+/// (two vectors per iteration, so that the out-of-order core overlaps their dependency
+/// chains), then `each(b, j, 1)` for each remaining column, straight-line; ends by jumping to
+/// `done`.
 fn col_loop(
     b: &mut FunctionBuilder<'_>,
     cols: i64,
     done: cranelift_codegen::ir::Block,
     mut each: impl FnMut(&mut FunctionBuilder<'_>, Value, u8),
 ) {
-    if cols >= 4 {
+    if cols >= 8 {
         let (vh, vb, tail) = (b.create_block(), b.create_block(), b.create_block());
         let jv = b.append_block_param(vh, types::I64);
         let zero = b.ins().iconst(types::I64, 0);
         b.ins().jump(vh, &[zero.into()]);
         b.switch_to_block(vh);
-        let finished = b.ins().icmp_imm(IntCC::SignedGreaterThan, jv, cols - 4);
+        let finished = b.ins().icmp_imm(IntCC::SignedGreaterThan, jv, cols - 8);
         b.ins().brif(finished, tail, &[], vb, &[]);
         b.switch_to_block(vb);
         each(b, jv, 4);
-        let next = b.ins().iadd_imm(jv, 4);
+        let j4 = b.ins().iadd_imm(jv, 4);
+        each(b, j4, 4);
+        let next = b.ins().iadd_imm(jv, 8);
         b.ins().jump(vh, &[next.into()]);
         b.switch_to_block(tail);
     }
-    for j in cols / 4 * 4..cols {
-        let j = b.ins().iconst(types::I64, j);
-        each(b, j, 1);
+    let mut j = cols / 8 * 8;
+    if cols - j >= 4 {
+        let at = b.ins().iconst(types::I64, j);
+        each(b, at, 4);
+        j += 4;
+    }
+    for j in j..cols {
+        let at = b.ins().iconst(types::I64, j);
+        each(b, at, 1);
     }
     b.ins().jump(done, &[]);
 }
@@ -306,6 +319,29 @@ fn hoist_uniform(
             let v = body(b, plan, row, zero, Lanes { n: 1, fma }, math, &[i])[i].expect("the wanted step is computed");
             row.uniform.insert(i, v);
         }
+    }
+    // Dividing every column by one value per row: multiply by its reciprocal instead (within
+    // an ulp and a half of the quotient). A nonzero divisor below 2^-126, whose reciprocal
+    // would overflow, is scaled by 2^64 first and the product by 2^64 after.
+    for step in &plan.steps {
+        let Step::Binary(Op::Div, a, d) = *step else { continue };
+        if row.recip.contains_key(&d) || row.uniform.contains_key(&a) {
+            continue;
+        }
+        let Some(&den) = row.uniform.get(&d) else { continue };
+        let scale = b.ins().f32const(18_446_744_073_709_551_616.0);
+        let one = b.ins().f32const(1.0);
+        let zero = b.ins().f32const(0.0);
+        let tiny = b.ins().f32const(f32::MIN_POSITIVE);
+        let mag = b.ins().fabs(den);
+        let small = b.ins().fcmp(FloatCC::LessThan, mag, tiny);
+        let nonzero = b.ins().fcmp(FloatCC::NotEqual, den, zero);
+        let subnormal = b.ins().band(small, nonzero);
+        let scaled = b.ins().fmul(den, scale);
+        let den = b.ins().select(subnormal, scaled, den);
+        let r1 = b.ins().fdiv(one, den);
+        let r2 = b.ins().select(subnormal, scale, one);
+        row.recip.insert(d, (r1, r2));
     }
 }
 
@@ -508,7 +544,14 @@ fn body(
                     Op::Add => V::F(b.ins().fadd(x, y)),
                     Op::Sub => V::F(b.ins().fsub(x, y)),
                     Op::Mul => V::F(b.ins().fmul(x, y)),
-                    Op::Div => V::F(b.ins().fdiv(x, y)),
+                    Op::Div => match row.recip.get(&c) {
+                        Some(&(r1, r2)) => {
+                            let (r1, r2) = (splat(b, r1), splat(b, r2));
+                            let p = b.ins().fmul(x, r1);
+                            V::F(b.ins().fmul(p, r2))
+                        }
+                        None => V::F(b.ins().fdiv(x, y)),
+                    },
                     Op::Max => V::F(b.ins().fmax(x, y)),
                     Op::Min => V::F(b.ins().fmin(x, y)),
                     Op::Pow => V::F(call(b, math["graphc_powf"], &[x, y], lanes)),
@@ -598,15 +641,28 @@ fn exp_reduced(b: &mut FunctionBuilder<'_>, x: Value, l: Lanes) -> (Value, Value
     // r = x - n ln2, ln2 split in two so that the first product is exact.
     let r = mul_add_value(b, n, -0.693_359_4, x, l);
     let r = mul_add_value(b, n, 2.121_944_4e-4, r, l);
-    let p = konst(b, 1.987_569_1e-4, l);
-    let p = mul_add(b, p, r, 1.398_199_9e-3, l);
-    let p = mul_add(b, p, r, 8.333_452e-3, l);
-    let p = mul_add(b, p, r, 4.166_579_6e-2, l);
-    let p = mul_add(b, p, r, 1.666_666_5e-1, l);
-    let p = mul_add(b, p, r, 5.000_000_1e-1, l);
+    // The Cephes polynomial by Estrin's scheme: three independent pairs, then two steps in
+    // r^2, a shorter dependency chain than Horner's six steps.
     let r2 = b.ins().fmul(r, r);
-    let p = b.ins().fmul(p, r2);
-    (b.ins().fadd(p, r), n)
+    let c5 = konst(b, 1.987_569_1e-4, l);
+    let hi = mul_add(b, c5, r, 1.398_199_9e-3, l);
+    let c3 = konst(b, 8.333_452e-3, l);
+    let mid = mul_add(b, c3, r, 4.166_579_6e-2, l);
+    let c1 = konst(b, 1.666_666_5e-1, l);
+    let lo = mul_add(b, c1, r, 5.000_000_1e-1, l);
+    let p = fused(b, hi, r2, mid, l);
+    let p = fused(b, p, r2, lo, l);
+    (fused(b, p, r2, r, l), n)
+}
+
+/// `a * x + c` for values (fused where the host can).
+fn fused(b: &mut FunctionBuilder<'_>, a: Value, x: Value, c: Value, l: Lanes) -> Value {
+    if l.fma {
+        b.ins().fma(a, x, c)
+    } else {
+        let m = b.ins().fmul(a, x);
+        b.ins().fadd(m, c)
+    }
 }
 
 /// `a * c + x` for a constant `c` (fused where the host can).
