@@ -1,8 +1,8 @@
 //! The CPU backend: elementwise kernels (a `fusion` of kind "loop", or a lone elementwise op)
 //! JIT-compiled with Cranelift, and matrix products (a lone matmul, or an "output" fusion of a
-//! matmul and its elementwise epilogue) as blocks of rows multiplied by matrixmultiply's
-//! packed microkernels with the JIT-compiled epilogue applied to each block while it is in
-//! cache. They run in place of the reference kernels inside sessions; other nodes stay with
+//! matmul and its elementwise epilogue) as blocks of rows, one per thread, multiplied by the
+//! gemm crate's packed microkernels, with the JIT-compiled epilogue applied to each block
+//! after its product. They run in place of the reference kernels inside sessions; other nodes stay with
 //! the interpreter. Work splits across threads by rows above a size threshold.
 
 mod codegen;
@@ -150,9 +150,10 @@ fn to_tensors(outs: Vec<Vec<f32>>, out: &graphc_ir::TensorType) -> Result<Vec<Te
 /// Row ranges for the calling thread alone, or a few per worker thread. A kernel called on a
 /// worker thread already (a partition of a multi-device step: one device, one core) stays on
 /// its thread rather than competing with the other devices for the cores.
-fn row_blocks(rows: usize, parallel: bool) -> Vec<(usize, usize)> {
+fn row_blocks(rows: usize, parallel: bool, per_thread: usize) -> Vec<(usize, usize)> {
     let parallel = parallel && rayon::current_thread_index().is_none();
-    let chunk = if parallel { rows.div_ceil(rayon::current_num_threads().max(1) * 4).max(1) } else { rows.max(1) };
+    let chunk =
+        if parallel { rows.div_ceil(rayon::current_num_threads().max(1) * per_thread).max(1) } else { rows.max(1) };
     (0..rows).step_by(chunk).map(|r| (r, (r + chunk).min(rows))).collect()
 }
 
@@ -178,7 +179,7 @@ fn run_loop(p: &LoopPlan, entry: &entry::Entry, inputs: &[&Tensor]) -> Result<Ve
     {
         let ins: Vec<*const f32> = owned.iter().map(|c| c.as_ptr()).collect();
         let ptrs = entry::Buffers::new(ins, outs.iter_mut().map(|v| v.as_mut_ptr()).collect());
-        let blocks = row_blocks(p.rows, n >= PARALLEL_ELEMENTS && p.rows > 1);
+        let blocks = row_blocks(p.rows, n >= PARALLEL_ELEMENTS && p.rows > 1, 4);
         for_blocks(&blocks, |r0, r1| {
             let mut scratch = vec![0.0; p.cached.len() * p.cols];
             entry.call(&ptrs, r0, r1, &mut scratch)
@@ -228,7 +229,8 @@ fn run_matmul(p: &MatMulPlan, epilogue: Option<&entry::Entry>, inputs: &[&Tensor
             let o = if outs.is_empty() { vec![c_ptr] } else { outs.iter_mut().map(|v| v.as_mut_ptr()).collect() };
             entry::Buffers::new(ins, o)
         });
-        let blocks = row_blocks(p.m, p.m * p.n * p.k >= PARALLEL_FLOPS && p.m > 1);
+        // One block per thread: each block packs the whole right-hand matrix again.
+        let blocks = row_blocks(p.m, p.m * p.n * p.k >= PARALLEL_FLOPS && p.m > 1, 1);
         for_blocks(&blocks, |r0, r1| {
             mats.rows(r0, r1);
             if let (Some(e), Some(bufs)) = (epilogue, &epi) {
@@ -345,24 +347,29 @@ mod entry {
         pub fn rows(&self, r0: usize, r1: usize) {
             // SAFETY: `a` holds m*k and `b` k*n elements and `c` has capacity m*n (the
             // caller's buffers for the plan's shapes, checked by the session's types); rows
-            // r0..r1 <= m; concurrent calls write disjoint rows of `c`; with beta = 0
-            // matrixmultiply does not read `c`.
+            // r0..r1 <= m; concurrent calls write disjoint rows of `c`; with read_dst false
+            // gemm does not read `c` (dst = alpha dst + beta a b, alpha unused).
             unsafe {
-                matrixmultiply::sgemm(
+                gemm::gemm(
                     r1 - r0,
-                    self.k,
                     self.n,
-                    1.0,
-                    self.a.add(r0 * self.k),
-                    self.k as isize,
-                    1,
-                    self.b,
-                    self.n as isize,
-                    1,
-                    0.0,
+                    self.k,
                     self.c.add(r0 * self.n),
-                    self.n as isize,
                     1,
+                    self.n as isize,
+                    false,
+                    self.a.add(r0 * self.k),
+                    1,
+                    self.k as isize,
+                    self.b,
+                    1,
+                    self.n as isize,
+                    0.0,
+                    1.0,
+                    false,
+                    false,
+                    false,
+                    gemm::Parallelism::None,
                 )
             }
         }
