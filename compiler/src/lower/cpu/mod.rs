@@ -1,8 +1,8 @@
 //! The CPU backend: elementwise kernels (a `fusion` of kind "loop", or a lone elementwise op)
 //! JIT-compiled with Cranelift, and matrix products (a lone matmul, or an "output" fusion of a
-//! matmul and its elementwise epilogue) as blocks of rows, one per thread, multiplied by the
-//! gemm crate's packed microkernels, with the JIT-compiled epilogue applied to each block
-//! after its product. They run in place of the reference kernels inside sessions; other nodes stay with
+//! matmul and its elementwise epilogue) by the gemm crate's packed microkernels (which split
+//! the product across the threads and pack the right-hand matrix once), then the JIT-compiled
+//! epilogue by blocks of rows. They run in place of the reference kernels inside sessions; other nodes stay with
 //! the interpreter. Work splits across threads by rows above a size threshold.
 
 mod codegen;
@@ -150,10 +150,9 @@ fn to_tensors(outs: Vec<Vec<f32>>, out: &graphc_ir::TensorType) -> Result<Vec<Te
 /// Row ranges for the calling thread alone, or a few per worker thread. A kernel called on a
 /// worker thread already (a partition of a multi-device step: one device, one core) stays on
 /// its thread rather than competing with the other devices for the cores.
-fn row_blocks(rows: usize, parallel: bool, per_thread: usize) -> Vec<(usize, usize)> {
+fn row_blocks(rows: usize, parallel: bool) -> Vec<(usize, usize)> {
     let parallel = parallel && rayon::current_thread_index().is_none();
-    let chunk =
-        if parallel { rows.div_ceil(rayon::current_num_threads().max(1) * per_thread).max(1) } else { rows.max(1) };
+    let chunk = if parallel { rows.div_ceil(rayon::current_num_threads().max(1) * 4).max(1) } else { rows.max(1) };
     (0..rows).step_by(chunk).map(|r| (r, (r + chunk).min(rows))).collect()
 }
 
@@ -179,7 +178,7 @@ fn run_loop(p: &LoopPlan, entry: &entry::Entry, inputs: &[&Tensor]) -> Result<Ve
     {
         let ins: Vec<*const f32> = owned.iter().map(|c| c.as_ptr()).collect();
         let ptrs = entry::Buffers::new(ins, outs.iter_mut().map(|v| v.as_mut_ptr()).collect());
-        let blocks = row_blocks(p.rows, n >= PARALLEL_ELEMENTS && p.rows > 1, 4);
+        let blocks = row_blocks(p.rows, n >= PARALLEL_ELEMENTS && p.rows > 1);
         for_blocks(&blocks, |r0, r1| {
             let mut scratch = vec![0.0; p.cached.len() * p.cols];
             entry.call(&ptrs, r0, r1, &mut scratch)
@@ -229,14 +228,12 @@ fn run_matmul(p: &MatMulPlan, epilogue: Option<&entry::Entry>, inputs: &[&Tensor
             let o = if outs.is_empty() { vec![c_ptr] } else { outs.iter_mut().map(|v| v.as_mut_ptr()).collect() };
             entry::Buffers::new(ins, o)
         });
-        // One block per thread: each block packs the whole right-hand matrix again.
-        let blocks = row_blocks(p.m, p.m * p.n * p.k >= PARALLEL_FLOPS && p.m > 1, 1);
-        for_blocks(&blocks, |r0, r1| {
-            mats.rows(r0, r1);
-            if let (Some(e), Some(bufs)) = (epilogue, &epi) {
-                e.call(bufs, r0, r1, &mut []);
-            }
-        });
+        let parallel = p.m * p.n * p.k >= PARALLEL_FLOPS && p.m > 1 && rayon::current_thread_index().is_none();
+        mats.rows(0, p.m, if parallel { rayon::current_num_threads() } else { 1 });
+        if let (Some(e), Some(bufs)) = (epilogue, &epi) {
+            let blocks = row_blocks(p.m, parallel);
+            for_blocks(&blocks, |r0, r1| e.call(bufs, r0, r1, &mut []));
+        }
     }
     entry::filled(std::slice::from_mut(&mut c), size);
     let out = graphc_ir::TensorType::new(graphc_ir::DType::F32, [p.m as u64, p.n as u64]);
@@ -343,8 +340,8 @@ mod entry {
     }
 
     impl MatMul {
-        /// Rows `[r0, r1)` of `c`.
-        pub fn rows(&self, r0: usize, r1: usize) {
+        /// Rows `[r0, r1)` of `c`, on `threads` of rayon's threads.
+        pub fn rows(&self, r0: usize, r1: usize, threads: usize) {
             // SAFETY: `a` holds m*k and `b` k*n elements and `c` has capacity m*n (the
             // caller's buffers for the plan's shapes, checked by the session's types); rows
             // r0..r1 <= m; concurrent calls write disjoint rows of `c`; with read_dst false
@@ -369,13 +366,9 @@ mod entry {
                     false,
                     false,
                     false,
-                    gemm::Parallelism::None,
+                    if threads > 1 { gemm::Parallelism::Rayon(threads) } else { gemm::Parallelism::None },
                 )
             }
         }
     }
-
-    // SAFETY: as for `Buffers`: disjoint rows, buffers outliving the calls.
-    unsafe impl Send for MatMul {}
-    unsafe impl Sync for MatMul {}
 }
