@@ -5,11 +5,12 @@
 //! row_end: i64, scratch: *mut f32)` over the plan's `[rows, cols]` view: for each row, one
 //! pass per reduction and then one for the results, each a loop of 4-lane vectors (f32x4,
 //! the width Cranelift's x86-64 backend gives) and a scalar tail; `scratch` has a row for
-//! each of the plan's cached steps. Strides are
-//! constants of the plan, so every address is a multiply-add of known numbers. `exp`, `tanh`
+//! each of the plan's cached steps. Strides are constants of the plan, so every address is a
+//! multiply-add of known numbers. `exp`, `tanh`
 //! and `sigmoid` are computed inline on all lanes (Cephes-style range reduction and
 //! polynomials, within a few ulp of libm); `log`, `erf` and `pow` call the Rust (libm)
-//! functions the reference kernels use, lane by lane.
+//! functions the reference kernels use, lane by lane. `GRAPHC_JIT_CLIF=1` prints each
+//! kernel's optimized Cranelift IR and `GRAPHC_JIT_DISASM=1` its machine code.
 
 use super::plan::{LoopPlan, Step};
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
@@ -584,14 +585,13 @@ fn konst(b: &mut FunctionBuilder<'_>, c: f32, l: Lanes) -> Value {
     }
 }
 
-/// `a * x + c`, one step of a Horner polynomial (fused where the host can).
-fn mul_add(b: &mut FunctionBuilder<'_>, a: Value, x: Value, c: f32, l: Lanes) -> Value {
-    let k = konst(b, c, l);
+/// `a * x + c` (fused where the host can).
+fn fused(b: &mut FunctionBuilder<'_>, a: Value, x: Value, c: Value, l: Lanes) -> Value {
     if l.fma {
-        b.ins().fma(a, x, k)
+        b.ins().fma(a, x, c)
     } else {
         let m = b.ins().fmul(a, x);
-        b.ins().fadd(m, k)
+        b.ins().fadd(m, c)
     }
 }
 
@@ -639,41 +639,21 @@ fn exp_reduced(b: &mut FunctionBuilder<'_>, x: Value, l: Lanes) -> (Value, Value
     let fx = b.ins().fmul(x, log2e);
     let n = b.ins().nearest(fx);
     // r = x - n ln2, ln2 split in two so that the first product is exact.
-    let r = mul_add_value(b, n, -0.693_359_4, x, l);
-    let r = mul_add_value(b, n, 2.121_944_4e-4, r, l);
+    let ln2_hi = konst(b, -0.693_359_4, l);
+    let r = fused(b, n, ln2_hi, x, l);
+    let ln2_lo = konst(b, 2.121_944_4e-4, l);
+    let r = fused(b, n, ln2_lo, r, l);
     // The Cephes polynomial by Estrin's scheme: three independent pairs, then two steps in
     // r^2, a shorter dependency chain than Horner's six steps.
     let r2 = b.ins().fmul(r, r);
-    let c5 = konst(b, 1.987_569_1e-4, l);
-    let hi = mul_add(b, c5, r, 1.398_199_9e-3, l);
-    let c3 = konst(b, 8.333_452e-3, l);
-    let mid = mul_add(b, c3, r, 4.166_579_6e-2, l);
-    let c1 = konst(b, 1.666_666_5e-1, l);
-    let lo = mul_add(b, c1, r, 5.000_000_1e-1, l);
+    let [c5, c4, c3, c2, c1, c0] =
+        [1.987_569_1e-4, 1.398_199_9e-3, 8.333_452e-3, 4.166_579_6e-2, 1.666_666_5e-1, 0.5].map(|c| konst(b, c, l));
+    let hi = fused(b, c5, r, c4, l);
+    let mid = fused(b, c3, r, c2, l);
+    let lo = fused(b, c1, r, c0, l);
     let p = fused(b, hi, r2, mid, l);
     let p = fused(b, p, r2, lo, l);
     (fused(b, p, r2, r, l), n)
-}
-
-/// `a * x + c` for values (fused where the host can).
-fn fused(b: &mut FunctionBuilder<'_>, a: Value, x: Value, c: Value, l: Lanes) -> Value {
-    if l.fma {
-        b.ins().fma(a, x, c)
-    } else {
-        let m = b.ins().fmul(a, x);
-        b.ins().fadd(m, c)
-    }
-}
-
-/// `a * c + x` for a constant `c` (fused where the host can).
-fn mul_add_value(b: &mut FunctionBuilder<'_>, a: Value, c: f32, x: Value, l: Lanes) -> Value {
-    let k = konst(b, c, l);
-    if l.fma {
-        b.ins().fma(a, k, x)
-    } else {
-        let m = b.ins().fmul(a, k);
-        b.ins().fadd(m, x)
-    }
 }
 
 /// What sigmoid and tanh need of an exponential: `e = exp(-|x|)` and `e - 1`.
@@ -709,13 +689,7 @@ fn exp_nonpositive(b: &mut FunctionBuilder<'_>, x: Value, l: Lanes) -> Decay {
     let s = pow2(b, n, l);
     let one = konst(b, 1.0, l);
     let s1 = b.ins().fsub(s, one);
-    let (e, em1) = if l.fma {
-        (b.ins().fma(s, q, s), b.ins().fma(s, q, s1))
-    } else {
-        let sq = b.ins().fmul(s, q);
-        (b.ins().fadd(sq, s), b.ins().fadd(sq, s1))
-    };
-    Decay { e, em1 }
+    Decay { e: fused(b, s, q, s, l), em1: fused(b, s, q, s1, l) }
 }
 
 /// sigmoid x from e = exp(-|x|): 1 / (1 + e) for x >= 0 and e / (1 + e) below, so that

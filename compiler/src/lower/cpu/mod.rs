@@ -221,7 +221,7 @@ fn run_matmul(p: &MatMulPlan, epilogue: Option<&entry::Entry>, inputs: &[&Tensor
     };
     {
         let c_ptr = c.as_mut_ptr();
-        let mats = entry::MatMul { a: a.as_ptr(), b: b.as_ptr(), c: c_ptr, k: p.k, n: p.n };
+        let mats = entry::MatMul { a: a.as_ptr(), b: b.as_ptr(), c: c_ptr, m: p.m, k: p.k, n: p.n };
         let epi = epilogue.map(|_| {
             let mut ins = vec![c_ptr as *const f32];
             ins.extend(extra.iter().map(|e| e.as_ptr()));
@@ -229,7 +229,7 @@ fn run_matmul(p: &MatMulPlan, epilogue: Option<&entry::Entry>, inputs: &[&Tensor
             entry::Buffers::new(ins, o)
         });
         let parallel = p.m * p.n * p.k >= PARALLEL_FLOPS && p.m > 1 && rayon::current_thread_index().is_none();
-        mats.rows(0, p.m, if parallel { rayon::current_num_threads() } else { 1 });
+        mats.compute(if parallel { rayon::current_num_threads() } else { 1 });
         if let (Some(e), Some(bufs)) = (epilogue, &epi) {
             let blocks = row_blocks(p.m, parallel);
             for_blocks(&blocks, |r0, r1| e.call(bufs, r0, r1, &mut []));
@@ -330,32 +330,32 @@ mod entry {
     unsafe impl Send for Buffers {}
     unsafe impl Sync for Buffers {}
 
-    /// `c = a b` for row-major `a: [m, k]`, `b: [k, n]`, `c: [m, n]`, by blocks of rows.
+    /// `c = a b` for row-major `a: [m, k]`, `b: [k, n]`, `c: [m, n]`.
     pub struct MatMul {
         pub a: *const f32,
         pub b: *const f32,
         pub c: *mut f32,
+        pub m: usize,
         pub k: usize,
         pub n: usize,
     }
 
     impl MatMul {
-        /// Rows `[r0, r1)` of `c`, on `threads` of rayon's threads.
-        pub fn rows(&self, r0: usize, r1: usize, threads: usize) {
+        /// The product, on `threads` of rayon's threads (gemm splits it).
+        pub fn compute(&self, threads: usize) {
             // SAFETY: `a` holds m*k and `b` k*n elements and `c` has capacity m*n (the
-            // caller's buffers for the plan's shapes, checked by the session's types); rows
-            // r0..r1 <= m; concurrent calls write disjoint rows of `c`; with read_dst false
-            // gemm does not read `c` (dst = alpha dst + beta a b, alpha unused).
+            // caller's buffers for the plan's shapes, checked by the session's types); with
+            // read_dst false gemm does not read `c` (dst = alpha dst + beta a b, alpha unused).
             unsafe {
                 gemm::gemm(
-                    r1 - r0,
+                    self.m,
                     self.n,
                     self.k,
-                    self.c.add(r0 * self.n),
+                    self.c,
                     1,
                     self.n as isize,
                     false,
-                    self.a.add(r0 * self.k),
+                    self.a,
                     1,
                     self.k as isize,
                     self.b,
