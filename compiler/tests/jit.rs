@@ -114,7 +114,10 @@ fn compare_per_node(m: &Module, what: &str) -> usize {
                 continue;
             };
             use graphc_runtime::CompiledKernels;
-            let Some(got) = kernels.run(&g.name, n, &inputs) else { continue };
+            let pool = graphc_runtime::BufferPool::default();
+            let shared = inputs.iter().map(|&t| std::sync::Arc::new(t.clone())).collect();
+            let mut operands = graphc_runtime::Operands::new(shared, &pool);
+            let Some(got) = kernels.run(&g.name, n, &mut operands) else { continue };
             let got = got.unwrap_or_else(|e| panic!("{what}: node {:?}: {e}", nd.op));
             // A product's sums may run in another order: its error is relative to the sum of
             // the terms' magnitudes, (|A||B|)_ij, not to the (possibly cancelled) result.
@@ -242,6 +245,40 @@ fn nan_and_inf_inputs_behave_as_in_the_interpreter() {
     for m in [m.clone(), optimize(&m)] {
         assert!(compare(&m, "nan/inf", Some(&feeds)) >= 1);
     }
+}
+
+#[test]
+fn softmax_over_extreme_rows_matches_the_interpreter() {
+    // Its exponential of x - max(x) is the non-positive one: rows that reach far below the
+    // maximum (denormal and zero exponentials), infinities and NaN.
+    let text =
+        "graph @g(%x: f32[6,11]) -> (y: f32[6,11]) {\n  %y = softmax %x {axis = -1} : f32[6,11]\n  return %y\n}\n";
+    let m = optimize(&parse_module(text).unwrap());
+    let kernels = CpuKernels::compile(&m).unwrap();
+    assert_eq!(kernels.len(), 1, "softmax is one kernel");
+    let g = &m.graphs[0];
+    let p = g.regions[g.body].nodes.iter().find_map(|&n| plan(g, n)).expect("a loop plan");
+    let exp = p.steps.iter().find_map(|s| match *s {
+        graphc::lower::cpu::Step::Unary(Op::Exp, a) => Some(a),
+        _ => None,
+    });
+    assert!(p.at_most_zero(exp.expect("an exponential")), "{:?}", p.steps);
+    let mut xs: Vec<f32> = Vec::new();
+    for r in 0..6 {
+        for c in 0..11 {
+            xs.push(match r {
+                0 => -10.0 * c as f32,
+                1 => 80.0 - 20.0 * c as f32,
+                2 if c == 3 => f32::INFINITY,
+                3 if c == 5 => f32::NAN,
+                4 if c % 2 == 0 => f32::NEG_INFINITY,
+                _ => (c as f32 * 0.37).sin() * 3.0,
+            });
+        }
+    }
+    let x = Arc::new(Tensor::F32(ndarray::Array::from_shape_vec(vec![6, 11], xs).unwrap()));
+    let feeds = vec![("x".to_string(), x)];
+    assert_eq!(compare(&m, "softmax", Some(&feeds)), 1);
 }
 
 #[test]

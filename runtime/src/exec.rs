@@ -5,12 +5,14 @@
 use crate::error::{ErrorKind, RunError};
 use crate::kernels;
 use crate::limits::check_tensor_size;
+use crate::liveness::Liveness;
+use crate::pool::BufferPool;
 use crate::rendezvous::Rendezvous;
 use crate::state::{Queue, State, Variable};
 use crate::wait::WaitCtx;
 use crate::Tensor;
 use graphc_ir::{Graph, Node, Op, Region, TensorType, Type, Value};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -80,6 +82,12 @@ pub(crate) struct Interp<'a> {
     depth: usize,
     /// Compiled code for some nodes, from a backend.
     pub compiled: Option<&'a dyn crate::CompiledKernels>,
+    /// Where values die: without it, every value lives to the end of its region.
+    pub liveness: Option<&'a Liveness>,
+    /// Values kept whatever their liveness (the fetches, read after the body has run).
+    pub retained: HashSet<Value>,
+    /// Where dead values' buffers go, and compiled kernels' outputs come from.
+    pub pool: &'a BufferPool,
 }
 
 impl<'a> Interp<'a> {
@@ -89,6 +97,7 @@ impl<'a> Interp<'a> {
         rendezvous: &'a Rendezvous,
         wait: WaitCtx<'a>,
         max_bytes: u64,
+        pool: &'a BufferPool,
     ) -> Self {
         Interp {
             graph,
@@ -101,6 +110,9 @@ impl<'a> Interp<'a> {
             events: None,
             depth: 0,
             compiled: None,
+            liveness: None,
+            retained: HashSet::new(),
+            pool,
         }
     }
 
@@ -126,6 +138,10 @@ impl<'a> Interp<'a> {
                 for (&v, r) in nd.results.iter().zip(results) {
                     env.entry(v).or_insert(r);
                 }
+                // Results nothing reads (operands read last left `env` before the node ran).
+                for v in self.dead_after(n) {
+                    self.release(env.remove(&v));
+                }
             }
         }
         Ok(())
@@ -146,10 +162,28 @@ impl<'a> Interp<'a> {
         format!("node {}", self.graph.describe(n))
     }
 
-    fn exec_node(&mut self, n: Node, env: &Env) -> Result<Vec<RtValue>, RunError> {
+    /// The values that die once `n` has run, but not those kept for the caller.
+    fn dead_after(&self, n: Node) -> Vec<Value> {
+        let Some(l) = self.liveness else { return Vec::new() };
+        l.dead_after(n).iter().copied().filter(|v| !self.retained.contains(v)).collect()
+    }
+
+    /// Drops a dead value; a tensor's buffer goes to the pool when nothing else holds it.
+    fn release(&self, v: Option<RtValue>) {
+        if let Some(RtValue::Tensor(t)) = v {
+            self.pool.give(t);
+        }
+    }
+
+    fn exec_node(&mut self, n: Node, env: &mut Env) -> Result<Vec<RtValue>, RunError> {
         let g = self.graph;
         let nd = &g.nodes[n];
         let args = nd.operands.iter().map(|&v| lookup(env, v)).collect::<Result<Vec<_>, _>>()?;
+        // Operands read here for the last time leave `env` now, so that the node holds the
+        // only reference and a kernel may reuse their buffers.
+        for v in self.dead_after(n) {
+            env.remove(&v);
+        }
         self.executed += 1;
         let results = self.compute(n, args)?;
         if results.len() != nd.results.len() {
@@ -168,7 +202,40 @@ impl<'a> Interp<'a> {
         Ok(results)
     }
 
+    /// Runs a node through compiled code when there is some, else through `interpret`.
     fn compute(&mut self, n: Node, args: Vec<RtValue>) -> Result<Vec<RtValue>, RunError> {
+        let g = self.graph;
+        let nd = &g.nodes[n];
+        if let Some(compiled) = self.compiled.filter(|_| nd.op == Op::Fusion || kernels::is_kernel(nd.op)) {
+            for &r in &nd.results {
+                if let Some(t) = g.values[r].ty.as_tensor() {
+                    check_tensor_size(t, self.max_bytes).map_err(|m| RunError::new(ErrorKind::ResourceExhausted, m))?;
+                }
+            }
+            let shared = args
+                .iter()
+                .enumerate()
+                .map(|(i, a)| match a {
+                    RtValue::Tensor(t) => Ok(t.clone()),
+                    _ => Err(RunError::internal(format!("operand {i} is not a tensor"))),
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            // The operands move into the kernel's hands: `args` must not hold them too.
+            let mut operands = crate::Operands::new(shared, self.pool);
+            drop(args);
+            let out = compiled.run(&g.name, n, &mut operands);
+            if let Some(out) = out {
+                let out = out.map_err(|m| RunError::new(ErrorKind::Kernel, m))?;
+                return Ok(out.into_iter().map(RtValue::tensor).collect());
+            }
+            // Not compiled: the operands come back untouched.
+            let args = operands.into_shared().into_iter().map(RtValue::Tensor).collect();
+            return self.interpret(n, args);
+        }
+        self.interpret(n, args)
+    }
+
+    fn interpret(&mut self, n: Node, args: Vec<RtValue>) -> Result<Vec<RtValue>, RunError> {
         let g = self.graph;
         let nd = &g.nodes[n];
         let name = || nd.attrs.str("name").ok_or_else(|| RunError::internal("a state declaration without a name"));
@@ -179,18 +246,6 @@ impl<'a> Interp<'a> {
                 .ok_or_else(|| RunError::internal(format!("operand {i} is not a tensor")))
         };
         let one = |t: Tensor| Ok(vec![RtValue::tensor(t)]);
-        if let Some(compiled) = self.compiled.filter(|_| nd.op == Op::Fusion || kernels::is_kernel(nd.op)) {
-            let inputs = (0..args.len()).map(tensor).collect::<Result<Vec<_>, _>>()?;
-            for &r in &nd.results {
-                if let Some(t) = g.values[r].ty.as_tensor() {
-                    check_tensor_size(t, self.max_bytes).map_err(|m| RunError::new(ErrorKind::ResourceExhausted, m))?;
-                }
-            }
-            if let Some(out) = compiled.run(&g.name, n, &inputs) {
-                let out = out.map_err(|m| RunError::new(ErrorKind::Kernel, m))?;
-                return Ok(out.into_iter().map(RtValue::tensor).collect());
-            }
-        }
         match nd.op {
             op if kernels::is_kernel(op) => {
                 let inputs = (0..args.len()).map(tensor).collect::<Result<Vec<_>, _>>()?;
@@ -201,6 +256,9 @@ impl<'a> Interp<'a> {
                 }
                 let out =
                     kernels::eval(op, &nd.attrs, &inputs, &types).map_err(|e| RunError::new(ErrorKind::Kernel, e.0))?;
+                for a in args {
+                    self.release(Some(a));
+                }
                 Ok(out.into_iter().map(RtValue::tensor).collect())
             }
             Op::Variable => Ok(vec![RtValue::Var(self.state.variable(name()?)?.clone())]),

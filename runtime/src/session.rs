@@ -9,12 +9,14 @@
 
 use crate::error::{ErrorKind, RunError};
 use crate::exec::{Env, Interp, NodeEvent, RtValue};
+use crate::liveness::Liveness;
+use crate::pool::BufferPool;
 use crate::rendezvous::Rendezvous;
 use crate::state::State;
 use crate::wait::{Activity, WaitCtx};
 use crate::Tensor;
 use graphc_ir::{verify_module, Graph, Module, Node, Type, Value};
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -119,7 +121,11 @@ pub struct Session {
     options: SessionOptions,
     max_bytes: u64,
     /// Workers for steps of several graphs, made on first need.
-    pool: Mutex<Option<Arc<rayon::ThreadPool>>>,
+    threads: Mutex<Option<Arc<rayon::ThreadPool>>>,
+    /// Buffers of values that died, for the next outputs.
+    buffers: BufferPool,
+    /// Where each graph's values die, by graph name.
+    liveness: HashMap<String, Liveness>,
     /// A backend's compiled code, run in place of the reference kernels where it exists.
     compiled: Option<Arc<dyn crate::CompiledKernels>>,
 }
@@ -139,13 +145,16 @@ impl Session {
         }
         let max_bytes = options.max_tensor_bytes.unwrap_or_else(crate::limits::default_max_tensor_bytes);
         let state = Arc::new(State::from_module(&module, max_bytes)?);
+        let liveness = module.graphs.iter().map(|g| (g.name.clone(), Liveness::of(g))).collect();
         Ok(Session {
             module: Arc::new(module),
             state,
             activity: Activity::default(),
             options,
             max_bytes,
-            pool: Mutex::new(None),
+            threads: Mutex::new(None),
+            buffers: BufferPool::default(),
+            liveness,
             compiled: None,
         })
     }
@@ -192,6 +201,23 @@ impl Session {
     pub fn run(&self, request: RunRequest) -> Result<RunOutput, RunError> {
         let mut out = self.run_step(vec![request])?;
         Ok(out.remove(0))
+    }
+
+    /// Gives a run's results back when the caller is done with them, so that the next step
+    /// writes its outputs into their buffers instead of allocating new ones.
+    pub fn recycle(&self, outputs: impl IntoIterator<Item = RunOutput>) {
+        for out in outputs {
+            for v in out.values {
+                if let RtValue::Tensor(t) = v {
+                    self.buffers.give(t);
+                }
+            }
+        }
+    }
+
+    /// What the session's buffer pool has done so far.
+    pub fn buffer_stats(&self) -> crate::PoolStats {
+        self.buffers.stats()
     }
 
     /// Runs several graphs concurrently as one step, each on its own thread, joined by one
@@ -254,7 +280,7 @@ impl Session {
 
     /// A worker pool with room for `n` graphs at once (and the thread that waits on them).
     fn workers(&self, n: usize) -> Result<Arc<rayon::ThreadPool>, RunError> {
-        let mut pool = crate::wait::lock(&self.pool);
+        let mut pool = crate::wait::lock(&self.threads);
         if let Some(p) = pool.as_ref().filter(|p| p.current_num_threads() > n) {
             return Ok(p.clone());
         }
@@ -313,9 +339,11 @@ impl Session {
             timeout: self.options.wait_timeout,
             detect_deadlock: self.options.detect_deadlock,
         };
-        let mut interp = Interp::new(plan.graph, &self.state, rendezvous, wait, self.max_bytes);
+        let mut interp = Interp::new(plan.graph, &self.state, rendezvous, wait, self.max_bytes, &self.buffers);
         interp.events = self.options.trace.then(Vec::new);
         interp.compiled = self.compiled.as_deref();
+        interp.liveness = self.liveness.get(&plan.graph.name);
+        interp.retained = plan.fetches.iter().copied().collect();
         let mut env = plan.feeds;
         interp.run_nodes(plan.graph.body, &mut env, &|n| plan.needed.contains(&n))?;
         let values = plan

@@ -524,6 +524,9 @@ fn body(
                         let negative = b.ins().fcmp(FloatCC::LessThan, x.f(), z);
                         V::F(choose(b, negative, z, x.f(), lanes))
                     }
+                    // Softmax's exponential of x - max(x) skips the overflow side and the
+                    // denormal results (it gives about 1e-38 where they would be).
+                    Op::Exp if plan.at_most_zero(a) => V::F(exp_nonpositive(b, x.f(), l).e),
                     Op::Exp => V::F(exp(b, x.f(), l)),
                     Op::Log => V::F(call(b, math["graphc_logf"], &[x.f()], lanes)),
                     Op::Tanh => {

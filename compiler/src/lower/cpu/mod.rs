@@ -9,10 +9,10 @@ mod codegen;
 mod math;
 mod plan;
 
-pub use plan::{matmul_plan, plan, LoopPlan, MatMulPlan};
+pub use plan::{matmul_plan, plan, LoopPlan, MatMulPlan, Step};
 
 use graphc_ir::{Module, Node};
-use graphc_runtime::{CompiledKernels, Tensor};
+use graphc_runtime::{CompiledKernels, Operands, Tensor};
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -104,17 +104,17 @@ impl CpuKernels {
 }
 
 impl CompiledKernels for CpuKernels {
-    fn run(&self, graph: &str, node: Node, inputs: &[&Tensor]) -> Option<Result<Vec<Tensor>, String>> {
+    fn run(&self, graph: &str, node: Node, operands: &mut Operands<'_>) -> Option<Result<Vec<Tensor>, String>> {
         let k = self.kernels.get(graph)?.get(&node)?;
-        Some(k.run(inputs))
+        Some(k.run(operands))
     }
 }
 
 impl Kernel {
-    fn run(&self, inputs: &[&Tensor]) -> Result<Vec<Tensor>, String> {
+    fn run(&self, operands: &mut Operands<'_>) -> Result<Vec<Tensor>, String> {
         match self {
-            Kernel::Loop { plan, entry } => run_loop(plan, entry, inputs),
-            Kernel::MatMul { plan, epilogue } => run_matmul(plan, epilogue.as_ref(), inputs),
+            Kernel::Loop { plan, entry } => run_loop(plan, entry, operands),
+            Kernel::MatMul { plan, epilogue } => run_matmul(plan, epilogue.as_ref(), operands),
         }
     }
 }
@@ -170,26 +170,72 @@ fn for_blocks(blocks: &[(usize, usize)], f: impl Fn(usize, usize) + Sync) {
     });
 }
 
-fn run_loop(p: &LoopPlan, entry: &entry::Entry, inputs: &[&Tensor]) -> Result<Vec<Tensor>, String> {
-    let owned =
-        inputs.iter().enumerate().map(|(i, t)| f32_input(i, t, &p.inputs[i], &p.out)).collect::<Result<Vec<_>, _>>()?;
+fn run_loop(p: &LoopPlan, entry: &entry::Entry, operands: &mut Operands<'_>) -> Result<Vec<Tensor>, String> {
     let n = p.rows * p.cols;
-    let mut outs: Vec<Vec<f32>> = p.results.iter().map(|_| Vec::with_capacity(n)).collect();
-    {
-        let ins: Vec<*const f32> = owned.iter().map(|c| c.as_ptr()).collect();
-        let ptrs = entry::Buffers::new(ins, outs.iter_mut().map(|v| v.as_mut_ptr()).collect());
-        let blocks = row_blocks(p.rows, n >= PARALLEL_ELEMENTS && p.rows > 1);
-        for_blocks(&blocks, |r0, r1| {
-            let mut scratch = vec![0.0; p.cached.len() * p.cols];
-            entry.call(&ptrs, r0, r1, &mut scratch)
+    // Each result goes over an input read here for the last time when there is one (the
+    // buffer plan's in-place reuse), else into a buffer from the session's pool.
+    let candidates = p.overwritable();
+    let mut over: Vec<Option<usize>> = vec![None; p.inputs.len()];
+    let mut outs: Vec<Vec<f32>> = Vec::with_capacity(p.results.len());
+    for k in 0..p.results.len() {
+        let taken = candidates.iter().filter(|&&i| over[i].is_none()).find_map(|&i| Some((i, operands.take_f32(i)?)));
+        outs.push(match taken {
+            Some((i, v)) if v.len() == n => {
+                over[i] = Some(k);
+                v
+            }
+            Some((i, v)) => return Err(format!("input {i} has {} elements where the kernel reads {n}", v.len())),
+            None => operands.alloc_f32(n),
         });
+    }
+    let all = operands.all();
+    let owned = (0..p.inputs.len())
+        .map(|i| match over[i] {
+            Some(_) => Ok(None),
+            None => {
+                let t = all.get(i).ok_or_else(|| format!("compiled kernel input {i} is missing"))?;
+                f32_input(i, t, &p.inputs[i], &p.out).map(Some)
+            }
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    {
+        let out_ptrs: Vec<*mut f32> = outs.iter_mut().map(|v| v.as_mut_ptr()).collect();
+        let ins: Vec<*const f32> = owned
+            .iter()
+            .zip(&over)
+            .map(|(c, o)| match (c, o) {
+                (_, Some(k)) => out_ptrs[*k] as *const f32,
+                (Some(c), None) => c.as_ptr(),
+                (None, None) => unreachable!("every input is owned or overwritten"),
+            })
+            .collect();
+        let ptrs = entry::Buffers::new(ins, out_ptrs);
+        let blocks = row_blocks(p.rows, n >= PARALLEL_ELEMENTS && p.rows > 1);
+        let scratch = p.cached.len() * p.cols;
+        for_blocks(&blocks, |r0, r1| with_scratch(scratch, |s| entry.call(&ptrs, r0, r1, s)));
     }
     // Every row has run, so every element of every output is written.
     entry::filled(&mut outs, n);
     to_tensors(outs, &p.out)
 }
 
-fn run_matmul(p: &MatMulPlan, epilogue: Option<&entry::Entry>, inputs: &[&Tensor]) -> Result<Vec<Tensor>, String> {
+/// Runs `f` with `len` elements of this thread's scratch row buffer, which lives as long as
+/// the thread: a kernel call allocates none.
+fn with_scratch<R>(len: usize, f: impl FnOnce(&mut [f32]) -> R) -> R {
+    thread_local! {
+        static SCRATCH: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+    SCRATCH.with(|s| {
+        let mut s = s.borrow_mut();
+        if s.len() < len {
+            s.resize(len, 0.0);
+        }
+        f(&mut s[..len])
+    })
+}
+
+fn run_matmul(p: &MatMulPlan, epilogue: Option<&entry::Entry>, operands: &Operands<'_>) -> Result<Vec<Tensor>, String> {
+    let inputs = operands.all();
     let contiguous = |i: usize| -> Result<Cow<'_, [f32]>, String> {
         match inputs.get(i) {
             Some(Tensor::F32(a)) => {
@@ -201,7 +247,7 @@ fn run_matmul(p: &MatMulPlan, epilogue: Option<&entry::Entry>, inputs: &[&Tensor
     };
     let (a, b) = (contiguous(p.lhs)?, contiguous(p.rhs)?);
     let size = p.m * p.n;
-    let mut c: Vec<f32> = Vec::with_capacity(size);
+    let mut c: Vec<f32> = operands.alloc_f32(size);
     // The epilogue's other inputs, and its outputs: in place over the product when it has one.
     let (extra, mut outs) = match &p.epilogue {
         Some((lp, used)) => {
@@ -213,7 +259,7 @@ fn run_matmul(p: &MatMulPlan, epilogue: Option<&entry::Entry>, inputs: &[&Tensor
             let outs: Vec<Vec<f32>> = if lp.results.len() == 1 {
                 Vec::new()
             } else {
-                lp.results.iter().map(|_| Vec::with_capacity(size)).collect()
+                lp.results.iter().map(|_| operands.alloc_f32(size)).collect()
             };
             (extra, outs)
         }
@@ -241,6 +287,7 @@ fn run_matmul(p: &MatMulPlan, epilogue: Option<&entry::Entry>, inputs: &[&Tensor
         return to_tensors(vec![c], &out);
     }
     entry::filled(&mut outs, size);
+    operands.recycle_f32(c);
     to_tensors(outs, &out)
 }
 

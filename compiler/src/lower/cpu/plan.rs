@@ -65,6 +65,51 @@ pub struct LoopPlan {
     pub cached: Vec<usize>,
 }
 
+impl LoopPlan {
+    /// The inputs a result may be written over, should this be their last use: f32 inputs
+    /// read element for element in the output's own layout. The kernel reads every element of
+    /// them before it writes that element (the reduction passes only read, and the last pass
+    /// loads all it needs of a column block before it stores it).
+    pub fn overwritable(&self) -> Vec<usize> {
+        let n = (self.rows * self.cols) as u64;
+        (0..self.inputs.len())
+            .filter(|&i| {
+                let (m, t) = (&self.inputs[i], &self.input_types[i]);
+                t.dtype == DType::F32
+                    && t.num_elements() == Some(n)
+                    && !m.materialize
+                    && m.col_stride == 1
+                    && (self.rows == 1 || m.row_stride == self.cols as i64)
+            })
+            .collect()
+    }
+}
+
+impl LoopPlan {
+    /// Whether step `i` is at most zero wherever it is not NaN: `x - max(x)` along the row
+    /// (softmax's shift: no element exceeds the row's maximum, and the rounded difference
+    /// keeps the sign), or `-|x|`. An exponential of it cannot overflow.
+    pub fn at_most_zero(&self, i: usize) -> bool {
+        let strip = |mut i: usize| {
+            while let Step::Unary(Op::Broadcast | Op::Identity, a) = self.steps[i] {
+                i = a;
+            }
+            i
+        };
+        let same = |a: usize, b: usize| {
+            let (a, b) = (strip(a), strip(b));
+            a == b || matches!((&self.steps[a], &self.steps[b]), (Step::Input(x), Step::Input(y)) if x == y)
+        };
+        match self.steps[strip(i)] {
+            Step::Binary(Op::Sub, a, m) => {
+                matches!(self.steps[strip(m)], Step::Reduce(Op::ReduceMax, x) if same(x, a))
+            }
+            Step::Unary(Op::Neg, a) => matches!(self.steps[strip(a)], Step::Unary(Op::Abs, _)),
+            _ => false,
+        }
+    }
+}
+
 /// The f32 ops a loop kernel computes.
 pub fn supported(op: Op) -> bool {
     matches!(

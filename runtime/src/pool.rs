@@ -1,0 +1,86 @@
+//! A session's recycled tensor buffers. Values a step no longer needs give their buffers back
+//! here, and compiled kernels take their outputs from here. So once a step has run, the next
+//! one finds every buffer it needs and allocates none. The allocator would reuse the memory
+//! too, but it may hand large blocks back to the system between steps, and the next step would
+//! then fault in and clear fresh pages.
+//!
+//! Only f32 buffers are kept: the compiled kernels take no others. A buffer is kept only while
+//! the pool holds fewer buffers of its length than kernels have ever asked for and not found.
+//! So the pool never holds more than the most that one step had in use at once, and a length
+//! that no kernel asks for (the output of a reference kernel, say) is never kept.
+
+use crate::Tensor;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+/// Recycled f32 buffers by length.
+#[derive(Debug, Default)]
+pub struct BufferPool {
+    inner: Mutex<Pooled>,
+}
+
+#[derive(Debug, Default)]
+struct Pooled {
+    free: HashMap<usize, Vec<Vec<f32>>>,
+    /// By length: how many buffers kernels asked for and did not find (so had allocated).
+    missed: HashMap<usize, usize>,
+    stats: PoolStats,
+}
+
+/// What a pool has done so far.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PoolStats {
+    /// Buffers handed out from the pool.
+    pub reused: u64,
+    /// Buffers allocated because the pool had none of that length.
+    pub allocated: u64,
+    /// Buffers given back and kept.
+    pub kept: u64,
+}
+
+impl BufferPool {
+    /// A buffer with room for `len` elements and length 0: a recycled one when there is one.
+    pub fn take_f32(&self, len: usize) -> Vec<f32> {
+        let mut p = crate::wait::lock(&self.inner);
+        if let Some(mut v) = p.free.get_mut(&len).and_then(Vec::pop) {
+            p.stats.reused += 1;
+            v.clear();
+            return v;
+        }
+        p.stats.allocated += 1;
+        *p.missed.entry(len).or_default() += 1;
+        drop(p);
+        Vec::with_capacity(len)
+    }
+
+    /// Takes back a tensor nobody else holds, if its buffer is one kernels ask for; otherwise
+    /// it is simply dropped.
+    pub fn give(&self, t: Arc<Tensor>) {
+        if let Ok(Tensor::F32(a)) = Arc::try_unwrap(t) {
+            self.give_f32(a);
+        }
+    }
+
+    /// Takes back an array's buffer, when the array owns exactly its elements.
+    pub fn give_f32(&self, a: ndarray::ArrayD<f32>) {
+        let len = a.len();
+        if len == 0 {
+            return;
+        }
+        let (v, offset) = a.into_raw_vec_and_offset();
+        if v.len() != len || offset.unwrap_or(0) != 0 {
+            return;
+        }
+        let mut p = crate::wait::lock(&self.inner);
+        let wanted = p.missed.get(&len).copied().unwrap_or(0);
+        let free = p.free.entry(len).or_default();
+        if free.len() < wanted {
+            free.push(v);
+            p.stats.kept += 1;
+        }
+    }
+
+    pub fn stats(&self) -> PoolStats {
+        crate::wait::lock(&self.inner).stats
+    }
+}
