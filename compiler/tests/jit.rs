@@ -248,6 +248,31 @@ fn nan_and_inf_inputs_behave_as_in_the_interpreter() {
 }
 
 #[test]
+fn max_and_min_rows_propagate_nan_from_any_column() {
+    // 37 columns: two vector chains, a vector tail and a scalar tail; a NaN in each of them,
+    // and a row of signed zeros and infinities.
+    // A kernel's results have the row's full shape, so the reductions reach them through a
+    // subtraction: a NaN the reduction dropped would leave the row's other elements finite.
+    let text = "graph @g(%x: f32[6,37]) -> (y: f32[6,37]) {\n  %hi = reduce_max %x {axes = [-1], keep_dims = true} : f32[6,1]\n  %lo = reduce_min %x {axes = [-1], keep_dims = true} : f32[6,1]\n  %a = sub %x, %hi : f32[6,37]\n  %b = sub %x, %lo : f32[6,37]\n  %y = add %a, %b : f32[6,37]\n  return %y\n}\n";
+    let m = parse_module(text).unwrap();
+    let nan_at = [0, 5, 33, 36];
+    let xs: Vec<f32> = (0..6 * 37)
+        .map(|i| {
+            let (r, c) = (i / 37, i % 37);
+            match r {
+                _ if r < 4 && c == nan_at[r] => f32::NAN,
+                4 => [0.0, -0.0, f32::INFINITY, f32::NEG_INFINITY][c % 4],
+                _ => ((i as f32) * 0.77).sin() * 5.0,
+            }
+        })
+        .collect();
+    let x = Arc::new(Tensor::F32(ndarray::Array::from_shape_vec(vec![6, 37], xs).unwrap()));
+    let feeds = vec![("x".to_string(), x)];
+    // One kernel: both reductions and the arithmetic.
+    assert_eq!(compare(&optimize(&m), "max/min", Some(&feeds)), 1);
+}
+
+#[test]
 fn softmax_over_extreme_rows_matches_the_interpreter() {
     // Its exponential of x - max(x) is the non-positive one: rows that reach far below the
     // maximum (denormal and zero exponentials), infinities and NaN.

@@ -362,22 +362,39 @@ fn reduce_row(
     let Step::Reduce(op, arg) = plan.steps[ri] else { unreachable!("reduces point at Reduce steps") };
     let cols = plan.cols as i64;
     let sum = matches!(op, Op::ReduceSum | Op::ReduceMean);
-    let (acc_lo, acc_hi, acc_v) = (b.declare_var(types::F64X2), b.declare_var(types::F64X2), b.declare_var(F32X4));
+    let max = op == Op::ReduceMax;
+    // Two of each vector accumulator, one per vector of a loop iteration, so that the two
+    // dependency chains overlap. Sums accumulate in f64 (a low and a high half per vector),
+    // like the reference kernels. A max or min keeps its NaN lanes apart: the compare-select
+    // below is one maxps/minps on x86-64 but drops NaN, which the reference propagates.
+    const CHAINS: usize = 2;
+    let vars = |b: &mut FunctionBuilder<'_>, ty: Type| (0..CHAINS).map(|_| b.declare_var(ty)).collect::<Vec<_>>();
+    let (acc_lo, acc_hi) = (vars(b, types::F64X2), vars(b, types::F64X2));
+    let (acc_v, nan_v) = (vars(b, F32X4), vars(b, types::I32X4));
     let acc_s = b.declare_var(if sum { types::F64 } else { F32 });
     if sum {
         let z = b.ins().f64const(0.0);
         let zv = b.ins().splat(types::F64X2, z);
-        b.def_var(acc_lo, zv);
-        b.def_var(acc_hi, zv);
+        for c in 0..CHAINS {
+            b.def_var(acc_lo[c], zv);
+            b.def_var(acc_hi[c], zv);
+        }
         b.def_var(acc_s, z);
     } else {
-        let init = if op == Op::ReduceMax { f32::NEG_INFINITY } else { f32::INFINITY };
+        let init = if max { f32::NEG_INFINITY } else { f32::INFINITY };
         let s = b.ins().f32const(init);
         let v = b.ins().splat(F32X4, s);
-        b.def_var(acc_v, v);
+        let zero = b.ins().iconst(types::I32, 0);
+        let none = b.ins().splat(types::I32X4, zero);
+        for c in 0..CHAINS {
+            b.def_var(acc_v[c], v);
+            b.def_var(nan_v[c], none);
+        }
         b.def_var(acc_s, s);
     }
+    let le = MemFlags::new().with_endianness(Endianness::Little);
     let done = b.create_block();
+    let mut vectors = 0;
     col_loop(b, cols, done, |b, j, lanes| {
         let byte = b.ins().ishl_imm(j, 2);
         let vals = body(b, plan, row, byte, Lanes { n: lanes, fma }, math, &[arg]);
@@ -385,10 +402,11 @@ fn reduce_row(
         if let Some(at) = row.slot(b, plan, arg, byte) {
             b.ins().store(MemFlags::trusted(), x, at, 0);
         }
-        match (lanes, sum) {
-            (4, true) => {
+        if lanes == 4 {
+            let c = vectors % CHAINS;
+            vectors += 1;
+            if sum {
                 let lo = b.ins().fvpromote_low(x);
-                let le = MemFlags::new().with_endianness(Endianness::Little);
                 let bytes = b.ins().bitcast(types::I8X16, le, x);
                 let mask = b.func.dfg.immediates.push(cranelift_codegen::ir::ConstantData::from(
                     [8u8, 9, 10, 11, 12, 13, 14, 15, 8, 9, 10, 11, 12, 13, 14, 15].as_slice(),
@@ -396,38 +414,52 @@ fn reduce_row(
                 let high = b.ins().shuffle(bytes, bytes, mask);
                 let high = b.ins().bitcast(F32X4, le, high);
                 let hi = b.ins().fvpromote_low(high);
-                let a = b.use_var(acc_lo);
+                let a = b.use_var(acc_lo[c]);
                 let a = b.ins().fadd(a, lo);
-                b.def_var(acc_lo, a);
-                let a = b.use_var(acc_hi);
+                b.def_var(acc_lo[c], a);
+                let a = b.use_var(acc_hi[c]);
                 let a = b.ins().fadd(a, hi);
-                b.def_var(acc_hi, a);
+                b.def_var(acc_hi[c], a);
+            } else {
+                let a = b.use_var(acc_v[c]);
+                // `a < x ? x : a` and `x < a ? x : a`: the forms Cranelift matches to one
+                // maxps / minps.
+                let better =
+                    if max { b.ins().fcmp(FloatCC::LessThan, a, x) } else { b.ins().fcmp(FloatCC::LessThan, x, a) };
+                let a = choose(b, better, x, a, 4);
+                b.def_var(acc_v[c], a);
+                let unordered = b.ins().fcmp(FloatCC::Unordered, x, x);
+                let unordered = b.ins().bitcast(types::I32X4, le, unordered);
+                let n = b.use_var(nan_v[c]);
+                let n = b.ins().bor(n, unordered);
+                b.def_var(nan_v[c], n);
             }
-            (4, false) => {
-                let a = b.use_var(acc_v);
-                let a = if op == Op::ReduceMax { b.ins().fmax(a, x) } else { b.ins().fmin(a, x) };
-                b.def_var(acc_v, a);
-            }
-            _ => {
-                let a = b.use_var(acc_s);
-                let a = match op {
-                    Op::ReduceMax => b.ins().fmax(a, x),
-                    Op::ReduceMin => b.ins().fmin(a, x),
-                    _ => {
-                        let x = b.ins().fpromote(types::F64, x);
-                        b.ins().fadd(a, x)
-                    }
-                };
-                b.def_var(acc_s, a);
-            }
+        } else {
+            let a = b.use_var(acc_s);
+            let a = match op {
+                Op::ReduceMax => b.ins().fmax(a, x),
+                Op::ReduceMin => b.ins().fmin(a, x),
+                _ => {
+                    let x = b.ins().fpromote(types::F64, x);
+                    b.ins().fadd(a, x)
+                }
+            };
+            b.def_var(acc_s, a);
         }
     });
-    // Fold the lanes.
+    // Fold the chains and the lanes.
     b.switch_to_block(done);
     let s = b.use_var(acc_s);
     if sum {
-        let (lo, hi) = (b.use_var(acc_lo), b.use_var(acc_hi));
-        let v = b.ins().fadd(lo, hi);
+        let mut v = b.use_var(acc_lo[0]);
+        for c in 0..CHAINS {
+            let hi = b.use_var(acc_hi[c]);
+            v = b.ins().fadd(v, hi);
+            if c > 0 {
+                let lo = b.use_var(acc_lo[c]);
+                v = b.ins().fadd(v, lo);
+            }
+        }
         let x0 = b.ins().extractlane(v, 0);
         let x1 = b.ins().extractlane(v, 1);
         let t = b.ins().fadd(x0, x1);
@@ -438,13 +470,23 @@ fn reduce_row(
         }
         b.ins().fdemote(F32, total)
     } else {
-        let v = b.use_var(acc_v);
         let mut acc = s;
-        for lane in 0..4 {
-            let x = b.ins().extractlane(v, lane);
-            acc = if op == Op::ReduceMax { b.ins().fmax(acc, x) } else { b.ins().fmin(acc, x) };
+        let mut nan = None;
+        for c in 0..CHAINS {
+            let v = b.use_var(acc_v[c]);
+            for lane in 0..4 {
+                let x = b.ins().extractlane(v, lane);
+                acc = if max { b.ins().fmax(acc, x) } else { b.ins().fmin(acc, x) };
+            }
+            let n = b.use_var(nan_v[c]);
+            nan = Some(match nan {
+                Some(m) => b.ins().bor(m, n),
+                None => n,
+            });
         }
-        acc
+        let any_nan = b.ins().vany_true(nan.expect("at least one chain"));
+        let qnan = b.ins().f32const(f32::NAN);
+        b.ins().select(any_nan, qnan, acc)
     }
 }
 
