@@ -273,6 +273,27 @@ fn max_and_min_rows_propagate_nan_from_any_column() {
 }
 
 #[test]
+fn row_reductions_are_kernel_results() {
+    // Reductions as results of their own (one value per row) beside full-shape ones, alone
+    // and fused; 37 columns reach every part of the column loop.
+    let text = "graph @g(%x: f32[7,37]) -> (d: f32[7,37], mean: f32[7,1], ss: f32[7,1], hi: f32[7,1], lo: f32[7,1]) {
+  %mean = reduce_mean %x {axes = [-1], keep_dims = true} : f32[7,1]
+  %d = sub %x, %mean : f32[7,37]
+  %sq = mul %d, %d : f32[7,37]
+  %ss = reduce_sum %sq {axes = [-1], keep_dims = true} : f32[7,1]
+  %hi = reduce_max %x {axes = [-1], keep_dims = true} : f32[7,1]
+  %nx = neg %x : f32[7,37]
+  %lo = reduce_min %nx {axes = [1], keep_dims = true} : f32[7,1]
+  return %d, %mean, %ss, %hi, %lo
+}
+";
+    let m = parse_module(text).unwrap();
+    assert_eq!(compare(&m, "as written", None), 7, "every node is a kernel");
+    assert!(compare(&optimize(&m), "fused", None) >= 2);
+    assert!(compare_per_node(&optimize(&m), "fused per node") >= 2);
+}
+
+#[test]
 fn softmax_over_extreme_rows_matches_the_interpreter() {
     // Its exponential of x - max(x) is the non-positive one: rows that reach far below the
     // maximum (denormal and zero exponentials), infinities and NaN.

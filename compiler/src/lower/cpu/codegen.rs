@@ -219,7 +219,12 @@ fn emit(
         })
         .collect();
     let out_off = b.ins().imul_imm(r, cols * 4);
-    let out_base: Vec<Value> = out_ptrs.iter().map(|&p| b.ins().iadd(p, out_off)).collect();
+    let row_off = b.ins().imul_imm(r, 4);
+    let out_base: Vec<Value> = out_ptrs
+        .iter()
+        .zip(&plan.per_row)
+        .map(|(&p, &per_row)| b.ins().iadd(p, if per_row { row_off } else { out_off }))
+        .collect();
     let mut row =
         Row { in_base: &in_base, uniform: HashMap::new(), recip: HashMap::new(), stored: Vec::new(), scratch };
     let masks = super::plan::mask_steps(&plan.steps).expect("planned steps are typed");
@@ -235,17 +240,30 @@ fn emit(
         }
         hoist_uniform(b, plan, &mut row, &masks, math, fma);
     }
-    // The last pass: the results.
-    let row_next = b.create_block();
-    col_loop(b, cols, row_next, |b, j, l| {
-        let l = Lanes { n: l, fma };
-        let byte = b.ins().ishl_imm(j, 2);
-        let vals = body(b, plan, &row, byte, l, math, &plan.results);
-        for (k, &i) in plan.results.iter().enumerate() {
-            let at = b.ins().iadd(out_base[k], byte);
-            b.ins().store(MemFlags::trusted(), vals[i].expect("results are computed"), at, 0);
+    // Results with one value per row, then a last pass for the full ones.
+    for (k, &i) in plan.results.iter().enumerate() {
+        if plan.per_row[k] {
+            let v = *row.uniform.get(&i).expect("planned per-row results are row values");
+            b.ins().store(MemFlags::trusted(), v, out_base[k], 0);
         }
-    });
+    }
+    let full: Vec<(usize, usize)> =
+        plan.results.iter().enumerate().filter(|&(k, _)| !plan.per_row[k]).map(|(k, &i)| (k, i)).collect();
+    let row_next = b.create_block();
+    if full.is_empty() {
+        b.ins().jump(row_next, &[]);
+    } else {
+        let wanted: Vec<usize> = full.iter().map(|&(_, i)| i).collect();
+        col_loop(b, cols, row_next, |b, j, l| {
+            let l = Lanes { n: l, fma };
+            let byte = b.ins().ishl_imm(j, 2);
+            let vals = body(b, plan, &row, byte, l, math, &wanted);
+            for &(k, i) in &full {
+                let at = b.ins().iadd(out_base[k], byte);
+                b.ins().store(MemFlags::trusted(), vals[i].expect("results are computed"), at, 0);
+            }
+        });
+    }
 
     b.switch_to_block(row_next);
     let next = b.ins().iadd_imm(r, 1);

@@ -140,11 +140,13 @@ fn f32_input<'t>(
     })
 }
 
-fn to_tensors(outs: Vec<Vec<f32>>, out: &graphc_ir::TensorType) -> Result<Vec<Tensor>, String> {
-    let shape: Vec<usize> = out.shape.iter().map(|&d| d as usize).collect();
-    outs.into_iter()
-        .map(|v| ndarray::ArrayD::from_shape_vec(shape.clone(), v).map(Tensor::F32).map_err(|e| e.to_string()))
-        .collect()
+fn to_tensor(v: Vec<f32>, ty: &graphc_ir::TensorType) -> Result<Tensor, String> {
+    let shape: Vec<usize> = ty.shape.iter().map(|&d| d as usize).collect();
+    ndarray::ArrayD::from_shape_vec(shape, v).map(Tensor::F32).map_err(|e| e.to_string())
+}
+
+fn to_tensors(outs: Vec<Vec<f32>>, ty: &graphc_ir::TensorType) -> Result<Vec<Tensor>, String> {
+    outs.into_iter().map(|v| to_tensor(v, ty)).collect()
 }
 
 /// Row ranges for the calling thread alone, or a few per worker thread. A kernel called on a
@@ -178,6 +180,10 @@ fn run_loop(p: &LoopPlan, entry: &entry::Entry, operands: &mut Operands<'_>) -> 
     let mut over: Vec<Option<usize>> = vec![None; p.inputs.len()];
     let mut outs: Vec<Vec<f32>> = Vec::with_capacity(p.results.len());
     for k in 0..p.results.len() {
+        if p.per_row[k] {
+            outs.push(operands.alloc_f32(p.rows));
+            continue;
+        }
         let taken = candidates.iter().filter(|&&i| over[i].is_none()).find_map(|&i| Some((i, operands.take_f32(i)?)));
         outs.push(match taken {
             Some((i, v)) if v.len() == n => {
@@ -215,8 +221,13 @@ fn run_loop(p: &LoopPlan, entry: &entry::Entry, operands: &mut Operands<'_>) -> 
         for_blocks(&blocks, |r0, r1| with_scratch(scratch, |s| entry.call(&ptrs, r0, r1, s)));
     }
     // Every row has run, so every element of every output is written.
-    entry::filled(&mut outs, n);
-    to_tensors(outs, &p.out)
+    outs.into_iter()
+        .enumerate()
+        .map(|(k, mut v)| {
+            entry::filled(std::slice::from_mut(&mut v), if p.per_row[k] { p.rows } else { n });
+            to_tensor(v, &p.result_type(k))
+        })
+        .collect()
 }
 
 /// Runs `f` with `len` elements of this thread's scratch row buffer, which lives as long as

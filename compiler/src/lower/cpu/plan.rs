@@ -56,6 +56,9 @@ pub struct LoopPlan {
     pub steps: Vec<Step>,
     /// Which step values are the kernel's results, in order.
     pub results: Vec<usize>,
+    /// Per result: one value per row (a reduction, or what follows from row values; of the
+    /// output's type with the last axis 1) rather than the full output.
+    pub per_row: Vec<bool>,
     /// The steps that reduce each row, in order: a kernel makes one pass over the row for
     /// each (with the row in cache), and a last pass for the results.
     pub reduces: Vec<usize>,
@@ -66,7 +69,18 @@ pub struct LoopPlan {
 }
 
 impl LoopPlan {
-    /// The inputs a result may be written over, should this be their last use: f32 inputs
+    /// The type of result `k`.
+    pub fn result_type(&self, k: usize) -> TensorType {
+        let mut t = self.out.clone();
+        if self.per_row[k] {
+            if let Some(last) = t.shape.last_mut() {
+                *last = 1;
+            }
+        }
+        t
+    }
+
+    /// The inputs a full result may be written over, should this be their last use: f32 inputs
     /// read element for element in the output's own layout. The kernel reads every element of
     /// them before it writes that element (the reduction passes only read, and the last pass
     /// loads all it needs of a column block before it stores it).
@@ -83,9 +97,7 @@ impl LoopPlan {
             })
             .collect()
     }
-}
 
-impl LoopPlan {
     /// Whether step `i` is at most zero wherever it is not NaN: `x - max(x)` along the row
     /// (softmax's shift: no element exceeds the row's maximum, and the rounded difference
     /// keeps the sign), or `-|x|`. An exponential of it cannot overflow.
@@ -150,8 +162,9 @@ pub fn supported(op: Op) -> bool {
     )
 }
 
-/// The plan for node `n` of `g`: a `fusion` whose kernel is elementwise, or a lone
-/// elementwise op. `None` for anything else, which the interpreter keeps.
+/// The plan for node `n` of `g`: a `fusion` whose kernel is elementwise (with row
+/// reductions), or a lone elementwise op or reduction along the last axis. `None` for
+/// anything else, which the interpreter keeps.
 pub fn plan(g: &Graph, n: Node) -> Option<LoopPlan> {
     let nd = &g.nodes[n];
     match nd.op {
@@ -159,9 +172,7 @@ pub fn plan(g: &Graph, n: Node) -> Option<LoopPlan> {
             let r: Region = nd.regions[0];
             build(g, &g.regions[r].params, &g.regions[r].nodes, &g.regions[r].yields, false)
         }
-        op if op != Op::Constant && supported(op) && !is_reduction(op) => {
-            build(g, &nd.operands, &[n], &nd.results, false)
-        }
+        op if op != Op::Constant && supported(op) => build(g, &nd.operands, &[n], &nd.results, false),
         _ => None,
     }
 }
@@ -223,6 +234,9 @@ pub fn matmul_plan(g: &Graph, node: Node) -> Option<MatMulPlan> {
         let mut inputs = vec![md.results[0]];
         inputs.extend(used.iter().map(|&i| operands[i]));
         let p = build(g, &inputs, rest, yields, true)?;
+        if p.per_row.contains(&true) {
+            return None;
+        }
         Some((p, used))
     };
     Some(MatMulPlan { m, k, n, lhs, rhs, epilogue })
@@ -232,13 +246,31 @@ pub fn matmul_plan(g: &Graph, node: Node) -> Option<MatMulPlan> {
 /// `by_rows`, over the output's own rows (as a matmul epilogue must be) rather than blocks.
 fn build(g: &Graph, inputs: &[Value], nodes: &[Node], yields: &[Value], by_rows: bool) -> Option<LoopPlan> {
     let tensor = |v: Value| g.values[v].ty.as_tensor().cloned();
-    let out = tensor(*yields.first()?)?;
+    // The shape iterated: what the reductions reduce, or else the results'.
+    let reduced = nodes.iter().find(|&&m| is_reduction(g.nodes[m].op)).map(|&m| g.nodes[m].operands[0]);
+    let out = tensor(reduced.unwrap_or(*yields.first()?))?;
     if out.dtype != DType::F32 || out.num_elements()? == 0 {
         return None;
     }
-    // Every result is a full f32 tensor of the output shape.
-    if yields.iter().any(|&r| tensor(r).as_ref() != Some(&out)) {
-        return None;
+    // Every result is an f32 tensor of the output shape, or (with reductions) one value per
+    // row of it.
+    let row_type = reduced.map(|_| {
+        let mut shape = out.shape.clone();
+        if let Some(last) = shape.last_mut() {
+            *last = 1;
+        }
+        TensorType::new(DType::F32, shape)
+    });
+    let mut per_row = Vec::with_capacity(yields.len());
+    for &r in yields {
+        let t = tensor(r)?;
+        per_row.push(if t == out {
+            false
+        } else if Some(&t) == row_type.as_ref() {
+            true
+        } else {
+            return None;
+        });
     }
     let mut steps = Vec::new();
     let mut input_types = Vec::new();
@@ -272,7 +304,29 @@ fn build(g: &Graph, inputs: &[Value], nodes: &[Node], yields: &[Value], by_rows:
         return None;
     }
     let (inputs, rows, cols) = layout(&out, &input_types, by_rows || !reduces.is_empty())?;
-    Some(LoopPlan { out, rows, cols, inputs, input_types, steps, results, reduces, cached })
+    // A per-row result must be one the kernel computes once per row.
+    let uniform = row_steps(&steps, &inputs, &masks);
+    if results.iter().zip(&per_row).any(|(&i, &p)| p && !uniform[i]) {
+        return None;
+    }
+    Some(LoopPlan { out, rows, cols, inputs, input_types, steps, results, per_row, reduces, cached })
+}
+
+/// Which steps have one value per row that a kernel computes once per row, when the row
+/// values are hoisted (codegen's `hoist_uniform` follows the same rule): the reductions,
+/// inputs read once per row, and f32 steps of those and constants.
+pub fn row_steps(steps: &[Step], inputs: &[InputMap], masks: &[bool]) -> Vec<bool> {
+    let mut uniform: Vec<bool> = Vec::with_capacity(steps.len());
+    for (i, step) in steps.iter().enumerate() {
+        let u = match *step {
+            Step::Reduce(..) => true,
+            Step::Input(k) => inputs[k].col_stride == 0,
+            Step::Const(_) => false,
+            _ => !masks[i] && step.operands().iter().all(|&a| uniform[a] || matches!(steps[a], Step::Const(_))),
+        };
+        uniform.push(u);
+    }
+    uniform
 }
 
 /// The reduction operands worth keeping for the passes after their own: those read again
