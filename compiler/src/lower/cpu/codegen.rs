@@ -732,8 +732,14 @@ fn decay(b: &mut FunctionBuilder<'_>, memo: &mut HashMap<usize, Decay>, a: usize
     if let Some(&d) = memo.get(&a) {
         return d;
     }
-    let ax = b.ins().fabs(x);
-    let n = b.ins().fneg(ax);
+    // -|x| by setting the sign bit: one or with the mask copysign also uses, where fabs and
+    // fneg each build a mask of their own.
+    let (ity, fty) = if l.n == 4 { (types::I32X4, F32X4) } else { (types::I32, F32) };
+    let le = MemFlags::new().with_endianness(Endianness::Little);
+    let xi = b.ins().bitcast(ity, le, x);
+    let sign = sign_mask(b, l);
+    let n = b.ins().bor(xi, sign);
+    let n = b.ins().bitcast(fty, le, n);
     let d = exp_nonpositive(b, n, l);
     memo.insert(a, d);
     d
@@ -785,14 +791,23 @@ fn tanh(b: &mut FunctionBuilder<'_>, x: Value, d: Decay, l: Lanes) -> Value {
 fn copysign(b: &mut FunctionBuilder<'_>, t: Value, x: Value, l: Lanes) -> Value {
     let (ity, fty) = if l.n == 4 { (types::I32X4, F32X4) } else { (types::I32, F32) };
     let le = MemFlags::new().with_endianness(Endianness::Little);
-    let sign = b.ins().iconst(types::I32, i64::from(i32::MIN));
-    let sign = if l.n == 4 { b.ins().splat(types::I32X4, sign) } else { sign };
+    let sign = sign_mask(b, l);
     let ti = b.ins().bitcast(ity, le, t);
     let xi = b.ins().bitcast(ity, le, x);
     let magnitude = b.ins().band_not(ti, sign);
     let xs = b.ins().band(xi, sign);
     let r = b.ins().bor(magnitude, xs);
     b.ins().bitcast(fty, le, r)
+}
+
+/// The f32 sign bit in each lane, as integers.
+fn sign_mask(b: &mut FunctionBuilder<'_>, l: Lanes) -> Value {
+    let sign = b.ins().iconst(types::I32, i64::from(i32::MIN));
+    if l.n == 4 {
+        b.ins().splat(types::I32X4, sign)
+    } else {
+        sign
+    }
 }
 
 /// `mask ? x : y` per lane, for a comparison's result.
