@@ -366,9 +366,10 @@ fn hoist_uniform(
 
 /// A pass over a row folding reduction `ri`'s operand into one f32 (storing the operand in
 /// the scratch row when later passes read it). Sums (and means) accumulate in f64, as the
-/// reference kernels do: two f64x2 accumulators for the vector part and one f64 for the
-/// tail. Max and min fold f32x4 lanes (NaN-propagating) and then the lanes. Leaves the
-/// builder in the block after the pass.
+/// reference kernels do: f64x2 accumulators (a low and a high half) for the vector part and
+/// one f64 for the tail. Max and min fold f32x4 lanes and then the lanes, NaN-propagating.
+/// The vector part alternates between two chains of accumulators. Leaves the builder in the
+/// block after the pass.
 fn reduce_row(
     b: &mut FunctionBuilder<'_>,
     plan: &LoopPlan,
