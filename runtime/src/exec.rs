@@ -168,9 +168,10 @@ impl<'a> Interp<'a> {
         l.dead_after(n).iter().copied().filter(|v| !self.retained.contains(v)).collect()
     }
 
-    /// Drops a dead value; a tensor's buffer goes to the pool when nothing else holds it.
+    /// Drops a dead value; a tensor's buffer goes to the pool when nothing else holds it and
+    /// compiled kernels may want it.
     fn release(&self, v: Option<RtValue>) {
-        if let Some(RtValue::Tensor(t)) = v {
+        if let (Some(RtValue::Tensor(t)), Some(_)) = (v, self.compiled) {
             self.pool.give(t);
         }
     }
