@@ -157,7 +157,7 @@ struct Row<'a> {
     in_base: &'a [Value],
     uniform: HashMap<usize, Value>,
     /// For uniform divisors: (r1, r2) with x / d = (x r1) r2, r2 a power of two.
-    recip: HashMap<usize, (Value, Value)>,
+    recip: HashMap<usize, (Value, Option<Value>)>,
     stored: Vec<usize>,
     scratch: Value,
 }
@@ -348,8 +348,14 @@ fn hoist_uniform(
             continue;
         }
         let Some(&den) = row.uniform.get(&d) else { continue };
-        let scale = b.ins().f32const(18_446_744_073_709_551_616.0);
         let one = b.ins().f32const(1.0);
+        if plan.at_least_one(d) {
+            // Softmax's sum: 1 or more (or NaN), so its reciprocal is a normal number.
+            let r1 = b.ins().fdiv(one, den);
+            row.recip.insert(d, (r1, None));
+            continue;
+        }
+        let scale = b.ins().f32const(18_446_744_073_709_551_616.0);
         let zero = b.ins().f32const(0.0);
         let tiny = b.ins().f32const(f32::MIN_POSITIVE);
         let mag = b.ins().fabs(den);
@@ -359,7 +365,7 @@ fn hoist_uniform(
         let scaled = b.ins().fmul(den, scale);
         let den = b.ins().select(subnormal, scaled, den);
         let r1 = b.ins().fdiv(one, den);
-        let r2 = b.ins().select(subnormal, scale, one);
+        let r2 = Some(b.ins().select(subnormal, scale, one));
         row.recip.insert(d, (r1, r2));
     }
 }
@@ -611,9 +617,15 @@ fn body(
                     Op::Mul => V::F(b.ins().fmul(x, y)),
                     Op::Div => match row.recip.get(&c) {
                         Some(&(r1, r2)) => {
-                            let (r1, r2) = (splat(b, r1), splat(b, r2));
+                            let r1 = splat(b, r1);
                             let p = b.ins().fmul(x, r1);
-                            V::F(b.ins().fmul(p, r2))
+                            V::F(match r2 {
+                                Some(r2) => {
+                                    let r2 = splat(b, r2);
+                                    b.ins().fmul(p, r2)
+                                }
+                                None => p,
+                            })
                         }
                         None => V::F(b.ins().fdiv(x, y)),
                     },

@@ -98,6 +98,13 @@ impl LoopPlan {
             .collect()
     }
 
+    /// Whether step `i` is at least 1 wherever it is not NaN: a row sum of exponentials of
+    /// `x - max(x)` (softmax's denominator), which has a term exp(0) = 1 and none below 0.
+    pub fn at_least_one(&self, i: usize) -> bool {
+        let Step::Reduce(Op::ReduceSum, e) = self.steps[i] else { return false };
+        matches!(self.steps[e], Step::Unary(Op::Exp, a) if matches!(self.steps[a], Step::Binary(Op::Sub, ..)) && self.at_most_zero(a))
+    }
+
     /// Whether step `i` is at most zero wherever it is not NaN: `x - max(x)` along the row
     /// (softmax's shift: no element exceeds the row's maximum, and the rounded difference
     /// keeps the sign), or `-|x|`. An exponential of it cannot overflow.
