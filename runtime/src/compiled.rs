@@ -78,10 +78,7 @@ impl<'a> Operands<'a> {
 
     /// Gives a buffer the kernel no longer needs (a temporary) back to the pool.
     pub fn recycle_f32(&self, v: Vec<f32>) {
-        let n = v.len();
-        if let Ok(a) = ndarray::ArrayD::from_shape_vec(ndarray::IxDyn(&[n]), v) {
-            self.pool.give_f32(a);
-        }
+        self.pool.give_vec(v);
     }
 
     /// The operands back, for a kernel that did not run.

@@ -64,11 +64,16 @@ impl BufferPool {
     /// Takes back an array's buffer, when the array owns exactly its elements.
     pub fn give_f32(&self, a: ndarray::ArrayD<f32>) {
         let len = a.len();
-        if len == 0 {
-            return;
-        }
         let (v, offset) = a.into_raw_vec_and_offset();
-        if v.len() != len || offset.unwrap_or(0) != 0 {
+        if v.len() == len && offset.unwrap_or(0) == 0 {
+            self.give_vec(v);
+        }
+    }
+
+    /// Takes back a buffer of `v.len()` elements, if kernels ask for that length.
+    pub fn give_vec(&self, v: Vec<f32>) {
+        let len = v.len();
+        if len == 0 {
             return;
         }
         let mut p = crate::wait::lock(&self.inner);

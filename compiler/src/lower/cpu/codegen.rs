@@ -227,8 +227,7 @@ fn emit(
         .collect();
     let mut row =
         Row { in_base: &in_base, uniform: HashMap::new(), recip: HashMap::new(), stored: Vec::new(), scratch };
-    let masks = super::plan::mask_steps(&plan.steps).expect("planned steps are typed");
-    hoist_uniform(b, plan, &mut row, &masks, math, fma);
+    hoist_uniform(b, plan, &mut row, math, fma);
     // One pass per reduction, each seeing the ones before; the row stays in cache.
     for &ri in &plan.reduces {
         let v = reduce_row(b, plan, ri, &row, math, fma);
@@ -238,7 +237,7 @@ fn emit(
                 row.stored.push(arg);
             }
         }
-        hoist_uniform(b, plan, &mut row, &masks, math, fma);
+        hoist_uniform(b, plan, &mut row, math, fma);
     }
     // Results with one value per row, then a last pass for the full ones.
     for (k, &i) in plan.results.iter().enumerate() {
@@ -318,22 +317,17 @@ fn hoist_uniform(
     b: &mut FunctionBuilder<'_>,
     plan: &LoopPlan,
     row: &mut Row<'_>,
-    masks: &[bool],
     math: &HashMap<&'static str, cranelift_codegen::ir::FuncRef>,
     fma: bool,
 ) {
     let zero = b.ins().iconst(types::I64, 0);
     for (i, step) in plan.steps.iter().enumerate() {
-        if masks[i] || row.uniform.contains_key(&i) {
+        // Reductions get their values from their passes.
+        if !plan.row_values[i] || matches!(step, Step::Reduce(..)) || row.uniform.contains_key(&i) {
             continue;
         }
-        let ready = match *step {
-            Step::Input(k) => plan.inputs[k].col_stride == 0,
-            Step::Const(_) | Step::Reduce(..) => false,
-            _ => {
-                step.operands().iter().all(|&a| row.uniform.contains_key(&a) || matches!(plan.steps[a], Step::Const(_)))
-            }
-        };
+        let ready =
+            step.operands().iter().all(|&a| row.uniform.contains_key(&a) || matches!(plan.steps[a], Step::Const(_)));
         if ready {
             let v = body(b, plan, row, zero, Lanes { n: 1, fma }, math, &[i])[i].expect("the wanted step is computed");
             row.uniform.insert(i, v);

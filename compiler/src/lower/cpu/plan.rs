@@ -59,6 +59,10 @@ pub struct LoopPlan {
     /// Per result: one value per row (a reduction, or what follows from row values; of the
     /// output's type with the last axis 1) rather than the full output.
     pub per_row: Vec<bool>,
+    /// Per step: one value per row, computed once per row when the values it depends on
+    /// are known (the reductions, inputs read once per row, and f32 steps of those and
+    /// constants).
+    pub row_values: Vec<bool>,
     /// The steps that reduce each row, in order: a kernel makes one pass over the row for
     /// each (with the row in cache), and a last pass for the results.
     pub reduces: Vec<usize>,
@@ -312,17 +316,15 @@ fn build(g: &Graph, inputs: &[Value], nodes: &[Node], yields: &[Value], by_rows:
     }
     let (inputs, rows, cols) = layout(&out, &input_types, by_rows || !reduces.is_empty())?;
     // A per-row result must be one the kernel computes once per row.
-    let uniform = row_steps(&steps, &inputs, &masks);
-    if results.iter().zip(&per_row).any(|(&i, &p)| p && !uniform[i]) {
+    let row_values = row_steps(&steps, &inputs, &masks);
+    if results.iter().zip(&per_row).any(|(&i, &p)| p && !row_values[i]) {
         return None;
     }
-    Some(LoopPlan { out, rows, cols, inputs, input_types, steps, results, per_row, reduces, cached })
+    Some(LoopPlan { out, rows, cols, inputs, input_types, steps, results, per_row, row_values, reduces, cached })
 }
 
-/// Which steps have one value per row that a kernel computes once per row, when the row
-/// values are hoisted (codegen's `hoist_uniform` follows the same rule): the reductions,
-/// inputs read once per row, and f32 steps of those and constants.
-pub fn row_steps(steps: &[Step], inputs: &[InputMap], masks: &[bool]) -> Vec<bool> {
+/// Which steps have one value per row (`LoopPlan::row_values`).
+fn row_steps(steps: &[Step], inputs: &[InputMap], masks: &[bool]) -> Vec<bool> {
     let mut uniform: Vec<bool> = Vec::with_capacity(steps.len());
     for (i, step) in steps.iter().enumerate() {
         let u = match *step {
@@ -374,7 +376,7 @@ fn cached_steps(steps: &[Step], reduces: &[usize], results: &[usize]) -> Vec<usi
 }
 
 /// Which steps yield bools; `None` when a step gets a bool where it needs f32 or the reverse.
-pub fn mask_steps(steps: &[Step]) -> Option<Vec<bool>> {
+fn mask_steps(steps: &[Step]) -> Option<Vec<bool>> {
     let mut mask = Vec::with_capacity(steps.len());
     for step in steps {
         let m = match *step {
