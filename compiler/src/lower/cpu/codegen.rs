@@ -10,7 +10,9 @@
 //! and `sigmoid` are computed inline on all lanes (Cephes-style range reduction and
 //! polynomials, within a few ulp of libm); `log`, `erf` and `pow` call the Rust (libm)
 //! functions the reference kernels use, lane by lane. `GRAPHC_JIT_CLIF=1` prints each
-//! kernel's optimized Cranelift IR and `GRAPHC_JIT_DISASM=1` its machine code.
+//! kernel's optimized Cranelift IR and `GRAPHC_JIT_DISASM=1` its machine code;
+//! `GRAPHC_JIT_DUMP=DIR` writes each kernel's code bytes to `DIR/graphc_loop_N.bin`, which
+//! `benches/jit_profile.py` matches with `perf record` samples, instruction by instruction.
 
 use super::plan::{LoopPlan, Step};
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
@@ -108,6 +110,12 @@ impl Jit {
         self.module.define_function(id, &mut self.ctx).map_err(|e| format!("cranelift: {e:?}"))?;
         if std::env::var_os("GRAPHC_JIT_CLIF").is_some() {
             eprintln!("{}", self.ctx.func.display());
+        }
+        if let (Some(dir), Some(code)) = (std::env::var_os("GRAPHC_JIT_DUMP"), self.ctx.compiled_code()) {
+            let path = std::path::Path::new(&dir).join(format!("{name}.bin"));
+            if let Err(e) = std::fs::write(&path, code.code_buffer()) {
+                eprintln!("GRAPHC_JIT_DUMP: cannot write {}: {e}", path.display());
+            }
         }
         if let Some(vcode) = self.ctx.compiled_code().and_then(|c| c.vcode.as_ref()) {
             eprintln!("; {name}\n{vcode}");
