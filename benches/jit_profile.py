@@ -45,10 +45,16 @@ def main():
         total = sum(1 for line in script.stdout.splitlines() if line.strip())
         if not samples:
             sys.exit("no samples in JIT code (is the graph compiled? run `graphc bench` alone to check)")
+        # The map is cranelift-jit's, written because perf record ran it; read it and remove it.
+        map_path = f"/tmp/perf-{pid}.map"
+        if not os.path.exists(map_path):
+            sys.exit(f"{map_path} is missing: cranelift-jit writes it only under `perf record`")
         starts = {}
-        for line in open(f"/tmp/perf-{pid}.map"):
-            start, _, name = line.split()
-            starts[name] = int(start, 16)
+        with open(map_path) as f:
+            for line in f:
+                start, _, name = line.split()
+                starts[name] = int(start, 16)
+        os.remove(map_path)
         per_kernel = collections.Counter()
         for (name, _), n in samples.items():
             per_kernel[name] += n
