@@ -4,14 +4,16 @@
 Sets itself up: creates tests/onnx/.venv with onnx==1.22.0 (the last release whose wheel ships
 the node tests as files) on first use, builds graphc, then for every test in
 onnx/backend/test/data/node converts the inputs to .npy, runs
-`graphc run model.onnx --input NAME=PATH ... --out-dir DIR`, and compares each output (rtol
-1e-3, atol 1e-4 for floats; exact for ints and bools). Prints a per-op table and
-'N passed, N failed'.
+`graphc run model.onnx --backend B --input NAME=PATH ... --out-dir DIR`, and compares each
+output (rtol 1e-3, atol 1e-4 for floats; exact for ints and bools). It does so on every
+backend: the reference interpreter and the JIT (the default users get), each with its own
+per-op table and 'N passed, N failed' line.
 
 tests/onnx/passing.txt lists the tests that passed when it was last updated; a test on that
-list that fails now makes the run fail (exit 1). `--update` rewrites the list.
+list that fails now on any backend makes the run fail (exit 1). `--update` rewrites the list
+(from the interpreter's run: the JIT must then pass the same tests).
 
-Usage: python3 tests/onnx/conformance.py [--update] [--backend interp] [--filter SUBSTRING] [-v]
+Usage: python3 tests/onnx/conformance.py [--update] [--backend interp|jit] [--filter SUBSTRING] [-v]
 """
 
 import os
@@ -124,23 +126,11 @@ def run_test(graphc, test_dir, work, backend):
     return op, None
 
 
-def main():
-    ensure_venv()
-    import onnx
-
-    args = sys.argv[1:]
-    update = "--update" in args
-    verbose = "-v" in args
-    backend = args[args.index("--backend") + 1] if "--backend" in args else "interp"
-    flt = args[args.index("--filter") + 1] if "--filter" in args else ""
-    graphc = build_graphc()
-    node_dir = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "node")
-    tests = sorted(t for t in os.listdir(node_dir) if flt in t)
-    work = os.path.join(ROOT, "target", "onnx-conformance")
-    os.makedirs(work, exist_ok=True)
-
+def run_suite(graphc, node_dir, tests, work, backend, verbose):
+    """Runs every test on one backend; prints its table; returns (passed, {name: error})."""
     by_op = {}
     passed, failed = [], {}
+    print(f"== backend {backend}", flush=True)
     for i, name in enumerate(tests):
         op, err = run_test(graphc, os.path.join(node_dir, name), work, backend)
         stats = by_op.setdefault(op, [0, 0])
@@ -159,19 +149,39 @@ def main():
     for op in sorted(by_op):
         p, f = by_op[op]
         print(f"{op:<32} {p:>7} {f:>7}")
-    print(f"\n{len(passed)} passed, {len(failed)} failed")
 
     reasons = {}
     for err in failed.values():
         key = err.split(":", 2)[-1].strip()[:90] if "not supported" in err else err[:90]
         reasons[key] = reasons.get(key, 0) + 1
-    print("\nmost common failures:")
+    print(f"\nmost common failures ({backend}):")
     for r, c in sorted(reasons.items(), key=lambda x: -x[1])[:15]:
         print(f"{c:>6}  {r}")
+    print(f"\n{backend}: {len(passed)} passed, {len(failed)} failed", flush=True)
+    return passed, failed
+
+
+def main():
+    ensure_venv()
+    import onnx
+
+    args = sys.argv[1:]
+    update = "--update" in args
+    verbose = "-v" in args
+    backends = [args[args.index("--backend") + 1]] if "--backend" in args else ["interp", "jit"]
+    flt = args[args.index("--filter") + 1] if "--filter" in args else ""
+    if update and (flt or backends[0] != "interp"):
+        sys.exit("--update runs the whole suite on the interpreter (no --filter, no --backend)")
+    graphc = build_graphc()
+    node_dir = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "node")
+    tests = sorted(t for t in os.listdir(node_dir) if flt in t)
+    work = os.path.join(ROOT, "target", "onnx-conformance")
+    os.makedirs(work, exist_ok=True)
+
+    results = {b: run_suite(graphc, node_dir, tests, work, b, verbose) for b in backends}
 
     if update:
-        if flt:
-            sys.exit("--update runs on the whole suite only (no --filter)")
+        passed = results["interp"][0]
         with open(PASSING, "w") as f:
             f.write("".join(t + "\n" for t in passed))
         print(f"\nwrote {len(passed)} tests to {PASSING}")
@@ -180,14 +190,21 @@ def main():
     if os.path.exists(PASSING):
         with open(PASSING) as f:
             known = {l.strip() for l in f if l.strip()}
-    regressed = sorted(t for t in known if t in failed)
-    new = sorted(t for t in passed if t not in known)
-    if new:
-        print(f"\n{len(new)} tests pass that passing.txt does not list; run with --update to record them")
-    if regressed:
-        print(f"\nREGRESSIONS: {len(regressed)} tests on passing.txt fail now:")
-        for t in regressed:
-            print(f"  {t}: {failed[t]}")
+    bad = False
+    for backend, (passed, failed) in results.items():
+        regressed = sorted(t for t in known if t in failed)
+        new = sorted(t for t in passed if t not in known)
+        if new:
+            print(f"\n{backend}: {len(new)} tests pass that passing.txt does not list; run with --update to record them")
+        if regressed:
+            bad = True
+            print(f"\nREGRESSIONS on {backend}: {len(regressed)} tests on passing.txt fail now:")
+            for t in regressed:
+                print(f"  {t}: {failed[t]}")
+    total_p = sum(len(p) for p, _ in results.values())
+    total_f = sum(len(f) for _, f in results.values())
+    print(f"\nconformance: {total_p} passed, {total_f} failed")
+    if bad:
         sys.exit(1)
 
 
