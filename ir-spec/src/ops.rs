@@ -327,6 +327,8 @@ fn reduction(summary: &'static str, semantics: &'static str, example: &'static s
     }
 }
 
+// Eight positional fields; issue 16 replaces them with named ones.
+#[allow(clippy::too_many_arguments)]
 fn plain(
     kind: OpKind,
     summary: &'static str,

@@ -257,8 +257,8 @@ impl Parser {
         if header.is_err() {
             cx.lenient = true;
             // Skip to the body's opening brace, if any, so its statements are still checked.
-            while !matches!(self.peek(), Tok::LBrace | Tok::Eof)
-                && !(self.is_ident("graph") && self.toks[self.pos].line_start)
+            while !(matches!(self.peek(), Tok::LBrace | Tok::Eof)
+                || self.is_ident("graph") && self.toks[self.pos].line_start)
             {
                 self.bump();
             }

@@ -102,7 +102,7 @@ fn spec_for(g: &mut Graph, vals: &[Value], s: &Step) -> Option<NodeSpec> {
         2 | 3 => NodeSpec::new(BINARY[s.c as usize % BINARY.len()], vec![x, pick(s.b)]),
         4 => {
             let t = tx?;
-            let shape: Vec<u64> = t.shape.iter().map(|&d| if s.c % 3 == 0 { d.min(2) } else { d }).collect();
+            let shape: Vec<u64> = t.shape.iter().map(|&d| if s.c.is_multiple_of(3) { d.min(2) } else { d }).collect();
             NodeSpec::new(Op::Constant, vec![])
                 .attr("value", Attr::Tensor(literal(DType::ALL[s.b as usize % 5], shape, s.c)))
         }

@@ -411,12 +411,11 @@ impl Parts<'_> {
         }
         let key = self.key(v, s, d, "");
         let sent = self.local(v, s)?;
-        self.transfer(sent, s, d, key, ty).map(|r| {
+        self.transfer(sent, s, d, key, ty).inspect(|&r| {
             if let Some(name) = &self.src.values[v].name {
                 self.graphs[d].set_name(r, name);
             }
             self.map[d].insert(v, r);
-            r
         })
     }
 
