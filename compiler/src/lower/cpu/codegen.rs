@@ -123,12 +123,11 @@ impl Jit {
         Ok(id)
     }
 
-    /// Links everything defined; returns the module (which owns the code) and each kernel's
-    /// entry point.
-    pub fn finish(mut self, ids: &[FuncId]) -> Result<(JITModule, Vec<*const u8>), String> {
+    /// Links everything defined; returns the module, which owns the code (its entry points
+    /// by `FuncId`).
+    pub fn finish(mut self) -> Result<JITModule, String> {
         self.module.finalize_definitions().map_err(|e| e.to_string())?;
-        let ptrs = ids.iter().map(|&id| self.module.get_finalized_function(id)).collect();
-        Ok((self.module, ptrs))
+        Ok(self.module)
     }
 }
 
