@@ -7,7 +7,7 @@ mod common;
 
 use common::close::{assert_close_spec, assert_close_within, bound, Bound};
 use common::examples;
-use graphc::lower::cpu::{matmul_plan, plan, CpuKernels};
+use graphc::lower::cpu::{matmul_plan, plan, CompileOptions, CpuKernels, Isa};
 use graphc::passes::{PassManager, DEFAULT_PIPELINE};
 use graphc_ir::{parse_module, print_module, Attr, DType, Graph, Module, NodeSpec, Op, TensorType, Type, Value};
 use graphc_runtime::random::random_request;
@@ -66,8 +66,13 @@ fn assert_same_within(a: &[Outcome], b: &[Outcome], what: &str, bnd: Bound) {
 
 /// Runs a module on the interpreter and on the JIT; returns how many nodes were compiled.
 fn compare(m: &Module, what: &str, feeds: Option<&[(String, Arc<Tensor>)]>) -> usize {
+    compare_with(m, what, feeds, &CompileOptions::default())
+}
+
+/// `compare`, with kernels compiled with `opts`.
+fn compare_with(m: &Module, what: &str, feeds: Option<&[(String, Arc<Tensor>)]>, opts: &CompileOptions) -> usize {
     let interp = Session::new(m.clone(), options()).unwrap();
-    let kernels = CpuKernels::compile(m).unwrap_or_else(|e| panic!("{what}: {e}"));
+    let kernels = CpuKernels::compile_with(m, opts).unwrap_or_else(|e| panic!("{what}: {e}"));
     let compiled = kernels.len();
     let jit = Session::with_compiled(m.clone(), options(), kernels).unwrap();
     assert_same(&run_all(&interp, m, feeds), &run_all(&jit, m, feeds), what);
@@ -526,4 +531,25 @@ fn dropped_kernels_free_their_code() {
     // Three kernels a module, in pages of code and constants: leaking them grew it by 400
     // pages; freeing them, by about 10.
     assert!(grown < 120, "200 compiled modules grew the resident memory by {grown} pages");
+}
+
+/// Kernels compiled without AVX (the legacy SSE encodings, whose folded memory operands must
+/// be 16-byte aligned) on rows whose lengths are not multiples of 4, so that every row but the
+/// first starts misaligned: vector loads and stores must claim no alignment they lack.
+#[test]
+fn kernels_without_avx_run_misaligned_rows_alike() {
+    if !cfg!(target_arch = "x86_64") {
+        return;
+    }
+    let sse = CompileOptions { isa: Isa::Sse };
+    for cols in [1u64, 3, 5, 7, 9, 13, 37] {
+        let r = 5;
+        let text = format!(
+            "graph @g(%x: f32[{r},{cols}], %b: f32[{cols}], %w: f32[{cols},{cols}]) -> (y: f32[{r},{cols}], s: f32[{r},{cols}], h: f32[{r},{cols}]) {{\n  %a = add %x, %b : f32[{r},{cols}]\n  %t = tanh %a : f32[{r},{cols}]\n  %e = exp %x : f32[{r},{cols}]\n  %g = sigmoid %e : f32[{r},{cols}]\n  %y = mul %t, %g : f32[{r},{cols}]\n  %s = softmax %y {{axis = -1}} : f32[{r},{cols}]\n  %p = matmul %x, %w : f32[{r},{cols}]\n  %q = add %p, %b : f32[{r},{cols}]\n  %h = relu %q : f32[{r},{cols}]\n  return %y, %s, %h\n}}\n"
+        );
+        let m = parse_module(&text).unwrap();
+        let what = format!("SSE, {cols} columns");
+        assert!(compare_with(&m, &what, None, &sse) >= 6, "{what}");
+        assert!(compare_with(&optimize(&m), &what, None, &sse) >= 2, "{what}");
+    }
 }

@@ -33,6 +33,33 @@ fn math_symbols() -> Vec<(&'static str, usize, *const u8)> {
     ]
 }
 
+/// Which instructions kernels may use.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Isa {
+    /// Everything the host has (detected by cranelift-native).
+    #[default]
+    Native,
+    /// On x86-64, the host's SSE levels (up to SSE4.2) without AVX, FMA, AVX-512 or BMI:
+    /// the legacy encodings, whose memory operands must be aligned, as on hosts without AVX.
+    Sse,
+}
+
+/// The x86-64 Cranelift settings `Isa::Sse` turns off.
+const AVX_FLAGS: [&str; 12] = [
+    "has_avx",
+    "has_avx2",
+    "has_fma",
+    "has_avx512bitalg",
+    "has_avx512dq",
+    "has_avx512vl",
+    "has_avx512vbmi",
+    "has_avx512f",
+    "has_bmi1",
+    "has_bmi2",
+    "has_lzcnt",
+    "has_popcnt",
+];
+
 /// A JIT module being filled with kernels.
 pub struct Jit {
     module: JITModule,
@@ -51,14 +78,24 @@ impl std::fmt::Debug for Jit {
 }
 
 impl Jit {
-    /// A module for the host CPU, with the features it has (detected by cranelift-native).
-    pub fn new() -> Result<Jit, String> {
+    /// A module for the host CPU, with the features it has (detected by cranelift-native),
+    /// less the AVX family when `isa` says so.
+    pub fn new(isa: Isa) -> Result<Jit, String> {
         let mut flags = settings::builder();
         for (k, v) in [("opt_level", "speed"), ("use_colocated_libcalls", "false"), ("is_pic", "false")] {
             flags.set(k, v).map_err(|e| format!("cranelift setting {k}: {e}"))?;
         }
-        let isa = cranelift_native::builder()
-            .map_err(|e| format!("this host is not supported by Cranelift: {e}"))?
+        let mut builder =
+            cranelift_native::builder().map_err(|e| format!("this host is not supported by Cranelift: {e}"))?;
+        if isa == Isa::Sse {
+            if !cfg!(target_arch = "x86_64") {
+                return Err("the SSE-only instruction set is for x86-64 hosts".into());
+            }
+            for f in AVX_FLAGS {
+                builder.set(f, "false").map_err(|e| format!("cranelift setting {f}: {e}"))?;
+            }
+        }
+        let isa = builder
             .finish(settings::Flags::new(flags))
             .map_err(|e| format!("cannot configure Cranelift for this host: {e}"))?;
         let fma = isa.isa_flags().iter().any(|f| f.name == "has_fma" && f.as_bool() == Some(true));
@@ -138,6 +175,10 @@ struct Lanes {
     fma: bool,
 }
 
+/// Loads and stores of rows, inputs, outputs and scratch: within the extents the caller checked
+/// (so they cannot trap), but only as aligned as an f32, which a vector access is not.
+const DATA: MemFlags = MemFlags::new().with_notrap();
+
 const F32: Type = types::F32;
 const F32X4: Type = types::F32X4;
 
@@ -190,6 +231,9 @@ fn emit(
     math: &HashMap<&'static str, cranelift_codegen::ir::FuncRef>,
     fma: bool,
 ) {
+    // The pointer arrays are aligned Rust vectors of pointers, and every access is within the
+    // extents checked before the call; data rows start anywhere (a row of 5 f32s does), so
+    // vector accesses to them claim no alignment (`DATA`).
     let mem = MemFlags::trusted();
     let entry = b.create_block();
     b.append_block_params_for_function_params(entry);
@@ -250,7 +294,7 @@ fn emit(
     for (k, &i) in plan.results.iter().enumerate() {
         if plan.per_row[k] {
             let v = *row.uniform.get(&i).expect("planned per-row results are row values");
-            b.ins().store(MemFlags::trusted(), v, out_base[k], 0);
+            b.ins().store(DATA, v, out_base[k], 0);
         }
     }
     let full: Vec<(usize, usize)> =
@@ -266,7 +310,7 @@ fn emit(
             let vals = body(b, plan, &row, byte, l, math, &wanted);
             for &(k, i) in &full {
                 let at = b.ins().iadd(out_base[k], byte);
-                b.ins().store(MemFlags::trusted(), vals[i].expect("results are computed"), at, 0);
+                b.ins().store(DATA, vals[i].expect("results are computed"), at, 0);
             }
         });
     }
@@ -426,7 +470,7 @@ fn reduce_row(
         let vals = body(b, plan, row, byte, Lanes { n: lanes, fma }, math, &[arg]);
         let x = vals[arg].expect("the reduced operand is computed");
         if let Some(at) = row.slot(b, plan, arg, byte) {
-            b.ins().store(MemFlags::trusted(), x, at, 0);
+            b.ins().store(DATA, x, at, 0);
         }
         if lanes == 4 {
             let c = vectors % CHAINS;
@@ -530,7 +574,7 @@ fn body(
     wanted: &[usize],
 ) -> Vec<Option<Value>> {
     let lanes = l.n;
-    let mem = MemFlags::trusted();
+    let mem = DATA;
     let ty = if lanes == 4 { F32X4 } else { F32 };
     let splat = |b: &mut FunctionBuilder<'_>, x: Value| if lanes == 4 { b.ins().splat(F32X4, x) } else { x };
     let known = |i: usize| row.uniform.contains_key(&i) || row.stored.contains(&i);

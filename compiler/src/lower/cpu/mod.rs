@@ -9,6 +9,7 @@ mod codegen;
 mod math;
 mod plan;
 
+pub use codegen::Isa;
 pub use plan::{matmul_plan, plan, LoopPlan, MatMulPlan, Step};
 
 use graphc_ir::{Module, Node};
@@ -43,12 +44,39 @@ enum Kernel {
 /// Below this many multiply-adds a matrix product runs on the calling thread.
 const PARALLEL_FLOPS: usize = 1 << 20;
 
+/// How kernels are compiled.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CompileOptions {
+    /// The instructions kernels may use.
+    pub isa: Isa,
+}
+
+impl CompileOptions {
+    /// The options the environment asks for: `GRAPHC_JIT_ISA=sse` leaves out AVX and the
+    /// extensions after it (as on hosts without them), `native` (the default) uses what the
+    /// host has.
+    pub fn from_env() -> Result<CompileOptions, String> {
+        let isa = match std::env::var("GRAPHC_JIT_ISA").as_deref() {
+            Err(_) | Ok("native") => Isa::Native,
+            Ok("sse") => Isa::Sse,
+            Ok(other) => return Err(format!("GRAPHC_JIT_ISA: expected 'native' or 'sse', got '{other}'")),
+        };
+        Ok(CompileOptions { isa })
+    }
+}
+
 impl CpuKernels {
     /// Compiles every node of the module the backend handles (the whole module's graphs,
-    /// nested regions included).
+    /// nested regions included), with the options of the environment
+    /// ([`CompileOptions::from_env`]).
     pub fn compile(m: &Module) -> Result<Arc<CpuKernels>, String> {
+        CpuKernels::compile_with(m, &CompileOptions::from_env()?)
+    }
+
+    /// Compiles every node of the module the backend handles, with `options`.
+    pub fn compile_with(m: &Module, options: &CompileOptions) -> Result<Arc<CpuKernels>, String> {
         let start = Instant::now();
-        let mut jit = codegen::Jit::new()?;
+        let mut jit = codegen::Jit::new(options.isa)?;
         enum Planned {
             Loop(LoopPlan),
             MatMul(MatMulPlan),
