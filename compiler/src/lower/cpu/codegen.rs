@@ -629,15 +629,14 @@ fn body(
                     Op::Abs => V::F(b.ins().fabs(x.f())),
                     Op::Sqrt => V::F(b.ins().sqrt(x.f())),
                     Op::Relu => {
-                        // x < 0 ? 0 : x — NaN compares false and stays; a compare and a blend
-                        // instead of x86-64's long NaN-propagating fmax.
+                        // The reference's `x > 0 or NaN ? x : +0` (so -0 gives +0): a compare
+                        // and a blend instead of x86-64's long NaN-propagating fmax.
                         let z = b.ins().f32const(0.0);
                         let z = splat(b, z);
-                        let negative = b.ins().fcmp(FloatCC::LessThan, x.f(), z);
-                        V::F(choose(b, negative, z, x.f(), lanes))
+                        let keep = b.ins().fcmp(FloatCC::UnorderedOrGreaterThan, x.f(), z);
+                        V::F(choose(b, keep, x.f(), z, lanes))
                     }
-                    // Softmax's exponential of x - max(x) skips the overflow side and the
-                    // denormal results (it gives about 1e-38 where they would be).
+                    // Softmax's exponential of x - max(x) skips the overflow side.
                     Op::Exp if plan.at_most_zero(a) => V::F(exp_nonpositive(b, x.f(), l).e),
                     Op::Exp => V::F(exp(b, x.f(), l)),
                     Op::Log => V::F(call(b, math["graphc_logf"], &[x.f()], lanes)),
@@ -674,8 +673,8 @@ fn body(
                         }
                         None => V::F(b.ins().fdiv(x, y)),
                     },
-                    Op::Max => V::F(b.ins().fmax(x, y)),
-                    Op::Min => V::F(b.ins().fmin(x, y)),
+                    Op::Max => V::F(max_min(b, x, y, FloatCC::GreaterThan, lanes)),
+                    Op::Min => V::F(max_min(b, x, y, FloatCC::LessThan, lanes)),
                     Op::Pow => V::F(call(b, math["graphc_powf"], &[x, y], lanes)),
                     Op::Less => cmp(b, FloatCC::LessThan),
                     Op::LessEqual => cmp(b, FloatCC::LessThanOrEqual),
@@ -728,29 +727,39 @@ fn pow2(b: &mut FunctionBuilder<'_>, n: Value, l: Lanes) -> Value {
     b.ins().bitcast(fty, le, bits)
 }
 
-/// e^x: x = n ln2 + r with |r| <= ln2/2, e^r by a degree-6 polynomial (Cephes expf), and
-/// 2^n applied as two halves so that results from the largest finite value down into the
+/// e^x: x = n ln2 + r with |r| <= ln2/2, e^r = 1 + q by a degree-6 polynomial (Cephes expf),
+/// and 2^n applied as two halves so that results from the largest finite value down into the
 /// denormals come out right. NaN stays NaN; the clamps give inf above 88.8 and 0 below -104.
 fn exp(b: &mut FunctionBuilder<'_>, x: Value, l: Lanes) -> Value {
     // Clamp by compare and select: NaN compares false and passes through, and this is a
     // quarter of the instructions of a NaN-propagating fmin/fmax on x86-64.
     let hi = konst(b, 88.8, l);
-    let lo = konst(b, -104.0, l);
     let above = b.ins().fcmp(FloatCC::GreaterThan, x, hi);
     let x = choose(b, above, hi, x, l.n);
-    let below = b.ins().fcmp(FloatCC::LessThan, x, lo);
-    let x = choose(b, below, lo, x, l.n);
+    let x = clamp_below(b, x, l);
     let (q, n) = exp_reduced(b, x, l);
-    let one = konst(b, 1.0, l);
-    let y = b.ins().fadd(q, one);
-    // n in [-150, 128]: n = n1 + n2 with both halves in [-75, 64].
+    scale(b, q, n, l)
+}
+
+/// x, or -104 where x is below it: e^-104 rounds to 0 in f32, as e^x does for every x below,
+/// and n = -150 keeps both halves of `scale`'s 2^n within `pow2`'s range.
+fn clamp_below(b: &mut FunctionBuilder<'_>, x: Value, l: Lanes) -> Value {
+    let lo = konst(b, -104.0, l);
+    let below = b.ins().fcmp(FloatCC::LessThan, x, lo);
+    choose(b, below, lo, x, l.n)
+}
+
+/// (1 + q) 2^n for n in [-150, 128]: n = n1 + n2 with both halves in [-75, 64]; s1 (1 + q) as
+/// one fused multiply-add (normal, so one rounding), then the exact scaling by s2 but where
+/// the result is a denormal, which it rounds once, as libm does.
+fn scale(b: &mut FunctionBuilder<'_>, q: Value, n: Value, l: Lanes) -> Value {
     let half = konst(b, 0.5, l);
     let n1 = b.ins().fmul(n, half);
     let n1 = b.ins().floor(n1);
     let n2 = b.ins().fsub(n, n1);
     let s1 = pow2(b, n1, l);
     let s2 = pow2(b, n2, l);
-    let y = b.ins().fmul(y, s1);
+    let y = fused(b, s1, q, s1, l);
     b.ins().fmul(y, s2)
 }
 
@@ -803,24 +812,23 @@ fn decay(b: &mut FunctionBuilder<'_>, memo: &mut HashMap<usize, Decay>, a: usize
     d
 }
 
-/// e^x and e^x - 1 for x <= 0 (or NaN): the range reduction and polynomial of `exp`, with x
-/// clamped at -87.3 so that one scale s = 2^n (n >= -126) suffices; below that e stays at
-/// about 1e-38 instead of going through the denormals to 0 (sigmoid and tanh, which use
-/// this, come out within 1e-38 of the exact values there). e - 1 = s q + (s - 1) with
-/// e^r = 1 + q has no cancellation: s - 1 is exact, and where s = 1 it is q itself.
+/// e^x and e^x - 1 for x <= 0 (or NaN): the range reduction, polynomial and scaling of
+/// `exp` without its overflow side, so results go through the denormals to 0 as libm's do.
+/// e - 1 is q itself where n = 0 (e = 1 + q); elsewhere e <= e^(-ln2/2) and e - 1 loses
+/// nothing to cancellation.
 fn exp_nonpositive(b: &mut FunctionBuilder<'_>, x: Value, l: Lanes) -> Decay {
-    let lo = konst(b, -87.3, l);
-    let below = b.ins().fcmp(FloatCC::LessThan, x, lo);
-    let x = choose(b, below, lo, x, l.n);
+    let x = clamp_below(b, x, l);
     let (q, n) = exp_reduced(b, x, l);
-    let s = pow2(b, n, l);
+    let e = scale(b, q, n, l);
     let one = konst(b, 1.0, l);
-    let s1 = b.ins().fsub(s, one);
-    Decay { e: fused(b, s, q, s, l), em1: fused(b, s, q, s1, l) }
+    let zero = konst(b, 0.0, l);
+    let em1 = b.ins().fsub(e, one);
+    let whole = b.ins().fcmp(FloatCC::Equal, n, zero);
+    Decay { e, em1: choose(b, whole, q, em1, l.n) }
 }
 
 /// sigmoid x from e = exp(-|x|): 1 / (1 + e) for x >= 0 and e / (1 + e) below, so that
-/// neither side overflows. Within 4 ulp of the reference.
+/// neither side overflows.
 fn sigmoid(b: &mut FunctionBuilder<'_>, x: Value, d: Decay, l: Lanes) -> Value {
     let one = konst(b, 1.0, l);
     let den = b.ins().fadd(one, d.e);
@@ -828,7 +836,12 @@ fn sigmoid(b: &mut FunctionBuilder<'_>, x: Value, d: Decay, l: Lanes) -> Value {
     let q = b.ins().fmul(d.e, p);
     let zero = konst(b, 0.0, l);
     let negative = b.ins().fcmp(FloatCC::LessThan, x, zero);
-    choose(b, negative, q, p, l.n)
+    let y = choose(b, negative, q, p, l.n);
+    // The reference computes 1 / (1 + e^-x), which is 0 once e^-x overflows (x below
+    // -88.72283, the largest f32 whose exp is finite, negated), where e^x is still a denormal.
+    let cut = konst(b, -88.722_83, l);
+    let gone = b.ins().fcmp(FloatCC::LessThan, x, cut);
+    choose(b, gone, zero, y, l.n)
 }
 
 /// tanh |x| = (1 - e^2) / (1 + e^2) with e = exp(-|x|), the numerator as -(e - 1)(e + 1) so
@@ -866,6 +879,16 @@ fn sign_mask(b: &mut FunctionBuilder<'_>, l: Lanes) -> Value {
     } else {
         sign
     }
+}
+
+/// The reference kernels' max (`cc` GreaterThan) or min (LessThan) of x and y: y where it is
+/// NaN or beats x, else x. So NaN from either side, and between equal values (+0 and -0)
+/// the first, where IEEE maximum and minimum order the zeros.
+fn max_min(b: &mut FunctionBuilder<'_>, x: Value, y: Value, cc: FloatCC, lanes: u8) -> Value {
+    let beats = b.ins().fcmp(cc, y, x);
+    let nan = b.ins().fcmp(FloatCC::Unordered, y, y);
+    let take = b.ins().bor(beats, nan);
+    choose(b, take, y, x, lanes)
 }
 
 /// `mask ? x : y` per lane, for a comparison's result.
