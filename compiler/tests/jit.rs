@@ -608,3 +608,33 @@ fn kernels_without_avx_run_misaligned_rows_alike() {
         assert!(compare_with(&optimize(&m), &what, None, &sse) >= 2, "{what}");
     }
 }
+
+/// A run-time error inside a fusion names the node and the source line it came from, as the
+/// interpreter's error for the graph as written does: an i32 chain (which the interpreter runs
+/// node by node inside the fusion) dividing by zero.
+#[test]
+fn errors_inside_fusions_keep_their_location() {
+    let text = "graph @g(%x: i32[4], %y: i32[4]) -> (z: i32[4]) {\n  %a = add %x, %y : i32[4]\n  %b = div %a, %y : i32[4]\n  %c = mul %b, %x : i32[4]\n  return %c\n}\n";
+    let m = parse_module(text).unwrap();
+    let fused = optimize(&m);
+    assert!(print_module(&fused).contains("fusion"), "{}", print_module(&fused));
+    let i32s = |v: [i32; 4]| Arc::new(Tensor::I32(ndarray::arr1(&v).into_dyn()));
+    let feeds = vec![("x".to_string(), i32s([1, 2, 3, 4])), ("y".to_string(), i32s([1, 0, 3, 4]))];
+    let error = |m: &Module, compiled: bool| {
+        let s = if compiled {
+            Session::with_compiled(m.clone(), options(), CpuKernels::compile(m).unwrap()).unwrap()
+        } else {
+            Session::new(m.clone(), options()).unwrap()
+        };
+        let mut req = random_request(&m.graphs[0], 1);
+        req.feeds = feeds.clone();
+        s.run(req).expect_err("division by zero")
+    };
+    let want = error(&m, false);
+    assert!(want.span.is_some(), "{want:?}");
+    for got in [error(&fused, false), error(&fused, true)] {
+        assert_eq!(got.kind, want.kind);
+        assert_eq!(got.span, want.span, "{got}");
+        assert!(got.node.as_deref().is_some_and(|n| n.contains("div")), "{got}");
+    }
+}
