@@ -69,6 +69,9 @@ pub struct Jit {
     ctx: cranelift_codegen::Context,
     fctx: FunctionBuilderContext,
     count: u32,
+    /// Every kernel defined, with the extents of the plan it was generated from: kept
+    /// together here so that no entry point is ever paired with another plan's extents.
+    defined: Vec<(FuncId, super::entry::Extents)>,
 }
 
 impl std::fmt::Debug for Jit {
@@ -115,7 +118,7 @@ impl Jit {
             math.insert(name, id);
         }
         let ctx = module.make_context();
-        Ok(Jit { module, fma, math, ctx, fctx: FunctionBuilderContext::new(), count: 0 })
+        Ok(Jit { module, fma, math, ctx, fctx: FunctionBuilderContext::new(), count: 0, defined: Vec::new() })
     }
 
     /// Generates and defines the kernel for a plan.
@@ -157,14 +160,15 @@ impl Jit {
         if let Some(vcode) = self.ctx.compiled_code().and_then(|c| c.vcode.as_ref()) {
             eprintln!("; {name}\n{vcode}");
         }
+        self.defined.push((id, super::extents(plan)));
         Ok(id)
     }
 
-    /// Links everything defined; returns the module, which owns the code (its entry points
-    /// by `FuncId`).
-    pub fn finish(mut self) -> Result<JITModule, String> {
+    /// Links everything defined; returns the module, which owns the code, and each kernel
+    /// defined with the extents of its plan.
+    pub fn finish(mut self) -> Result<(JITModule, Vec<(FuncId, super::entry::Extents)>), String> {
         self.module.finalize_definitions().map_err(|e| e.to_string())?;
-        Ok(self.module)
+        Ok((self.module, self.defined))
     }
 }
 

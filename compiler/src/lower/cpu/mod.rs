@@ -102,22 +102,10 @@ impl CpuKernels {
                 }
             }
         }
-        let module = jit.finish()?;
-        let linked: Vec<_> = planned
-            .iter()
-            .filter_map(|(_, p, id)| {
-                let extents = match p {
-                    Planned::Loop(p) => extents(p),
-                    Planned::MatMul(mp) => extents(&mp.epilogue.as_ref()?.0),
-                };
-                Some(((*id)?, extents))
-            })
-            .collect();
-        let (code, entries) = entry::Code::new(module, linked);
-        let mut entries = entries.into_iter();
+        let (code, mut entries) = entry::Code::link(jit)?;
         let mut kernels: HashMap<String, HashMap<Node, Kernel>> = HashMap::new();
         for (key, planned, id) in planned {
-            let entry = id.and_then(|_| entries.next());
+            let entry = id.and_then(|id| entries.remove(&id));
             let k = match (planned, entry) {
                 (Planned::Loop(plan), Some(entry)) => Kernel::Loop { plan, entry },
                 (Planned::MatMul(plan), epilogue) => Kernel::MatMul { plan, epilogue },
@@ -352,6 +340,7 @@ fn run_matmul(p: &MatMulPlan, epilogue: Option<&entry::Entry>, operands: &Operan
 mod entry {
     use cranelift_jit::JITModule;
     use cranelift_module::FuncId;
+    use std::collections::HashMap;
 
     type KernelFn = unsafe extern "C" fn(*const *const f32, *const *mut f32, i64, i64, *mut f32);
 
@@ -360,23 +349,25 @@ mod entry {
     pub struct Code(Option<JITModule>);
 
     impl Code {
-        /// Takes the linked module, and the entry points of the kernels `kernels` names, each
-        /// with the extents of the plan it was generated for (`Jit::define`).
-        pub fn new(m: JITModule, kernels: Vec<(FuncId, Extents)>) -> (Code, Vec<Entry>) {
-            let entries = kernels
+        /// Links every kernel `jit` defined; returns the code and each kernel's entry point,
+        /// with the extents of the plan `jit` generated it from.
+        pub fn link(jit: super::codegen::Jit) -> Result<(Code, HashMap<FuncId, Entry>), String> {
+            let (m, defined) = jit.finish()?;
+            let entries = defined
                 .into_iter()
                 .map(|(id, extents)| {
                     let p = m.get_finalized_function(id);
                     // SAFETY: `p` is a function Cranelift generated with exactly this signature
                     // (codegen.rs: two pointers, two i64, a pointer, no result, the platform's C
-                    // convention), for a plan that touches nothing beyond `extents` when run on
-                    // rows within them. The code stays mapped until `Code` is dropped, and
-                    // `CpuKernels` drops its entries before its code.
+                    // convention), for the plan whose extents `Jit::define` recorded with it,
+                    // which touches nothing beyond them when run on rows within them. The code
+                    // stays mapped until `Code` is dropped, and `CpuKernels` drops its entries
+                    // before its code.
                     let f = unsafe { std::mem::transmute::<*const u8, KernelFn>(p) };
-                    Entry { f, extents }
+                    (id, Entry { f, extents })
                 })
                 .collect();
-            (Code(Some(m)), entries)
+            Ok((Code(Some(m)), entries))
         }
     }
 
