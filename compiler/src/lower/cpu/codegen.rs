@@ -8,7 +8,7 @@
 //! each of the plan's cached steps. Strides are constants of the plan, so every address is a
 //! multiply-add of known numbers. `exp`, `tanh`
 //! and `sigmoid` are computed inline on all lanes (Cephes-style range reduction and
-//! polynomials, within a few ulp of libm); `log`, `erf` and `pow` call the Rust (libm)
+//! polynomials, within SPEC §12's ulp bounds of the reference, through the denormals); `log`, `erf` and `pow` call the Rust (libm)
 //! functions the reference kernels use, lane by lane. `GRAPHC_JIT_CLIF=1` prints each
 //! kernel's optimized Cranelift IR and `GRAPHC_JIT_DISASM=1` its machine code;
 //! `GRAPHC_JIT_DUMP=DIR` writes each kernel's code bytes to `DIR/graphc_loop_N.bin`, which
