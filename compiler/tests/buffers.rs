@@ -35,15 +35,9 @@ fn f32s(t: &Tensor) -> Vec<f32> {
     }
 }
 
+/// The interpreter's `want` against the JIT's `got`, as SPEC §12 bounds a chain of nodes.
 fn assert_close(want: &Tensor, got: &Tensor, what: &str) {
-    assert_within(want, got, what, 1e-5)
-}
-
-fn assert_within(want: &Tensor, got: &Tensor, what: &str, tol: f32) {
-    assert_eq!(want.ty(), got.ty(), "{what}");
-    for (i, (a, b)) in f32s(want).iter().zip(f32s(got)).enumerate() {
-        assert!((a - b).abs() <= tol * a.abs().max(1.0), "{what}: element {i}: interpreter {a}, jit {b}");
-    }
+    common::close::assert_close_spec(&format!("graph: {what}"), got, want)
 }
 
 #[test]
@@ -98,7 +92,8 @@ fn steps_after_the_first_allocate_no_kernel_buffers() {
     let want = interp.run(random_request(g, 5)).unwrap();
     let first = jit.run(random_request(g, 5)).unwrap();
     // End to end through two products summed in another order: SPEC §12's bound compounds.
-    assert_within(want.tensor(0).unwrap(), first.tensor(0).unwrap(), "probs", 1e-4);
+    let end_to_end = common::close::Bound::Rel(1e-4, 1e-4);
+    common::close::assert_close_within("probs", first.tensor(0).unwrap(), want.tensor(0).unwrap(), end_to_end);
     let first = f32s(first.tensor(0).unwrap());
     let mut after_first = None;
     for step in 0..4 {

@@ -405,7 +405,9 @@ fn outline(g: &mut Graph, r: Region, grp: &Group) -> Result<(Node, Vec<(Value, S
             }
             operands.push(map[&v]);
         }
-        let mut spec = NodeSpec::new(nd.op, operands);
+        // The member keeps its source location: a run-time error inside the kernel (one the
+        // interpreter runs node by node) names the line it came from.
+        let mut spec = NodeSpec::new(nd.op, operands).span(nd.span);
         spec.attrs = nd.attrs.clone();
         let inner = g.add_node(kernel, spec).map_err(|e| e.message)?;
         for (&old, &new) in nd.results.iter().zip(&g.nodes[inner].results.clone()) {
@@ -416,6 +418,11 @@ fn outline(g: &mut Graph, r: Region, grp: &Group) -> Result<(Node, Vec<(Value, S
     let mut spec =
         NodeSpec::new(Op::Fusion, inputs).regions(vec![kernel]).attr("kind", Attr::Str(grp.kind.name().into()));
     spec.device = grp.device.clone();
+    // The fusion is located at its last member (the value it computes), for errors of the
+    // kernel as a whole.
+    if let Some(&last) = grp.members.last() {
+        spec = spec.span(g.nodes[last].span);
+    }
     let fusion = g.add_node(r, spec).map_err(|e| e.message)?;
     let mut names = Vec::new();
     for (&old, &new) in outputs.iter().zip(&g.nodes[fusion].results.clone()) {

@@ -31,3 +31,5 @@ pub fn examples() -> Vec<(String, String)> {
     v.sort();
     v
 }
+
+pub mod close;

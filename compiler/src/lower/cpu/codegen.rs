@@ -8,7 +8,7 @@
 //! each of the plan's cached steps. Strides are constants of the plan, so every address is a
 //! multiply-add of known numbers. `exp`, `tanh`
 //! and `sigmoid` are computed inline on all lanes (Cephes-style range reduction and
-//! polynomials, within a few ulp of libm); `log`, `erf` and `pow` call the Rust (libm)
+//! polynomials, within SPEC §12's ulp bounds of the reference, through the denormals); `log`, `erf` and `pow` call the Rust (libm)
 //! functions the reference kernels use, lane by lane. `GRAPHC_JIT_CLIF=1` prints each
 //! kernel's optimized Cranelift IR and `GRAPHC_JIT_DISASM=1` its machine code;
 //! `GRAPHC_JIT_DUMP=DIR` writes each kernel's code bytes to `DIR/graphc_loop_N.bin`, which
@@ -33,6 +33,33 @@ fn math_symbols() -> Vec<(&'static str, usize, *const u8)> {
     ]
 }
 
+/// Which instructions kernels may use.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Isa {
+    /// Everything the host has (detected by cranelift-native).
+    #[default]
+    Native,
+    /// On x86-64, the host's SSE levels (up to SSE4.2) without AVX, FMA, AVX-512 or BMI:
+    /// the legacy encodings, whose memory operands must be aligned, as on hosts without AVX.
+    Sse,
+}
+
+/// The x86-64 Cranelift settings `Isa::Sse` turns off.
+const AVX_FLAGS: [&str; 12] = [
+    "has_avx",
+    "has_avx2",
+    "has_fma",
+    "has_avx512bitalg",
+    "has_avx512dq",
+    "has_avx512vl",
+    "has_avx512vbmi",
+    "has_avx512f",
+    "has_bmi1",
+    "has_bmi2",
+    "has_lzcnt",
+    "has_popcnt",
+];
+
 /// A JIT module being filled with kernels.
 pub struct Jit {
     module: JITModule,
@@ -42,6 +69,9 @@ pub struct Jit {
     ctx: cranelift_codegen::Context,
     fctx: FunctionBuilderContext,
     count: u32,
+    /// Every kernel defined, with the extents of the plan it was generated from: kept
+    /// together here so that no entry point is ever paired with another plan's extents.
+    defined: Vec<(FuncId, super::entry::Extents)>,
 }
 
 impl std::fmt::Debug for Jit {
@@ -51,14 +81,24 @@ impl std::fmt::Debug for Jit {
 }
 
 impl Jit {
-    /// A module for the host CPU, with the features it has (detected by cranelift-native).
-    pub fn new() -> Result<Jit, String> {
+    /// A module for the host CPU, with the features it has (detected by cranelift-native),
+    /// less the AVX family when `isa` says so.
+    pub fn new(isa: Isa) -> Result<Jit, String> {
         let mut flags = settings::builder();
         for (k, v) in [("opt_level", "speed"), ("use_colocated_libcalls", "false"), ("is_pic", "false")] {
             flags.set(k, v).map_err(|e| format!("cranelift setting {k}: {e}"))?;
         }
-        let isa = cranelift_native::builder()
-            .map_err(|e| format!("this host is not supported by Cranelift: {e}"))?
+        let mut builder =
+            cranelift_native::builder().map_err(|e| format!("this host is not supported by Cranelift: {e}"))?;
+        if isa == Isa::Sse {
+            if !cfg!(target_arch = "x86_64") {
+                return Err("the SSE-only instruction set is for x86-64 hosts".into());
+            }
+            for f in AVX_FLAGS {
+                builder.set(f, "false").map_err(|e| format!("cranelift setting {f}: {e}"))?;
+            }
+        }
+        let isa = builder
             .finish(settings::Flags::new(flags))
             .map_err(|e| format!("cannot configure Cranelift for this host: {e}"))?;
         let fma = isa.isa_flags().iter().any(|f| f.name == "has_fma" && f.as_bool() == Some(true));
@@ -78,7 +118,7 @@ impl Jit {
             math.insert(name, id);
         }
         let ctx = module.make_context();
-        Ok(Jit { module, fma, math, ctx, fctx: FunctionBuilderContext::new(), count: 0 })
+        Ok(Jit { module, fma, math, ctx, fctx: FunctionBuilderContext::new(), count: 0, defined: Vec::new() })
     }
 
     /// Generates and defines the kernel for a plan.
@@ -120,15 +160,15 @@ impl Jit {
         if let Some(vcode) = self.ctx.compiled_code().and_then(|c| c.vcode.as_ref()) {
             eprintln!("; {name}\n{vcode}");
         }
+        self.defined.push((id, super::extents(plan)));
         Ok(id)
     }
 
-    /// Links everything defined; returns the module (which owns the code) and each kernel's
-    /// entry point.
-    pub fn finish(mut self, ids: &[FuncId]) -> Result<(JITModule, Vec<*const u8>), String> {
+    /// Links everything defined; returns the module, which owns the code, and each kernel
+    /// defined with the extents of its plan.
+    pub fn finish(mut self) -> Result<(JITModule, Vec<(FuncId, super::entry::Extents)>), String> {
         self.module.finalize_definitions().map_err(|e| e.to_string())?;
-        let ptrs = ids.iter().map(|&id| self.module.get_finalized_function(id)).collect();
-        Ok((self.module, ptrs))
+        Ok((self.module, self.defined))
     }
 }
 
@@ -138,6 +178,10 @@ struct Lanes {
     n: u8,
     fma: bool,
 }
+
+/// Loads and stores of rows, inputs, outputs and scratch: within the extents the caller checked
+/// (so they cannot trap), but only as aligned as an f32, which a vector access is not.
+const DATA: MemFlags = MemFlags::new().with_notrap();
 
 const F32: Type = types::F32;
 const F32X4: Type = types::F32X4;
@@ -191,6 +235,9 @@ fn emit(
     math: &HashMap<&'static str, cranelift_codegen::ir::FuncRef>,
     fma: bool,
 ) {
+    // The pointer arrays are aligned Rust vectors of pointers, and every access is within the
+    // extents checked before the call; data rows start anywhere (a row of 5 f32s does), so
+    // vector accesses to them claim no alignment (`DATA`).
     let mem = MemFlags::trusted();
     let entry = b.create_block();
     b.append_block_params_for_function_params(entry);
@@ -251,7 +298,7 @@ fn emit(
     for (k, &i) in plan.results.iter().enumerate() {
         if plan.per_row[k] {
             let v = *row.uniform.get(&i).expect("planned per-row results are row values");
-            b.ins().store(MemFlags::trusted(), v, out_base[k], 0);
+            b.ins().store(DATA, v, out_base[k], 0);
         }
     }
     let full: Vec<(usize, usize)> =
@@ -267,7 +314,7 @@ fn emit(
             let vals = body(b, plan, &row, byte, l, math, &wanted);
             for &(k, i) in &full {
                 let at = b.ins().iadd(out_base[k], byte);
-                b.ins().store(MemFlags::trusted(), vals[i].expect("results are computed"), at, 0);
+                b.ins().store(DATA, vals[i].expect("results are computed"), at, 0);
             }
         });
     }
@@ -427,7 +474,7 @@ fn reduce_row(
         let vals = body(b, plan, row, byte, Lanes { n: lanes, fma }, math, &[arg]);
         let x = vals[arg].expect("the reduced operand is computed");
         if let Some(at) = row.slot(b, plan, arg, byte) {
-            b.ins().store(MemFlags::trusted(), x, at, 0);
+            b.ins().store(DATA, x, at, 0);
         }
         if lanes == 4 {
             let c = vectors % CHAINS;
@@ -531,7 +578,7 @@ fn body(
     wanted: &[usize],
 ) -> Vec<Option<Value>> {
     let lanes = l.n;
-    let mem = MemFlags::trusted();
+    let mem = DATA;
     let ty = if lanes == 4 { F32X4 } else { F32 };
     let splat = |b: &mut FunctionBuilder<'_>, x: Value| if lanes == 4 { b.ins().splat(F32X4, x) } else { x };
     let known = |i: usize| row.uniform.contains_key(&i) || row.stored.contains(&i);
@@ -586,15 +633,14 @@ fn body(
                     Op::Abs => V::F(b.ins().fabs(x.f())),
                     Op::Sqrt => V::F(b.ins().sqrt(x.f())),
                     Op::Relu => {
-                        // x < 0 ? 0 : x — NaN compares false and stays; a compare and a blend
-                        // instead of x86-64's long NaN-propagating fmax.
+                        // The reference's `x > 0 or NaN ? x : +0` (so -0 gives +0): a compare
+                        // and a blend instead of x86-64's long NaN-propagating fmax.
                         let z = b.ins().f32const(0.0);
                         let z = splat(b, z);
-                        let negative = b.ins().fcmp(FloatCC::LessThan, x.f(), z);
-                        V::F(choose(b, negative, z, x.f(), lanes))
+                        let keep = b.ins().fcmp(FloatCC::UnorderedOrGreaterThan, x.f(), z);
+                        V::F(choose(b, keep, x.f(), z, lanes))
                     }
-                    // Softmax's exponential of x - max(x) skips the overflow side and the
-                    // denormal results (it gives about 1e-38 where they would be).
+                    // Softmax's exponential of x - max(x) skips the overflow side.
                     Op::Exp if plan.at_most_zero(a) => V::F(exp_nonpositive(b, x.f(), l).e),
                     Op::Exp => V::F(exp(b, x.f(), l)),
                     Op::Log => V::F(call(b, math["graphc_logf"], &[x.f()], lanes)),
@@ -631,8 +677,8 @@ fn body(
                         }
                         None => V::F(b.ins().fdiv(x, y)),
                     },
-                    Op::Max => V::F(b.ins().fmax(x, y)),
-                    Op::Min => V::F(b.ins().fmin(x, y)),
+                    Op::Max => V::F(max_min(b, x, y, FloatCC::GreaterThan, lanes)),
+                    Op::Min => V::F(max_min(b, x, y, FloatCC::LessThan, lanes)),
                     Op::Pow => V::F(call(b, math["graphc_powf"], &[x, y], lanes)),
                     Op::Less => cmp(b, FloatCC::LessThan),
                     Op::LessEqual => cmp(b, FloatCC::LessThanOrEqual),
@@ -685,29 +731,39 @@ fn pow2(b: &mut FunctionBuilder<'_>, n: Value, l: Lanes) -> Value {
     b.ins().bitcast(fty, le, bits)
 }
 
-/// e^x: x = n ln2 + r with |r| <= ln2/2, e^r by a degree-6 polynomial (Cephes expf), and
-/// 2^n applied as two halves so that results from the largest finite value down into the
+/// e^x: x = n ln2 + r with |r| <= ln2/2, e^r = 1 + q by a degree-6 polynomial (Cephes expf),
+/// and 2^n applied as two halves so that results from the largest finite value down into the
 /// denormals come out right. NaN stays NaN; the clamps give inf above 88.8 and 0 below -104.
 fn exp(b: &mut FunctionBuilder<'_>, x: Value, l: Lanes) -> Value {
     // Clamp by compare and select: NaN compares false and passes through, and this is a
     // quarter of the instructions of a NaN-propagating fmin/fmax on x86-64.
     let hi = konst(b, 88.8, l);
-    let lo = konst(b, -104.0, l);
     let above = b.ins().fcmp(FloatCC::GreaterThan, x, hi);
     let x = choose(b, above, hi, x, l.n);
-    let below = b.ins().fcmp(FloatCC::LessThan, x, lo);
-    let x = choose(b, below, lo, x, l.n);
+    let x = clamp_below(b, x, l);
     let (q, n) = exp_reduced(b, x, l);
-    let one = konst(b, 1.0, l);
-    let y = b.ins().fadd(q, one);
-    // n in [-150, 128]: n = n1 + n2 with both halves in [-75, 64].
+    scale(b, q, n, l)
+}
+
+/// x, or -104 where x is below it: e^-104 rounds to 0 in f32, as e^x does for every x below,
+/// and n = -150 keeps both halves of `scale`'s 2^n within `pow2`'s range.
+fn clamp_below(b: &mut FunctionBuilder<'_>, x: Value, l: Lanes) -> Value {
+    let lo = konst(b, -104.0, l);
+    let below = b.ins().fcmp(FloatCC::LessThan, x, lo);
+    choose(b, below, lo, x, l.n)
+}
+
+/// (1 + q) 2^n for n in [-150, 128]: n = n1 + n2 with both halves in [-75, 64]; s1 (1 + q) as
+/// one fused multiply-add (normal, so one rounding), then the exact scaling by s2 but where
+/// the result is a denormal, which it rounds once, as libm does.
+fn scale(b: &mut FunctionBuilder<'_>, q: Value, n: Value, l: Lanes) -> Value {
     let half = konst(b, 0.5, l);
     let n1 = b.ins().fmul(n, half);
     let n1 = b.ins().floor(n1);
     let n2 = b.ins().fsub(n, n1);
     let s1 = pow2(b, n1, l);
     let s2 = pow2(b, n2, l);
-    let y = b.ins().fmul(y, s1);
+    let y = fused(b, s1, q, s1, l);
     b.ins().fmul(y, s2)
 }
 
@@ -760,24 +816,23 @@ fn decay(b: &mut FunctionBuilder<'_>, memo: &mut HashMap<usize, Decay>, a: usize
     d
 }
 
-/// e^x and e^x - 1 for x <= 0 (or NaN): the range reduction and polynomial of `exp`, with x
-/// clamped at -87.3 so that one scale s = 2^n (n >= -126) suffices; below that e stays at
-/// about 1e-38 instead of going through the denormals to 0 (sigmoid and tanh, which use
-/// this, come out within 1e-38 of the exact values there). e - 1 = s q + (s - 1) with
-/// e^r = 1 + q has no cancellation: s - 1 is exact, and where s = 1 it is q itself.
+/// e^x and e^x - 1 for x <= 0 (or NaN): the range reduction, polynomial and scaling of
+/// `exp` without its overflow side, so results go through the denormals to 0 as libm's do.
+/// e - 1 is q itself where n = 0 (e = 1 + q); elsewhere e <= e^(-ln2/2) and e - 1 loses
+/// nothing to cancellation.
 fn exp_nonpositive(b: &mut FunctionBuilder<'_>, x: Value, l: Lanes) -> Decay {
-    let lo = konst(b, -87.3, l);
-    let below = b.ins().fcmp(FloatCC::LessThan, x, lo);
-    let x = choose(b, below, lo, x, l.n);
+    let x = clamp_below(b, x, l);
     let (q, n) = exp_reduced(b, x, l);
-    let s = pow2(b, n, l);
+    let e = scale(b, q, n, l);
     let one = konst(b, 1.0, l);
-    let s1 = b.ins().fsub(s, one);
-    Decay { e: fused(b, s, q, s, l), em1: fused(b, s, q, s1, l) }
+    let zero = konst(b, 0.0, l);
+    let em1 = b.ins().fsub(e, one);
+    let whole = b.ins().fcmp(FloatCC::Equal, n, zero);
+    Decay { e, em1: choose(b, whole, q, em1, l.n) }
 }
 
 /// sigmoid x from e = exp(-|x|): 1 / (1 + e) for x >= 0 and e / (1 + e) below, so that
-/// neither side overflows. Within 4 ulp of the reference.
+/// neither side overflows.
 fn sigmoid(b: &mut FunctionBuilder<'_>, x: Value, d: Decay, l: Lanes) -> Value {
     let one = konst(b, 1.0, l);
     let den = b.ins().fadd(one, d.e);
@@ -785,7 +840,12 @@ fn sigmoid(b: &mut FunctionBuilder<'_>, x: Value, d: Decay, l: Lanes) -> Value {
     let q = b.ins().fmul(d.e, p);
     let zero = konst(b, 0.0, l);
     let negative = b.ins().fcmp(FloatCC::LessThan, x, zero);
-    choose(b, negative, q, p, l.n)
+    let y = choose(b, negative, q, p, l.n);
+    // The reference computes 1 / (1 + e^-x), which is 0 once e^-x overflows (x below
+    // -88.72283, the largest f32 whose exp is finite, negated), where e^x is still a denormal.
+    let cut = konst(b, -88.722_83, l);
+    let gone = b.ins().fcmp(FloatCC::LessThan, x, cut);
+    choose(b, gone, zero, y, l.n)
 }
 
 /// tanh |x| = (1 - e^2) / (1 + e^2) with e = exp(-|x|), the numerator as -(e - 1)(e + 1) so
@@ -823,6 +883,16 @@ fn sign_mask(b: &mut FunctionBuilder<'_>, l: Lanes) -> Value {
     } else {
         sign
     }
+}
+
+/// The reference kernels' max (`cc` GreaterThan) or min (LessThan) of x and y: y where it is
+/// NaN or beats x, else x. So NaN from either side, and between equal values (+0 and -0)
+/// the first, where IEEE maximum and minimum order the zeros.
+fn max_min(b: &mut FunctionBuilder<'_>, x: Value, y: Value, cc: FloatCC, lanes: u8) -> Value {
+    let beats = b.ins().fcmp(cc, y, x);
+    let nan = b.ins().fcmp(FloatCC::Unordered, y, y);
+    let take = b.ins().bor(beats, nan);
+    choose(b, take, y, x, lanes)
 }
 
 /// `mask ? x : y` per lane, for a comparison's result.

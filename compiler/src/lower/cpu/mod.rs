@@ -9,6 +9,7 @@ mod codegen;
 mod math;
 mod plan;
 
+pub use codegen::Isa;
 pub use plan::{matmul_plan, plan, LoopPlan, MatMulPlan, Step};
 
 use graphc_ir::{Module, Node};
@@ -25,9 +26,10 @@ const PARALLEL_ELEMENTS: usize = 1 << 15;
 #[derive(Debug)]
 pub struct CpuKernels {
     /// By graph name, then node: looked up for every node the interpreter runs, so without
-    /// building a key.
+    /// building a key. Declared before `_code`: the entry points are dropped before the code
+    /// they point into is freed.
     kernels: HashMap<String, HashMap<Node, Kernel>>,
-    /// Owns the generated code.
+    /// Owns the generated code, and frees it when dropped.
     _code: entry::Code,
     /// How long compilation took.
     pub compile_time: Duration,
@@ -42,12 +44,39 @@ enum Kernel {
 /// Below this many multiply-adds a matrix product runs on the calling thread.
 const PARALLEL_FLOPS: usize = 1 << 20;
 
+/// How kernels are compiled.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CompileOptions {
+    /// The instructions kernels may use.
+    pub isa: Isa,
+}
+
+impl CompileOptions {
+    /// The options the environment asks for: `GRAPHC_JIT_ISA=sse` leaves out AVX and the
+    /// extensions after it (as on hosts without them), `native` (the default) uses what the
+    /// host has.
+    pub fn from_env() -> Result<CompileOptions, String> {
+        let isa = match std::env::var("GRAPHC_JIT_ISA").as_deref() {
+            Err(_) | Ok("native") => Isa::Native,
+            Ok("sse") => Isa::Sse,
+            Ok(other) => return Err(format!("GRAPHC_JIT_ISA: expected 'native' or 'sse', got '{other}'")),
+        };
+        Ok(CompileOptions { isa })
+    }
+}
+
 impl CpuKernels {
     /// Compiles every node of the module the backend handles (the whole module's graphs,
-    /// nested regions included).
+    /// nested regions included), with the options of the environment
+    /// ([`CompileOptions::from_env`]).
     pub fn compile(m: &Module) -> Result<Arc<CpuKernels>, String> {
+        CpuKernels::compile_with(m, &CompileOptions::from_env()?)
+    }
+
+    /// Compiles every node of the module the backend handles, with `options`.
+    pub fn compile_with(m: &Module, options: &CompileOptions) -> Result<Arc<CpuKernels>, String> {
         let start = Instant::now();
-        let mut jit = codegen::Jit::new()?;
+        let mut jit = codegen::Jit::new(options.isa)?;
         enum Planned {
             Loop(LoopPlan),
             MatMul(MatMulPlan),
@@ -73,16 +102,10 @@ impl CpuKernels {
                 }
             }
         }
-        let ids: Vec<_> = planned.iter().filter_map(|(_, _, id)| *id).collect();
-        let (module, ptrs) = jit.finish(&ids)?;
-        let mut ptrs = ptrs.into_iter();
+        let (code, mut entries) = entry::Code::link(jit)?;
         let mut kernels: HashMap<String, HashMap<Node, Kernel>> = HashMap::new();
         for (key, planned, id) in planned {
-            let scratch = match &planned {
-                Planned::Loop(p) => p.cached.len() * p.cols,
-                Planned::MatMul(mp) => mp.epilogue.as_ref().map_or(0, |(p, _)| p.cached.len() * p.cols),
-            };
-            let entry = id.and_then(|_| ptrs.next()).map(|p| entry::Entry::new(p, scratch));
+            let entry = id.and_then(|id| entries.remove(&id));
             let k = match (planned, entry) {
                 (Planned::Loop(plan), Some(entry)) => Kernel::Loop { plan, entry },
                 (Planned::MatMul(plan), epilogue) => Kernel::MatMul { plan, epilogue },
@@ -90,7 +113,7 @@ impl CpuKernels {
             };
             kernels.entry(key.0).or_default().insert(key.1, k);
         }
-        Ok(Arc::new(CpuKernels { kernels, _code: entry::Code::new(module), compile_time: start.elapsed() }))
+        Ok(Arc::new(CpuKernels { kernels, _code: code, compile_time: start.elapsed() }))
     }
 
     /// How many nodes run compiled code.
@@ -119,16 +142,17 @@ impl Kernel {
     }
 }
 
-/// An f32 input as one contiguous buffer, expanded to the output shape where `map` says.
+/// An f32 input as one contiguous buffer, expanded to the output shape where `map` says;
+/// an error unless it has the type the plan was made for.
 fn f32_input<'t>(
     i: usize,
     t: &'t Tensor,
+    ty: &graphc_ir::TensorType,
     map: &plan::InputMap,
     out: &graphc_ir::TensorType,
 ) -> Result<Cow<'t, [f32]>, String> {
-    let Tensor::F32(a) = t else {
-        return Err(format!("compiled kernel input {i} is {}, not f32", t.dtype()));
-    };
+    check_type(i, t, ty)?;
+    let Tensor::F32(a) = t else { unreachable!("checked to be f32") };
     Ok(if map.materialize {
         let shape: Vec<usize> = out.shape.iter().map(|&d| d as usize).collect();
         let b = a.broadcast(shape).ok_or_else(|| format!("input {i} does not broadcast to {out}"))?;
@@ -138,6 +162,29 @@ fn f32_input<'t>(
     } else {
         Cow::Owned(a.iter().copied().collect())
     })
+}
+
+/// Whether operand `i` has the type the plan was made for (the shapes its strides assume).
+fn check_type(i: usize, t: &Tensor, ty: &graphc_ir::TensorType) -> Result<(), String> {
+    if t.ty() != *ty {
+        return Err(format!("compiled kernel input {i} is {} where the kernel was compiled for {ty}", t.ty()));
+    }
+    Ok(())
+}
+
+/// The elements a loop kernel touches in each buffer, from its plan (see `entry::Extents`).
+fn extents(p: &LoopPlan) -> entry::Extents {
+    let (rows, cols) = (p.rows, p.cols);
+    let reach = |m: &plan::InputMap| {
+        let last = (rows.saturating_sub(1) as i64) * m.row_stride + (cols.saturating_sub(1) as i64) * m.col_stride;
+        last.max(0) as usize + 1
+    };
+    entry::Extents {
+        rows,
+        ins: p.inputs.iter().map(reach).collect(),
+        outs: p.per_row.iter().map(|&r| if r { rows } else { rows * cols }).collect(),
+        scratch: p.cached.len() * cols,
+    }
 }
 
 fn to_tensor(v: Vec<f32>, ty: &graphc_ir::TensorType) -> Result<Tensor, String> {
@@ -158,22 +205,16 @@ fn row_blocks(rows: usize, parallel: bool) -> Vec<(usize, usize)> {
     (0..rows).step_by(chunk).map(|r| (r, (r + chunk).min(rows))).collect()
 }
 
-/// Runs `f` on every block, on the worker threads when there are several.
-fn for_blocks(blocks: &[(usize, usize)], f: impl Fn(usize, usize) + Sync) {
-    if blocks.len() == 1 {
-        f(blocks[0].0, blocks[0].1);
-        return;
-    }
-    rayon::scope(|s| {
-        for &(r0, r1) in blocks {
-            let f = &f;
-            s.spawn(move |_| f(r0, r1));
-        }
-    });
-}
-
 fn run_loop(p: &LoopPlan, entry: &entry::Entry, operands: &mut Operands<'_>) -> Result<Vec<Tensor>, String> {
     let n = p.rows * p.cols;
+    if operands.len() != p.inputs.len() {
+        return Err(format!("{} operands where the kernel takes {}", operands.len(), p.inputs.len()));
+    }
+    for (i, ty) in p.input_types.iter().enumerate() {
+        if let Some(t) = operands.get(i) {
+            check_type(i, t, ty)?;
+        }
+    }
     // Each result goes over an input read here for the last time when there is one (the
     // buffer plan's in-place reuse), else into a buffer from the session's pool.
     let candidates = p.overwritable();
@@ -200,39 +241,27 @@ fn run_loop(p: &LoopPlan, entry: &entry::Entry, operands: &mut Operands<'_>) -> 
             Some(_) => Ok(None),
             None => {
                 let t = all.get(i).ok_or_else(|| format!("compiled kernel input {i} is missing"))?;
-                f32_input(i, t, &p.inputs[i], &p.out).map(Some)
+                f32_input(i, t, &p.input_types[i], &p.inputs[i], &p.out).map(Some)
             }
         })
         .collect::<Result<Vec<_>, String>>()?;
-    {
-        let out_ptrs: Vec<*mut f32> = outs.iter_mut().map(|v| v.as_mut_ptr()).collect();
-        let ins: Vec<*const f32> = owned
-            .iter()
-            .zip(&over)
-            .map(|(c, o)| match (c, o) {
-                (_, Some(k)) => out_ptrs[*k] as *const f32,
-                (Some(c), None) => c.as_ptr(),
-                (None, None) => unreachable!("every input is owned or overwritten"),
-            })
-            .collect();
-        let ptrs = entry::Buffers::new(ins, out_ptrs);
-        let blocks = row_blocks(p.rows, n >= PARALLEL_ELEMENTS && p.rows > 1);
-        let scratch = p.cached.len() * p.cols;
-        for_blocks(&blocks, |r0, r1| with_scratch(scratch, |s| entry.call(&ptrs, r0, r1, s)));
-    }
-    // Every row has run, so every element of every output is written.
-    outs.into_iter()
-        .enumerate()
-        .map(|(k, mut v)| {
-            entry::filled(std::slice::from_mut(&mut v), if p.per_row[k] { p.rows } else { n });
-            to_tensor(v, &p.result_type(k))
+    let ins: Vec<entry::In<'_>> = owned
+        .iter()
+        .zip(&over)
+        .map(|(c, o)| match (c, o) {
+            (_, Some(k)) => entry::In::Output(*k),
+            (Some(c), None) => entry::In::Slice(c),
+            (None, None) => unreachable!("every input is owned or overwritten"),
         })
-        .collect()
+        .collect();
+    let blocks = row_blocks(p.rows, n >= PARALLEL_ELEMENTS && p.rows > 1);
+    entry.run(&ins, &mut outs, &blocks, |len, f| with_scratch(len, f))?;
+    outs.into_iter().enumerate().map(|(k, v)| to_tensor(v, &p.result_type(k))).collect()
 }
 
 /// Runs `f` with `len` elements of this thread's scratch row buffer, which lives as long as
 /// the thread: a kernel call allocates none.
-fn with_scratch<R>(len: usize, f: impl FnOnce(&mut [f32]) -> R) -> R {
+fn with_scratch(len: usize, f: &mut dyn FnMut(&mut [f32])) {
     thread_local! {
         static SCRATCH: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
     }
@@ -247,25 +276,29 @@ fn with_scratch<R>(len: usize, f: impl FnOnce(&mut [f32]) -> R) -> R {
 
 fn run_matmul(p: &MatMulPlan, epilogue: Option<&entry::Entry>, operands: &Operands<'_>) -> Result<Vec<Tensor>, String> {
     let inputs = operands.all();
-    let contiguous = |i: usize| -> Result<Cow<'_, [f32]>, String> {
+    let contiguous = |i: usize, rows: usize, cols: usize| -> Result<Cow<'_, [f32]>, String> {
+        let ty = graphc_ir::TensorType::new(graphc_ir::DType::F32, [rows as u64, cols as u64]);
         match inputs.get(i) {
-            Some(Tensor::F32(a)) => {
+            Some(t @ Tensor::F32(a)) => {
+                check_type(i, t, &ty)?;
                 Ok(a.as_slice().map(Cow::Borrowed).unwrap_or_else(|| Cow::Owned(a.iter().copied().collect())))
             }
             Some(t) => Err(format!("matmul operand {i} is {}, not f32", t.dtype())),
             None => Err(format!("matmul operand {i} is missing")),
         }
     };
-    let (a, b) = (contiguous(p.lhs)?, contiguous(p.rhs)?);
+    let (a, b) = (contiguous(p.lhs, p.m, p.k)?, contiguous(p.rhs, p.k, p.n)?);
     let size = p.m * p.n;
-    let mut c: Vec<f32> = operands.alloc_f32(size);
     // The epilogue's other inputs, and its outputs: in place over the product when it has one.
     let (extra, mut outs) = match &p.epilogue {
         Some((lp, used)) => {
             let extra = used
                 .iter()
                 .enumerate()
-                .map(|(j, &i)| f32_input(i, inputs[i], &lp.inputs[j + 1], &lp.out))
+                .map(|(j, &i)| {
+                    let t = inputs.get(i).ok_or_else(|| format!("compiled kernel input {i} is missing"))?;
+                    f32_input(i, t, &lp.input_types[j + 1], &lp.inputs[j + 1], &lp.out)
+                })
                 .collect::<Result<Vec<_>, _>>()?;
             let outs: Vec<Vec<f32>> = if lp.results.len() == 1 {
                 Vec::new()
@@ -276,46 +309,76 @@ fn run_matmul(p: &MatMulPlan, epilogue: Option<&entry::Entry>, operands: &Operan
         }
         None => (Vec::new(), Vec::new()),
     };
-    {
-        let c_ptr = c.as_mut_ptr();
-        let mats = entry::MatMul { a: a.as_ptr(), b: b.as_ptr(), c: c_ptr, m: p.m, k: p.k, n: p.n };
-        let epi = epilogue.map(|_| {
-            let mut ins = vec![c_ptr as *const f32];
-            ins.extend(extra.iter().map(|e| e.as_ptr()));
-            let o = if outs.is_empty() { vec![c_ptr] } else { outs.iter_mut().map(|v| v.as_mut_ptr()).collect() };
-            entry::Buffers::new(ins, o)
-        });
-        let parallel = p.m * p.n * p.k >= PARALLEL_FLOPS && p.m > 1 && rayon::current_thread_index().is_none();
-        mats.compute(if parallel { rayon::current_num_threads() } else { 1 });
-        if let (Some(e), Some(bufs)) = (epilogue, &epi) {
-            let blocks = row_blocks(p.m, parallel);
-            for_blocks(&blocks, |r0, r1| e.call(bufs, r0, r1, &mut []));
-        }
-    }
-    entry::filled(std::slice::from_mut(&mut c), size);
+    let parallel = p.m * p.n * p.k >= PARALLEL_FLOPS && p.m > 1 && rayon::current_thread_index().is_none();
+    let mut c: Vec<f32> = operands.alloc_f32(size);
+    entry::matmul(&a, &b, &mut c, (p.m, p.k, p.n), if parallel { rayon::current_num_threads() } else { 1 })?;
     let out = graphc_ir::TensorType::new(graphc_ir::DType::F32, [p.m as u64, p.n as u64]);
+    let Some((lp, _)) = &p.epilogue else { return to_tensors(vec![c], &out) };
+    let e = epilogue.ok_or("a matmul epilogue without code")?;
+    let blocks = row_blocks(p.m, parallel);
+    let scratch = |len: usize, f: &mut dyn FnMut(&mut [f32])| with_scratch(len, f);
+    let rest = extra.iter().map(|x| entry::In::Slice(x));
     if outs.is_empty() {
-        return to_tensors(vec![c], &out);
+        // One result: written over the product.
+        let mut c = [c];
+        let ins: Vec<_> = std::iter::once(entry::In::Output(0)).chain(rest).collect();
+        e.run(&ins, &mut c, &blocks, scratch)?;
+        let [c] = c;
+        return to_tensors(vec![c], &lp.result_type(0));
     }
-    entry::filled(&mut outs, size);
+    let ins: Vec<_> = std::iter::once(entry::In::Slice(&c)).chain(rest).collect();
+    e.run(&ins, &mut outs, &blocks, scratch)?;
     operands.recycle_f32(c);
     to_tensors(outs, &out)
 }
 
-/// The only unsafe code of the backend: keeping the JIT's code alive and calling into it.
+/// The only unsafe code of the backend: keeping the JIT's code alive, freeing it, and calling
+/// into it. Generated code checks nothing, so everything it will touch is checked here against
+/// the extents its plan reads and writes before each call; the functions outside this module
+/// are safe whatever buffers they are given.
 #[allow(unsafe_code)]
 mod entry {
     use cranelift_jit::JITModule;
+    use cranelift_module::FuncId;
+    use std::collections::HashMap;
 
     type KernelFn = unsafe extern "C" fn(*const *const f32, *const *mut f32, i64, i64, *mut f32);
 
-    /// The JIT module, which owns the code's memory. It is never touched after linking, so
-    /// sharing it between threads is sound.
-    pub struct Code(#[allow(dead_code)] JITModule);
+    /// The JIT module, which owns the code's memory. It is never touched after linking until
+    /// it is dropped, so sharing it between threads is sound.
+    pub struct Code(Option<JITModule>);
 
     impl Code {
-        pub fn new(m: JITModule) -> Self {
-            Code(m)
+        /// Links every kernel `jit` defined; returns the code and each kernel's entry point,
+        /// with the extents of the plan `jit` generated it from.
+        pub fn link(jit: super::codegen::Jit) -> Result<(Code, HashMap<FuncId, Entry>), String> {
+            let (m, defined) = jit.finish()?;
+            let entries = defined
+                .into_iter()
+                .map(|(id, extents)| {
+                    let p = m.get_finalized_function(id);
+                    // SAFETY: `p` is a function Cranelift generated with exactly this signature
+                    // (codegen.rs: two pointers, two i64, a pointer, no result, the platform's C
+                    // convention), for the plan whose extents `Jit::define` recorded with it,
+                    // which touches nothing beyond them when run on rows within them. The code
+                    // stays mapped until `Code` is dropped, and `CpuKernels` drops its entries
+                    // before its code.
+                    let f = unsafe { std::mem::transmute::<*const u8, KernelFn>(p) };
+                    (id, Entry { f, extents })
+                })
+                .collect();
+            Ok((Code(Some(m)), entries))
+        }
+    }
+
+    impl Drop for Code {
+        fn drop(&mut self) {
+            if let Some(m) = self.0.take() {
+                // SAFETY: the only pointers into this code are the `Entry`s made with it, which
+                // its owner `CpuKernels` declares before it and so drops first; a kernel runs
+                // only through `&CpuKernels`, so none runs now or can run again.
+                unsafe { m.free_memory() }
+            }
         }
     }
 
@@ -325,108 +388,209 @@ mod entry {
         }
     }
 
-    // SAFETY: see `Code`: the module is only kept for its memory, never used again.
+    // SAFETY: see `Code`: the module is only kept for its memory and freed by its owner's drop.
     unsafe impl Send for Code {}
     unsafe impl Sync for Code {}
 
-    /// A kernel's entry point.
+    /// How many elements a kernel touches in each buffer, from its plan: it is never called on
+    /// shorter ones.
+    #[derive(Clone, Debug, PartialEq)]
+    pub struct Extents {
+        /// The rows of the plan's `[rows, cols]` view; a call runs some of them.
+        pub rows: usize,
+        /// Per input: one past the last element read over all rows.
+        pub ins: Vec<usize>,
+        /// Per output: one past the last element written over all rows.
+        pub outs: Vec<usize>,
+        /// Scratch elements (a row per cached step).
+        pub scratch: usize,
+    }
+
+    /// A kernel's entry point and the extents of the buffers it runs on.
     #[derive(Debug)]
     pub struct Entry {
         f: KernelFn,
-        /// How many scratch elements the kernel uses.
-        scratch: usize,
+        extents: Extents,
+    }
+
+    /// A kernel input: a buffer of its own, or output `k`'s buffer, already holding the input
+    /// and written over in place (as the plan allows: it reads each element before writing it).
+    pub enum In<'a> {
+        Slice(&'a [f32]),
+        Output(usize),
     }
 
     impl Entry {
-        pub fn new(p: *const u8, scratch: usize) -> Self {
-            // SAFETY: `p` is a function Cranelift generated with exactly this signature
-            // (codegen.rs: two pointers, two i64, a pointer, no result, the platform's C
-            // convention).
-            Entry { f: unsafe { std::mem::transmute::<*const u8, KernelFn>(p) }, scratch }
-        }
-
-        /// Runs rows `[r0, r1)`, with `scratch` (a row per cached step of the plan) to itself.
-        pub fn call(&self, b: &Buffers, r0: usize, r1: usize, scratch: &mut [f32]) {
-            // SAFETY: the buffers hold the plan's inputs (each as long as its type, which the
-            // session checked and the plan's strides stay within) and outputs with capacity
-            // for rows*cols elements; rows in [r0, r1) are within them and disjoint between
-            // concurrent calls, so no two calls write one element. The kernel touches
-            // `self.scratch` elements of the scratch, checked here (exclusively borrowed, so
-            // no other call shares it).
-            assert!(scratch.len() >= self.scratch, "a kernel's scratch is too small");
-            unsafe { (self.f)(b.ins.as_ptr(), b.outs.as_ptr(), r0 as i64, r1 as i64, scratch.as_mut_ptr()) }
-        }
-    }
-
-    /// Marks outputs allocated with capacity `n` as holding `n` elements, once a kernel has
-    /// written all rows (the caller's promise).
-    pub fn filled(outs: &mut [Vec<f32>], n: usize) {
-        for v in outs {
-            assert!(v.capacity() >= n);
-            // SAFETY: the kernel wrote rows*cols = n elements through the pointer taken in
-            // `Buffers::new` (never through a reference, so nothing uninitialized was read).
-            unsafe { v.set_len(n) };
+        /// Runs the kernel on the row ranges `blocks` (on rayon's threads when there are
+        /// several) after checking every buffer, the rows and the scratch against the plan's
+        /// extents; a mismatch is an error, never a call. Outputs not read in place are
+        /// cleared and grown to their extents, and hold the kernel's results afterwards.
+        pub fn run(
+            &self,
+            ins: &[In<'_>],
+            outs: &mut [Vec<f32>],
+            blocks: &[(usize, usize)],
+            scratch: impl Fn(usize, &mut dyn FnMut(&mut [f32])) + Sync,
+        ) -> Result<(), String> {
+            let e = &self.extents;
+            if ins.len() != e.ins.len() || outs.len() != e.outs.len() {
+                return Err(format!(
+                    "{} inputs and {} outputs where the kernel takes {} and {}",
+                    ins.len(),
+                    outs.len(),
+                    e.ins.len(),
+                    e.outs.len()
+                ));
+            }
+            let mut end = 0;
+            for &(r0, r1) in blocks {
+                if r0 < end || r1 < r0 || r1 > e.rows {
+                    return Err(format!("rows {r0}..{r1} of a kernel over {} rows, after row {end}", e.rows));
+                }
+                end = r1;
+            }
+            if blocks.iter().map(|&(r0, r1)| r1 - r0).sum::<usize>() != e.rows {
+                return Err(format!("rows {blocks:?} do not cover the kernel's {} rows", e.rows));
+            }
+            let in_place: Vec<usize> =
+                ins.iter().filter_map(|i| if let In::Output(k) = i { Some(*k) } else { None }).collect();
+            for (k, v) in outs.iter_mut().enumerate() {
+                if in_place.contains(&k) {
+                    if v.len() < e.outs[k] {
+                        return Err(format!(
+                            "output {k} has {} elements where the kernel writes {}",
+                            v.len(),
+                            e.outs[k]
+                        ));
+                    }
+                } else {
+                    v.clear();
+                    v.reserve(e.outs[k]);
+                }
+            }
+            let mut in_ptrs = Vec::with_capacity(ins.len());
+            for (i, (x, &need)) in ins.iter().zip(&e.ins).enumerate() {
+                let (p, len) = match *x {
+                    In::Slice(s) => (s.as_ptr(), s.len()),
+                    In::Output(k) => {
+                        let v = outs.get(k).ok_or_else(|| format!("input {i} reads output {k}, which is missing"))?;
+                        (v.as_ptr(), v.len())
+                    }
+                };
+                if len < need {
+                    return Err(format!("input {i} has {len} elements where the kernel reads {need}"));
+                }
+                in_ptrs.push(p);
+            }
+            let out_ptrs: Vec<*mut f32> = outs.iter_mut().map(|v| v.as_mut_ptr()).collect();
+            let bufs = &Pointers { ins: in_ptrs, outs: out_ptrs };
+            let call = |(r0, r1): (usize, usize)| {
+                let mut ok = Err(String::new());
+                scratch(e.scratch, &mut |s: &mut [f32]| {
+                    ok = if s.len() < e.scratch {
+                        Err(format!("a scratch of {} elements where the kernel uses {}", s.len(), e.scratch))
+                    } else {
+                        // SAFETY: every input pointer is valid for reads and every output
+                        // pointer for writes of the extents the plan touches (checked or
+                        // reserved above; the buffers live and are not otherwise used until
+                        // `run` returns), the rows are within the plan's and disjoint between
+                        // blocks (checked above), so concurrent calls write disjoint elements;
+                        // outputs are distinct vectors, and an input aliases an output only
+                        // where the plan writes over it; the scratch is exclusively borrowed
+                        // and long enough.
+                        unsafe {
+                            (self.f)(bufs.ins.as_ptr(), bufs.outs.as_ptr(), r0 as i64, r1 as i64, s.as_mut_ptr())
+                        };
+                        Ok(())
+                    };
+                });
+                ok
+            };
+            if blocks.len() == 1 {
+                call(blocks[0])?;
+            } else {
+                let errors = std::sync::Mutex::new(Vec::new());
+                rayon::scope(|s| {
+                    for &block in blocks {
+                        let (call, errors) = (&call, &errors);
+                        s.spawn(move |_| {
+                            if let Err(e) = call(block) {
+                                errors.lock().unwrap_or_else(|p| p.into_inner()).push(e);
+                            }
+                        });
+                    }
+                });
+                if let Some(e) = errors.into_inner().unwrap_or_else(|p| p.into_inner()).into_iter().next() {
+                    return Err(e);
+                }
+            }
+            for (k, v) in outs.iter_mut().enumerate() {
+                if !in_place.contains(&k) {
+                    // SAFETY: the capacity was reserved above, and the kernel wrote every
+                    // element up to the extent: all rows ran (they cover 0..rows, disjoint),
+                    // each writing its row of every output, through raw pointers (nothing
+                    // uninitialized was read through a reference).
+                    unsafe { v.set_len(e.outs[k]) };
+                }
+            }
+            Ok(())
         }
     }
 
     /// The pointer arrays a kernel takes.
-    pub struct Buffers {
+    struct Pointers {
         ins: Vec<*const f32>,
         outs: Vec<*mut f32>,
     }
 
-    impl Buffers {
-        /// Pointers to the inputs, and to the outputs (allocated buffers, possibly still
-        /// empty, or an input's own buffer for an in-place epilogue).
-        pub fn new(ins: Vec<*const f32>, outs: Vec<*mut f32>) -> Self {
-            Buffers { ins, outs }
-        }
-    }
-
     // SAFETY: the pointers are only dereferenced by kernels on disjoint output rows while the
-    // buffers they point into live (the calls happen inside a scope that outlives none of them).
-    unsafe impl Send for Buffers {}
-    unsafe impl Sync for Buffers {}
+    // buffers they point into live (the calls happen inside `Entry::run`, which borrows them).
+    unsafe impl Send for Pointers {}
+    unsafe impl Sync for Pointers {}
 
-    /// `c = a b` for row-major `a: [m, k]`, `b: [k, n]`, `c: [m, n]`.
-    pub struct MatMul {
-        pub a: *const f32,
-        pub b: *const f32,
-        pub c: *mut f32,
-        pub m: usize,
-        pub k: usize,
-        pub n: usize,
-    }
-
-    impl MatMul {
-        /// The product, on `threads` of rayon's threads (gemm splits it).
-        pub fn compute(&self, threads: usize) {
-            // SAFETY: `a` holds m*k and `b` k*n elements and `c` has capacity m*n (the
-            // caller's buffers for the plan's shapes, checked by the session's types); with
-            // read_dst false gemm does not read `c` (dst = alpha dst + beta a b, alpha unused).
-            unsafe {
-                gemm::gemm(
-                    self.m,
-                    self.n,
-                    self.k,
-                    self.c,
-                    1,
-                    self.n as isize,
-                    false,
-                    self.a,
-                    1,
-                    self.k as isize,
-                    self.b,
-                    1,
-                    self.n as isize,
-                    0.0,
-                    1.0,
-                    false,
-                    false,
-                    false,
-                    if threads > 1 { gemm::Parallelism::Rayon(threads) } else { gemm::Parallelism::None },
-                )
-            }
+    /// `c = a b` for row-major `a: [m, k]`, `b: [k, n]`, `c: [m, n]`; `c` is cleared and
+    /// filled. The lengths are checked, so this is safe to call with any buffers.
+    pub fn matmul(
+        a: &[f32],
+        b: &[f32],
+        c: &mut Vec<f32>,
+        (m, k, n): (usize, usize, usize),
+        threads: usize,
+    ) -> Result<(), String> {
+        let mn = m.checked_mul(n).ok_or("a product too large to index")?;
+        if Some(a.len()) != m.checked_mul(k) || Some(b.len()) != k.checked_mul(n) {
+            return Err(format!("factors of {} and {} elements for a [{m},{k}] x [{k},{n}] product", a.len(), b.len()));
         }
+        c.clear();
+        c.reserve(mn);
+        // SAFETY: `a` holds m*k and `b` k*n elements and `c` has capacity m*n (checked and
+        // reserved just above), all row-major with the strides given; with read_dst false
+        // gemm does not read `c` (dst = alpha dst + beta a b, alpha unused) and writes every
+        // element of it, so its length can then be m*n.
+        unsafe {
+            gemm::gemm(
+                m,
+                n,
+                k,
+                c.as_mut_ptr(),
+                1,
+                n as isize,
+                false,
+                a.as_ptr(),
+                1,
+                k as isize,
+                b.as_ptr(),
+                1,
+                n as isize,
+                0.0,
+                1.0,
+                false,
+                false,
+                false,
+                if threads > 1 { gemm::Parallelism::Rayon(threads) } else { gemm::Parallelism::None },
+            );
+            c.set_len(mn);
+        }
+        Ok(())
     }
 }

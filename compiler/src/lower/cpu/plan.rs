@@ -245,7 +245,10 @@ pub fn matmul_plan(g: &Graph, node: Node) -> Option<MatMulPlan> {
         let mut inputs = vec![md.results[0]];
         inputs.extend(used.iter().map(|&i| operands[i]));
         let p = build(g, &inputs, rest, yields, true)?;
-        if p.per_row.contains(&true) {
+        // The epilogue runs over the product's own rows, in place over its buffer: every
+        // result must have the product's shape (operands may broadcast into it, but a product
+        // broadcast wider, or a result per row, is not this kernel's).
+        if p.out != c || p.per_row.contains(&true) {
             return None;
         }
         Some((p, used))
@@ -292,6 +295,9 @@ fn build(g: &Graph, inputs: &[Value], nodes: &[Node], yields: &[Value], by_rows:
         index.insert(v, steps.len() - 1);
     }
     for &m in nodes {
+        // Every step is computed once per element of `out`, which is right for any value
+        // that broadcasts into it, and wrong for one wider (its other elements have no place).
+        access(&tensor(*g.nodes[m].results.first()?)?, &out)?;
         let step = lower_node(g, m, &index)?;
         steps.push(step);
         index.insert(g.nodes[m].results[0], steps.len() - 1);
