@@ -83,6 +83,9 @@ struct BenchArgs {
     /// Seed of the random data for inputs not given with --input.
     #[arg(long, default_value_t = 0)]
     seed: u64,
+    /// Fail a step (warm-up or timed) that runs longer than this, as for `graphc run`.
+    #[arg(long, value_name = "SECS", value_parser = parse_timeout)]
+    timeout: Option<Timeout>,
     #[command(flatten)]
     devices: placement_cli::DeviceArgs,
 }
@@ -203,9 +206,11 @@ struct RunArgs {
     /// Seed of the random data for inputs not given with --input.
     #[arg(long, default_value_t = 0)]
     seed: u64,
-    /// Fail a blocking op (enqueue, dequeue, recv) that waits longer than this.
-    #[arg(long, value_name = "SECS", value_parser = parse_secs)]
-    timeout: Option<f64>,
+    /// Fail a step that runs longer than this (a loop that never ends fails at the loop), and
+    /// a blocking op (enqueue, dequeue, recv) that waits longer. 'inf', or a value too large
+    /// for the clock, means no limit.
+    #[arg(long, value_name = "SECS", value_parser = parse_timeout)]
+    timeout: Option<Timeout>,
     /// Place and partition on these devices and run each partition on its own thread.
     #[command(flatten)]
     devices: placement_cli::DeviceArgs,
@@ -219,10 +224,20 @@ struct RunArgs {
     write_profile: Option<PathBuf>,
 }
 
-fn parse_secs(s: &str) -> Result<f64, String> {
-    match s.parse::<f64>() {
-        Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
-        _ => Err(format!("'{s}' is not a positive number of seconds")),
+/// A `--timeout`: `None` is no limit.
+#[derive(Clone, Copy, Debug)]
+struct Timeout(Option<std::time::Duration>);
+
+fn parse_timeout(s: &str) -> Result<Timeout, String> {
+    let v: f64 = s.trim().parse().map_err(|_| format!("'{s}' is not a number of seconds"))?;
+    if v.is_nan() || v <= 0.0 {
+        return Err(format!("'{s}' is not a positive number of seconds"));
+    }
+    // Past what a Duration holds (about 5.8e11 years) no deadline can ever be reached.
+    match std::time::Duration::try_from_secs_f64(v) {
+        Ok(d) if d.is_zero() => Err(format!("'{s}' seconds is less than the clock's nanosecond")),
+        Ok(d) => Ok(Timeout(Some(d))),
+        Err(_) => Ok(Timeout(None)),
     }
 }
 

@@ -27,7 +27,8 @@ pub fn run(a: &RunArgs, file: &SourceFile, module: Module) -> anyhow::Result<Exi
         say!("{p}");
     }
     let options = SessionOptions {
-        wait_timeout: a.timeout.map(Duration::from_secs_f64),
+        wait_timeout: a.timeout.and_then(|t| t.0),
+        step_timeout: a.timeout.and_then(|t| t.0),
         detect_deadlock: true,
         max_tensor_bytes: None,
         trace: a.trace.is_some() || a.write_profile.is_some(),
@@ -125,7 +126,9 @@ pub fn bench(a: &BenchArgs, file: &SourceFile, module: Module) -> anyhow::Result
             say!("{p}");
         }
     }
-    let options = SessionOptions { detect_deadlock: true, ..Default::default() };
+    let limit = a.timeout.and_then(|t| t.0);
+    let options =
+        SessionOptions { detect_deadlock: true, wait_timeout: limit, step_timeout: limit, ..Default::default() };
     let (session, _) = new_session(a.backend, module, options)?;
     let compile = optimized + start.elapsed();
     let mut times = Vec::with_capacity(a.iters as usize);

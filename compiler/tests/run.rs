@@ -262,3 +262,86 @@ fn a_closed_stdout_ends_the_run_quietly() {
     assert!(!err.contains("panicked"), "{err}");
     assert_eq!(out.status.code(), Some(0));
 }
+
+const SPIN: &str = "graph @spin(%x: f32[3]) -> (y: f32[3]) {
+  %r = while %x : f32[3]
+    cond(%c: f32[3]) {
+      %t = constant {value = dense<true> : bool[]} : bool[]
+      yield %t
+    }
+    body(%b: f32[3]) {
+      %n = neg %b : f32[3]
+      yield %n
+    }
+  return %r
+}
+";
+
+#[test]
+fn timeouts_of_any_size_are_errors_or_no_limit_never_panics() {
+    let mlp = example("mlp.gir");
+    // Too large for the clock, or infinite: no limit.
+    for t in ["1e20", "inf", "1e308"] {
+        ok(&["run", &mlp, "--backend", "interp", "--timeout", t]);
+    }
+    for t in ["-1", "0", "nan", "NaN", "-inf", "abc", "", "1e-300"] {
+        let o = graphc(&["run", &mlp, &format!("--timeout={t}")]);
+        let (_, err) = text(&o);
+        assert_eq!(o.status.code(), Some(2), "--timeout {t:?}: {err}");
+        assert!(err.contains("invalid value") && err.contains("--timeout"), "--timeout {t:?}: {err}");
+    }
+}
+
+#[test]
+fn a_loop_that_never_ends_fails_at_the_timeout_naming_the_loop() {
+    let dir = tmpdir("spin");
+    let p = dir.join("spin.gir");
+    std::fs::write(&p, SPIN).unwrap();
+    let path = p.to_str().unwrap();
+    for backend in ["interp", "jit"] {
+        let start = std::time::Instant::now();
+        let err = fails(&["run", path, "--timeout", "0.5", "--backend", backend]);
+        assert!(start.elapsed() < std::time::Duration::from_secs(20), "{backend}: {:?}", start.elapsed());
+        assert!(
+            err.contains(
+                "spin.gir:2:3: error: in @spin, node 'while %r': the step ran longer than its time limit of 0.5s"
+            ),
+            "{backend}: {err}"
+        );
+    }
+    let err = fails(&["bench", path, "--timeout", "0.5", "--warmup", "0", "--iters", "3"]);
+    assert!(
+        err.contains("node 'while %r'") && err.contains("time limit of 0.5s") && err.contains("(step 1 of 3)"),
+        "{err}"
+    );
+}
+
+#[test]
+fn ctrl_c_interrupts_a_loop_that_never_ends() {
+    use std::os::unix::process::ExitStatusExt;
+    let dir = tmpdir("sigint");
+    let p = dir.join("spin.gir");
+    std::fs::write(&p, SPIN).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_graphc"))
+        .args(["run", p.to_str().unwrap(), "--backend", "interp"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let killed = Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
+    assert!(killed.success());
+    let start = std::time::Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if start.elapsed() > std::time::Duration::from_secs(10) {
+            let _ = child.kill();
+            panic!("graphc ignored SIGINT");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    // Killed by SIGINT, which a shell reports as exit status 130.
+    assert_eq!(status.signal(), Some(2), "{status:?}");
+}
