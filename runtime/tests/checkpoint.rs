@@ -172,3 +172,27 @@ fn a_snapshot_is_consistent_while_steps_continue() {
     let steps = snap.iter().find(|(n, _)| n == "steps").unwrap().1.clone().unwrap();
     assert_eq!(*steps, i64t(&[], &[1]), "the snapshot kept the value it saw");
 }
+
+#[test]
+fn devices_fifos_and_lying_header_lengths_are_refused_without_hanging() {
+    let dir = tempdir("special");
+    let s = session(MODEL);
+    let e = s.restore(std::path::Path::new("/dev/zero")).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Checkpoint);
+    assert_eq!(e.message, "/dev/zero is a character device, not a regular file; expected a safetensors checkpoint");
+    let fifo = dir.join("fifo.safetensors");
+    assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    let e = s.restore(&fifo).unwrap_err();
+    assert!(e.message.ends_with("is a FIFO, not a regular file; expected a safetensors checkpoint"), "{e}");
+    let e = s.restore(&dir).unwrap_err();
+    assert!(e.message.contains("is a directory"), "{e}");
+    // A header length of 2^64 - 1, and one just past the end of the file.
+    for len in [u64::MAX, 100] {
+        let path = dir.join(format!("len{len}.safetensors"));
+        let mut bytes = len.to_le_bytes().to_vec();
+        bytes.extend(b"{\"a\":{}}");
+        std::fs::write(&path, bytes).unwrap();
+        let e = s.restore(&path).unwrap_err();
+        assert!(e.kind == ErrorKind::Checkpoint && e.message.contains("is not a valid checkpoint"), "{e}");
+    }
+}
