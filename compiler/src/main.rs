@@ -197,9 +197,14 @@ struct RunArgs {
     /// Save every variable to this safetensors file after the last step (atomically).
     #[arg(long, value_name = "PATH")]
     checkpoint: Option<PathBuf>,
-    /// Also save to --checkpoint every N steps, in the background without pausing the steps.
+    /// Also save to --checkpoint every N steps, in the background without pausing the steps; a
+    /// failed save ends the run at the next step.
     #[arg(long, value_name = "N", requires = "checkpoint", value_parser = clap::value_parser!(u64).range(1..))]
     checkpoint_every: Option<u64>,
+    /// A failed --checkpoint-every save is a warning and the run goes on; without it the first
+    /// failure ends the run. The save after the last step must succeed either way.
+    #[arg(long, requires = "checkpoint_every")]
+    keep_going_on_checkpoint_error: bool,
     /// Restore every variable from this checkpoint before the first step.
     #[arg(long, value_name = "PATH")]
     restore: Option<PathBuf>,

@@ -68,6 +68,9 @@ pub fn run(a: &RunArgs, file: &SourceFile, module: Module) -> anyhow::Result<Exi
             }
         }
         if let (Some(c), Some(every)) = (&checkpointer, a.checkpoint_every) {
+            if !checkpoint_failures_allow_going_on(c.take_failures(), a, step) {
+                return Ok(ExitCode::FAILURE);
+            }
             if step % every == 0 {
                 c.submit(session.snapshot(), Some(step));
             }
@@ -76,7 +79,9 @@ pub fn run(a: &RunArgs, file: &SourceFile, module: Module) -> anyhow::Result<Exi
         session.recycle(std::mem::replace(&mut last, outs));
     }
     if let Some(c) = checkpointer {
-        c.finish().map_err(|e| anyhow!("{e}"))?;
+        if !checkpoint_failures_allow_going_on(c.close().1, a, a.steps) {
+            return Ok(ExitCode::FAILURE);
+        }
     }
     if let Some(path) = &a.checkpoint {
         session.save(path, Some(a.steps)).map_err(|e| anyhow!("{e}"))?;
@@ -107,6 +112,20 @@ pub fn run(a: &RunArgs, file: &SourceFile, module: Module) -> anyhow::Result<Exi
         None => print_outputs(&named),
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Reports failed periodic saves: each a warning with --keep-going-on-checkpoint-error, else
+/// the first ends the run (a checkpoint that silently never lands defeats its purpose).
+fn checkpoint_failures_allow_going_on(failures: Vec<RunError>, a: &RunArgs, step: u64) -> bool {
+    for e in failures {
+        if a.keep_going_on_checkpoint_error {
+            eprintln!("warning: {e}; going on (--keep-going-on-checkpoint-error)");
+        } else {
+            eprintln!("error: {e}; stopped after step {step} (--keep-going-on-checkpoint-error goes on)");
+            return false;
+        }
+    }
+    true
 }
 
 /// `graphc bench`: the time from a loaded module to a session ready to run (placement and

@@ -345,3 +345,30 @@ fn ctrl_c_interrupts_a_loop_that_never_ends() {
     // Killed by SIGINT, which a shell reports as exit status 130.
     assert_eq!(status.signal(), Some(2), "{status:?}");
 }
+
+#[test]
+fn a_periodic_checkpoint_that_cannot_be_written_stops_the_run_at_once() {
+    let dir = tmpdir("unwritable");
+    let ckpt = dir.join("missing-dir").join("w.safetensors").display().to_string();
+    let train = example("train_step.gir");
+    let args = ["run", &train, "--graph", "step", "--backend", "interp", "--checkpoint", &ckpt];
+    let o = graphc(&[&args[..], &["--steps", "100000", "--checkpoint-every", "1"]].concat());
+    let (out, err) = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}\n{err}");
+    assert!(!out.contains("step 100000:"), "the run stopped early: {out}");
+    assert!(
+        err.starts_with("error: saving step ")
+            && err.contains(&format!("cannot write checkpoint {ckpt}"))
+            && err.contains("stopped after step"),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1, "{err}");
+    // Going on: a warning per failure, every step runs, and the final save still must work.
+    let o =
+        graphc(&[&args[..], &["--steps", "5", "--checkpoint-every", "1", "--keep-going-on-checkpoint-error"]].concat());
+    let (out, err) = text(&o);
+    assert!(out.contains("step 5:"), "{out}");
+    assert!(err.starts_with("warning: saving step ") && err.contains("going on"), "{err}");
+    assert!(err.lines().last().unwrap().starts_with(&format!("error: cannot write checkpoint {ckpt}")), "{err}");
+    assert_eq!(o.status.code(), Some(1));
+}

@@ -196,3 +196,26 @@ fn devices_fifos_and_lying_header_lengths_are_refused_without_hanging() {
         assert!(e.kind == ErrorKind::Checkpoint && e.message.contains("is not a valid checkpoint"), "{e}");
     }
 }
+
+#[test]
+fn a_failed_background_save_is_reported_while_the_run_goes_on() {
+    let dir = tempdir("unwritable");
+    let path = dir.join("missing-dir").join("c.safetensors");
+    let s = session(MODEL);
+    let c = Checkpointer::start(path);
+    c.submit(s.snapshot(), Some(3));
+    let start = std::time::Instant::now();
+    let failures = loop {
+        let f = c.take_failures();
+        if !f.is_empty() || start.elapsed() > std::time::Duration::from_secs(10) {
+            break f;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    };
+    assert_eq!(failures.len(), 1, "known before finish: {failures:?}");
+    assert_eq!(failures[0].kind, ErrorKind::Checkpoint);
+    assert!(failures[0].message.starts_with("saving step 3: cannot write checkpoint"), "{}", failures[0]);
+    assert!(c.take_failures().is_empty(), "each failure is reported once");
+    // Collected failures are not reported again at the end.
+    assert_eq!(c.finish().unwrap(), 0);
+}
