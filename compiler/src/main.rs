@@ -186,7 +186,9 @@ struct RunArgs {
     /// runs (repeatable; one graph only).
     #[arg(short, long = "fetch", value_name = "NAME")]
     fetches: Vec<String>,
-    /// Write each output to DIR/NAME.npy instead of printing a summary.
+    /// Write each output to DIR/NAME.npy instead of printing a summary. Characters of NAME
+    /// outside [A-Za-z0-9._-], and a leading '.', become '_'; names are cut at 200 bytes; two
+    /// outputs that would share a file are an error (nothing is written).
     #[arg(short, long, value_name = "DIR")]
     out_dir: Option<PathBuf>,
     #[arg(long, value_enum, default_value_t = Backend::Jit)]

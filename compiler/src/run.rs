@@ -606,13 +606,25 @@ fn print_outputs(named: &[(String, &RtValue)]) {
     }
 }
 
-/// Writes each tensor output to DIR/NAME.npy; characters outside [A-Za-z0-9._-] become '_'.
+/// Writes each tensor output to DIR/FILE.npy ([`output_file_name`]). Two outputs that would
+/// get the same file are refused before anything is written, rather than one silently
+/// overwriting the other.
 fn write_outputs(dir: &Path, named: &[(String, &RtValue)]) -> anyhow::Result<()> {
+    let mut files: BTreeMap<String, &str> = BTreeMap::new();
+    for (name, v) in named {
+        if v.as_tensor().is_some() {
+            let file = format!("{}.npy", output_file_name(name));
+            if let Some(other) = files.insert(file.clone(), name) {
+                bail!(
+                    "outputs '{other}' and '{name}' would both be written to {}; rename one of them",
+                    dir.join(file).display()
+                );
+            }
+        }
+    }
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create the output directory {}", dir.display()))?;
     for (name, v) in named {
-        let file: String =
-            name.chars().map(|c| if c.is_ascii_alphanumeric() || "._-".contains(c) { c } else { '_' }).collect();
-        let path = dir.join(format!("{file}.npy"));
+        let path = dir.join(format!("{}.npy", output_file_name(name)));
         match v {
             RtValue::Tensor(t) => {
                 npy::write_npy(&path, t).map_err(|e| anyhow!("output '{name}': {e}"))?;
@@ -622,4 +634,21 @@ fn write_outputs(dir: &Path, named: &[(String, &RtValue)]) -> anyhow::Result<()>
         }
     }
     Ok(())
+}
+
+/// The file name (without `.npy`) an output is written to: characters outside
+/// [A-Za-z0-9._-] become '_', and so does a leading '.' (no hidden files, no `..`); an empty
+/// name is `_`; names are cut at 200 bytes (a file name may have 255).
+fn output_file_name(name: &str) -> String {
+    let mut file: String = name
+        .chars()
+        .enumerate()
+        .map(|(i, c)| if (c.is_ascii_alphanumeric() || "._-".contains(c)) && !(i == 0 && c == '.') { c } else { '_' })
+        .collect();
+    // Only ASCII is left, so any byte is a character boundary.
+    file.truncate(200);
+    if file.is_empty() {
+        file.push('_');
+    }
+    file
 }

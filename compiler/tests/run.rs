@@ -372,3 +372,36 @@ fn a_periodic_checkpoint_that_cannot_be_written_stops_the_run_at_once() {
     assert!(err.lines().last().unwrap().starts_with(&format!("error: cannot write checkpoint {ckpt}")), "{err}");
     assert_eq!(o.status.code(), Some(1));
 }
+
+#[test]
+fn output_files_never_collide_or_leave_the_directory() {
+    let dir = tmpdir("names");
+    let clash = dir.join("clash.gir");
+    std::fs::write(
+        &clash,
+        "graph @g(%x: f32[2]) -> (\"a/b\": f32[2], a_b: f32[2]) {\n  %y = neg %x : f32[2]\n  return %x, %y\n}\n",
+    )
+    .unwrap();
+    let out = dir.join("out");
+    let err = fails(&["run", clash.to_str().unwrap(), "--out-dir", out.to_str().unwrap()]);
+    assert_eq!(
+        err.trim(),
+        format!(
+            "error: outputs 'a/b' and 'a_b' would both be written to {}; rename one of them",
+            out.join("a_b.npy").display()
+        )
+    );
+    assert!(!out.exists(), "nothing was written");
+    let long = "n".repeat(300);
+    let odd = dir.join("odd.gir");
+    std::fs::write(&odd, format!("graph @g(%x: f32[2]) -> (\"..\": f32[2], \".hidden\": f32[2], \"{long}\": f32[2]) {{\n  return %x, %x, %x\n}}\n")).unwrap();
+    let stdout = ok(&["run", odd.to_str().unwrap(), "--out-dir", out.to_str().unwrap()]);
+    let mut files: Vec<String> =
+        std::fs::read_dir(&out).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    files.sort();
+    assert_eq!(
+        files,
+        ["_..npy".to_string(), "_hidden.npy".to_string(), format!("{}.npy", "n".repeat(200))],
+        "{stdout}"
+    );
+}
