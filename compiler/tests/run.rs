@@ -405,3 +405,16 @@ fn output_files_never_collide_or_leave_the_directory() {
         "{stdout}"
     );
 }
+
+#[test]
+fn fetching_a_value_inside_a_region_says_why_with_its_name_and_place() {
+    let err = fails(&["run", &example("loop.gir"), "--graph", "power", "--fetch", "prod"]);
+    assert!(
+        err.contains("loop.gir:14:7: error: cannot fetch 'prod': it is defined inside the body region of node 'while %i' of @power")
+            && err.contains("fetch a value the node returns instead"),
+        "{err}"
+    );
+    let err = fails(&["run", &example("fused.gir"), "--fetch", "%biased"]);
+    assert!(err.contains("cannot fetch 'biased': it is defined inside the kernel region of node 'fusion %a'"), "{err}");
+    assert!(!err.contains(" v1") && !err.contains("was not computed"), "no internal ids: {err}");
+}

@@ -462,7 +462,8 @@ fn resolve(g: &Graph, name: &str, what: &str) -> Result<Value, RunError> {
             return Ok(g.output_values()[i]);
         }
     }
-    g.value_named(bare)
+    let found = g.value_named(bare).map(|v| outside_regions(g, v, name, what)).transpose()?;
+    found
         .ok_or_else(|| {
             let mut known: Vec<String> = g.outputs.iter().map(|o| o.name.clone()).collect();
             known.extend(g.values.values().filter_map(|v| v.name.clone()));
@@ -473,6 +474,29 @@ fn resolve(g: &Graph, name: &str, what: &str) -> Result<Value, RunError> {
             msg
         })
         .map_err(RunError::invalid)
+}
+
+/// A value of the graph's body as is; one defined inside a region (a loop body, a branch, a
+/// fusion) is an error naming the value and the node owning the region, at the value's place
+/// in the source: it exists only while its region runs, once per iteration or not at all.
+fn outside_regions(g: &Graph, v: Value, name: &str, what: &str) -> Result<Value, RunError> {
+    let region = match g.values[v].def {
+        graphc_ir::ValueDef::Result(n, _) => g.nodes[n].parent,
+        graphc_ir::ValueDef::Param(r, _) => r,
+    };
+    if region == g.body {
+        return Ok(v);
+    }
+    let rd = &g.regions[region];
+    let owner = rd.parent.map(|n| format!(" of node {}", g.describe(n))).unwrap_or_default();
+    let mut e = RunError::invalid(format!(
+        "cannot {what} '{name}': it is defined inside the {} region{owner} of @{}, and exists only while that \
+         region runs; {what} a value the node returns instead",
+        if rd.label.is_empty() { "nested" } else { &rd.label },
+        g.name
+    ));
+    e.span = (g.values[v].span != graphc_ir::Span::default()).then_some(g.values[v].span);
+    Err(e)
 }
 
 /// Adds to `needed` the body nodes the roots depend on, through operands and `after` lists,

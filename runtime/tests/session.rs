@@ -335,3 +335,13 @@ fn a_failing_graph_cancels_a_concurrent_loop_that_never_ends() {
     assert!(start.elapsed() < Duration::from_secs(5), "the loop was cancelled: {:?}", start.elapsed());
     assert_eq!(e.kind, ErrorKind::Kernel, "the original error, not the cancellation: {e}");
 }
+
+#[test]
+fn a_value_inside_a_loop_body_cannot_be_fetched_or_targeted() {
+    let s = session(SPIN);
+    for r in [RunRequest::new("spin").fetch("n"), RunRequest::new("spin").target("%c")] {
+        let e = s.run(r.feed("x", f32t(&[3], &[1.0, 2.0, 3.0]))).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::InvalidArgument, "{e}");
+        assert!(e.message.contains("region of node 'while %r' of @spin") && e.span.is_some(), "{e}");
+    }
+}
