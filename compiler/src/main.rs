@@ -349,6 +349,14 @@ fn is_onnx(path: &Path) -> bool {
 
 /// [`load`], importing an ONNX model with these options.
 fn load_with(path: &Path, options: &graphc_onnx::ImportOptions) -> Result<(SourceFile, Module), SourceFile> {
+    // A device or FIFO would be read forever (or block the open); refused before reading.
+    if let Some(m) = std::fs::metadata(path).ok().filter(|_| path != Path::new("-")) {
+        if !m.is_file() {
+            let kind = graphc_runtime::fsutil::file_kind(m.file_type());
+            eprintln!("{}: error: cannot read the file: it is {kind}, not a regular file", path.display());
+            return Err(SourceFile::new(path.display().to_string(), ""));
+        }
+    }
     if is_onnx(path) {
         return match graphc_onnx::import_file(path, options) {
             Ok(m) => {

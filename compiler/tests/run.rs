@@ -418,3 +418,108 @@ fn fetching_a_value_inside_a_region_says_why_with_its_name_and_place() {
     assert!(err.contains("cannot fetch 'biased': it is defined inside the kernel region of node 'fusion %a'"), "{err}");
     assert!(!err.contains(" v1") && !err.contains("was not computed"), "no internal ids: {err}");
 }
+
+/// A version 1 .npy file with this header text and data.
+fn npy_bytes(header: &str, data: &[u8]) -> Vec<u8> {
+    let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
+    let padded = format!("{header:<117}\n");
+    bytes.extend((padded.len() as u16).to_le_bytes());
+    bytes.extend(padded.as_bytes());
+    bytes.extend(data);
+    bytes
+}
+
+#[test]
+fn odd_flags_and_broken_inputs_never_crash_run() {
+    let dir = tmpdir("never-panics");
+    let g = dir.join("g.gir");
+    std::fs::write(&g, "graph @g(%x: f32[2,3]) -> (y: f32[2,3]) {\n  %y = neg %x : f32[2,3]\n  return %y\n}\n")
+        .unwrap();
+    let g = g.display().to_string();
+    let file = |name: &str, bytes: &[u8]| {
+        let p = dir.join(name);
+        std::fs::write(&p, bytes).unwrap();
+        p.display().to_string()
+    };
+    let zeros = [0u8; 24];
+    let npys = [
+        file(
+            "dup.npy",
+            &npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), 'shape': (3000000000,), }", &zeros),
+        ),
+        file("unknown.npy", &npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), 'x': 1, }", &zeros)),
+        file("missing.npy", &npy_bytes("{'descr': '<f4', 'shape': (2, 3), }", &zeros)),
+        file("descr.npy", &npy_bytes("{'descr': 'zz', 'fortran_order': False, 'shape': (2, 3), }", &zeros)),
+        file("order.npy", &npy_bytes("{'descr': '<f4', 'fortran_order': maybe, 'shape': (2, 3), }", &zeros)),
+        file("trailing.npy", &npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }}", &zeros)),
+        file(
+            "overflow.npy",
+            &npy_bytes(
+                "{'descr': '<f8', 'fortran_order': False, 'shape': (99999999999, 99999999999, 99999999999), }",
+                &zeros,
+            ),
+        ),
+        file("short.npy", &npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }", &zeros[..5])),
+        file("empty.npy", b""),
+        file("junk.npy", b"\x93NUMPY\x02\x00\xff\xff\xff\xff{"),
+        file("text.npy", "\u{1F600} not numpy".as_bytes()),
+    ];
+    let fifo = dir.join("fifo.npy");
+    assert!(Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    let fifo = fifo.display().to_string();
+    let a_dir = dir.display().to_string();
+    let cut_ckpt = file("cut.safetensors", &[8, 0, 0, 0, 0, 0, 0, 0, b'{']);
+    let a_file = file("plain.txt", b"x");
+    let mut cases: Vec<Vec<String>> = Vec::new();
+    for p in npys.iter().chain([&fifo, &a_dir, &"/dev/zero".to_string(), &"/nonexistent/x.npy".to_string()]) {
+        cases.push(vec!["--input".into(), format!("x={p}")]);
+    }
+    for p in [&fifo, &a_dir, &"/dev/zero".to_string(), &cut_ckpt, &"/nonexistent/c".to_string()] {
+        cases.push(vec!["--restore".into(), p.clone()]);
+    }
+    for flags in [
+        &["--timeout=nan"][..],
+        &["--timeout=-1"],
+        &["--timeout=0"],
+        &["--timeout=1e-400"],
+        &["--timeout", "soon"],
+        &["--steps", "0"],
+        &["--steps=-1"],
+        &["--steps", "1e3"],
+        &["--steps", "99999999999999999999999"],
+        &["--seed=-1"],
+        &["--checkpoint-every", "0"],
+        &["--checkpoint-every", "2"],
+        &["--input", "=x"],
+        &["--input", "x="],
+        &["--input", "nope=1.npy"],
+        &["--fetch", ""],
+        &["--fetch", "%"],
+        &["--fetch", "nope"],
+        &["--graph", ""],
+        &["--backend", "gpu"],
+    ] {
+        cases.push(flags.iter().map(|s| s.to_string()).collect());
+    }
+    cases.push(vec!["--checkpoint".into(), a_dir.clone()]);
+    cases.push(vec!["--out-dir".into(), a_file.clone()]);
+    cases.push(vec!["--trace".into(), a_dir.clone()]);
+    for case in &cases {
+        let args: Vec<&str> = ["run", g.as_str()].into_iter().chain(case.iter().map(String::as_str)).collect();
+        let o = graphc(&args);
+        let (out, err) = text(&o);
+        let code = o.status.code();
+        assert!(matches!(code, Some(1 | 2)), "graphc {args:?}: exit {:?}\n{out}\n{err}", o.status);
+        assert!(!err.contains("panicked") && err.starts_with("error: "), "graphc {args:?}:\n{err}");
+        if code == Some(1) {
+            assert_eq!(err.lines().count(), 1, "graphc {args:?}: one line:\n{err}");
+        }
+    }
+    // The file to run itself: a device, a FIFO, a directory.
+    for p in ["/dev/zero", &fifo, &a_dir] {
+        let o = graphc(&["run", p]);
+        let (_, err) = text(&o);
+        assert_eq!(o.status.code(), Some(1), "{p}: {err}");
+        assert!(err.trim().ends_with("not a regular file") && err.lines().count() == 1, "{p}: {err}");
+    }
+}

@@ -176,7 +176,7 @@ pub fn open_regular(path: &Path, expected: &str) -> Result<(File, u64), String> 
 }
 
 /// "a directory", "a FIFO", ... for messages.
-fn file_kind(t: std::fs::FileType) -> &'static str {
+pub fn file_kind(t: std::fs::FileType) -> &'static str {
     use std::os::unix::fs::FileTypeExt;
     if t.is_dir() {
         "a directory"
