@@ -46,7 +46,8 @@ pub fn read_npy(path: &Path) -> Result<Tensor, String> {
             path.display()
         ));
     }
-    let data = read_data(&mut file, dtype, count as usize).map_err(|e| invalid(e))?;
+    let count = usize::try_from(count).map_err(|_| invalid("the declared shape is too large".into()))?;
+    let data = read_data(&mut file, dtype, count).map_err(&invalid)?;
     let tensor = if header.fortran_order {
         // Fortran order lists the first axis fastest: read it as the reversed shape, then
         // transpose back into graphc's row-major layout.
