@@ -83,6 +83,9 @@ struct BenchArgs {
     /// Seed of the random data for inputs not given with --input.
     #[arg(long, default_value_t = 0)]
     seed: u64,
+    /// Fail a step (warm-up or timed) that runs longer than this, as for `graphc run`.
+    #[arg(long, value_name = "SECS", value_parser = parse_timeout)]
+    timeout: Option<Timeout>,
     #[command(flatten)]
     devices: placement_cli::DeviceArgs,
 }
@@ -183,7 +186,9 @@ struct RunArgs {
     /// runs (repeatable; one graph only).
     #[arg(short, long = "fetch", value_name = "NAME")]
     fetches: Vec<String>,
-    /// Write each output to DIR/NAME.npy instead of printing a summary.
+    /// Write each output to DIR/NAME.npy instead of printing a summary. Characters of NAME
+    /// outside [A-Za-z0-9._-], and a leading '.', become '_'; names are cut at 200 bytes; two
+    /// outputs that would share a file are an error (nothing is written).
     #[arg(short, long, value_name = "DIR")]
     out_dir: Option<PathBuf>,
     #[arg(long, value_enum, default_value_t = Backend::Jit)]
@@ -194,18 +199,25 @@ struct RunArgs {
     /// Save every variable to this safetensors file after the last step (atomically).
     #[arg(long, value_name = "PATH")]
     checkpoint: Option<PathBuf>,
-    /// Also save to --checkpoint every N steps, in the background without pausing the steps.
+    /// Also save to --checkpoint every N steps, in the background without pausing the steps; a
+    /// failed save ends the run at the next step.
     #[arg(long, value_name = "N", requires = "checkpoint", value_parser = clap::value_parser!(u64).range(1..))]
     checkpoint_every: Option<u64>,
+    /// A failed --checkpoint-every save is a warning and the run goes on; without it the first
+    /// failure ends the run. The save after the last step must succeed either way.
+    #[arg(long, requires = "checkpoint_every")]
+    keep_going_on_checkpoint_error: bool,
     /// Restore every variable from this checkpoint before the first step.
     #[arg(long, value_name = "PATH")]
     restore: Option<PathBuf>,
     /// Seed of the random data for inputs not given with --input.
     #[arg(long, default_value_t = 0)]
     seed: u64,
-    /// Fail a blocking op (enqueue, dequeue, recv) that waits longer than this.
-    #[arg(long, value_name = "SECS", value_parser = parse_secs)]
-    timeout: Option<f64>,
+    /// Fail a step that runs longer than this (a loop that never ends fails at the loop), and
+    /// a blocking op (enqueue, dequeue, recv) that waits longer. 'inf', or a value too large
+    /// for the clock, means no limit.
+    #[arg(long, value_name = "SECS", value_parser = parse_timeout)]
+    timeout: Option<Timeout>,
     /// Place and partition on these devices and run each partition on its own thread.
     #[command(flatten)]
     devices: placement_cli::DeviceArgs,
@@ -219,10 +231,20 @@ struct RunArgs {
     write_profile: Option<PathBuf>,
 }
 
-fn parse_secs(s: &str) -> Result<f64, String> {
-    match s.parse::<f64>() {
-        Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
-        _ => Err(format!("'{s}' is not a positive number of seconds")),
+/// A `--timeout`: `None` is no limit.
+#[derive(Clone, Copy, Debug)]
+struct Timeout(Option<std::time::Duration>);
+
+fn parse_timeout(s: &str) -> Result<Timeout, String> {
+    let v: f64 = s.trim().parse().map_err(|_| format!("'{s}' is not a number of seconds"))?;
+    if v.is_nan() || v <= 0.0 {
+        return Err(format!("'{s}' is not a positive number of seconds"));
+    }
+    // Past what a Duration holds (about 5.8e11 years) no deadline can ever be reached.
+    match std::time::Duration::try_from_secs_f64(v) {
+        Ok(d) if d.is_zero() => Err(format!("'{s}' seconds is less than the clock's nanosecond")),
+        Ok(d) => Ok(Timeout(Some(d))),
+        Err(_) => Ok(Timeout(None)),
     }
 }
 
@@ -327,6 +349,14 @@ fn is_onnx(path: &Path) -> bool {
 
 /// [`load`], importing an ONNX model with these options.
 fn load_with(path: &Path, options: &graphc_onnx::ImportOptions) -> Result<(SourceFile, Module), SourceFile> {
+    // A device or FIFO would be read forever (or block the open); refused before reading.
+    if let Some(m) = std::fs::metadata(path).ok().filter(|_| path != Path::new("-")) {
+        if !m.is_file() {
+            let kind = graphc_runtime::fsutil::file_kind(m.file_type());
+            eprintln!("{}: error: cannot read the file: it is {kind}, not a regular file", path.display());
+            return Err(SourceFile::new(path.display().to_string(), ""));
+        }
+    }
     if is_onnx(path) {
         return match graphc_onnx::import_file(path, options) {
             Ok(m) => {

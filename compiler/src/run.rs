@@ -27,7 +27,8 @@ pub fn run(a: &RunArgs, file: &SourceFile, module: Module) -> anyhow::Result<Exi
         say!("{p}");
     }
     let options = SessionOptions {
-        wait_timeout: a.timeout.map(Duration::from_secs_f64),
+        wait_timeout: a.timeout.and_then(|t| t.0),
+        step_timeout: a.timeout.and_then(|t| t.0),
         detect_deadlock: true,
         max_tensor_bytes: None,
         trace: a.trace.is_some() || a.write_profile.is_some(),
@@ -67,6 +68,9 @@ pub fn run(a: &RunArgs, file: &SourceFile, module: Module) -> anyhow::Result<Exi
             }
         }
         if let (Some(c), Some(every)) = (&checkpointer, a.checkpoint_every) {
+            if !checkpoint_failures_allow_going_on(c.take_failures(), a, step) {
+                return Ok(ExitCode::FAILURE);
+            }
             if step % every == 0 {
                 c.submit(session.snapshot(), Some(step));
             }
@@ -75,7 +79,9 @@ pub fn run(a: &RunArgs, file: &SourceFile, module: Module) -> anyhow::Result<Exi
         session.recycle(std::mem::replace(&mut last, outs));
     }
     if let Some(c) = checkpointer {
-        c.finish().map_err(|e| anyhow!("{e}"))?;
+        if !checkpoint_failures_allow_going_on(c.close().1, a, a.steps) {
+            return Ok(ExitCode::FAILURE);
+        }
     }
     if let Some(path) = &a.checkpoint {
         session.save(path, Some(a.steps)).map_err(|e| anyhow!("{e}"))?;
@@ -108,6 +114,20 @@ pub fn run(a: &RunArgs, file: &SourceFile, module: Module) -> anyhow::Result<Exi
     Ok(ExitCode::SUCCESS)
 }
 
+/// Reports failed periodic saves: each a warning with --keep-going-on-checkpoint-error, else
+/// the first ends the run (a checkpoint that silently never lands defeats its purpose).
+fn checkpoint_failures_allow_going_on(failures: Vec<RunError>, a: &RunArgs, step: u64) -> bool {
+    for e in failures {
+        if a.keep_going_on_checkpoint_error {
+            eprintln!("warning: {e}; going on (--keep-going-on-checkpoint-error)");
+        } else {
+            eprintln!("error: {e}; stopped after step {step} (--keep-going-on-checkpoint-error goes on)");
+            return false;
+        }
+    }
+    true
+}
+
 /// `graphc bench`: the time from a loaded module to a session ready to run (placement and
 /// partitioning included, compilation once there is a compiled backend), then step times.
 pub fn bench(a: &BenchArgs, file: &SourceFile, module: Module) -> anyhow::Result<ExitCode> {
@@ -125,7 +145,9 @@ pub fn bench(a: &BenchArgs, file: &SourceFile, module: Module) -> anyhow::Result
             say!("{p}");
         }
     }
-    let options = SessionOptions { detect_deadlock: true, ..Default::default() };
+    let limit = a.timeout.and_then(|t| t.0);
+    let options =
+        SessionOptions { detect_deadlock: true, wait_timeout: limit, step_timeout: limit, ..Default::default() };
     let (session, _) = new_session(a.backend, module, options)?;
     let compile = optimized + start.elapsed();
     let mut times = Vec::with_capacity(a.iters as usize);
@@ -584,13 +606,25 @@ fn print_outputs(named: &[(String, &RtValue)]) {
     }
 }
 
-/// Writes each tensor output to DIR/NAME.npy; characters outside [A-Za-z0-9._-] become '_'.
+/// Writes each tensor output to DIR/FILE.npy ([`output_file_name`]). Two outputs that would
+/// get the same file are refused before anything is written, rather than one silently
+/// overwriting the other.
 fn write_outputs(dir: &Path, named: &[(String, &RtValue)]) -> anyhow::Result<()> {
+    let mut files: BTreeMap<String, &str> = BTreeMap::new();
+    for (name, v) in named {
+        if v.as_tensor().is_some() {
+            let file = format!("{}.npy", output_file_name(name));
+            if let Some(other) = files.insert(file.clone(), name) {
+                bail!(
+                    "outputs '{other}' and '{name}' would both be written to {}; rename one of them",
+                    dir.join(file).display()
+                );
+            }
+        }
+    }
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create the output directory {}", dir.display()))?;
     for (name, v) in named {
-        let file: String =
-            name.chars().map(|c| if c.is_ascii_alphanumeric() || "._-".contains(c) { c } else { '_' }).collect();
-        let path = dir.join(format!("{file}.npy"));
+        let path = dir.join(format!("{}.npy", output_file_name(name)));
         match v {
             RtValue::Tensor(t) => {
                 npy::write_npy(&path, t).map_err(|e| anyhow!("output '{name}': {e}"))?;
@@ -600,4 +634,21 @@ fn write_outputs(dir: &Path, named: &[(String, &RtValue)]) -> anyhow::Result<()>
         }
     }
     Ok(())
+}
+
+/// The file name (without `.npy`) an output is written to: characters outside
+/// [A-Za-z0-9._-] become '_', and so does a leading '.' (no hidden files, no `..`); an empty
+/// name is `_`; names are cut at 200 bytes (a file name may have 255).
+fn output_file_name(name: &str) -> String {
+    let mut file: String = name
+        .chars()
+        .enumerate()
+        .map(|(i, c)| if (c.is_ascii_alphanumeric() || "._-".contains(c)) && !(i == 0 && c == '.') { c } else { '_' })
+        .collect();
+    // Only ASCII is left, so any byte is a character boundary.
+    file.truncate(200);
+    if file.is_empty() {
+        file.push('_');
+    }
+    file
 }

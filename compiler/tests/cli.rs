@@ -79,3 +79,21 @@ fn every_subcommand_has_help() {
         assert!(String::from_utf8_lossy(&out.stdout).contains("Usage: graphc"), "{sub}");
     }
 }
+
+#[test]
+fn fmt_in_place_writes_through_a_symlink_and_keeps_the_mode() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = std::env::temp_dir().join(format!("graphc-cli-link-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("src")).unwrap();
+    let real = dir.join("src/model.gir");
+    std::fs::write(&real, "graph @g(%x: f32[2]) -> (y: f32[2]) {\n  %y   = neg %x : f32[2]\n  return %y\n}\n").unwrap();
+    std::fs::set_permissions(&real, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let link = dir.join("model.gir");
+    std::os::unix::fs::symlink("src/model.gir", &link).unwrap();
+    let out = graphc(&["fmt", "--in-place", link.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(std::fs::symlink_metadata(&link).unwrap().file_type().is_symlink(), "still a link");
+    assert!(std::fs::read_to_string(&real).unwrap().contains("  %y = neg %x"), "the target was formatted");
+    assert_eq!(std::fs::metadata(&real).unwrap().permissions().mode() & 0o777, 0o600);
+}

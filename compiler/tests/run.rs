@@ -262,3 +262,264 @@ fn a_closed_stdout_ends_the_run_quietly() {
     assert!(!err.contains("panicked"), "{err}");
     assert_eq!(out.status.code(), Some(0));
 }
+
+const SPIN: &str = "graph @spin(%x: f32[3]) -> (y: f32[3]) {
+  %r = while %x : f32[3]
+    cond(%c: f32[3]) {
+      %t = constant {value = dense<true> : bool[]} : bool[]
+      yield %t
+    }
+    body(%b: f32[3]) {
+      %n = neg %b : f32[3]
+      yield %n
+    }
+  return %r
+}
+";
+
+#[test]
+fn timeouts_of_any_size_are_errors_or_no_limit_never_panics() {
+    let mlp = example("mlp.gir");
+    // Too large for the clock, or infinite: no limit.
+    for t in ["1e20", "inf", "1e308"] {
+        ok(&["run", &mlp, "--backend", "interp", "--timeout", t]);
+    }
+    for t in ["-1", "0", "nan", "NaN", "-inf", "abc", "", "1e-300"] {
+        let o = graphc(&["run", &mlp, &format!("--timeout={t}")]);
+        let (_, err) = text(&o);
+        assert_eq!(o.status.code(), Some(2), "--timeout {t:?}: {err}");
+        assert!(err.contains("invalid value") && err.contains("--timeout"), "--timeout {t:?}: {err}");
+    }
+}
+
+#[test]
+fn a_loop_that_never_ends_fails_at_the_timeout_naming_the_loop() {
+    let dir = tmpdir("spin");
+    let p = dir.join("spin.gir");
+    std::fs::write(&p, SPIN).unwrap();
+    let path = p.to_str().unwrap();
+    for backend in ["interp", "jit"] {
+        let start = std::time::Instant::now();
+        let err = fails(&["run", path, "--timeout", "0.5", "--backend", backend]);
+        assert!(start.elapsed() < std::time::Duration::from_secs(20), "{backend}: {:?}", start.elapsed());
+        assert!(
+            err.contains(
+                "spin.gir:2:3: error: in @spin, node 'while %r': the step ran longer than its time limit of 0.5s"
+            ),
+            "{backend}: {err}"
+        );
+    }
+    let err = fails(&["bench", path, "--timeout", "0.5", "--warmup", "0", "--iters", "3"]);
+    assert!(
+        err.contains("node 'while %r'") && err.contains("time limit of 0.5s") && err.contains("(step 1 of 3)"),
+        "{err}"
+    );
+}
+
+#[test]
+fn ctrl_c_interrupts_a_loop_that_never_ends() {
+    use std::os::unix::process::ExitStatusExt;
+    let dir = tmpdir("sigint");
+    let p = dir.join("spin.gir");
+    std::fs::write(&p, SPIN).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_graphc"))
+        .args(["run", p.to_str().unwrap(), "--backend", "interp"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let killed = Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
+    assert!(killed.success());
+    let start = std::time::Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if start.elapsed() > std::time::Duration::from_secs(10) {
+            let _ = child.kill();
+            panic!("graphc ignored SIGINT");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    // Killed by SIGINT, which a shell reports as exit status 130.
+    assert_eq!(status.signal(), Some(2), "{status:?}");
+}
+
+#[test]
+fn a_periodic_checkpoint_that_cannot_be_written_stops_the_run_at_once() {
+    let dir = tmpdir("unwritable");
+    let ckpt = dir.join("missing-dir").join("w.safetensors").display().to_string();
+    let train = example("train_step.gir");
+    let args = ["run", &train, "--graph", "step", "--backend", "interp", "--checkpoint", &ckpt];
+    let o = graphc(&[&args[..], &["--steps", "100000", "--checkpoint-every", "1"]].concat());
+    let (out, err) = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}\n{err}");
+    assert!(!out.contains("step 100000:"), "the run stopped early: {out}");
+    assert!(
+        err.starts_with("error: saving step ")
+            && err.contains(&format!("cannot write checkpoint {ckpt}"))
+            && err.contains("stopped after step"),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1, "{err}");
+    // Going on: a warning per failure, every step runs, and the final save still must work.
+    let o =
+        graphc(&[&args[..], &["--steps", "5", "--checkpoint-every", "1", "--keep-going-on-checkpoint-error"]].concat());
+    let (out, err) = text(&o);
+    assert!(out.contains("step 5:"), "{out}");
+    assert!(err.starts_with("warning: saving step ") && err.contains("going on"), "{err}");
+    assert!(err.lines().last().unwrap().starts_with(&format!("error: cannot write checkpoint {ckpt}")), "{err}");
+    assert_eq!(o.status.code(), Some(1));
+}
+
+#[test]
+fn output_files_never_collide_or_leave_the_directory() {
+    let dir = tmpdir("names");
+    let clash = dir.join("clash.gir");
+    std::fs::write(
+        &clash,
+        "graph @g(%x: f32[2]) -> (\"a/b\": f32[2], a_b: f32[2]) {\n  %y = neg %x : f32[2]\n  return %x, %y\n}\n",
+    )
+    .unwrap();
+    let out = dir.join("out");
+    let err = fails(&["run", clash.to_str().unwrap(), "--out-dir", out.to_str().unwrap()]);
+    assert_eq!(
+        err.trim(),
+        format!(
+            "error: outputs 'a/b' and 'a_b' would both be written to {}; rename one of them",
+            out.join("a_b.npy").display()
+        )
+    );
+    assert!(!out.exists(), "nothing was written");
+    let long = "n".repeat(300);
+    let odd = dir.join("odd.gir");
+    std::fs::write(&odd, format!("graph @g(%x: f32[2]) -> (\"..\": f32[2], \".hidden\": f32[2], \"{long}\": f32[2]) {{\n  return %x, %x, %x\n}}\n")).unwrap();
+    let stdout = ok(&["run", odd.to_str().unwrap(), "--out-dir", out.to_str().unwrap()]);
+    let mut files: Vec<String> =
+        std::fs::read_dir(&out).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    files.sort();
+    assert_eq!(
+        files,
+        ["_..npy".to_string(), "_hidden.npy".to_string(), format!("{}.npy", "n".repeat(200))],
+        "{stdout}"
+    );
+}
+
+#[test]
+fn fetching_a_value_inside_a_region_says_why_with_its_name_and_place() {
+    let err = fails(&["run", &example("loop.gir"), "--graph", "power", "--fetch", "prod"]);
+    assert!(
+        err.contains("loop.gir:14:7: error: cannot fetch 'prod': it is defined inside the body region of node 'while %i' of @power")
+            && err.contains("fetch a value the node returns instead"),
+        "{err}"
+    );
+    let err = fails(&["run", &example("fused.gir"), "--fetch", "%biased"]);
+    assert!(err.contains("cannot fetch 'biased': it is defined inside the kernel region of node 'fusion %a'"), "{err}");
+    assert!(!err.contains(" v1") && !err.contains("was not computed"), "no internal ids: {err}");
+}
+
+/// A version 1 .npy file with this header text and data.
+fn npy_bytes(header: &str, data: &[u8]) -> Vec<u8> {
+    let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
+    let padded = format!("{header:<117}\n");
+    bytes.extend((padded.len() as u16).to_le_bytes());
+    bytes.extend(padded.as_bytes());
+    bytes.extend(data);
+    bytes
+}
+
+#[test]
+fn odd_flags_and_broken_inputs_never_crash_run() {
+    let dir = tmpdir("never-panics");
+    let g = dir.join("g.gir");
+    std::fs::write(&g, "graph @g(%x: f32[2,3]) -> (y: f32[2,3]) {\n  %y = neg %x : f32[2,3]\n  return %y\n}\n")
+        .unwrap();
+    let g = g.display().to_string();
+    let file = |name: &str, bytes: &[u8]| {
+        let p = dir.join(name);
+        std::fs::write(&p, bytes).unwrap();
+        p.display().to_string()
+    };
+    let zeros = [0u8; 24];
+    let npys = [
+        file(
+            "dup.npy",
+            &npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), 'shape': (3000000000,), }", &zeros),
+        ),
+        file("unknown.npy", &npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), 'x': 1, }", &zeros)),
+        file("missing.npy", &npy_bytes("{'descr': '<f4', 'shape': (2, 3), }", &zeros)),
+        file("descr.npy", &npy_bytes("{'descr': 'zz', 'fortran_order': False, 'shape': (2, 3), }", &zeros)),
+        file("order.npy", &npy_bytes("{'descr': '<f4', 'fortran_order': maybe, 'shape': (2, 3), }", &zeros)),
+        file("trailing.npy", &npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }}", &zeros)),
+        file(
+            "overflow.npy",
+            &npy_bytes(
+                "{'descr': '<f8', 'fortran_order': False, 'shape': (99999999999, 99999999999, 99999999999), }",
+                &zeros,
+            ),
+        ),
+        file("short.npy", &npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }", &zeros[..5])),
+        file("empty.npy", b""),
+        file("junk.npy", b"\x93NUMPY\x02\x00\xff\xff\xff\xff{"),
+        file("text.npy", "\u{1F600} not numpy".as_bytes()),
+    ];
+    let fifo = dir.join("fifo.npy");
+    assert!(Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    let fifo = fifo.display().to_string();
+    let a_dir = dir.display().to_string();
+    let cut_ckpt = file("cut.safetensors", &[8, 0, 0, 0, 0, 0, 0, 0, b'{']);
+    let a_file = file("plain.txt", b"x");
+    let mut cases: Vec<Vec<String>> = Vec::new();
+    for p in npys.iter().chain([&fifo, &a_dir, &"/dev/zero".to_string(), &"/nonexistent/x.npy".to_string()]) {
+        cases.push(vec!["--input".into(), format!("x={p}")]);
+    }
+    for p in [&fifo, &a_dir, &"/dev/zero".to_string(), &cut_ckpt, &"/nonexistent/c".to_string()] {
+        cases.push(vec!["--restore".into(), p.clone()]);
+    }
+    for flags in [
+        &["--timeout=nan"][..],
+        &["--timeout=-1"],
+        &["--timeout=0"],
+        &["--timeout=1e-400"],
+        &["--timeout", "soon"],
+        &["--steps", "0"],
+        &["--steps=-1"],
+        &["--steps", "1e3"],
+        &["--steps", "99999999999999999999999"],
+        &["--seed=-1"],
+        &["--checkpoint-every", "0"],
+        &["--checkpoint-every", "2"],
+        &["--input", "=x"],
+        &["--input", "x="],
+        &["--input", "nope=1.npy"],
+        &["--fetch", ""],
+        &["--fetch", "%"],
+        &["--fetch", "nope"],
+        &["--graph", ""],
+        &["--backend", "gpu"],
+    ] {
+        cases.push(flags.iter().map(|s| s.to_string()).collect());
+    }
+    cases.push(vec!["--checkpoint".into(), a_dir.clone()]);
+    cases.push(vec!["--out-dir".into(), a_file.clone()]);
+    cases.push(vec!["--trace".into(), a_dir.clone()]);
+    for case in &cases {
+        let args: Vec<&str> = ["run", g.as_str()].into_iter().chain(case.iter().map(String::as_str)).collect();
+        let o = graphc(&args);
+        let (out, err) = text(&o);
+        let code = o.status.code();
+        assert!(matches!(code, Some(1 | 2)), "graphc {args:?}: exit {:?}\n{out}\n{err}", o.status);
+        assert!(!err.contains("panicked") && err.starts_with("error: "), "graphc {args:?}:\n{err}");
+        if code == Some(1) {
+            assert_eq!(err.lines().count(), 1, "graphc {args:?}: one line:\n{err}");
+        }
+    }
+    // The file to run itself: a device, a FIFO, a directory.
+    for p in ["/dev/zero", &fifo, &a_dir] {
+        let o = graphc(&["run", p]);
+        let (_, err) = text(&o);
+        assert_eq!(o.status.code(), Some(1), "{p}: {err}");
+        assert!(err.trim().ends_with("not a regular file") && err.lines().count() == 1, "{p}: {err}");
+    }
+}

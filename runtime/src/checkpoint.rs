@@ -6,7 +6,9 @@
 //! metadata (`graphc.uninitialized.NAME`) rather than stored.
 //!
 //! [`Checkpointer`] saves in the background: a step hands it a snapshot (pointer copies; see
-//! `state.rs`) and goes on; a writer thread serializes and writes the latest snapshot.
+//! `state.rs`) and goes on; a writer thread serializes and writes the latest snapshot, and
+//! keeps each failure for the caller to collect ([`Checkpointer::take_failures`]) between
+//! steps, so a path that cannot be written is known after the first attempt, not at the end.
 
 use crate::error::{ErrorKind, RunError};
 use crate::fsutil::write_atomically;
@@ -73,7 +75,17 @@ pub struct Loaded {
 }
 
 pub fn load(path: &Path) -> Result<Loaded, RunError> {
-    let bytes = std::fs::read(path).map_err(|e| error(format!("cannot read checkpoint {}: {e}", path.display())))?;
+    let read = |e: String| error(e.replacen("cannot read ", "cannot read checkpoint ", 1));
+    let (f, len) = crate::fsutil::open_regular(path, "a safetensors checkpoint").map_err(read)?;
+    let mut bytes = Vec::new();
+    // The file's length bounds the read (a file that grows meanwhile is cut, and then fails to
+    // decode); the room is reserved fallibly.
+    let len = usize::try_from(len).map_err(|_| error(format!("checkpoint {} is too large to read", path.display())))?;
+    bytes
+        .try_reserve_exact(len)
+        .map_err(|_| error(format!("cannot allocate {len} bytes to read checkpoint {}", path.display())))?;
+    std::io::Read::read_to_end(&mut std::io::Read::take(f, len as u64), &mut bytes)
+        .map_err(|e| read(format!("cannot read {}: {e}", path.display())))?;
     decode(&bytes).map_err(|e| error(format!("{} is not a valid checkpoint: {}", path.display(), e.message)))
 }
 
@@ -178,7 +190,8 @@ struct Pending {
     next: Option<(Snapshot, Option<u64>)>,
     done: bool,
     saved: usize,
-    error: Option<RunError>,
+    /// Failed saves the caller has not collected yet, oldest first.
+    failures: Vec<RunError>,
 }
 
 impl Checkpointer {
@@ -200,7 +213,10 @@ impl Checkpointer {
             let mut p = lock(&s.inner);
             match result {
                 Ok(()) => p.saved += 1,
-                Err(e) => p.error = Some(e),
+                Err(e) => {
+                    let at = job.1.map(|s| format!("saving step {s}: ")).unwrap_or_default();
+                    p.failures.push(RunError { message: format!("{at}{}", e.message), ..e });
+                }
             }
             s.wake.notify_all();
         });
@@ -213,18 +229,30 @@ impl Checkpointer {
         self.shared.wake.notify_all();
     }
 
+    /// The saves that failed since the last call, oldest first; never blocks.
+    pub fn take_failures(&self) -> Vec<RunError> {
+        std::mem::take(&mut lock(&self.shared.inner).failures)
+    }
+
     /// Writes what is pending, stops the writer, and reports how many checkpoints were saved
-    /// or the first failure.
-    pub fn finish(mut self) -> Result<usize, RunError> {
+    /// and the failures not collected yet.
+    pub fn close(mut self) -> (usize, Vec<RunError>) {
         lock(&self.shared.inner).done = true;
         self.shared.wake.notify_all();
-        if let Some(t) = self.thread.take() {
-            t.join().map_err(|_| RunError::internal("the checkpoint writer panicked"))?;
-        }
+        let panicked = self.thread.take().is_some_and(|t| t.join().is_err());
         let mut p = lock(&self.shared.inner);
-        match p.error.take() {
-            Some(e) => Err(e),
-            None => Ok(p.saved),
+        let mut failures = std::mem::take(&mut p.failures);
+        if panicked {
+            failures.push(RunError::internal("the checkpoint writer panicked"));
+        }
+        (p.saved, failures)
+    }
+
+    /// [`Checkpointer::close`], failing with the first failure not collected yet.
+    pub fn finish(self) -> Result<usize, RunError> {
+        match self.close() {
+            (_, failures) if !failures.is_empty() => Err(failures.into_iter().next().expect("not empty")),
+            (saved, _) => Ok(saved),
         }
     }
 }

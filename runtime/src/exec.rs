@@ -74,6 +74,9 @@ pub(crate) struct Interp<'a> {
     pub executed: usize,
     /// Iteration numbers of the enclosing while loops, outermost first.
     iterations: Vec<u64>,
+    /// The enclosing while nodes, outermost first: a step stopped at its deadline blames the
+    /// innermost, the likeliest never to end.
+    loops: Vec<Node>,
     /// The largest tensor a kernel may produce, in bytes.
     max_bytes: u64,
     /// Node executions, when tracing.
@@ -106,6 +109,7 @@ impl<'a> Interp<'a> {
             wait,
             executed: 0,
             iterations: Vec::new(),
+            loops: Vec::new(),
             max_bytes,
             events: None,
             depth: 0,
@@ -121,7 +125,7 @@ impl<'a> Interp<'a> {
     pub fn run_nodes(&mut self, region: Region, env: &mut Env, keep: &dyn Fn(Node) -> bool) -> Result<(), RunError> {
         for &n in &self.graph.regions[region].nodes {
             if keep(n) {
-                self.wait.check_cancelled()?;
+                self.check_stop()?;
                 let nd = &self.graph.nodes[n];
                 let start = self.events.is_some().then(Instant::now);
                 let results =
@@ -156,6 +160,17 @@ impl<'a> Interp<'a> {
         self.depth -= 1;
         ran?;
         rd.yields.iter().map(|v| lookup(&env, *v)).collect()
+    }
+
+    /// [`WaitCtx::check_stop`], with a deadline inside a loop located at the loop.
+    fn check_stop(&self) -> Result<(), RunError> {
+        self.wait.check_stop().map_err(|e| match (self.loops.last(), self.iterations.last()) {
+            (Some(&n), Some(i)) if e.kind == ErrorKind::Timeout => {
+                let message = format!("{}, in iteration {} of this loop", e.message, i + 1);
+                RunError { message, ..e }.at_node(&self.graph.name, self.describe(n), self.graph.nodes[n].span)
+            }
+            _ => e,
+        })
     }
 
     fn describe(&self, n: Node) -> String {
@@ -312,29 +327,35 @@ impl<'a> Interp<'a> {
             }
             Op::While => {
                 let (cond, body) = (nd.regions[0], nd.regions[1]);
-                let mut values = args;
                 self.iterations.push(0);
-                let result = loop {
-                    self.wait.check_cancelled()?;
-                    let go = self.run_region(cond, values.clone())?;
-                    match go.first().and_then(RtValue::as_tensor) {
-                        Some(Tensor::Bool(b)) if b.len() == 1 => {
-                            if !b.iter().next().copied().unwrap_or(false) {
-                                break values;
-                            }
-                        }
-                        _ => return Err(RunError::internal("while condition did not yield a bool scalar")),
-                    }
-                    values = self.run_region(body, values)?;
-                    if let Some(i) = self.iterations.last_mut() {
-                        *i += 1;
-                    }
-                };
+                self.loops.push(n);
+                let result = self.run_loop(cond, body, args);
+                self.loops.pop();
                 self.iterations.pop();
-                Ok(result)
+                result
             }
             Op::Fusion => self.run_region(nd.regions[0], args),
             op => Err(RunError::internal(format!("the interpreter has no rule for '{}'", op.name()))),
+        }
+    }
+
+    /// Iterates a while loop whose frame (`iterations`, `loops`) the caller has pushed.
+    fn run_loop(&mut self, cond: Region, body: Region, mut values: Vec<RtValue>) -> Result<Vec<RtValue>, RunError> {
+        loop {
+            self.check_stop()?;
+            let go = self.run_region(cond, values.clone())?;
+            match go.first().and_then(RtValue::as_tensor) {
+                Some(Tensor::Bool(b)) if b.len() == 1 => {
+                    if !b.iter().next().copied().unwrap_or(false) {
+                        return Ok(values);
+                    }
+                }
+                _ => return Err(RunError::internal("while condition did not yield a bool scalar")),
+            }
+            values = self.run_region(body, values)?;
+            if let Some(i) = self.iterations.last_mut() {
+                *i += 1;
+            }
         }
     }
 

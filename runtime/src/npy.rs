@@ -1,78 +1,320 @@
-//! Tensors to and from `.npy` files (numpy's format), through ndarray-npy.
+//! Tensors to and from `.npy` files (numpy's format). Reading parses the header strictly
+//! and checks the declared size against the file before allocating anything (a few bytes that
+//! claim a huge shape, or a device that never ends, must be an error, not an abort or a hang);
+//! writing goes through ndarray-npy.
 
-use crate::fsutil::write_atomically;
+use crate::fsutil::{open_regular, write_atomically};
 use crate::Tensor;
-use ndarray::ArrayD;
-use ndarray_npy::{ReadNpyError, ReadNpyExt, WriteNpyExt};
+use graphc_ir::TensorData;
+use ndarray_npy::WriteNpyExt;
+use std::io::Read;
 use std::path::Path;
 
-/// Reads a `.npy` file of any dtype graphc has (f32, f64, i32, i64, bool). The error says
-/// what is wrong with the file, without naming it (the caller knows which input it was for).
-pub fn read_npy(path: &Path) -> Result<Tensor, String> {
-    let bytes = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    check_declared_size(&bytes).map_err(|e| format!("{} is not a valid .npy file: {e}", path.display()))?;
-    fn attempt<T: ndarray_npy::ReadableElement>(bytes: &[u8]) -> Result<ArrayD<T>, ReadNpyError> {
-        ArrayD::<T>::read_npy(bytes)
-    }
-    type Reader = fn(&[u8]) -> Result<Tensor, ReadNpyError>;
-    let tries: [Reader; 5] = [
-        |b| attempt::<f32>(b).map(Tensor::F32),
-        |b| attempt::<f64>(b).map(Tensor::F64),
-        |b| attempt::<i32>(b).map(Tensor::I32),
-        |b| attempt::<i64>(b).map(Tensor::I64),
-        |b| attempt::<bool>(b).map(Tensor::Bool),
-    ];
-    let mut descriptor = String::new();
-    for t in tries {
-        match t(&bytes) {
-            Ok(t) => return Ok(t),
-            Err(ReadNpyError::WrongDescriptor(d)) => descriptor = d.to_string(),
-            Err(e) => return Err(format!("{} is not a valid .npy file: {e}", path.display())),
-        }
-    }
-    Err(format!(
-        "{} holds elements of numpy type {descriptor}, which graphc has no dtype for (it reads float32, float64, int32, int64 and bool)",
-        path.display()
-    ))
-}
+/// numpy itself refuses headers over 10000 bytes unless told otherwise; anything this large is
+/// not a header.
+const MAX_HEADER_BYTES: u64 = 1 << 16;
 
-/// Checks that the data the header declares is in the file, before ndarray-npy allocates room
-/// for it: a few bytes claiming a huge shape must be an error, not an allocation failure.
-fn check_declared_size(bytes: &[u8]) -> Result<(), String> {
-    let bad = || "the header is malformed".to_string();
-    if bytes.len() < 10 || &bytes[..6] != b"\x93NUMPY" {
-        return Err("it does not start with the .npy magic string".into());
-    }
-    let (len, start): (usize, usize) = match bytes[6] {
-        1 => (u16::from_le_bytes([bytes[8], bytes[9]]) as usize, 10),
-        2 | 3 if bytes.len() >= 12 => (u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]) as usize, 12),
-        v => return Err(format!("format version {v} is not supported")),
+/// Reads a `.npy` file of any dtype graphc has (f32, f64, i32, i64, bool), either byte order,
+/// C or Fortran order. The error is one line naming the file and what is wrong with it.
+pub fn read_npy(path: &Path) -> Result<Tensor, String> {
+    let (mut file, len) = open_regular(path, "a .npy file")?;
+    let invalid = |why: String| format!("{} is not a valid .npy file: {why}", path.display());
+    let header = read_header(&mut file, len).map_err(invalid)?;
+    let dtype = Dtype::parse(&header.descr).ok_or_else(|| {
+        format!(
+            "{} holds elements of numpy type '{}', which graphc has no dtype for (it reads float32, float64, int32, int64 and bool)",
+            path.display(),
+            header.descr
+        )
+    })?;
+    let count = header.shape.iter().try_fold(1u64, |n, &d| n.checked_mul(d as u64));
+    let need = count.and_then(|c| c.checked_mul(dtype.size as u64));
+    let (Some(count), Some(need)) = (count, need) else {
+        return Err(invalid("the declared shape has more elements than memory can address".into()));
     };
-    let header = bytes.get(start..start.saturating_add(len)).ok_or_else(bad)?;
-    let header = String::from_utf8_lossy(header);
-    // The header is a Python dict literal: {'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }
-    let field = |key: &str| header.split_once(key).map(|(_, rest)| rest.trim_start_matches(['\'', '"', ':', ' ']));
-    let descr = field("descr").ok_or_else(bad)?;
-    let item: u64 = descr
-        .trim_start_matches(['<', '>', '|', '='])
-        .get(1..)
-        .and_then(|r| r.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok())
-        .unwrap_or(1);
-    let shape = field("shape").ok_or_else(bad)?;
-    let dims = shape.trim_start_matches('(').split(')').next().ok_or_else(bad)?;
-    let mut count: u64 = 1;
-    for d in dims.split(',').map(str::trim).filter(|d| !d.is_empty()) {
-        let d: u64 = d.parse().map_err(|_| bad())?;
-        count = count.checked_mul(d).ok_or_else(|| "the declared shape is too large".to_string())?;
+    let have = len - header.data_start;
+    if need != have {
+        let more = if have > need { format!(", {} more than that", have - need) } else { String::new() };
+        return Err(invalid(format!(
+            "the header declares {count} elements ({need} bytes) but the file holds {have} bytes of data{more}"
+        )));
     }
-    let need = count.checked_mul(item).ok_or_else(|| "the declared shape is too large".to_string())?;
-    let have = (bytes.len() - (start + len).min(bytes.len())) as u64;
-    if need > have {
+    let max = crate::limits::default_max_tensor_bytes();
+    if need > max {
         return Err(format!(
-            "the header declares {count} elements ({need} bytes) but the file holds {have} bytes of data"
+            "{} holds {need} bytes of data, more than the {max} bytes a tensor may take",
+            path.display()
         ));
     }
-    Ok(())
+    let count = usize::try_from(count).map_err(|_| invalid("the declared shape is too large".into()))?;
+    let data = read_data(&mut file, dtype, count).map_err(&invalid)?;
+    let tensor = if header.fortran_order {
+        // Fortran order lists the first axis fastest: read it as the reversed shape, then
+        // transpose back into graphc's row-major layout.
+        let reversed: Vec<usize> = header.shape.iter().rev().copied().collect();
+        let t = Tensor::from_data(&reversed, data).ok_or_else(|| invalid("the data does not fill the shape".into()))?;
+        crate::map_dtype!(t, a => a.reversed_axes().as_standard_layout().into_owned())
+    } else {
+        Tensor::from_data(&header.shape, data).ok_or_else(|| invalid("the data does not fill the shape".into()))?
+    };
+    Ok(tensor)
+}
+
+/// What a `.npy` header says.
+#[derive(Debug, PartialEq)]
+struct Header {
+    descr: String,
+    fortran_order: bool,
+    shape: Vec<usize>,
+    /// Where the data starts: after the magic, version, length and header.
+    data_start: u64,
+}
+
+/// Reads and parses the header of a file `len` bytes long.
+fn read_header(f: &mut impl Read, len: u64) -> Result<Header, String> {
+    let mut prefix = [0u8; 8];
+    read_exact(f, &mut prefix, "its first 8 bytes")?;
+    if &prefix[..6] != b"\x93NUMPY" {
+        return Err("it does not start with the .npy magic string".into());
+    }
+    let (major, minor) = (prefix[6], prefix[7]);
+    let header_len = match major {
+        1 => {
+            let mut b = [0u8; 2];
+            read_exact(f, &mut b, "the header length")?;
+            u16::from_le_bytes(b) as u64
+        }
+        2 | 3 => {
+            let mut b = [0u8; 4];
+            read_exact(f, &mut b, "the header length")?;
+            u32::from_le_bytes(b) as u64
+        }
+        _ => return Err(format!("format version {major}.{minor} is not supported")),
+    };
+    let start = if major == 1 { 10 } else { 12 };
+    if header_len > MAX_HEADER_BYTES {
+        return Err(format!(
+            "the header length is {header_len} bytes, more than the {MAX_HEADER_BYTES} a header may take"
+        ));
+    }
+    if start + header_len > len {
+        return Err(format!(
+            "the header length is {header_len} bytes but the file ends {} bytes after it starts",
+            len.saturating_sub(start)
+        ));
+    }
+    let mut text = vec![0u8; header_len as usize];
+    read_exact(f, &mut text, "the header")?;
+    // Versions 1 and 2 are latin-1 (in practice ASCII); 3 is UTF-8.
+    let text = match major {
+        3 => String::from_utf8(text).map_err(|_| "the header is not UTF-8".to_string())?,
+        _ if text.is_ascii() => String::from_utf8(text).expect("ASCII is UTF-8"),
+        _ => return Err("the header is not ASCII".into()),
+    };
+    let mut h = parse_header(&text)?;
+    h.data_start = start + header_len;
+    Ok(h)
+}
+
+fn read_exact(f: &mut impl Read, buf: &mut [u8], what: &str) -> Result<(), String> {
+    f.read_exact(buf).map_err(|e| match e.kind() {
+        std::io::ErrorKind::UnexpectedEof => format!("the file ends within {what}"),
+        _ => format!("cannot read {what}: {e}"),
+    })
+}
+
+/// Parses the header text: exactly the keys `descr`, `fortran_order` and `shape`, once each,
+/// as the Python dict literal numpy writes (`{'descr': '<f4', 'fortran_order': False,
+/// 'shape': (2, 3), }`), followed by nothing but spaces and a newline.
+fn parse_header(text: &str) -> Result<Header, String> {
+    let mut p = DictParser { s: text.as_bytes(), at: 0 };
+    let (mut descr, mut fortran, mut shape) = (None, None, None);
+    p.expect(b'{')?;
+    loop {
+        if p.eat(b'}') {
+            break;
+        }
+        let key = p.string()?;
+        p.expect(b':')?;
+        let dup = match key.as_str() {
+            "descr" => descr.replace(p.string()?).is_some(),
+            "fortran_order" => fortran.replace(p.boolean()?).is_some(),
+            "shape" => shape.replace(p.tuple()?).is_some(),
+            other => return Err(format!("the header has an unknown key '{other}'")),
+        };
+        if dup {
+            return Err(format!("the header gives '{key}' twice"));
+        }
+        if !p.eat(b',') {
+            p.expect(b'}')?;
+            break;
+        }
+    }
+    let rest = &text[p.at..];
+    if !rest.trim_end_matches(' ').trim_end_matches('\n').trim_end_matches(' ').is_empty() {
+        return Err(format!("the header has {:?} after its closing brace", rest.trim()));
+    }
+    let missing = |k: &str| format!("the header has no '{k}'");
+    Ok(Header {
+        descr: descr.ok_or_else(|| missing("descr"))?,
+        fortran_order: fortran.ok_or_else(|| missing("fortran_order"))?,
+        shape: shape.ok_or_else(|| missing("shape"))?,
+        data_start: 0,
+    })
+}
+
+/// A cursor over the header's Python literal; only the forms numpy writes.
+struct DictParser<'a> {
+    s: &'a [u8],
+    at: usize,
+}
+
+impl DictParser<'_> {
+    fn skip_space(&mut self) {
+        while self.s.get(self.at).is_some_and(|c| *c == b' ') {
+            self.at += 1;
+        }
+    }
+
+    fn eat(&mut self, c: u8) -> bool {
+        self.skip_space();
+        let hit = self.s.get(self.at) == Some(&c);
+        self.at += usize::from(hit);
+        hit
+    }
+
+    fn expect(&mut self, c: u8) -> Result<(), String> {
+        if self.eat(c) {
+            Ok(())
+        } else {
+            Err(format!("the header is malformed: expected '{}' at byte {}", c as char, self.at))
+        }
+    }
+
+    fn string(&mut self) -> Result<String, String> {
+        self.skip_space();
+        let quote = match self.s.get(self.at) {
+            Some(&q @ (b'\'' | b'"')) => q,
+            _ => return Err(format!("the header is malformed: expected a string at byte {}", self.at)),
+        };
+        let start = self.at + 1;
+        let len = self.s[start..]
+            .iter()
+            .position(|&c| c == quote)
+            .ok_or_else(|| "the header is malformed: a string does not end".to_string())?;
+        self.at = start + len + 1;
+        Ok(String::from_utf8_lossy(&self.s[start..start + len]).into_owned())
+    }
+
+    fn boolean(&mut self) -> Result<bool, String> {
+        self.skip_space();
+        for (word, v) in [("True", true), ("False", false)] {
+            if self.s[self.at..].starts_with(word.as_bytes()) {
+                self.at += word.len();
+                return Ok(v);
+            }
+        }
+        Err(format!("the header is malformed: 'fortran_order' is not True or False at byte {}", self.at))
+    }
+
+    /// A tuple of non-negative integers: `()`, `(3,)`, `(2, 3)`.
+    fn tuple(&mut self) -> Result<Vec<usize>, String> {
+        self.expect(b'(')?;
+        let mut dims = Vec::new();
+        loop {
+            if self.eat(b')') {
+                return Ok(dims);
+            }
+            self.skip_space();
+            let digits = self.s[self.at..].iter().take_while(|c| c.is_ascii_digit()).count();
+            let text = std::str::from_utf8(&self.s[self.at..self.at + digits]).unwrap_or_default();
+            let d: usize = text
+                .parse()
+                .map_err(|_| format!("the header is malformed: expected a dimension at byte {}", self.at))?;
+            self.at += digits;
+            dims.push(d);
+            if !self.eat(b',') {
+                self.expect(b')')?;
+                // `(3)` is the integer 3 in Python, not a tuple.
+                if dims.len() == 1 {
+                    return Err("the header is malformed: a one-element shape needs a trailing comma".into());
+                }
+                return Ok(dims);
+            }
+        }
+    }
+}
+
+/// An element type graphc reads, and its byte order.
+#[derive(Clone, Copy, Debug)]
+struct Dtype {
+    kind: u8,
+    size: usize,
+    big_endian: bool,
+}
+
+impl Dtype {
+    fn parse(descr: &str) -> Option<Dtype> {
+        let (order, code) = match descr.as_bytes().first()? {
+            c @ (b'<' | b'>' | b'|' | b'=') => (*c, &descr[1..]),
+            _ => (b'=', descr),
+        };
+        let (kind, size) = match code {
+            "f4" => (b'f', 4),
+            "f8" => (b'f', 8),
+            "i4" => (b'i', 4),
+            "i8" => (b'i', 8),
+            "b1" | "?" => (b'b', 1),
+            _ => return None,
+        };
+        // '|' means "byte order does not apply": only for one-byte types.
+        if order == b'|' && size != 1 {
+            return None;
+        }
+        let big_endian = order == b'>' || (order == b'=' && cfg!(target_endian = "big"));
+        Some(Dtype { kind, size, big_endian })
+    }
+}
+
+/// Reads `count` elements, converting a block at a time so the file's bytes are never held
+/// twice over; the element vector's room is reserved fallibly.
+fn read_data(f: &mut impl Read, dt: Dtype, count: usize) -> Result<TensorData, String> {
+    fn elems<const N: usize, T>(
+        f: &mut impl Read,
+        count: usize,
+        convert: impl Fn([u8; N]) -> Result<T, String>,
+    ) -> Result<Vec<T>, String> {
+        let mut out: Vec<T> = Vec::new();
+        out.try_reserve_exact(count).map_err(|_| format!("cannot allocate room for {count} elements"))?;
+        let mut block = vec![0u8; (1 << 16) * N];
+        let mut left = count;
+        while left > 0 {
+            let n = left.min(1 << 16);
+            read_exact(f, &mut block[..n * N], "the data")?;
+            for c in block[..n * N].chunks_exact(N) {
+                out.push(convert(c.try_into().expect("chunks_exact gives N bytes"))?);
+            }
+            left -= n;
+        }
+        Ok(out)
+    }
+    macro_rules! num {
+        ($t:ty, $n:literal) => {
+            elems::<$n, $t>(f, count, |b| {
+                Ok(if dt.big_endian { <$t>::from_be_bytes(b) } else { <$t>::from_le_bytes(b) })
+            })
+        };
+    }
+    Ok(match (dt.kind, dt.size) {
+        (b'f', 4) => TensorData::F32(num!(f32, 4)?),
+        (b'f', 8) => TensorData::F64(num!(f64, 8)?),
+        (b'i', 4) => TensorData::I32(num!(i32, 4)?),
+        (b'i', 8) => TensorData::I64(num!(i64, 8)?),
+        _ => TensorData::Bool(elems::<1, bool>(f, count, |[b]| match b {
+            0 | 1 => Ok(b == 1),
+            _ => Err(format!("a bool element is the byte {b}, neither 0 nor 1")),
+        })?),
+    })
 }
 
 /// Writes a tensor as a `.npy` file, atomically.

@@ -19,7 +19,7 @@ use graphc_ir::{verify_module, Graph, Module, Node, Type, Value};
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// How a session's blocking ops behave.
 #[derive(Clone, Debug, Default)]
@@ -27,6 +27,10 @@ pub struct SessionOptions {
     /// The longest a blocking op (enqueue, dequeue, recv) waits before failing; `None` waits
     /// as long as it takes.
     pub wait_timeout: Option<Duration>,
+    /// The longest one step may run, blocking or not: a loop that never ends fails with
+    /// `Timeout` at the loop. Checked between nodes and loop iterations (a single kernel is not
+    /// interrupted). `None`: no limit.
+    pub step_timeout: Option<Duration>,
     /// Fail a blocking op at once when every active run of the session is blocked. Right for a
     /// command-line run, where no other thread will come along; wrong for a library user whose
     /// producer thread may start its run later, hence off by default.
@@ -233,9 +237,11 @@ impl Session {
         }
         let rendezvous = Rendezvous::default();
         let cancelled = AtomicBool::new(false);
+        // A limit too large for the clock is no limit.
+        let deadline = self.options.step_timeout.and_then(|t| Some((Instant::now().checked_add(t)?, t)));
         self.activity.enter(plans.len());
         let run_one = |plan: Plan| {
-            let result = self.execute(plan, &rendezvous, &cancelled);
+            let result = self.execute(plan, &rendezvous, &cancelled, deadline);
             self.activity.leave();
             if result.is_err() {
                 cancelled.store(true, Ordering::Relaxed);
@@ -332,12 +338,19 @@ impl Session {
         Ok(Plan { graph: g, feeds, fetch_names, fetches, roots, needed })
     }
 
-    fn execute(&self, plan: Plan<'_>, rendezvous: &Rendezvous, cancelled: &AtomicBool) -> Result<RunOutput, RunError> {
+    fn execute(
+        &self,
+        plan: Plan<'_>,
+        rendezvous: &Rendezvous,
+        cancelled: &AtomicBool,
+        deadline: Option<(Instant, Duration)>,
+    ) -> Result<RunOutput, RunError> {
         let wait = WaitCtx {
             activity: &self.activity,
             cancelled,
             timeout: self.options.wait_timeout,
             detect_deadlock: self.options.detect_deadlock,
+            deadline,
         };
         let mut interp = Interp::new(plan.graph, &self.state, rendezvous, wait, self.max_bytes, &self.buffers);
         interp.events = self.options.trace.then(Vec::new);
@@ -449,7 +462,8 @@ fn resolve(g: &Graph, name: &str, what: &str) -> Result<Value, RunError> {
             return Ok(g.output_values()[i]);
         }
     }
-    g.value_named(bare)
+    let found = g.value_named(bare).map(|v| outside_regions(g, v, name, what)).transpose()?;
+    found
         .ok_or_else(|| {
             let mut known: Vec<String> = g.outputs.iter().map(|o| o.name.clone()).collect();
             known.extend(g.values.values().filter_map(|v| v.name.clone()));
@@ -460,6 +474,29 @@ fn resolve(g: &Graph, name: &str, what: &str) -> Result<Value, RunError> {
             msg
         })
         .map_err(RunError::invalid)
+}
+
+/// A value of the graph's body as is; one defined inside a region (a loop body, a branch, a
+/// fusion) is an error naming the value and the node owning the region, at the value's place
+/// in the source: it exists only while its region runs, once per iteration or not at all.
+fn outside_regions(g: &Graph, v: Value, name: &str, what: &str) -> Result<Value, RunError> {
+    let region = match g.values[v].def {
+        graphc_ir::ValueDef::Result(n, _) => g.nodes[n].parent,
+        graphc_ir::ValueDef::Param(r, _) => r,
+    };
+    if region == g.body {
+        return Ok(v);
+    }
+    let rd = &g.regions[region];
+    let owner = rd.parent.map(|n| format!(" of node {}", g.describe(n))).unwrap_or_default();
+    let mut e = RunError::invalid(format!(
+        "cannot {what} '{name}': it is defined inside the {} region{owner} of @{}, and exists only while that \
+         region runs; {what} a value the node returns instead",
+        if rd.label.is_empty() { "nested" } else { &rd.label },
+        g.name
+    ));
+    e.span = (g.values[v].span != graphc_ir::Span::default()).then_some(g.values[v].span);
+    Err(e)
 }
 
 /// Adds to `needed` the body nodes the roots depend on, through operands and `after` lists,

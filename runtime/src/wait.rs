@@ -3,8 +3,10 @@
 //!
 //! A blocked op sleeps on its object's condition variable in short slices; between slices it
 //! looks at what could end the wait: the step being cancelled (another graph of the step
-//! failed), the session's wait timeout, and — when the session asks for it — a deadlock, which
-//! is every active run of the session being blocked at once (no one is left to wake anyone).
+//! failed), the step's deadline, the session's wait timeout, and — when the session asks for
+//! it — a deadlock, which is every active run of the session being blocked at once (no one is
+//! left to wake anyone). The interpreter asks the same [`WaitCtx::check_stop`] between nodes
+//! and loop iterations, so a step that never blocks still ends at its deadline.
 
 use crate::error::{ErrorKind, RunError};
 use std::collections::HashMap;
@@ -98,14 +100,23 @@ pub(crate) struct WaitCtx<'a> {
     pub cancelled: &'a AtomicBool,
     pub timeout: Option<Duration>,
     pub detect_deadlock: bool,
+    /// When the step must be over, and the limit it came from (for messages).
+    pub deadline: Option<(Instant, Duration)>,
 }
 
 impl WaitCtx<'_> {
-    pub fn check_cancelled(&self) -> Result<(), RunError> {
+    /// Fails when the step was cancelled or has run past its deadline; cheap enough to call
+    /// before every node (an atomic load and a clock read).
+    pub fn check_stop(&self) -> Result<(), RunError> {
         if self.cancelled.load(Ordering::Relaxed) {
-            Err(RunError::new(ErrorKind::Cancelled, "cancelled: another graph of this step failed"))
-        } else {
-            Ok(())
+            return Err(RunError::new(ErrorKind::Cancelled, "cancelled: another graph of this step failed"));
+        }
+        match self.deadline {
+            Some((at, limit)) if Instant::now() >= at => Err(RunError::new(
+                ErrorKind::Timeout,
+                format!("the step ran longer than its time limit of {}", secs(limit)),
+            )),
+            _ => Ok(()),
         }
     }
 
@@ -131,12 +142,15 @@ impl WaitCtx<'_> {
                 return r;
             }
             blocked.still_stuck();
-            self.check_cancelled()?;
+            self.check_stop().map_err(|e| match e.kind {
+                ErrorKind::Timeout => RunError { message: format!("{}; {}", what(&guard), e.message), ..e },
+                _ => e,
+            })?;
             if let Some(t) = self.timeout {
                 if start.elapsed() >= t {
                     return Err(RunError::new(
                         ErrorKind::Timeout,
-                        format!("{} and waited {:.1}s, the session's wait timeout", what(&guard), t.as_secs_f64()),
+                        format!("{} and waited {}, the session's wait timeout", what(&guard), secs(t)),
                     ));
                 }
             }
@@ -152,4 +166,9 @@ impl WaitCtx<'_> {
             }
         }
     }
+}
+
+/// A limit for messages: `0.5s`, `20s`; sub-second limits keep their digits.
+fn secs(d: Duration) -> String {
+    format!("{}s", d.as_secs_f64())
 }

@@ -172,3 +172,50 @@ fn a_snapshot_is_consistent_while_steps_continue() {
     let steps = snap.iter().find(|(n, _)| n == "steps").unwrap().1.clone().unwrap();
     assert_eq!(*steps, i64t(&[], &[1]), "the snapshot kept the value it saw");
 }
+
+#[test]
+fn devices_fifos_and_lying_header_lengths_are_refused_without_hanging() {
+    let dir = tempdir("special");
+    let s = session(MODEL);
+    let e = s.restore(std::path::Path::new("/dev/zero")).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Checkpoint);
+    assert_eq!(e.message, "/dev/zero is a character device, not a regular file; expected a safetensors checkpoint");
+    let fifo = dir.join("fifo.safetensors");
+    assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    let e = s.restore(&fifo).unwrap_err();
+    assert!(e.message.ends_with("is a FIFO, not a regular file; expected a safetensors checkpoint"), "{e}");
+    let e = s.restore(&dir).unwrap_err();
+    assert!(e.message.contains("is a directory"), "{e}");
+    // A header length of 2^64 - 1, and one just past the end of the file.
+    for len in [u64::MAX, 100] {
+        let path = dir.join(format!("len{len}.safetensors"));
+        let mut bytes = len.to_le_bytes().to_vec();
+        bytes.extend(b"{\"a\":{}}");
+        std::fs::write(&path, bytes).unwrap();
+        let e = s.restore(&path).unwrap_err();
+        assert!(e.kind == ErrorKind::Checkpoint && e.message.contains("is not a valid checkpoint"), "{e}");
+    }
+}
+
+#[test]
+fn a_failed_background_save_is_reported_while_the_run_goes_on() {
+    let dir = tempdir("unwritable");
+    let path = dir.join("missing-dir").join("c.safetensors");
+    let s = session(MODEL);
+    let c = Checkpointer::start(path);
+    c.submit(s.snapshot(), Some(3));
+    let start = std::time::Instant::now();
+    let failures = loop {
+        let f = c.take_failures();
+        if !f.is_empty() || start.elapsed() > std::time::Duration::from_secs(10) {
+            break f;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    };
+    assert_eq!(failures.len(), 1, "known before finish: {failures:?}");
+    assert_eq!(failures[0].kind, ErrorKind::Checkpoint);
+    assert!(failures[0].message.starts_with("saving step 3: cannot write checkpoint"), "{}", failures[0]);
+    assert!(c.take_failures().is_empty(), "each failure is reported once");
+    // Collected failures are not reported again at the end.
+    assert_eq!(c.finish().unwrap(), 0);
+}

@@ -284,3 +284,64 @@ fn a_lone_recv_is_a_deadlock_when_detection_is_on_and_a_timeout_otherwise() {
     let e = s.run(RunRequest::new("waiting")).unwrap_err();
     assert_eq!(e.kind, ErrorKind::Timeout);
 }
+
+const SPIN: &str = "graph @spin(%x: f32[3]) -> (y: f32[3]) {
+  %r = while %x : f32[3]
+    cond(%c: f32[3]) {
+      %t = constant {value = dense<true> : bool[]} : bool[]
+      yield %t
+    }
+    body(%b: f32[3]) {
+      %n = neg %b : f32[3]
+      yield %n
+    }
+  return %r
+}
+
+graph @bad(%x: i32[]) -> (q: i32[]) {
+  %z = constant {value = dense<0> : i32[]} : i32[]
+  %q = div %x, %z : i32[]
+  return %q
+}
+";
+
+#[test]
+fn a_loop_that_never_ends_stops_at_the_step_timeout_and_names_the_loop() {
+    let options = SessionOptions { step_timeout: Some(Duration::from_millis(200)), ..Default::default() };
+    let s = session_with(SPIN, options);
+    let start = Instant::now();
+    let e = s.run(RunRequest::new("spin").feed("x", f32t(&[3], &[1.0, 2.0, 3.0]))).unwrap_err();
+    assert!(start.elapsed() < Duration::from_secs(5), "stopped near its deadline: {:?}", start.elapsed());
+    assert_eq!(e.kind, ErrorKind::Timeout, "{e}");
+    assert_eq!(e.node.as_deref(), Some("node 'while %r'"), "{e}");
+    assert!(e.span.is_some_and(|s| SPIN[s.start as usize..].starts_with("%r = while")), "{e:?}");
+    assert!(e.message.contains("time limit of 0.2s") && e.message.contains("iteration"), "{e}");
+    // The deadline is per step: the next step gets a fresh one.
+    let e = s.run(RunRequest::new("spin").feed("x", f32t(&[3], &[1.0, 2.0, 3.0]))).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Timeout);
+    assert!(s.run(RunRequest::new("bad").feed("x", i32t(&[], &[1]))).is_err_and(|e| e.kind == ErrorKind::Kernel));
+}
+
+#[test]
+fn a_failing_graph_cancels_a_concurrent_loop_that_never_ends() {
+    let s = session(SPIN);
+    let start = Instant::now();
+    let e = s
+        .run_step(vec![
+            RunRequest::new("spin").feed("x", f32t(&[3], &[1.0, 2.0, 3.0])),
+            RunRequest::new("bad").feed("x", i32t(&[], &[1])),
+        ])
+        .unwrap_err();
+    assert!(start.elapsed() < Duration::from_secs(5), "the loop was cancelled: {:?}", start.elapsed());
+    assert_eq!(e.kind, ErrorKind::Kernel, "the original error, not the cancellation: {e}");
+}
+
+#[test]
+fn a_value_inside_a_loop_body_cannot_be_fetched_or_targeted() {
+    let s = session(SPIN);
+    for r in [RunRequest::new("spin").fetch("n"), RunRequest::new("spin").target("%c")] {
+        let e = s.run(r.feed("x", f32t(&[3], &[1.0, 2.0, 3.0]))).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::InvalidArgument, "{e}");
+        assert!(e.message.contains("region of node 'while %r' of @spin") && e.span.is_some(), "{e}");
+    }
+}
