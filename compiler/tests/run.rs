@@ -501,6 +501,10 @@ fn odd_flags_and_broken_inputs_never_crash_run() {
     ] {
         cases.push(flags.iter().map(|s| s.to_string()).collect());
     }
+    // Spec and profile files: the same rules as inputs (a device never ends, a FIFO blocks).
+    for p in [&fifo, &a_dir, &"/dev/zero".to_string()] {
+        cases.push(vec!["--devices".into(), p.clone()]);
+    }
     cases.push(vec!["--checkpoint".into(), a_dir.clone()]);
     cases.push(vec!["--out-dir".into(), a_file.clone()]);
     cases.push(vec!["--trace".into(), a_dir.clone()]);

@@ -17,7 +17,7 @@ use std::path::Path;
 
 /// Reads and imports a model file.
 pub fn import_file(path: &Path, options: &ImportOptions) -> Result<Module, String> {
-    let bytes = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let bytes = graphc_runtime::fsutil::read_regular(path, "an ONNX model")?;
     let model = proto::ModelProto::decode(bytes.as_slice())
         .map_err(|e| format!("{} is not an ONNX model (protobuf decoding failed: {e})", path.display()))?;
     let base = path.parent().unwrap_or(Path::new("."));

@@ -84,7 +84,8 @@ fn read_external(t: &TensorProto, base: &Path) -> Result<Vec<u8>, String> {
         return Err(format!("external data location '{location}' must stay inside the model's directory"));
     }
     let path = base.join(rel);
-    let bytes = std::fs::read(&path).map_err(|e| format!("cannot read external data {}: {e}", path.display()))?;
+    let bytes = graphc_runtime::fsutil::read_regular(&path, "an ONNX external data file")
+        .map_err(|e| e.replacen("cannot read ", "cannot read external data ", 1))?;
     let offset: usize =
         get("offset").map(|o| o.parse().map_err(|_| format!("bad offset '{o}'"))).transpose()?.unwrap_or(0);
     let length: Option<usize> =

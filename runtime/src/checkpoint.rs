@@ -76,16 +76,7 @@ pub struct Loaded {
 
 pub fn load(path: &Path) -> Result<Loaded, RunError> {
     let read = |e: String| error(e.replacen("cannot read ", "cannot read checkpoint ", 1));
-    let (f, len) = crate::fsutil::open_regular(path, "a safetensors checkpoint").map_err(read)?;
-    let mut bytes = Vec::new();
-    // The file's length bounds the read (a file that grows meanwhile is cut, and then fails to
-    // decode); the room is reserved fallibly.
-    let len = usize::try_from(len).map_err(|_| error(format!("checkpoint {} is too large to read", path.display())))?;
-    bytes
-        .try_reserve_exact(len)
-        .map_err(|_| error(format!("cannot allocate {len} bytes to read checkpoint {}", path.display())))?;
-    std::io::Read::read_to_end(&mut std::io::Read::take(f, len as u64), &mut bytes)
-        .map_err(|e| read(format!("cannot read {}: {e}", path.display())))?;
+    let bytes = crate::fsutil::read_regular(path, "a safetensors checkpoint").map_err(read)?;
     decode(&bytes).map_err(|e| error(format!("{} is not a valid checkpoint: {}", path.display(), e.message)))
 }
 

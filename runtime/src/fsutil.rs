@@ -175,6 +175,22 @@ pub fn open_regular(path: &Path, expected: &str) -> Result<(File, u64), String> 
     Ok((f, meta.len()))
 }
 
+/// Reads the whole of a regular file (see [`open_regular`]): its length at open bounds the
+/// read (a file that grows meanwhile is cut, and then fails to decode), and the room for it is
+/// reserved fallibly, so a huge file is an error and not an abort.
+pub fn read_regular(path: &Path, expected: &str) -> Result<Vec<u8>, String> {
+    let (f, len) = open_regular(path, expected)?;
+    let len =
+        usize::try_from(len).map_err(|_| format!("{} is too large to read; expected {expected}", path.display()))?;
+    let mut bytes = Vec::new();
+    bytes
+        .try_reserve_exact(len)
+        .map_err(|_| format!("cannot allocate {len} bytes to read {}; expected {expected}", path.display()))?;
+    io::Read::read_to_end(&mut io::Read::take(f, len as u64), &mut bytes)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    Ok(bytes)
+}
+
 /// "a directory", "a FIFO", ... for messages.
 pub fn file_kind(t: std::fs::FileType) -> &'static str {
     use std::os::unix::fs::FileTypeExt;

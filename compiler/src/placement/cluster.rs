@@ -149,8 +149,9 @@ impl Cluster {
 
     /// Reads a spec file: `.json` as JSON, anything else as TOML.
     pub fn load(path: &Path) -> Result<Cluster, String> {
-        let text =
-            std::fs::read_to_string(path).map_err(|e| format!("cannot read device spec {}: {e}", path.display()))?;
+        let bytes = graphc_runtime::fsutil::read_regular(path, "a device spec (TOML or JSON)")
+            .map_err(|e| e.replacen("cannot read ", "cannot read device spec ", 1))?;
+        let text = String::from_utf8(bytes).map_err(|_| format!("device spec {} is not UTF-8 text", path.display()))?;
         let json = path.extension().is_some_and(|e| e.eq_ignore_ascii_case("json"));
         Cluster::parse(&text, json).map_err(|e| format!("{}: {e}", path.display()))
     }

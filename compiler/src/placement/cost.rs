@@ -79,7 +79,9 @@ impl Profile {
     }
 
     pub fn load(path: &Path) -> Result<Profile, String> {
-        let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read profile {}: {e}", path.display()))?;
+        let bytes = graphc_runtime::fsutil::read_regular(path, "a graphc profile (JSON)")
+            .map_err(|e| e.replacen("cannot read ", "cannot read profile ", 1))?;
+        let text = String::from_utf8(bytes).map_err(|_| format!("profile {} is not UTF-8 text", path.display()))?;
         let p: Profile =
             serde_json::from_str(&text).map_err(|e| format!("{} is not a graphc profile: {e}", path.display()))?;
         if p.format != PROFILE_FORMAT || p.version != 1 {
