@@ -408,7 +408,9 @@ pub fn prepare(
                 None => {
                     check_tensor_size(want, max_bytes).map_err(|m| anyhow!("input '{input}' of @{name}: {m}"))?;
                     random.push(format!("{input} {want}"));
-                    random_input(g, v, a.seed).expect("a tensor input")
+                    random_input(g, v, a.seed)
+                        .ok_or_else(|| anyhow!("input '{input}' of @{name} is not a tensor"))?
+                        .map_err(|m| anyhow!("{m}"))?
                 }
             };
             feeds.insert(input, Arc::new(t));

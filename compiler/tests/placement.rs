@@ -81,7 +81,12 @@ fn options() -> SessionOptions {
 }
 
 fn feeds(g: &Graph, seed: u64) -> Vec<(String, Arc<Tensor>)> {
-    g.inputs().iter().filter_map(|&v| Some((g.values[v].name.clone()?, Arc::new(random_input(g, v, seed)?)))).collect()
+    g.inputs()
+        .iter()
+        .filter_map(|&v| {
+            Some((g.values[v].name.clone()?, Arc::new(random_input(g, v, seed)?.expect("small random inputs"))))
+        })
+        .collect()
 }
 
 fn tensors(values: &[graphc_runtime::RtValue]) -> Vec<Tensor> {
