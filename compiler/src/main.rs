@@ -83,6 +83,10 @@ struct BenchArgs {
     /// Seed of the random data for inputs not given with --input.
     #[arg(long, default_value_t = 0)]
     seed: u64,
+    /// The most memory the session's live tensors may take together (e.g. 2GiB); default:
+    /// $GRAPHC_MEMORY_LIMIT, else what the process may still allocate.
+    #[arg(long, value_name = "SIZE", value_parser = graphc_runtime::budget::parse_bytes)]
+    memory_limit: Option<u64>,
     #[command(flatten)]
     devices: placement_cli::DeviceArgs,
 }
@@ -206,6 +210,10 @@ struct RunArgs {
     /// Fail a blocking op (enqueue, dequeue, recv) that waits longer than this.
     #[arg(long, value_name = "SECS", value_parser = parse_secs)]
     timeout: Option<f64>,
+    /// The most memory the session's live tensors may take together (e.g. 2GiB); default:
+    /// $GRAPHC_MEMORY_LIMIT, else what the process may still allocate.
+    #[arg(long, value_name = "SIZE", value_parser = graphc_runtime::budget::parse_bytes)]
+    memory_limit: Option<u64>,
     /// Place and partition on these devices and run each partition on its own thread.
     #[command(flatten)]
     devices: placement_cli::DeviceArgs,

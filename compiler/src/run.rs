@@ -31,6 +31,7 @@ pub fn run(a: &RunArgs, file: &SourceFile, module: Module) -> anyhow::Result<Exi
         detect_deadlock: true,
         max_tensor_bytes: None,
         trace: a.trace.is_some() || a.write_profile.is_some(),
+        memory_limit: a.memory_limit,
     };
     let (session, _) = new_session(a.backend, module, options)?;
     if let Some(path) = &a.restore {
@@ -125,7 +126,7 @@ pub fn bench(a: &BenchArgs, file: &SourceFile, module: Module) -> anyhow::Result
             say!("{p}");
         }
     }
-    let options = SessionOptions { detect_deadlock: true, ..Default::default() };
+    let options = SessionOptions { detect_deadlock: true, memory_limit: a.memory_limit, ..Default::default() };
     let (session, _) = new_session(a.backend, module, options)?;
     let compile = optimized + start.elapsed();
     let mut times = Vec::with_capacity(a.iters as usize);

@@ -56,3 +56,57 @@ fn huge_splat_constants_are_errors_in_every_subcommand() {
         assert!(out.status.success(), "simulate: {}", text(&out));
     }
 }
+
+/// Four 1 MiB values live at once in the interpreter.
+const FOUR_LIVE: &str = "graph @g(%x: f32[]) -> (y: f32[262144]) {
+  %a = broadcast %x {shape = [262144]} : f32[262144]
+  %b = exp %a : f32[262144]
+  %c = neg %a : f32[262144]
+  %d = abs %b : f32[262144]
+  %ab = add %a, %b : f32[262144]
+  %cd = add %c, %d : f32[262144]
+  %y = add %ab, %cd : f32[262144]
+  return %y
+}
+";
+
+#[test]
+fn the_memory_budget_comes_from_the_flag_or_the_environment() {
+    let p = tmp("four_live.gir", FOUR_LIVE);
+    let p = p.to_str().unwrap();
+    for cmd in ["run", "bench"] {
+        let out = graphc(&[cmd, "--backend", "interp", "--memory-limit", "3.5MiB", p]);
+        assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+        assert!(text(&out).contains("node 'abs %d': the node's results: 1.0 MiB more would exceed"), "{}", text(&out));
+        let out = Command::new(env!("CARGO_BIN_EXE_graphc"))
+            .args([cmd, "--backend", "interp", p])
+            .env("GRAPHC_MEMORY_LIMIT", "3.5MiB")
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+        assert!(text(&out).contains("memory budget of 3.5 MiB"), "{}", text(&out));
+    }
+    assert!(graphc(&["run", "--backend", "interp", "--memory-limit", "8MiB", p]).status.success());
+    let out = graphc(&["run", "--memory-limit", "lots", p]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    let out = Command::new(env!("CARGO_BIN_EXE_graphc")).args(["run", p]).env("GRAPHC_MEMORY_LIMIT", "lots").output();
+    let out = out.unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(text(&out).contains("GRAPHC_MEMORY_LIMIT: expected a size"), "{}", text(&out));
+}
+
+/// Under a lowered RLIMIT_AS, live values that outgrow the address space end in an error and
+/// exit code 1 (the budget respects the limit), not an allocation failure's abort (134).
+#[test]
+fn a_lowered_address_space_limit_gives_an_error_not_an_abort() {
+    // Four 512 MiB values, all live; 2 GiB of address space, of which the process itself
+    // takes some.
+    let n = 134_217_728;
+    let graph = FOUR_LIVE.replace("262144", &n.to_string());
+    let p = tmp("four_live_big.gir", &graph);
+    let script =
+        format!("ulimit -v 2097152 && exec '{}' run --backend interp '{}'", env!("CARGO_BIN_EXE_graphc"), p.display());
+    let out = Command::new("sh").args(["-c", &script]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(text(&out).contains("would exceed the session's memory budget"), "{}", text(&out));
+}

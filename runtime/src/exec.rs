@@ -2,6 +2,7 @@
 //! verifier guarantees is a topological order), pure ops through the reference kernels,
 //! state and control flow here.
 
+use crate::budget::{bytes_of, Ledger, MemoryBudget};
 use crate::error::{ErrorKind, RunError};
 use crate::kernels;
 use crate::limits::check_tensor_size;
@@ -88,6 +89,8 @@ pub(crate) struct Interp<'a> {
     pub retained: HashSet<Value>,
     /// Where dead values' buffers go, and compiled kernels' outputs come from.
     pub pool: &'a BufferPool,
+    /// The tensors this run holds, counted against the session's memory budget.
+    ledger: Ledger,
 }
 
 impl<'a> Interp<'a> {
@@ -98,6 +101,7 @@ impl<'a> Interp<'a> {
         wait: WaitCtx<'a>,
         max_bytes: u64,
         pool: &'a BufferPool,
+        budget: Arc<MemoryBudget>,
     ) -> Self {
         Interp {
             graph,
@@ -113,6 +117,38 @@ impl<'a> Interp<'a> {
             liveness: None,
             retained: HashSet::new(),
             pool,
+            ledger: Ledger::new(budget),
+        }
+    }
+
+    /// Binds `v` to `r` unless it is bound already (a fed value keeps its feed), counting the
+    /// tensor against the budget.
+    fn bind(&mut self, env: &mut Env, v: Value, r: RtValue) {
+        if let std::collections::hash_map::Entry::Vacant(e) = env.entry(v) {
+            if let RtValue::Tensor(t) = &r {
+                let g = self.graph;
+                self.ledger.hold(t, || g.values[v].name.as_deref().map_or_else(|| format!("{v}"), |n| format!("%{n}")));
+            }
+            e.insert(r);
+        }
+    }
+
+    /// Unbinds `v`, uncounting its tensor; returns the value.
+    fn unbind(&mut self, env: &mut Env, v: Value) -> Option<RtValue> {
+        let r = env.remove(&v);
+        if let Some(RtValue::Tensor(t)) = &r {
+            self.ledger.release(t);
+        }
+        r
+    }
+
+    /// Counts values bound before the run started (its feeds).
+    pub fn hold_bound(&mut self, env: &Env) {
+        for (&v, r) in env {
+            if let RtValue::Tensor(t) = r {
+                let g = self.graph;
+                self.ledger.hold(t, || g.values[v].name.as_deref().map_or_else(|| format!("{v}"), |n| format!("%{n}")));
+            }
         }
     }
 
@@ -136,11 +172,12 @@ impl<'a> Interp<'a> {
                     }
                 }
                 for (&v, r) in nd.results.iter().zip(results) {
-                    env.entry(v).or_insert(r);
+                    self.bind(env, v, r);
                 }
                 // Results nothing reads (operands read last left `env` before the node ran).
                 for v in self.dead_after(n) {
-                    self.release(env.remove(&v));
+                    let r = self.unbind(env, v);
+                    self.release(r);
                 }
             }
         }
@@ -150,12 +187,18 @@ impl<'a> Interp<'a> {
     /// Runs a whole region on `args` and returns what it yields.
     fn run_region(&mut self, region: Region, args: Vec<RtValue>) -> Result<Vec<RtValue>, RunError> {
         let rd = &self.graph.regions[region];
-        let mut env: Env = rd.params.iter().copied().zip(args).collect();
+        let mut env = Env::new();
+        for (&p, a) in rd.params.iter().zip(args) {
+            self.bind(&mut env, p, a);
+        }
         self.depth += 1;
         let ran = self.run_nodes(region, &mut env, &|_| true);
         self.depth -= 1;
-        ran?;
-        rd.yields.iter().map(|v| lookup(&env, *v)).collect()
+        let out = ran.and_then(|()| rd.yields.iter().map(|v| lookup(&env, *v)).collect());
+        for v in env.keys().copied().collect::<Vec<_>>() {
+            self.unbind(&mut env, v);
+        }
+        out
     }
 
     fn describe(&self, n: Node) -> String {
@@ -180,10 +223,20 @@ impl<'a> Interp<'a> {
         let g = self.graph;
         let nd = &g.nodes[n];
         let args = nd.operands.iter().map(|&v| lookup(env, v)).collect::<Result<Vec<_>, _>>()?;
+        // Kernels allocate their results: those must fit the budget beside what is live,
+        // operands read here for the last time included (they live until the kernel is done).
+        if nd.op == Op::Fusion || kernels::is_kernel(nd.op) {
+            let mut bytes = 0u64;
+            for t in nd.results.iter().filter_map(|&v| g.values[v].ty.as_tensor()) {
+                check_tensor_size(t, self.max_bytes).map_err(|m| RunError::new(ErrorKind::ResourceExhausted, m))?;
+                bytes = bytes.saturating_add(crate::limits::tensor_bytes(t).unwrap_or(u64::MAX));
+            }
+            self.ledger.check(bytes)?;
+        }
         // Operands read here for the last time leave `env` now, so that the node holds the
         // only reference and a kernel may reuse their buffers.
         for v in self.dead_after(n) {
-            env.remove(&v);
+            self.unbind(env, v);
         }
         self.executed += 1;
         let results = self.compute(n, args)?;
@@ -208,11 +261,6 @@ impl<'a> Interp<'a> {
         let g = self.graph;
         let nd = &g.nodes[n];
         if let Some(compiled) = self.compiled.filter(|_| nd.op == Op::Fusion || kernels::is_kernel(nd.op)) {
-            for &r in &nd.results {
-                if let Some(t) = g.values[r].ty.as_tensor() {
-                    check_tensor_size(t, self.max_bytes).map_err(|m| RunError::new(ErrorKind::ResourceExhausted, m))?;
-                }
-            }
             let shared = args
                 .iter()
                 .enumerate()
@@ -252,9 +300,6 @@ impl<'a> Interp<'a> {
                 let inputs = (0..args.len()).map(tensor).collect::<Result<Vec<_>, _>>()?;
                 let types: Vec<TensorType> =
                     nd.results.iter().filter_map(|&v| g.values[v].ty.as_tensor().cloned()).collect();
-                for t in &types {
-                    check_tensor_size(t, self.max_bytes).map_err(|m| RunError::new(ErrorKind::ResourceExhausted, m))?;
-                }
                 let out =
                     kernels::eval(op, &nd.attrs, &inputs, &types).map_err(|e| RunError::new(ErrorKind::Kernel, e.0))?;
                 for a in args {
@@ -280,12 +325,23 @@ impl<'a> Interp<'a> {
                         _ => Err(RunError::internal("enqueue of a non-tensor")),
                     })
                     .collect::<Result<Vec<_>, _>>()?;
-                queue(&args[0])?.enqueue(&self.wait, item)?;
+                // What a queue holds is live until it is dequeued, however many steps later.
+                let q = queue(&args[0])?;
+                let bytes = item.iter().map(|t| bytes_of(t)).fold(0u64, u64::saturating_add);
+                let budget = self.ledger.budget();
+                budget
+                    .try_charge(bytes, &format!("enqueue to queue \"{}\" ({} held)", q.name, q.len()))
+                    .map_err(|m| RunError::new(ErrorKind::ResourceExhausted, m))?;
+                if let Err(e) = q.enqueue(&self.wait, item) {
+                    budget.refund(bytes);
+                    return Err(e);
+                }
                 self.wait.activity.progress();
                 Ok(vec![RtValue::Token])
             }
             Op::Dequeue => {
                 let items = queue(&args[0])?.dequeue(&self.wait)?;
+                self.ledger.budget().refund(items.iter().map(|t| bytes_of(t)).fold(0u64, u64::saturating_add));
                 self.wait.activity.progress();
                 Ok(items.into_iter().map(RtValue::Tensor).collect())
             }

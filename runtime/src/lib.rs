@@ -8,6 +8,7 @@
 //!
 //! This crate depends on the IR only; the compiler depends on it, never the reverse.
 
+pub mod budget;
 pub mod checkpoint;
 mod compiled;
 mod error;

@@ -38,6 +38,9 @@ pub struct SessionOptions {
     /// Record when every node starts and ends ([`RunOutput::events`]), for timelines and
     /// profiles.
     pub trace: bool,
+    /// The bytes the session's live tensors may take together (see [`crate::budget`]); `None`
+    /// means `GRAPHC_MEMORY_LIMIT`, else what the process may still allocate.
+    pub memory_limit: Option<u64>,
 }
 
 /// One graph's part of a step: what to feed, fetch and run.
@@ -128,6 +131,8 @@ pub struct Session {
     liveness: HashMap<String, Liveness>,
     /// A backend's compiled code, run in place of the reference kernels where it exists.
     compiled: Option<Arc<dyn crate::CompiledKernels>>,
+    /// Live tensor bytes of every run and queue, against the memory limit.
+    budget: Arc<crate::budget::MemoryBudget>,
 }
 
 impl Session {
@@ -144,6 +149,10 @@ impl Session {
             )));
         }
         let max_bytes = options.max_tensor_bytes.unwrap_or_else(crate::limits::default_max_tensor_bytes);
+        let budget = Arc::new(match options.memory_limit {
+            Some(limit) => crate::budget::MemoryBudget::new(limit),
+            None => crate::budget::MemoryBudget::from_environment()?,
+        });
         let state = Arc::new(State::from_module(&module, max_bytes)?);
         let liveness = module.graphs.iter().map(|g| (g.name.clone(), Liveness::of(g))).collect();
         Ok(Session {
@@ -156,6 +165,7 @@ impl Session {
             buffers: BufferPool::default(),
             liveness,
             compiled: None,
+            budget,
         })
     }
 
@@ -213,6 +223,12 @@ impl Session {
                 }
             }
         }
+    }
+
+    /// Bytes of tensors the session's runs and queues hold now, counted against its memory
+    /// budget, and the budget.
+    pub fn memory_in_use(&self) -> (u64, u64) {
+        (self.budget.live(), self.budget.limit())
     }
 
     /// What the session's buffer pool has done so far.
@@ -339,12 +355,14 @@ impl Session {
             timeout: self.options.wait_timeout,
             detect_deadlock: self.options.detect_deadlock,
         };
-        let mut interp = Interp::new(plan.graph, &self.state, rendezvous, wait, self.max_bytes, &self.buffers);
+        let mut interp =
+            Interp::new(plan.graph, &self.state, rendezvous, wait, self.max_bytes, &self.buffers, self.budget.clone());
         interp.events = self.options.trace.then(Vec::new);
         interp.compiled = self.compiled.as_deref();
         interp.liveness = self.liveness.get(&plan.graph.name);
         interp.retained = plan.fetches.iter().copied().collect();
         let mut env = plan.feeds;
+        interp.hold_bound(&env);
         interp.run_nodes(plan.graph.body, &mut env, &|n| plan.needed.contains(&n))?;
         let values = plan
             .fetches

@@ -181,7 +181,7 @@ fn run_loop(p: &LoopPlan, entry: &entry::Entry, operands: &mut Operands<'_>) -> 
     let mut outs: Vec<Vec<f32>> = Vec::with_capacity(p.results.len());
     for k in 0..p.results.len() {
         if p.per_row[k] {
-            outs.push(operands.alloc_f32(p.rows));
+            outs.push(operands.alloc_f32(p.rows)?);
             continue;
         }
         let taken = candidates.iter().filter(|&&i| over[i].is_none()).find_map(|&i| Some((i, operands.take_f32(i)?)));
@@ -191,7 +191,7 @@ fn run_loop(p: &LoopPlan, entry: &entry::Entry, operands: &mut Operands<'_>) -> 
                 v
             }
             Some((i, v)) => return Err(format!("input {i} has {} elements where the kernel reads {n}", v.len())),
-            None => operands.alloc_f32(n),
+            None => operands.alloc_f32(n)?,
         });
     }
     let all = operands.all();
@@ -258,7 +258,7 @@ fn run_matmul(p: &MatMulPlan, epilogue: Option<&entry::Entry>, operands: &Operan
     };
     let (a, b) = (contiguous(p.lhs)?, contiguous(p.rhs)?);
     let size = p.m * p.n;
-    let mut c: Vec<f32> = operands.alloc_f32(size);
+    let mut c: Vec<f32> = operands.alloc_f32(size)?;
     // The epilogue's other inputs, and its outputs: in place over the product when it has one.
     let (extra, mut outs) = match &p.epilogue {
         Some((lp, used)) => {
@@ -270,7 +270,7 @@ fn run_matmul(p: &MatMulPlan, epilogue: Option<&entry::Entry>, operands: &Operan
             let outs: Vec<Vec<f32>> = if lp.results.len() == 1 {
                 Vec::new()
             } else {
-                lp.results.iter().map(|_| operands.alloc_f32(size)).collect()
+                lp.results.iter().map(|_| operands.alloc_f32(size)).collect::<Result<_, _>>()?
             };
             (extra, outs)
         }
