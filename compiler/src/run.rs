@@ -31,6 +31,7 @@ pub fn run(a: &RunArgs, file: &SourceFile, module: Module) -> anyhow::Result<Exi
         detect_deadlock: true,
         max_tensor_bytes: None,
         trace: a.trace.is_some() || a.write_profile.is_some(),
+        max_trace_events: None,
         memory_limit: a.memory_limit,
     };
     let (session, _) = new_session(a.backend, module, options)?;
@@ -86,6 +87,13 @@ pub fn run(a: &RunArgs, file: &SourceFile, module: Module) -> anyhow::Result<Exi
     if let Some(path) = &a.trace {
         write_file(path, &timeline.chrome_trace())?;
         say!("trace of {} step{} -> {}", a.steps, plural(a.steps as usize), path.display());
+        if timeline.dropped > 0 {
+            eprintln!(
+                "warning: the trace is truncated: it holds the first {} spans; {} more node executions and transfers were left out",
+                timeline.spans.len(),
+                timeline.dropped
+            );
+        }
     }
     if let Some(path) = &a.write_profile {
         write_file(path, &timeline.profile.to_json())?;
@@ -281,6 +289,8 @@ struct Timeline {
     tracks: Vec<String>,
     origin: Option<Instant>,
     spans: Vec<trace::Span>,
+    /// Spans past [`trace::MAX_SPANS`] and node executions the runtime did not record.
+    dropped: u64,
     profile: Profile,
 }
 
@@ -299,7 +309,7 @@ impl Timeline {
             })
             .collect();
         let graphs = job.requests.iter().map(|r| r.graph.clone()).collect();
-        Timeline { graphs, tracks, origin: None, spans: Vec::new(), profile: Profile::new() }
+        Timeline { graphs, tracks, origin: None, spans: Vec::new(), dropped: 0, profile: Profile::new() }
     }
 
     fn record(&mut self, m: &Module, step_start: Instant, outs: &[RunOutput], profile: bool) {
@@ -309,11 +319,16 @@ impl Timeline {
         let mut recvs: Vec<(&str, Instant)> = Vec::new();
         for (i, o) in outs.iter().enumerate() {
             let g = m.graph(&self.graphs[i]).expect("the graph ran");
+            self.dropped += o.events_dropped;
             for e in &o.events {
                 let nd = &g.nodes[e.node];
                 let secs = e.end.saturating_duration_since(e.start).as_secs_f64();
                 if profile {
                     self.profile.record(signature(g, e.node), secs);
+                }
+                if self.spans.len() >= trace::MAX_SPANS {
+                    self.dropped += 1;
+                    continue;
                 }
                 self.spans.push(trace::Span {
                     track: self.tracks[i].clone(),
@@ -335,6 +350,10 @@ impl Timeline {
         // A transfer runs from its send to the moment the recv has the tensor.
         for (key, arrived) in recvs {
             if let Some(&sent) = sends.get(key) {
+                if self.spans.len() >= trace::MAX_SPANS {
+                    self.dropped += 1;
+                    continue;
+                }
                 let start = us(sent);
                 self.spans.push(trace::Span {
                     track: trace::TRANSFERS.into(),

@@ -61,6 +61,10 @@ pub struct NodeEvent {
     pub depth: usize,
 }
 
+/// The most node executions a run records when tracing: a long loop would otherwise grow the
+/// record without bound. Later ones are counted, not kept.
+pub const MAX_EVENTS: usize = 1 << 20;
+
 /// Values bound so far in one region activation.
 pub(crate) type Env = HashMap<Value, RtValue>;
 
@@ -77,8 +81,11 @@ pub(crate) struct Interp<'a> {
     iterations: Vec<u64>,
     /// The largest tensor a kernel may produce, in bytes.
     max_bytes: u64,
-    /// Node executions, when tracing.
+    /// Node executions, when tracing (at most `max_events`).
     pub events: Option<Vec<NodeEvent>>,
+    pub max_events: usize,
+    /// Node executions past `max_events`, not recorded.
+    pub events_dropped: u64,
     /// How many regions enclose the nodes running now.
     depth: usize,
     /// Compiled code for some nodes, from a backend.
@@ -112,6 +119,8 @@ impl<'a> Interp<'a> {
             iterations: Vec::new(),
             max_bytes,
             events: None,
+            max_events: MAX_EVENTS,
+            events_dropped: 0,
             depth: 0,
             compiled: None,
             liveness: None,
@@ -167,8 +176,11 @@ impl<'a> Interp<'a> {
                     let key = matches!(nd.op, Op::Send | Op::Recv)
                         .then(|| self.rendezvous_key(nd.attrs.str("key").unwrap_or_default()));
                     let depth = self.depth;
-                    if let Some(events) = &mut self.events {
-                        events.push(NodeEvent { node: n, start, end, key, depth });
+                    match &mut self.events {
+                        Some(events) if events.len() < self.max_events => {
+                            events.push(NodeEvent { node: n, start, end, key, depth })
+                        }
+                        _ => self.events_dropped += 1,
                     }
                 }
                 for (&v, r) in nd.results.iter().zip(results) {

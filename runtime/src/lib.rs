@@ -28,7 +28,7 @@ mod wait;
 
 pub use compiled::{CompiledKernels, Operands};
 pub use error::{ErrorKind, RunError};
-pub use exec::{NodeEvent, RtValue};
+pub use exec::{NodeEvent, RtValue, MAX_EVENTS};
 pub use pool::{BufferPool, PoolStats};
 pub use session::{RunOutput, RunRequest, Session, SessionOptions};
 pub use tensor::Tensor;

@@ -38,6 +38,9 @@ pub struct SessionOptions {
     /// Record when every node starts and ends ([`RunOutput::events`]), for timelines and
     /// profiles.
     pub trace: bool,
+    /// The most node executions a traced run records; `None` means
+    /// [`crate::exec::MAX_EVENTS`]. Later ones are counted in [`RunOutput::events_dropped`].
+    pub max_trace_events: Option<usize>,
     /// The bytes the session's live tensors may take together (see [`crate::budget`]); `None`
     /// means `GRAPHC_MEMORY_LIMIT`, else what the process may still allocate.
     pub memory_limit: Option<u64>,
@@ -99,8 +102,11 @@ pub struct RunOutput {
     pub values: Vec<RtValue>,
     /// Node executions, nested ones and loop iterations included.
     pub nodes_executed: usize,
-    /// With [`SessionOptions::trace`]: every node execution, in the order they ended.
+    /// With [`SessionOptions::trace`]: every node execution, in the order they ended, up to
+    /// [`SessionOptions::max_trace_events`].
     pub events: Vec<NodeEvent>,
+    /// Node executions past that limit, counted but not recorded.
+    pub events_dropped: u64,
 }
 
 impl RunOutput {
@@ -358,6 +364,7 @@ impl Session {
         let mut interp =
             Interp::new(plan.graph, &self.state, rendezvous, wait, self.max_bytes, &self.buffers, self.budget.clone());
         interp.events = self.options.trace.then(Vec::new);
+        interp.max_events = self.options.max_trace_events.unwrap_or(crate::exec::MAX_EVENTS);
         interp.compiled = self.compiled.as_deref();
         interp.liveness = self.liveness.get(&plan.graph.name);
         interp.retained = plan.fetches.iter().copied().collect();
@@ -372,7 +379,13 @@ impl Session {
             })
             .collect::<Result<Vec<_>, _>>()?;
         let events = interp.events.take().unwrap_or_default();
-        Ok(RunOutput { names: plan.fetch_names, values, nodes_executed: interp.executed, events })
+        Ok(RunOutput {
+            names: plan.fetch_names,
+            values,
+            nodes_executed: interp.executed,
+            events,
+            events_dropped: interp.events_dropped,
+        })
     }
 }
 

@@ -132,3 +132,29 @@ graph @take() -> (y: f32[1024]) {
     assert!(e.message.contains("enqueue to queue \"q\" (3 held): 4.0 KiB more would exceed"), "{e}");
     assert_eq!(s.memory_in_use().0, 3 * 4096);
 }
+
+#[test]
+fn a_traced_long_loop_keeps_a_bounded_record_and_counts_the_rest() {
+    let text = "graph @g(%x: f32[]) -> (n: i64[]) {
+  %zero = constant {value = dense<0> : i64[]} : i64[]
+  %n = while %zero : i64[]
+    cond(%i: i64[]) {
+      %lim = constant {value = dense<500> : i64[]} : i64[]
+      %go = less %i, %lim : bool[]
+      yield %go
+    }
+    body(%j: i64[]) {
+      %one = constant {value = dense<1> : i64[]} : i64[]
+      %k = add %j, %one : i64[]
+      yield %k
+    }
+  return %n
+}";
+    let m = parse_module(text).unwrap_or_else(|d| panic!("{d:?}"));
+    let options = SessionOptions { trace: true, max_trace_events: Some(100), ..Default::default() };
+    let s = Session::new(m, options).unwrap();
+    let out = s.run(RunRequest::new("g").feed("x", Tensor::scalar_f32(0.0))).unwrap();
+    assert_eq!(out.events.len(), 100);
+    assert_eq!(out.events.len() as u64 + out.events_dropped, out.nodes_executed as u64);
+    assert!(out.events_dropped > 1000, "{}", out.events_dropped);
+}
