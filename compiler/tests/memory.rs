@@ -16,11 +16,6 @@ fn tmp(name: &str, text: &str) -> PathBuf {
     p
 }
 
-fn example(name: &str) -> String {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf();
-    root.join("ir-spec/examples").join(name).display().to_string()
-}
-
 /// A splat whose type has `n` elements, reduced to a scalar (small enough to fold).
 fn huge_splat(n: &str) -> String {
     format!(

@@ -61,13 +61,13 @@ impl Window {
     /// is an error, not a wrapped (and wrong) size.
     pub fn output_dims(&self, input: &[u64]) -> Result<Vec<u64>, String> {
         let mut out = Vec::with_capacity(input.len());
-        for i in 0..input.len() {
+        for (i, &size) in input.iter().enumerate() {
             let too_large = |what: &str| format!("spatial dim {i}: the {what} is larger than 64 bits can count");
             let span = self.dilations[i]
                 .checked_mul(self.kernel[i] - 1)
                 .and_then(|s| s.checked_add(1))
                 .ok_or_else(|| too_large("dilated window"))?;
-            let before = input[i].checked_add(self.pads_begin[i]).ok_or_else(|| too_large("padded input"))?;
+            let before = size.checked_add(self.pads_begin[i]).ok_or_else(|| too_large("padded input"))?;
             let padded = before.checked_add(self.pads_end[i]).ok_or_else(|| too_large("padded input"))?;
             if padded < span {
                 return Err(format!("spatial dim {i}: the window spans {span} but the padded input has only {padded}"));
