@@ -428,6 +428,63 @@ graph @g(%x: f32[4], %p: bool[]) -> (y: f32[4]) {
     }
 }
 
+/// `depth` nested while loops (two trips each at run time) around a tanh pinned to the GPU.
+fn nested_loops(depth: usize) -> String {
+    fn level(d: usize, arg: &str, out: &mut String) {
+        let i = "  ";
+        out.push_str(&format!("{i}%z{d} = constant {{value = dense<0> : i64[]}} : i64[]\n"));
+        out.push_str(&format!(
+            "{i}%i{d}, %y{d} = while %z{d}, {arg} device \"/device:cpu:0\" : i64[], f32[4]\n\
+             {i}  cond(%ci{d}: i64[], %cx{d}: f32[4]) {{\n\
+             {i}    %l{d} = constant {{value = dense<2> : i64[]}} : i64[]\n\
+             {i}    %g{d} = less %ci{d}, %l{d} : bool[]\n\
+             {i}    yield %g{d}\n\
+             {i}  }}\n\
+             {i}  body(%bi{d}: i64[], %bx{d}: f32[4]) {{\n\
+             {i}    %o{d} = constant {{value = dense<1> : i64[]}} : i64[]\n\
+             {i}    %n{d} = add %bi{d}, %o{d} : i64[]\n"
+        ));
+        let inner = if d == 0 {
+            out.push_str(&format!("{i}    %t = tanh %bx0 device \"/device:gpu:0\" : f32[4]\n"));
+            "%t".to_string()
+        } else {
+            level(d - 1, &format!("%bx{d}"), out);
+            format!("%y{}", d - 1)
+        };
+        out.push_str(&format!("{i}    yield %n{d}, {inner}\n{i}  }}\n"));
+    }
+    let mut body = String::new();
+    level(depth - 1, "%x", &mut body);
+    format!("graph @g(%x: f32[4]) -> (y: f32[4]) {{\n{body}  return %y{}\n}}\n", depth - 1)
+}
+
+/// Loops that communicate multiply the simulated steps by the assumed trips at each level:
+/// deep nests get an error from simulate, quickly, not a hang; shallow ones a prediction.
+#[test]
+fn deeply_nested_communicating_loops_are_refused_not_simulated_forever() {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../ir-spec/examples/cpu_gpu.devices.toml");
+    let cluster = Cluster::load(&path).unwrap();
+    for (depth, predicts) in [(2, true), (8, false)] {
+        let m = parse_module(&nested_loops(depth)).unwrap_or_else(|d| panic!("{d:?}\n{}", nested_loops(depth)));
+        let mut placed = m.clone();
+        let cost = CostModel::new(&cluster, None);
+        place_module(&mut placed, &cost).unwrap_or_else(|d| panic!("{}", d.flat_message()));
+        let groups = partition_module(&mut placed).unwrap();
+        assert_eq!(placed.graphs.len(), 2, "{}", print_module(&placed));
+        assert_same(&run_single(&m, 1), &run_partitioned(&m, &placed, &groups, 1), &print_module(&placed));
+        let start = Instant::now();
+        let got = simulate(&placed, &groups[0], &cost);
+        assert!(start.elapsed() < Duration::from_secs(20));
+        match got {
+            Ok(_) => assert!(predicts, "depth {depth} was simulated"),
+            Err(e) => {
+                assert!(!predicts, "depth {depth}: {e}");
+                assert!(e.contains("simulate cannot predict it"), "{e}");
+            }
+        }
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(40))]
 

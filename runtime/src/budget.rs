@@ -16,6 +16,7 @@
 use crate::error::{ErrorKind, RunError};
 use crate::limits::human;
 use crate::Tensor;
+use graphc_ir::{Graph, Value};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -105,7 +106,8 @@ struct Held {
     bytes: u64,
     /// How many bindings hold it.
     count: u32,
-    name: String,
+    /// The value it was first bound to, named only in messages.
+    value: Value,
 }
 
 impl Ledger {
@@ -117,12 +119,12 @@ impl Ledger {
         &self.budget
     }
 
-    /// Records one more binding of `t` (named `name` in messages).
-    pub fn hold(&mut self, t: &Arc<Tensor>, name: impl FnOnce() -> String) {
+    /// Records one more binding of `t`, to `value`.
+    pub fn hold(&mut self, t: &Arc<Tensor>, value: Value) {
         let h = self.held.entry(Arc::as_ptr(t) as usize).or_insert_with(|| {
             let bytes = bytes_of(t);
             self.budget.charge(bytes);
-            Held { bytes, count: 0, name: name() }
+            Held { bytes, count: 0, value }
         });
         h.count += 1;
     }
@@ -140,13 +142,15 @@ impl Ledger {
         }
     }
 
-    /// Whether a node's results of `bytes` fit, as an error naming what this run holds.
-    pub fn check(&self, bytes: u64) -> Result<(), RunError> {
+    /// Whether a node's results of `bytes` fit, as an error naming what this run holds (values
+    /// of `g`).
+    pub fn check(&self, bytes: u64, g: &Graph) -> Result<(), RunError> {
         self.budget.check(bytes, "the node's results").map_err(|m| {
             let mut held: Vec<&Held> = self.held.values().collect();
-            held.sort_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| a.name.cmp(&b.name)));
+            held.sort_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| a.value.cmp(&b.value)));
+            let name = |v: Value| g.values[v].name.as_deref().map_or_else(|| format!("{v}"), |n| format!("%{n}"));
             let largest: Vec<String> =
-                held.iter().take(4).map(|h| format!("{} ({})", h.name, human(h.bytes))).collect();
+                held.iter().take(4).map(|h| format!("{} ({})", name(h.value), human(h.bytes))).collect();
             let mut msg =
                 format!("{m} (this run holds {} tensor{}", held.len(), if held.len() == 1 { "" } else { "s" });
             if !largest.is_empty() {
@@ -255,17 +259,23 @@ mod tests {
 
     #[test]
     fn a_ledger_counts_each_tensor_once_and_gives_back_what_it_holds() {
+        let m = graphc_ir::parse_module(
+            "graph @g(%a: f32[10]) -> (b: f32[10]) {\n  %b = neg %a : f32[10]\n  return %b\n}\n",
+        )
+        .unwrap();
+        let g = &m.graphs[0];
+        let (a, b) = (g.inputs()[0], g.output_values()[0]);
         let budget = Arc::new(MemoryBudget::new(100));
         let t = Arc::new(Tensor::zeros(&graphc_ir::TensorType::new(graphc_ir::DType::F32, [10])).unwrap());
         let mut l = Ledger::new(budget.clone());
-        l.hold(&t, || "%a".into());
-        l.hold(&t, || "%b".into());
+        l.hold(&t, a);
+        l.hold(&t, b);
         assert_eq!(budget.live(), 40);
         l.release(&t);
         assert_eq!(budget.live(), 40);
-        let e = l.check(61).unwrap_err();
+        let e = l.check(61, g).unwrap_err();
         assert!(e.message.contains("%a (40 bytes)"), "{e}");
-        assert!(l.check(60).is_ok());
+        assert!(l.check(60, g).is_ok());
         drop(l);
         assert_eq!(budget.live(), 0);
         assert!(budget.try_charge(100, "x").is_ok());

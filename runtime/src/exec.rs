@@ -135,8 +135,7 @@ impl<'a> Interp<'a> {
     fn bind(&mut self, env: &mut Env, v: Value, r: RtValue) {
         if let std::collections::hash_map::Entry::Vacant(e) = env.entry(v) {
             if let RtValue::Tensor(t) = &r {
-                let g = self.graph;
-                self.ledger.hold(t, || g.values[v].name.as_deref().map_or_else(|| format!("{v}"), |n| format!("%{n}")));
+                self.ledger.hold(t, v);
             }
             e.insert(r);
         }
@@ -155,8 +154,7 @@ impl<'a> Interp<'a> {
     pub fn hold_bound(&mut self, env: &Env) {
         for (&v, r) in env {
             if let RtValue::Tensor(t) = r {
-                let g = self.graph;
-                self.ledger.hold(t, || g.values[v].name.as_deref().map_or_else(|| format!("{v}"), |n| format!("%{n}")));
+                self.ledger.hold(t, v);
             }
         }
     }
@@ -243,7 +241,7 @@ impl<'a> Interp<'a> {
                 check_tensor_size(t, self.max_bytes).map_err(|m| RunError::new(ErrorKind::ResourceExhausted, m))?;
                 bytes = bytes.saturating_add(crate::limits::tensor_bytes(t).unwrap_or(u64::MAX));
             }
-            self.ledger.check(bytes)?;
+            self.ledger.check(bytes, g)?;
         }
         // Operands read here for the last time leave `env` now, so that the node holds the
         // only reference and a kernel may reuse their buffers.

@@ -65,7 +65,12 @@ pub fn simulate(m: &Module, parts: &Partitioned, cost: &CostModel<'_>) -> Result
         // An unpartitioned graph may have no annotation at all: it runs on the first device.
         let device = if spec.is_empty() { 0 } else { device_index(spec)? };
         let mut steps = Vec::new();
-        expand(g, &g.regions[g.body].nodes, &[], &mut steps);
+        expand(g, &g.regions[g.body].nodes, &[], &mut steps).map_err(|()| {
+            format!(
+                "@{name} would run more than {MAX_STEPS} nodes in the simulation (loops that send or receive, \
+                 nested, each taken {ASSUMED_TRIPS} times); simulate cannot predict it"
+            )
+        })?;
         lanes.push(Lane { graph: g, device, steps, next: 0, clock: 0.0, busy: 0.0 });
     }
     let mut arrivals: HashMap<String, f64> = HashMap::new();
@@ -175,10 +180,17 @@ impl Step {
     }
 }
 
+/// The most steps a device's simulation takes: nested loops that communicate multiply.
+const MAX_STEPS: usize = 1 << 20;
+
 /// The steps a device runs for `nodes`: a node that holds sends or recvs in its regions is
-/// replaced by the steps of the path it takes (see the module's header).
-fn expand(g: &graphc_ir::Graph, nodes: &[Node], iterations: &[u64], out: &mut Vec<Step>) {
+/// replaced by the steps of the path it takes (see the module's header). `Err` past
+/// [`MAX_STEPS`].
+fn expand(g: &graphc_ir::Graph, nodes: &[Node], iterations: &[u64], out: &mut Vec<Step>) -> Result<(), ()> {
     for &n in nodes {
+        if out.len() >= MAX_STEPS {
+            return Err(());
+        }
         let nd = &g.nodes[n];
         let communicates =
             nd.regions.iter().any(|&r| g.regions[r].nodes.iter().any(|&m| !recv_keys(g, m).is_empty() || sends(g, m)));
@@ -193,20 +205,21 @@ fn expand(g: &graphc_ir::Graph, nodes: &[Node], iterations: &[u64], out: &mut Ve
                 path.push(0);
                 for trip in 0..ASSUMED_TRIPS as u64 {
                     *path.last_mut().expect("pushed above") = trip;
-                    expand(g, region(0), &path, out);
-                    expand(g, region(1), &path, out);
+                    expand(g, region(0), &path, out)?;
+                    expand(g, region(1), &path, out)?;
                 }
                 *path.last_mut().expect("pushed above") = ASSUMED_TRIPS as u64;
-                expand(g, region(0), &path, out);
+                expand(g, region(0), &path, out)?;
             }
-            Op::Cond => expand(g, region(0), iterations, out),
+            Op::Cond => expand(g, region(0), iterations, out)?,
             _ => {
                 for &r in &nd.regions {
-                    expand(g, &g.regions[r].nodes, iterations, out);
+                    expand(g, &g.regions[r].nodes, iterations, out)?;
                 }
             }
         }
     }
+    Ok(())
 }
 
 /// Whether node `n` or a node in its regions sends.
