@@ -84,7 +84,7 @@ fn conv_float<T: Float>(
     let (xv, wv) = (x.as_slice().expect("standard layout"), w.as_slice().expect("standard layout"));
     let taps: usize = kdims.iter().product();
     let positions: usize = odims.iter().product();
-    let mut out = Vec::with_capacity(n_batch * m_out * positions);
+    let mut out = crate::tensor::try_vec(result.num_elements().unwrap_or(u64::MAX), result).map_err(KernelError)?;
     let (mut o, mut k, mut pos) = (vec![0; odims.len()], vec![0; kdims.len()], vec![0; dims.len()]);
     for n in 0..n_batch {
         for m in 0..m_out {
@@ -198,7 +198,7 @@ fn each_window<T: Copy>(
     let xv = x.as_slice().expect("standard layout");
     let taps: usize = kdims.iter().product();
     let positions: usize = odims.iter().product();
-    let mut out = Vec::with_capacity(xs[0] * xs[1] * positions);
+    let mut out = crate::tensor::try_vec(result.num_elements().unwrap_or(u64::MAX), result).map_err(KernelError)?;
     let mut o = vec![0; odims.len()];
     for n in 0..xs[0] {
         for c in 0..xs[1] {
