@@ -43,6 +43,16 @@ fn huge_splat_constants_are_errors_in_every_subcommand() {
             let out = graphc(&["run", "--backend", backend, p]);
             assert_eq!(out.status.code(), Some(1), "run --backend {backend}: {}", text(&out));
         }
+        // A graph input of that type gets no random data either.
+        let input = tmp(
+            &format!("input{i}.gir"),
+            &format!("graph @g(%x: f32[{n}]) -> (y: f32[{n}]) {{\n  %y = neg %x : f32[{n}]\n  return %y\n}}\n"),
+        );
+        for cmd in ["run", "bench"] {
+            let out = graphc(&[cmd, input.to_str().unwrap()]);
+            assert_eq!(out.status.code(), Some(1), "{cmd} {n}: {}", text(&out));
+            assert!(text(&out).contains(&format!("input 'x' of @g: a tensor of type f32[{n}]")), "{}", text(&out));
+        }
         // opt leaves the constant unfolded; simulate predicts without building it.
         let out = graphc(&["opt", p]);
         assert!(out.status.success(), "opt: {}", text(&out));

@@ -175,6 +175,30 @@ impl Drop for Ledger {
     }
 }
 
+/// Whether the variables' initial values fit the budget together: they are built when the
+/// session is made, before any run could count them.
+pub fn check_variables(m: &graphc_ir::Module, budget: &MemoryBudget) -> Result<(), RunError> {
+    let mut seen = std::collections::HashSet::new();
+    let mut total = 0u64;
+    for g in &m.graphs {
+        for n in g.walk() {
+            let nd = &g.nodes[n];
+            if nd.op != graphc_ir::Op::Variable || !seen.insert(nd.attrs.str("name").unwrap_or_default()) {
+                continue;
+            }
+            if let Some(init) = nd.attrs.tensor("init") {
+                total = total.saturating_add(crate::limits::tensor_bytes(init.ty()).unwrap_or(u64::MAX));
+            }
+        }
+    }
+    budget.check(total, "the variables' initial values").map_err(|m| {
+        RunError::new(
+            ErrorKind::ResourceExhausted,
+            format!("{m}; raise the budget with {MEMORY_LIMIT_ENV} or --memory-limit"),
+        )
+    })
+}
+
 /// What this process may still allocate: the least of the address space RLIMIT_AS leaves,
 /// the cgroup's limit less its usage (v2, else v1) and MemAvailable; 16 GiB when none is
 /// known.

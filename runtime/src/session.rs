@@ -159,6 +159,7 @@ impl Session {
             Some(limit) => crate::budget::MemoryBudget::new(limit),
             None => crate::budget::MemoryBudget::from_environment()?,
         });
+        crate::budget::check_variables(&module, &budget)?;
         let state = Arc::new(State::from_module(&module, max_bytes)?);
         let liveness = module.graphs.iter().map(|g| (g.name.clone(), Liveness::of(g))).collect();
         Ok(Session {

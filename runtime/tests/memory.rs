@@ -158,3 +158,17 @@ fn a_traced_long_loop_keeps_a_bounded_record_and_counts_the_rest() {
     assert_eq!(out.events.len() as u64 + out.events_dropped, out.nodes_executed as u64);
     assert!(out.events_dropped > 1000, "{}", out.events_dropped);
 }
+
+#[test]
+fn variables_whose_initial_values_exceed_the_budget_are_refused_before_they_are_built() {
+    // 1 GiB of splat: tiny text, and a session would build it at once.
+    let text = "graph @g() -> (y: f32[268435456]) {
+  %w = variable {name = \"w\", init = dense<1.0> : f32[268435456]} : var<f32[268435456]>
+  %y = read %w : f32[268435456]
+  return %y
+}";
+    let m = parse_module(text).unwrap_or_else(|d| panic!("{d:?}"));
+    let e = Session::new(m, SessionOptions { memory_limit: Some(64 * MIB), ..Default::default() }).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::ResourceExhausted, "{e}");
+    assert!(e.message.contains("the variables' initial values: 1.0 GiB more would exceed"), "{e}");
+}
