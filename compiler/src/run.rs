@@ -47,7 +47,8 @@ pub fn run(a: &RunArgs, file: &SourceFile, module: Module) -> anyhow::Result<Exi
     };
 
     let show_every = if a.steps <= 20 { 1 } else { a.steps / 10 };
-    let mut times = Vec::with_capacity(a.steps as usize);
+    // Room for the times of a usual run up front; --steps may be any u64.
+    let mut times = Vec::with_capacity(a.steps.min(1 << 16) as usize);
     let mut timeline = Timeline::new(&job, session.module());
     let mut last = Vec::new();
     for step in 1..=a.steps {
@@ -137,13 +138,14 @@ pub fn bench(a: &BenchArgs, file: &SourceFile, module: Module) -> anyhow::Result
     let options = SessionOptions { detect_deadlock: true, memory_limit: a.memory_limit, ..Default::default() };
     let (session, _) = new_session(a.backend, module, options)?;
     let compile = optimized + start.elapsed();
-    let mut times = Vec::with_capacity(a.iters as usize);
-    for i in 0..a.warmup + a.iters {
+    let mut times = Vec::with_capacity(a.iters.min(1 << 16) as usize);
+    let total = a.warmup.saturating_add(a.iters);
+    for i in 0..total {
         let t = Instant::now();
         let outs = match session.run_step(job.requests.clone()) {
             Ok(outs) => outs,
             Err(e) => {
-                report_run_error(&e, file, i + 1, a.warmup + a.iters);
+                report_run_error(&e, file, i + 1, total);
                 return Ok(ExitCode::FAILURE);
             }
         };

@@ -92,6 +92,14 @@ fn the_memory_budget_comes_from_the_flag_or_the_environment() {
         assert!(text(&out).contains("memory budget of 3.5 MiB"), "{}", text(&out));
     }
     assert!(graphc(&["run", "--backend", "interp", "--memory-limit", "8MiB", p]).status.success());
+    // Step counts are not allocations: a huge count that fails at its first step is that
+    // step's error (it aborted, reserving room for every step's time).
+    let huge = "1000000000000000";
+    for counts in [vec!["run", "--steps", huge], vec!["bench", "--iters", huge, "--warmup", "18446744073709551615"]] {
+        let out = graphc(&[&counts[..], &["--backend", "interp", "--memory-limit", "3.5MiB", p]].concat());
+        assert_eq!(out.status.code(), Some(1), "{counts:?}: {}", text(&out));
+        assert!(text(&out).contains("would exceed the session's memory budget"), "{}", text(&out));
+    }
     let out = graphc(&["run", "--memory-limit", "lots", p]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     let out = Command::new(env!("CARGO_BIN_EXE_graphc")).args(["run", p]).env("GRAPHC_MEMORY_LIMIT", "lots").output();
