@@ -34,7 +34,7 @@ fn kernels(c: &mut Criterion) {
     for (name, text) in GRAPHS {
         let mut m = graphc_ir::parse_module(text).expect("the benchmark graphs parse");
         PassManager::new(DEFAULT_PIPELINE).expect("the default pipeline").run(&mut m, &mut |_| {}).expect("passes");
-        let req = random_request(&m.graphs[0], 0);
+        let req = random_request(&m.graphs[0], 0).expect("small random inputs");
         let interp = Session::new(m.clone(), SessionOptions::default()).expect("verifies");
         let compiled = CpuKernels::compile(&m).expect("compiles");
         let jit = Session::with_compiled(m, SessionOptions::default(), compiled).expect("verifies");

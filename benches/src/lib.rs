@@ -46,7 +46,8 @@ pub fn large_graph(n: usize) -> Module {
 pub fn example_session(file: &str, graph: &str) -> (graphc_runtime::Session, graphc_runtime::RunRequest) {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../ir-spec/examples").join(file);
     let m = graphc_ir::parse_file(&path).1.expect("the bundled examples parse");
-    let req = graphc_runtime::random::random_request(m.graph(graph).expect("the example has the graph"), 0);
+    let req = graphc_runtime::random::random_request(m.graph(graph).expect("the example has the graph"), 0)
+        .expect("small random inputs");
     let session = graphc_runtime::Session::new(m, Default::default()).expect("the examples verify");
     (session, req)
 }

@@ -86,6 +86,10 @@ struct BenchArgs {
     /// Fail a step (warm-up or timed) that runs longer than this, as for `graphc run`.
     #[arg(long, value_name = "SECS", value_parser = parse_timeout)]
     timeout: Option<Timeout>,
+    /// The most memory the session's live tensors may take together (e.g. 2GiB); default:
+    /// $GRAPHC_MEMORY_LIMIT, else what the process may still allocate.
+    #[arg(long, value_name = "SIZE", value_parser = graphc_runtime::budget::parse_bytes)]
+    memory_limit: Option<u64>,
     #[command(flatten)]
     devices: placement_cli::DeviceArgs,
 }
@@ -218,6 +222,10 @@ struct RunArgs {
     /// for the clock, means no limit.
     #[arg(long, value_name = "SECS", value_parser = parse_timeout)]
     timeout: Option<Timeout>,
+    /// The most memory the session's live tensors may take together (e.g. 2GiB); default:
+    /// $GRAPHC_MEMORY_LIMIT, else what the process may still allocate.
+    #[arg(long, value_name = "SIZE", value_parser = graphc_runtime::budget::parse_bytes)]
+    memory_limit: Option<u64>,
     /// Place and partition on these devices and run each partition on its own thread.
     #[command(flatten)]
     devices: placement_cli::DeviceArgs,

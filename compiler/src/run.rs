@@ -32,6 +32,8 @@ pub fn run(a: &RunArgs, file: &SourceFile, module: Module) -> anyhow::Result<Exi
         detect_deadlock: true,
         max_tensor_bytes: None,
         trace: a.trace.is_some() || a.write_profile.is_some(),
+        max_trace_events: None,
+        memory_limit: a.memory_limit,
     };
     let (session, _) = new_session(a.backend, module, options)?;
     if let Some(path) = &a.restore {
@@ -46,7 +48,8 @@ pub fn run(a: &RunArgs, file: &SourceFile, module: Module) -> anyhow::Result<Exi
     };
 
     let show_every = if a.steps <= 20 { 1 } else { a.steps / 10 };
-    let mut times = Vec::with_capacity(a.steps as usize);
+    // Room for the times of a usual run up front; --steps may be any u64.
+    let mut times = Vec::with_capacity(a.steps.min(1 << 16) as usize);
     let mut timeline = Timeline::new(&job, session.module());
     let mut last = Vec::new();
     for step in 1..=a.steps {
@@ -91,6 +94,13 @@ pub fn run(a: &RunArgs, file: &SourceFile, module: Module) -> anyhow::Result<Exi
     if let Some(path) = &a.trace {
         write_file(path, &timeline.chrome_trace())?;
         say!("trace of {} step{} -> {}", a.steps, plural(a.steps as usize), path.display());
+        if timeline.dropped > 0 {
+            eprintln!(
+                "warning: the trace is truncated: it holds the first {} spans; {} more node executions and transfers were left out",
+                timeline.spans.len(),
+                timeline.dropped
+            );
+        }
     }
     if let Some(path) = &a.write_profile {
         write_file(path, &timeline.profile.to_json())?;
@@ -146,17 +156,23 @@ pub fn bench(a: &BenchArgs, file: &SourceFile, module: Module) -> anyhow::Result
         }
     }
     let limit = a.timeout.and_then(|t| t.0);
-    let options =
-        SessionOptions { detect_deadlock: true, wait_timeout: limit, step_timeout: limit, ..Default::default() };
+    let options = SessionOptions {
+        detect_deadlock: true,
+        wait_timeout: limit,
+        step_timeout: limit,
+        memory_limit: a.memory_limit,
+        ..Default::default()
+    };
     let (session, _) = new_session(a.backend, module, options)?;
     let compile = optimized + start.elapsed();
-    let mut times = Vec::with_capacity(a.iters as usize);
-    for i in 0..a.warmup + a.iters {
+    let mut times = Vec::with_capacity(a.iters.min(1 << 16) as usize);
+    let total = a.warmup.saturating_add(a.iters);
+    for i in 0..total {
         let t = Instant::now();
         let outs = match session.run_step(job.requests.clone()) {
             Ok(outs) => outs,
             Err(e) => {
-                report_run_error(&e, file, i + 1, a.warmup + a.iters);
+                report_run_error(&e, file, i + 1, total);
                 return Ok(ExitCode::FAILURE);
             }
         };
@@ -302,6 +318,8 @@ struct Timeline {
     tracks: Vec<String>,
     origin: Option<Instant>,
     spans: Vec<trace::Span>,
+    /// Spans past [`trace::MAX_SPANS`] and node executions the runtime did not record.
+    dropped: u64,
     profile: Profile,
 }
 
@@ -320,7 +338,7 @@ impl Timeline {
             })
             .collect();
         let graphs = job.requests.iter().map(|r| r.graph.clone()).collect();
-        Timeline { graphs, tracks, origin: None, spans: Vec::new(), profile: Profile::new() }
+        Timeline { graphs, tracks, origin: None, spans: Vec::new(), dropped: 0, profile: Profile::new() }
     }
 
     fn record(&mut self, m: &Module, step_start: Instant, outs: &[RunOutput], profile: bool) {
@@ -330,11 +348,16 @@ impl Timeline {
         let mut recvs: Vec<(&str, Instant)> = Vec::new();
         for (i, o) in outs.iter().enumerate() {
             let g = m.graph(&self.graphs[i]).expect("the graph ran");
+            self.dropped += o.events_dropped;
             for e in &o.events {
                 let nd = &g.nodes[e.node];
                 let secs = e.end.saturating_duration_since(e.start).as_secs_f64();
                 if profile {
                     self.profile.record(signature(g, e.node), secs);
+                }
+                if self.spans.len() >= trace::MAX_SPANS {
+                    self.dropped += 1;
+                    continue;
                 }
                 self.spans.push(trace::Span {
                     track: self.tracks[i].clone(),
@@ -356,6 +379,10 @@ impl Timeline {
         // A transfer runs from its send to the moment the recv has the tensor.
         for (key, arrived) in recvs {
             if let Some(&sent) = sends.get(key) {
+                if self.spans.len() >= trace::MAX_SPANS {
+                    self.dropped += 1;
+                    continue;
+                }
                 let start = us(sent);
                 self.spans.push(trace::Span {
                     track: trace::TRANSFERS.into(),
@@ -430,7 +457,9 @@ pub fn prepare(
                 None => {
                     check_tensor_size(want, max_bytes).map_err(|m| anyhow!("input '{input}' of @{name}: {m}"))?;
                     random.push(format!("{input} {want}"));
-                    random_input(g, v, a.seed).expect("a tensor input")
+                    random_input(g, v, a.seed)
+                        .ok_or_else(|| anyhow!("input '{input}' of @{name} is not a tensor"))?
+                        .map_err(|m| anyhow!("{m}"))?
                 }
             };
             feeds.insert(input, Arc::new(t));

@@ -19,14 +19,29 @@ pub struct Span {
 /// The name of the track that holds transfers.
 pub const TRANSFERS: &str = "transfers";
 
+/// The most spans a timeline keeps: a long run's trace stops growing there (its writer says
+/// how many it left out), so tracing cannot exhaust memory.
+pub const MAX_SPANS: usize = 1 << 20;
+
 /// The trace JSON. Tracks are threads of one process, in the order given; transfers may
-/// overlap one another, so they are async slices, which a viewer stacks.
+/// overlap one another, so they are async slices, which a viewer stacks. Written event by
+/// event into one string: a tree of JSON values for a long trace would take many times its
+/// text.
 pub fn chrome_trace(tracks: &[String], spans: &[Span]) -> String {
     let tid = |track: &str| tracks.iter().position(|t| t == track).map(|i| i + 1).unwrap_or(tracks.len() + 1);
-    let mut events: Vec<Json> = vec![json!({"ph": "M", "pid": 1, "name": "process_name", "args": {"name": "graphc"}})];
+    let mut out = String::from("{\"traceEvents\":[");
+    let mut first = true;
+    let mut push = |e: Json| {
+        if !first {
+            out.push(',');
+        }
+        first = false;
+        out.push_str(&e.to_string());
+    };
+    push(json!({"ph": "M", "pid": 1, "name": "process_name", "args": {"name": "graphc"}}));
     for (i, t) in tracks.iter().enumerate() {
-        events.push(json!({"ph": "M", "pid": 1, "tid": i + 1, "name": "thread_name", "args": {"name": t}}));
-        events.push(json!({"ph": "M", "pid": 1, "tid": i + 1, "name": "thread_sort_index", "args": {"sort_index": i}}));
+        push(json!({"ph": "M", "pid": 1, "tid": i + 1, "name": "thread_name", "args": {"name": t}}));
+        push(json!({"ph": "M", "pid": 1, "tid": i + 1, "name": "thread_sort_index", "args": {"sort_index": i}}));
     }
     for (id, s) in spans.iter().enumerate() {
         let args: serde_json::Map<String, Json> = s.args.iter().map(|(k, v)| (k.clone(), json!(v))).collect();
@@ -41,18 +56,19 @@ pub fn chrome_trace(tracks: &[String], spans: &[Span]) -> String {
             e["ph"] = json!("e");
             e["id"] = json!(id);
             e["ts"] = json!(s.start_us + s.dur_us);
-            events.push(b);
-            events.push(e);
+            push(b);
+            push(e);
         } else {
             let mut x = base;
             x["ph"] = json!("X");
             x["ts"] = json!(s.start_us);
             x["dur"] = json!(s.dur_us);
             x["args"] = Json::Object(args);
-            events.push(x);
+            push(x);
         }
     }
-    serde_json::to_string(&json!({"traceEvents": events, "displayTimeUnit": "ms"})).expect("JSON serializes")
+    out.push_str("],\"displayTimeUnit\":\"ms\"}");
+    out
 }
 
 #[cfg(test)]

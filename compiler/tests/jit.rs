@@ -32,7 +32,7 @@ fn run_all(s: &Session, m: &Module, feeds: Option<&[(String, Arc<Tensor>)]>) -> 
     m.graphs
         .iter()
         .map(|g| {
-            let mut req = random_request(g, 11);
+            let mut req = random_request(g, 11).expect("small random inputs");
             if let Some(f) = feeds {
                 req.feeds = f.to_vec();
             }
@@ -98,7 +98,7 @@ fn compare_per_node(m: &Module, what: &str) -> usize {
         for &n in &g.regions[g.body].nodes {
             let nd = &g.nodes[n];
             let name = |v: Value| format!("%{}", g.values[v].name.clone().expect("every value is named"));
-            let mut req = random_request(g, 11);
+            let mut req = random_request(g, 11).expect("small random inputs");
             req.fetches = nd.operands.iter().chain(&nd.results).map(|&v| name(v)).collect();
             let Ok(out) = interp.run(req) else { continue };
             let Some(inputs) = (0..nd.operands.len()).map(|i| out.values[i].as_tensor()).collect::<Option<Vec<_>>>()

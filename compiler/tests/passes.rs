@@ -28,7 +28,7 @@ fn run_all(m: &Module) -> Vec<Result<Vec<Option<Tensor>>, ErrorKind>> {
     m.graphs
         .iter()
         .map(|g| {
-            s.run(random_request(g, 3))
+            s.run(random_request(g, 3).expect("small random inputs"))
                 .map(|o| o.values.iter().map(|v| v.as_tensor().cloned()).collect())
                 .map_err(|e| e.kind)
         })

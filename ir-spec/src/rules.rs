@@ -104,20 +104,35 @@ fn broadcast_operands(ctx: &InferCtx, idx: &[usize]) -> Result<Vec<u64>, InferEr
     Ok(shape)
 }
 
-fn one(t: TensorType) -> R {
+/// The one result of an op, checked: shapes come from attributes and operand dims, so a
+/// result may have more elements than fit in 64 bits, or a dim that the IR's (signed 64-bit)
+/// integers cannot spell.
+fn one(ctx: &InferCtx, t: TensorType) -> R {
+    if let Some(d) = t.shape.iter().find(|&&d| d > i64::MAX as u64) {
+        return err(
+            Blame::Op,
+            format!("{}: the result would have a dim of {d}, more than the IR can spell", ctx.op.name()),
+        );
+    }
+    if t.num_elements().is_none() {
+        return err(
+            Blame::Op,
+            format!("{}: the result {t} would have more elements than fit in 64 bits", ctx.op.name()),
+        );
+    }
     Ok(vec![Type::Tensor(t)])
 }
 
 pub fn unary_float(ctx: &InferCtx) -> R {
-    one(check_dtype(ctx, 0, DType::is_float, "floats (f32, f64)")?)
+    one(ctx, check_dtype(ctx, 0, DType::is_float, "floats (f32, f64)")?)
 }
 
 pub fn unary_numeric(ctx: &InferCtx) -> R {
-    one(check_dtype(ctx, 0, DType::is_numeric, "numbers (f32, f64, i32, i64)")?)
+    one(ctx, check_dtype(ctx, 0, DType::is_numeric, "numbers (f32, f64, i32, i64)")?)
 }
 
 pub fn unary_bool(ctx: &InferCtx) -> R {
-    one(check_dtype(ctx, 0, |d| d == DType::Bool, "bool")?)
+    one(ctx, check_dtype(ctx, 0, |d| d == DType::Bool, "bool")?)
 }
 
 fn binary(ctx: &InferCtx, ok: fn(DType) -> bool, what: &str, out: Option<DType>) -> R {
@@ -125,7 +140,7 @@ fn binary(ctx: &InferCtx, ok: fn(DType) -> bool, what: &str, out: Option<DType>)
     check_dtype(ctx, 1, ok, what)?;
     same_dtype(ctx, 0, 1)?;
     let shape = broadcast_operands(ctx, &[0, 1])?;
-    one(TensorType::new(out.unwrap_or(a.dtype), shape))
+    one(ctx, TensorType::new(out.unwrap_or(a.dtype), shape))
 }
 
 pub fn binary_numeric(ctx: &InferCtx) -> R {
@@ -149,11 +164,11 @@ pub fn select(ctx: &InferCtx) -> R {
     let a = ctx.tensor(1)?.clone();
     same_dtype(ctx, 1, 2)?;
     let shape = broadcast_operands(ctx, &[0, 1, 2])?;
-    one(a.with_shape(shape))
+    one(ctx, a.with_shape(shape))
 }
 
 pub fn identity(ctx: &InferCtx) -> R {
-    one(ctx.tensor(0)?.clone())
+    one(ctx, ctx.tensor(0)?.clone())
 }
 
 pub fn cast(ctx: &InferCtx) -> R {
@@ -162,7 +177,7 @@ pub fn cast(ctx: &InferCtx) -> R {
         .attrs
         .dtype("to")
         .ok_or_else(|| InferError::new(Blame::Op, "cast needs the attribute 'to', an element type"))?;
-    one(t.with_dtype(to))
+    one(ctx, t.with_dtype(to))
 }
 
 pub fn constant(ctx: &InferCtx) -> R {
@@ -170,13 +185,15 @@ pub fn constant(ctx: &InferCtx) -> R {
         .attrs
         .tensor("value")
         .ok_or_else(|| InferError::new(Blame::Op, "constant needs the attribute 'value', a tensor literal"))?;
-    one(lit.ty().clone())
+    one(ctx, lit.ty().clone())
 }
 
 pub fn reshape(ctx: &InferCtx) -> R {
     let t = ctx.tensor(0)?;
     let spec = ctx.ints_attr("shape")?;
-    let n = t.num_elements().unwrap_or(u64::MAX);
+    let n = t.num_elements().ok_or_else(|| {
+        InferError::new(Blame::Operand(0), format!("reshape: {t} has more elements than fit in 64 bits"))
+    })?;
     let mut known: u64 = 1;
     let mut hole = None;
     for (i, &d) in spec.iter().enumerate() {
@@ -211,7 +228,7 @@ pub fn reshape(ctx: &InferCtx) -> R {
             format!("reshape: {t} has {n} elements but shape {} holds {known}", fmt_shape(&shape)),
         );
     }
-    one(t.with_shape(shape))
+    one(ctx, t.with_shape(shape))
 }
 
 fn non_negative_shape(ctx: &InferCtx, name: &'static str) -> Result<Vec<u64>, InferError> {
@@ -231,7 +248,7 @@ pub fn broadcast(ctx: &InferCtx) -> R {
     if !broadcasts_to(&t.shape, &shape) {
         return err(Blame::Attr("shape"), format!("broadcast: {t} does not broadcast to {}: align the shapes on the right; each operand dim must equal the target's or be 1", fmt_shape(&shape)));
     }
-    one(t.with_shape(shape))
+    one(ctx, t.with_shape(shape))
 }
 
 pub fn transpose(ctx: &InferCtx) -> R {
@@ -250,7 +267,7 @@ pub fn transpose(ctx: &InferCtx) -> R {
     if !ok {
         return err(Blame::Attr("perm"), format!("transpose: perm {perm:?} is not a permutation of 0..{rank} for {t}"));
     }
-    one(t.with_shape(perm.iter().map(|&p| t.shape[p as usize]).collect()))
+    one(ctx, t.with_shape(perm.iter().map(|&p| t.shape[p as usize]).collect()))
 }
 
 pub fn concat(ctx: &InferCtx) -> R {
@@ -264,9 +281,11 @@ pub fn concat(ctx: &InferCtx) -> R {
         if !agree {
             return err(Blame::Operand(i), format!("concat along axis {axis}: operand {i} is {t} but operand 0 is {first}; every dim but the axis must agree"));
         }
-        shape[axis] += t.shape[axis];
+        shape[axis] = shape[axis].checked_add(t.shape[axis]).ok_or_else(|| {
+            InferError::new(Blame::Operand(i), format!("concat along axis {axis}: the result's dim overflows 64 bits"))
+        })?;
     }
-    one(first.with_shape(shape))
+    one(ctx, first.with_shape(shape))
 }
 
 pub fn slice(ctx: &InferCtx) -> R {
@@ -288,11 +307,12 @@ pub fn slice(ctx: &InferCtx) -> R {
         if steps[d] < 1 {
             return err(Blame::Attr("steps"), format!("slice: step {} of dim {d} must be at least 1", steps[d]));
         }
-        let dim = t.shape[d] as i64;
+        let dim = i64::try_from(t.shape[d])
+            .or_else(|_| err(Blame::Operand(0), format!("slice: dim {d} of {t} is larger than an index can be")))?;
         let (s, e) = (clamp_index(starts[d], dim), clamp_index(ends[d], dim));
         shape.push(if e > s { ((e - s) as u64).div_ceil(steps[d] as u64) } else { 0 });
     }
-    one(t.with_shape(shape))
+    one(ctx, t.with_shape(shape))
 }
 
 /// Python-style index resolution: negative counts from the end, then clamp to [0, dim].
@@ -336,17 +356,17 @@ pub fn gather(ctx: &InferCtx) -> R {
     let mut shape = data.shape[..axis].to_vec();
     shape.extend_from_slice(&idx.shape);
     shape.extend_from_slice(&data.shape[axis + 1..]);
-    one(data.with_shape(shape))
+    one(ctx, data.with_shape(shape))
 }
 
 pub fn shape_of(ctx: &InferCtx) -> R {
     let t = ctx.tensor(0)?;
-    one(TensorType::new(DType::I64, [t.rank() as u64]))
+    one(ctx, TensorType::new(DType::I64, [t.rank() as u64]))
 }
 
 pub fn rank_of(ctx: &InferCtx) -> R {
     ctx.tensor(0)?;
-    one(TensorType::scalar(DType::I64))
+    one(ctx, TensorType::scalar(DType::I64))
 }
 
 pub fn matmul(ctx: &InferCtx) -> R {
@@ -369,7 +389,7 @@ pub fn matmul(ctx: &InferCtx) -> R {
     let mut shape = broadcast_shapes(&a.shape[..a.rank() - 2], &b.shape[..b.rank() - 2])
         .map_err(|m| InferError::new(Blame::Operand(1), format!("matmul batch dims: {m}")))?;
     shape.extend([m, n]);
-    one(a.with_shape(shape))
+    one(ctx, a.with_shape(shape))
 }
 
 /// The output of a sliding-window op: `[N, channels, spatial...]`.
@@ -381,7 +401,7 @@ fn windowed(ctx: &InferCtx, t: &TensorType, kernel: Vec<u64>, channels: u64) -> 
         .map_err(|m| InferError::new(Blame::Operand(0), format!("{}: {m}", ctx.op.name())))?;
     let mut shape = vec![t.shape[0], channels];
     shape.extend(spatial);
-    one(t.with_shape(shape))
+    one(ctx, t.with_shape(shape))
 }
 
 pub fn conv(ctx: &InferCtx) -> R {
@@ -402,7 +422,7 @@ pub fn conv(ctx: &InferCtx) -> R {
         return err(Blame::Attr("group"), format!("conv: group must be at least 1, got {group}"));
     }
     let (c, m, g) = (x.shape[1], w.shape[0], group as u64);
-    if c % g != 0 || m % g != 0 || w.shape[1] * g != c {
+    if c % g != 0 || m % g != 0 || w.shape[1].checked_mul(g) != Some(c) {
         return err(
             Blame::Operand(1),
             format!("conv: input {x} and weight {w} do not fit {g} group(s): need C = {c} and M = {m} divisible by {g} and weight dim 1 = C/group"),
@@ -460,7 +480,7 @@ fn reduce(ctx: &InferCtx, ok: fn(DType) -> bool, what: &str) -> R {
         (true, true) => Some(1),
         (true, false) => None,
     });
-    one(t.with_shape(shape.collect()))
+    one(ctx, t.with_shape(shape.collect()))
 }
 
 pub fn reduce_numeric(ctx: &InferCtx) -> R {
@@ -474,7 +494,7 @@ pub fn reduce_float(ctx: &InferCtx) -> R {
 pub fn softmax(ctx: &InferCtx) -> R {
     let t = check_dtype(ctx, 0, DType::is_float, "floats (f32, f64)")?;
     ctx.axis("axis", t.rank())?;
-    one(t)
+    one(ctx, t)
 }
 
 fn non_empty_name(ctx: &InferCtx, attr: &'static str) -> Result<(), InferError> {
@@ -516,7 +536,7 @@ fn var_handle<'a>(ctx: &InferCtx<'a>) -> Result<&'a TensorType, InferError> {
 }
 
 pub fn read(ctx: &InferCtx) -> R {
-    one(var_handle(ctx)?.clone())
+    one(ctx, var_handle(ctx)?.clone())
 }
 
 pub fn assign(ctx: &InferCtx) -> R {
@@ -525,7 +545,7 @@ pub fn assign(ctx: &InferCtx) -> R {
     if x != v {
         return err(Blame::Operand(1), format!("{}: the variable holds {v} but the value is {x}", ctx.op.name()));
     }
-    one(v.clone())
+    one(ctx, v.clone())
 }
 
 pub fn assign_add(ctx: &InferCtx) -> R {
@@ -598,7 +618,7 @@ pub fn queue_close(ctx: &InferCtx) -> R {
 
 pub fn queue_size(ctx: &InferCtx) -> R {
     queue_handle(ctx)?;
-    one(TensorType::scalar(DType::I64))
+    one(ctx, TensorType::scalar(DType::I64))
 }
 
 pub fn no_op(_: &InferCtx) -> R {

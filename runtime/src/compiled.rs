@@ -71,8 +71,9 @@ impl<'a> Operands<'a> {
         None
     }
 
-    /// A buffer with room for `len` f32 elements and length 0, from the session's pool.
-    pub fn alloc_f32(&self, len: usize) -> Vec<f32> {
+    /// A buffer with room for `len` f32 elements and length 0, from the session's pool; an
+    /// error naming the bytes when the allocation fails.
+    pub fn alloc_f32(&self, len: usize) -> Result<Vec<f32>, String> {
         self.pool.take_f32(len)
     }
 

@@ -2,6 +2,7 @@
 //! verifier guarantees is a topological order), pure ops through the reference kernels,
 //! state and control flow here.
 
+use crate::budget::{bytes_of, Ledger, MemoryBudget};
 use crate::error::{ErrorKind, RunError};
 use crate::kernels;
 use crate::limits::check_tensor_size;
@@ -60,6 +61,10 @@ pub struct NodeEvent {
     pub depth: usize,
 }
 
+/// The most node executions a run records when tracing: a long loop would otherwise grow the
+/// record without bound. Later ones are counted, not kept.
+pub const MAX_EVENTS: usize = 1 << 20;
+
 /// Values bound so far in one region activation.
 pub(crate) type Env = HashMap<Value, RtValue>;
 
@@ -79,8 +84,11 @@ pub(crate) struct Interp<'a> {
     loops: Vec<Node>,
     /// The largest tensor a kernel may produce, in bytes.
     max_bytes: u64,
-    /// Node executions, when tracing.
+    /// Node executions, when tracing (at most `max_events`).
     pub events: Option<Vec<NodeEvent>>,
+    pub max_events: usize,
+    /// Node executions past `max_events`, not recorded.
+    pub events_dropped: u64,
     /// How many regions enclose the nodes running now.
     depth: usize,
     /// Compiled code for some nodes, from a backend.
@@ -91,6 +99,8 @@ pub(crate) struct Interp<'a> {
     pub retained: HashSet<Value>,
     /// Where dead values' buffers go, and compiled kernels' outputs come from.
     pub pool: &'a BufferPool,
+    /// The tensors this run holds, counted against the session's memory budget.
+    ledger: Ledger,
 }
 
 impl<'a> Interp<'a> {
@@ -101,6 +111,7 @@ impl<'a> Interp<'a> {
         wait: WaitCtx<'a>,
         max_bytes: u64,
         pool: &'a BufferPool,
+        budget: Arc<MemoryBudget>,
     ) -> Self {
         Interp {
             graph,
@@ -112,11 +123,43 @@ impl<'a> Interp<'a> {
             loops: Vec::new(),
             max_bytes,
             events: None,
+            max_events: MAX_EVENTS,
+            events_dropped: 0,
             depth: 0,
             compiled: None,
             liveness: None,
             retained: HashSet::new(),
             pool,
+            ledger: Ledger::new(budget),
+        }
+    }
+
+    /// Binds `v` to `r` unless it is bound already (a fed value keeps its feed), counting the
+    /// tensor against the budget.
+    fn bind(&mut self, env: &mut Env, v: Value, r: RtValue) {
+        if let std::collections::hash_map::Entry::Vacant(e) = env.entry(v) {
+            if let RtValue::Tensor(t) = &r {
+                self.ledger.hold(t, v);
+            }
+            e.insert(r);
+        }
+    }
+
+    /// Unbinds `v`, uncounting its tensor; returns the value.
+    fn unbind(&mut self, env: &mut Env, v: Value) -> Option<RtValue> {
+        let r = env.remove(&v);
+        if let Some(RtValue::Tensor(t)) = &r {
+            self.ledger.release(t);
+        }
+        r
+    }
+
+    /// Counts values bound before the run started (its feeds).
+    pub fn hold_bound(&mut self, env: &Env) {
+        for (&v, r) in env {
+            if let RtValue::Tensor(t) = r {
+                self.ledger.hold(t, v);
+            }
         }
     }
 
@@ -135,16 +178,20 @@ impl<'a> Interp<'a> {
                     let key = matches!(nd.op, Op::Send | Op::Recv)
                         .then(|| self.rendezvous_key(nd.attrs.str("key").unwrap_or_default()));
                     let depth = self.depth;
-                    if let Some(events) = &mut self.events {
-                        events.push(NodeEvent { node: n, start, end, key, depth });
+                    match &mut self.events {
+                        Some(events) if events.len() < self.max_events => {
+                            events.push(NodeEvent { node: n, start, end, key, depth })
+                        }
+                        _ => self.events_dropped += 1,
                     }
                 }
                 for (&v, r) in nd.results.iter().zip(results) {
-                    env.entry(v).or_insert(r);
+                    self.bind(env, v, r);
                 }
                 // Results nothing reads (operands read last left `env` before the node ran).
                 for v in self.dead_after(n) {
-                    self.release(env.remove(&v));
+                    let r = self.unbind(env, v);
+                    self.release(r);
                 }
             }
         }
@@ -154,12 +201,18 @@ impl<'a> Interp<'a> {
     /// Runs a whole region on `args` and returns what it yields.
     fn run_region(&mut self, region: Region, args: Vec<RtValue>) -> Result<Vec<RtValue>, RunError> {
         let rd = &self.graph.regions[region];
-        let mut env: Env = rd.params.iter().copied().zip(args).collect();
+        let mut env = Env::new();
+        for (&p, a) in rd.params.iter().zip(args) {
+            self.bind(&mut env, p, a);
+        }
         self.depth += 1;
         let ran = self.run_nodes(region, &mut env, &|_| true);
         self.depth -= 1;
-        ran?;
-        rd.yields.iter().map(|v| lookup(&env, *v)).collect()
+        let out = ran.and_then(|()| rd.yields.iter().map(|v| lookup(&env, *v)).collect());
+        for v in env.keys().copied().collect::<Vec<_>>() {
+            self.unbind(&mut env, v);
+        }
+        out
     }
 
     /// [`WaitCtx::check_stop`], with a deadline inside a loop located at the loop.
@@ -195,10 +248,20 @@ impl<'a> Interp<'a> {
         let g = self.graph;
         let nd = &g.nodes[n];
         let args = nd.operands.iter().map(|&v| lookup(env, v)).collect::<Result<Vec<_>, _>>()?;
+        // Kernels allocate their results: those must fit the budget beside what is live,
+        // operands read here for the last time included (they live until the kernel is done).
+        if nd.op == Op::Fusion || kernels::is_kernel(nd.op) {
+            let mut bytes = 0u64;
+            for t in nd.results.iter().filter_map(|&v| g.values[v].ty.as_tensor()) {
+                check_tensor_size(t, self.max_bytes).map_err(|m| RunError::new(ErrorKind::ResourceExhausted, m))?;
+                bytes = bytes.saturating_add(crate::limits::tensor_bytes(t).unwrap_or(u64::MAX));
+            }
+            self.ledger.check(bytes, g)?;
+        }
         // Operands read here for the last time leave `env` now, so that the node holds the
         // only reference and a kernel may reuse their buffers.
         for v in self.dead_after(n) {
-            env.remove(&v);
+            self.unbind(env, v);
         }
         self.executed += 1;
         let results = self.compute(n, args)?;
@@ -223,11 +286,6 @@ impl<'a> Interp<'a> {
         let g = self.graph;
         let nd = &g.nodes[n];
         if let Some(compiled) = self.compiled.filter(|_| nd.op == Op::Fusion || kernels::is_kernel(nd.op)) {
-            for &r in &nd.results {
-                if let Some(t) = g.values[r].ty.as_tensor() {
-                    check_tensor_size(t, self.max_bytes).map_err(|m| RunError::new(ErrorKind::ResourceExhausted, m))?;
-                }
-            }
             let shared = args
                 .iter()
                 .enumerate()
@@ -267,9 +325,6 @@ impl<'a> Interp<'a> {
                 let inputs = (0..args.len()).map(tensor).collect::<Result<Vec<_>, _>>()?;
                 let types: Vec<TensorType> =
                     nd.results.iter().filter_map(|&v| g.values[v].ty.as_tensor().cloned()).collect();
-                for t in &types {
-                    check_tensor_size(t, self.max_bytes).map_err(|m| RunError::new(ErrorKind::ResourceExhausted, m))?;
-                }
                 let out =
                     kernels::eval(op, &nd.attrs, &inputs, &types).map_err(|e| RunError::new(ErrorKind::Kernel, e.0))?;
                 for a in args {
@@ -295,12 +350,23 @@ impl<'a> Interp<'a> {
                         _ => Err(RunError::internal("enqueue of a non-tensor")),
                     })
                     .collect::<Result<Vec<_>, _>>()?;
-                queue(&args[0])?.enqueue(&self.wait, item)?;
+                // What a queue holds is live until it is dequeued, however many steps later.
+                let q = queue(&args[0])?;
+                let bytes = item.iter().map(|t| bytes_of(t)).fold(0u64, u64::saturating_add);
+                let budget = self.ledger.budget();
+                budget
+                    .try_charge(bytes, &format!("enqueue to queue \"{}\" ({} held)", q.name, q.len()))
+                    .map_err(|m| RunError::new(ErrorKind::ResourceExhausted, m))?;
+                if let Err(e) = q.enqueue(&self.wait, item) {
+                    budget.refund(bytes);
+                    return Err(e);
+                }
                 self.wait.activity.progress();
                 Ok(vec![RtValue::Token])
             }
             Op::Dequeue => {
                 let items = queue(&args[0])?.dequeue(&self.wait)?;
+                self.ledger.budget().refund(items.iter().map(|t| bytes_of(t)).fold(0u64, u64::saturating_add));
                 self.wait.activity.progress();
                 Ok(items.into_iter().map(RtValue::Tensor).collect())
             }

@@ -8,6 +8,7 @@
 //!
 //! This crate depends on the IR only; the compiler depends on it, never the reverse.
 
+pub mod budget;
 pub mod checkpoint;
 mod compiled;
 mod error;
@@ -27,7 +28,7 @@ mod wait;
 
 pub use compiled::{CompiledKernels, Operands};
 pub use error::{ErrorKind, RunError};
-pub use exec::{NodeEvent, RtValue};
+pub use exec::{NodeEvent, RtValue, MAX_EVENTS};
 pub use pool::{BufferPool, PoolStats};
 pub use session::{RunOutput, RunRequest, Session, SessionOptions};
 pub use tensor::Tensor;

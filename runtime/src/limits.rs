@@ -34,9 +34,13 @@ pub fn check_tensor_size(ty: &TensorType, limit: u64) -> Result<(), String> {
     }
 }
 
-fn human(bytes: u64) -> String {
+pub(crate) fn human(bytes: u64) -> String {
     const GIB: f64 = (1u64 << 30) as f64;
-    if bytes >= 1 << 30 {
+    if bytes < 1 << 10 {
+        format!("{bytes} bytes")
+    } else if bytes < 1 << 20 {
+        format!("{:.1} KiB", bytes as f64 / 1024.0)
+    } else if bytes >= 1 << 30 {
         format!("{:.1} GiB", bytes as f64 / GIB)
     } else {
         format!("{:.1} MiB", bytes as f64 / (1u64 << 20) as f64)

@@ -39,18 +39,23 @@ pub struct PoolStats {
 }
 
 impl BufferPool {
-    /// A buffer with room for `len` elements and length 0: a recycled one when there is one.
-    pub fn take_f32(&self, len: usize) -> Vec<f32> {
+    /// A buffer with room for `len` elements and length 0: a recycled one when there is one,
+    /// else a new one, allocated fallibly (an error naming the bytes, not an abort).
+    pub fn take_f32(&self, len: usize) -> Result<Vec<f32>, String> {
         let mut p = crate::wait::lock(&self.inner);
         if let Some(mut v) = p.free.get_mut(&len).and_then(Vec::pop) {
             p.stats.reused += 1;
             v.clear();
-            return v;
+            return Ok(v);
         }
         p.stats.allocated += 1;
         *p.missed.entry(len).or_default() += 1;
         drop(p);
-        Vec::with_capacity(len)
+        let mut v = Vec::new();
+        v.try_reserve_exact(len).map_err(|_| {
+            format!("cannot allocate {} bytes for a kernel's output of {len} f32s", len.saturating_mul(4))
+        })?;
+        Ok(v)
     }
 
     /// Takes back a tensor nobody else holds, if its buffer is one kernels ask for; otherwise

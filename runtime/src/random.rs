@@ -2,7 +2,7 @@
 
 use crate::{RunRequest, Tensor};
 use graphc_ir::{DType, Graph, Op, TensorType, Use, Value};
-use ndarray::ArrayD;
+use ndarray::{ArrayD, Dimension, IxDyn};
 
 /// SplitMix64: tiny, fast, and the same sequence on every platform.
 #[derive(Clone, Debug)]
@@ -36,21 +36,27 @@ pub enum Range {
     Below(u64),
 }
 
-/// A tensor of the given type filled from `seed`.
-pub fn random_tensor(ty: &TensorType, seed: u64, range: Range) -> Tensor {
+/// A tensor of the given type filled from `seed`; an error when it is too large to allocate.
+pub fn random_tensor(ty: &TensorType, seed: u64, range: Range) -> Result<Tensor, String> {
     let mut rng = SplitMix64::new(seed);
-    let shape = crate::tensor::ix(&ty.shape);
+    let shape = crate::tensor::ix_checked(ty)?;
+    let n = shape.size() as u64;
     let below = match range {
         Range::Default => 10,
         Range::Below(n) => n.max(1),
     };
-    match ty.dtype {
-        DType::F32 => Tensor::F32(ArrayD::from_shape_simple_fn(shape, || (rng.next_f64() * 2.0 - 1.0) as f32)),
-        DType::F64 => Tensor::F64(ArrayD::from_shape_simple_fn(shape, || rng.next_f64() * 2.0 - 1.0)),
-        DType::I32 => Tensor::I32(ArrayD::from_shape_simple_fn(shape, || (rng.next_u64() % below) as i32)),
-        DType::I64 => Tensor::I64(ArrayD::from_shape_simple_fn(shape, || (rng.next_u64() % below) as i64)),
-        DType::Bool => Tensor::Bool(ArrayD::from_shape_simple_fn(shape, || rng.next_u64() & 1 == 1)),
+    fn gen<T>(shape: IxDyn, n: u64, ty: &TensorType, mut f: impl FnMut() -> T) -> Result<ArrayD<T>, String> {
+        let mut v = crate::tensor::try_vec(n, ty)?;
+        v.extend((0..n).map(|_| f()));
+        Ok(ArrayD::from_shape_vec(shape, v).expect("the vector was sized for the shape"))
     }
+    Ok(match ty.dtype {
+        DType::F32 => Tensor::F32(gen(shape, n, ty, || (rng.next_f64() * 2.0 - 1.0) as f32)?),
+        DType::F64 => Tensor::F64(gen(shape, n, ty, || rng.next_f64() * 2.0 - 1.0)?),
+        DType::I32 => Tensor::I32(gen(shape, n, ty, || (rng.next_u64() % below) as i32)?),
+        DType::I64 => Tensor::I64(gen(shape, n, ty, || (rng.next_u64() % below) as i64)?),
+        DType::Bool => Tensor::Bool(gen(shape, n, ty, || rng.next_u64() & 1 == 1)?),
+    })
 }
 
 /// A seed for one named input: the run's seed mixed with a stable hash of the name (FNV-1a),
@@ -92,21 +98,21 @@ pub fn input_range(g: &Graph, v: Value) -> Range {
 }
 
 /// Seeded random data for graph input `v`, seeded by the run's seed and the input's name;
-/// `None` when the input is not a tensor.
-pub fn random_input(g: &Graph, v: Value, seed: u64) -> Option<Tensor> {
+/// `None` when the input is not a tensor, an error naming the input when it is too large.
+pub fn random_input(g: &Graph, v: Value, seed: u64) -> Option<Result<Tensor, String>> {
     let ty = g.values[v].ty.as_tensor()?;
     let name = g.values[v].name.as_deref().unwrap_or_default();
-    Some(random_tensor(ty, seed_for(seed, name), input_range(g, v)))
+    Some(random_tensor(ty, seed_for(seed, name), input_range(g, v)).map_err(|e| format!("input '{name}': {e}")))
 }
 
 /// A request that feeds every tensor input of `g` with seeded random data and fetches every
-/// output: what `graphc run` does when no input is given.
-pub fn random_request(g: &Graph, seed: u64) -> RunRequest {
+/// output: what `graphc run` does when no input is given. An error when an input is too large.
+pub fn random_request(g: &Graph, seed: u64) -> Result<RunRequest, String> {
     let mut req = RunRequest::new(g.name.as_str());
     for &v in g.inputs() {
         if let Some(t) = random_input(g, v, seed) {
-            req = req.feed(g.values[v].name.clone().unwrap_or_default(), t);
+            req = req.feed(g.values[v].name.clone().unwrap_or_default(), t?);
         }
     }
-    req
+    Ok(req)
 }

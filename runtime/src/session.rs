@@ -42,6 +42,12 @@ pub struct SessionOptions {
     /// Record when every node starts and ends ([`RunOutput::events`]), for timelines and
     /// profiles.
     pub trace: bool,
+    /// The most node executions a traced run records; `None` means
+    /// [`crate::exec::MAX_EVENTS`]. Later ones are counted in [`RunOutput::events_dropped`].
+    pub max_trace_events: Option<usize>,
+    /// The bytes the session's live tensors may take together (see [`crate::budget`]); `None`
+    /// means `GRAPHC_MEMORY_LIMIT`, else what the process may still allocate.
+    pub memory_limit: Option<u64>,
 }
 
 /// One graph's part of a step: what to feed, fetch and run.
@@ -100,8 +106,11 @@ pub struct RunOutput {
     pub values: Vec<RtValue>,
     /// Node executions, nested ones and loop iterations included.
     pub nodes_executed: usize,
-    /// With [`SessionOptions::trace`]: every node execution, in the order they ended.
+    /// With [`SessionOptions::trace`]: every node execution, in the order they ended, up to
+    /// [`SessionOptions::max_trace_events`].
     pub events: Vec<NodeEvent>,
+    /// Node executions past that limit, counted but not recorded.
+    pub events_dropped: u64,
 }
 
 impl RunOutput {
@@ -132,6 +141,8 @@ pub struct Session {
     liveness: HashMap<String, Liveness>,
     /// A backend's compiled code, run in place of the reference kernels where it exists.
     compiled: Option<Arc<dyn crate::CompiledKernels>>,
+    /// Live tensor bytes of every run and queue, against the memory limit.
+    budget: Arc<crate::budget::MemoryBudget>,
 }
 
 impl Session {
@@ -148,6 +159,11 @@ impl Session {
             )));
         }
         let max_bytes = options.max_tensor_bytes.unwrap_or_else(crate::limits::default_max_tensor_bytes);
+        let budget = Arc::new(match options.memory_limit {
+            Some(limit) => crate::budget::MemoryBudget::new(limit),
+            None => crate::budget::MemoryBudget::from_environment()?,
+        });
+        crate::budget::check_variables(&module, &budget)?;
         let state = Arc::new(State::from_module(&module, max_bytes)?);
         let liveness = module.graphs.iter().map(|g| (g.name.clone(), Liveness::of(g))).collect();
         Ok(Session {
@@ -160,6 +176,7 @@ impl Session {
             buffers: BufferPool::default(),
             liveness,
             compiled: None,
+            budget,
         })
     }
 
@@ -217,6 +234,12 @@ impl Session {
                 }
             }
         }
+    }
+
+    /// Bytes of tensors the session's runs and queues hold now, counted against its memory
+    /// budget, and the budget.
+    pub fn memory_in_use(&self) -> (u64, u64) {
+        (self.budget.live(), self.budget.limit())
     }
 
     /// What the session's buffer pool has done so far.
@@ -352,12 +375,15 @@ impl Session {
             detect_deadlock: self.options.detect_deadlock,
             deadline,
         };
-        let mut interp = Interp::new(plan.graph, &self.state, rendezvous, wait, self.max_bytes, &self.buffers);
+        let mut interp =
+            Interp::new(plan.graph, &self.state, rendezvous, wait, self.max_bytes, &self.buffers, self.budget.clone());
         interp.events = self.options.trace.then(Vec::new);
+        interp.max_events = self.options.max_trace_events.unwrap_or(crate::exec::MAX_EVENTS);
         interp.compiled = self.compiled.as_deref();
         interp.liveness = self.liveness.get(&plan.graph.name);
         interp.retained = plan.fetches.iter().copied().collect();
         let mut env = plan.feeds;
+        interp.hold_bound(&env);
         interp.run_nodes(plan.graph.body, &mut env, &|n| plan.needed.contains(&n))?;
         let values = plan
             .fetches
@@ -367,7 +393,13 @@ impl Session {
             })
             .collect::<Result<Vec<_>, _>>()?;
         let events = interp.events.take().unwrap_or_default();
-        Ok(RunOutput { names: plan.fetch_names, values, nodes_executed: interp.executed, events })
+        Ok(RunOutput {
+            names: plan.fetch_names,
+            values,
+            nodes_executed: interp.executed,
+            events,
+            events_dropped: interp.events_dropped,
+        })
     }
 }
 

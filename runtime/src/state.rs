@@ -198,7 +198,9 @@ impl State {
                         crate::limits::check_tensor_size(ty, max_bytes).map_err(|m| {
                             RunError::new(ErrorKind::ResourceExhausted, format!("variable \"{name}\": {m}"))
                         })?;
-                        let init = nd.attrs.tensor("init").map(Tensor::from_literal);
+                        let init = nd.attrs.tensor("init").map(Tensor::from_literal).transpose().map_err(|m| {
+                            RunError::new(ErrorKind::ResourceExhausted, format!("variable \"{name}\": {m}"))
+                        })?;
                         state.variables.insert(name.to_string(), Arc::new(Variable::new(name, ty.clone(), init)));
                     }
                     (Op::Queue, Type::Queue(types)) if !state.queues.contains_key(name) => {

@@ -2,7 +2,7 @@
 
 use graphc_ir::shape::fmt_shape;
 use graphc_ir::{DType, TensorData, TensorLiteral, TensorType};
-use ndarray::{ArrayD, IxDyn};
+use ndarray::{ArrayD, Dimension, IxDyn};
 use std::fmt;
 
 /// A dense tensor, row-major, of one of the IR's dtypes.
@@ -73,16 +73,18 @@ impl Tensor {
         TensorType::new(self.dtype(), self.shape().iter().map(|&d| d as u64).collect::<Vec<_>>())
     }
 
-    /// A tensor of zeros (false for bool).
-    pub fn zeros(ty: &TensorType) -> Tensor {
-        let shape = ix(&ty.shape);
-        match ty.dtype {
-            DType::F32 => Tensor::F32(ArrayD::zeros(shape)),
-            DType::F64 => Tensor::F64(ArrayD::zeros(shape)),
-            DType::I32 => Tensor::I32(ArrayD::zeros(shape)),
-            DType::I64 => Tensor::I64(ArrayD::zeros(shape)),
-            DType::Bool => Tensor::Bool(ArrayD::from_elem(shape, false)),
-        }
+    /// A tensor of zeros (false for bool); an error instead of an abort when the type is too
+    /// large to allocate.
+    pub fn zeros(ty: &TensorType) -> Result<Tensor, String> {
+        let shape = ix_checked(ty)?;
+        let n = shape.size() as u64;
+        Ok(match ty.dtype {
+            DType::F32 => Tensor::F32(from_vec(shape, filled(n, 0.0, ty)?)),
+            DType::F64 => Tensor::F64(from_vec(shape, filled(n, 0.0, ty)?)),
+            DType::I32 => Tensor::I32(from_vec(shape, filled(n, 0, ty)?)),
+            DType::I64 => Tensor::I64(from_vec(shape, filled(n, 0, ty)?)),
+            DType::Bool => Tensor::Bool(from_vec(shape, filled(n, false, ty)?)),
+        })
     }
 
     /// A scalar (rank-0) tensor.
@@ -104,23 +106,22 @@ impl Tensor {
         })
     }
 
-    /// The value of a literal; a splat fills its shape.
-    pub fn from_literal(lit: &TensorLiteral) -> Tensor {
-        let shape = ix(&lit.ty().shape);
-        fn fill<T: Clone>(shape: IxDyn, v: &[T]) -> ArrayD<T> {
-            if v.len() == 1 {
-                ArrayD::from_elem(shape, v[0].clone())
-            } else {
-                ArrayD::from_shape_vec(shape, v.to_vec()).expect("a literal holds one element per index of its type")
-            }
+    /// The value of a literal; a splat fills its shape. A splat's type may be far larger than
+    /// its text, so its size is checked before anything is built.
+    pub fn from_literal(lit: &TensorLiteral) -> Result<Tensor, String> {
+        let ty = lit.ty();
+        let shape = ix_checked(ty)?;
+        fn fill<T: Clone>(shape: IxDyn, v: &[T], ty: &TensorType) -> Result<ArrayD<T>, String> {
+            let v = if v.len() == 1 { filled(shape.size() as u64, v[0].clone(), ty)? } else { v.to_vec() };
+            ArrayD::from_shape_vec(shape, v).map_err(|_| format!("a literal of type {ty} lacks elements"))
         }
-        match lit.data() {
-            TensorData::F32(v) => Tensor::F32(fill(shape, v)),
-            TensorData::F64(v) => Tensor::F64(fill(shape, v)),
-            TensorData::I32(v) => Tensor::I32(fill(shape, v)),
-            TensorData::I64(v) => Tensor::I64(fill(shape, v)),
-            TensorData::Bool(v) => Tensor::Bool(fill(shape, v)),
-        }
+        Ok(match lit.data() {
+            TensorData::F32(v) => Tensor::F32(fill(shape, v, ty)?),
+            TensorData::F64(v) => Tensor::F64(fill(shape, v, ty)?),
+            TensorData::I32(v) => Tensor::I32(fill(shape, v, ty)?),
+            TensorData::I64(v) => Tensor::I64(fill(shape, v, ty)?),
+            TensorData::Bool(v) => Tensor::Bool(fill(shape, v, ty)?),
+        })
     }
 
     /// The elements in row-major order.
@@ -205,7 +206,75 @@ macro_rules! from_array {
 }
 from_array!(f32 => F32, f64 => F64, i32 => I32, i64 => I64, bool => Bool);
 
+/// The ndarray shape of a type, checked: every dim and the element count fit in `usize`, and
+/// the bytes in `isize` (what Rust's allocator and ndarray accept).
+pub fn ix_checked(ty: &TensorType) -> Result<IxDyn, String> {
+    let too_large = || format!("a tensor of type {ty} has more elements than memory can address");
+    let bytes = crate::limits::tensor_bytes(ty).ok_or_else(too_large)?;
+    if bytes > isize::MAX as u64 {
+        return Err(too_large());
+    }
+    let dims = ty.shape.iter().map(|&d| usize::try_from(d).map_err(|_| too_large())).collect::<Result<Vec<_>, _>>()?;
+    Ok(IxDyn(&dims))
+}
+
+/// A vector with room for `n` elements of a tensor of type `ty`, allocated fallibly: a
+/// failed allocation is an error naming the bytes wanted, not an abort.
+pub fn try_vec<T>(n: u64, ty: &TensorType) -> Result<Vec<T>, String> {
+    let bytes = n.saturating_mul(std::mem::size_of::<T>() as u64);
+    let failed = || format!("cannot allocate {bytes} bytes for a tensor of type {ty}");
+    let n = usize::try_from(n).map_err(|_| failed())?;
+    let mut v = Vec::new();
+    v.try_reserve_exact(n).map_err(|_| failed())?;
+    Ok(v)
+}
+
+/// `n` copies of `x`, allocated fallibly (see [`try_vec`]).
+pub fn filled<T: Clone>(n: u64, x: T, ty: &TensorType) -> Result<Vec<T>, String> {
+    let mut v = try_vec(n, ty)?;
+    v.resize(n as usize, x);
+    Ok(v)
+}
+
+/// An array from a vector that holds exactly `shape.size()` elements.
+fn from_vec<T>(shape: IxDyn, v: Vec<T>) -> ArrayD<T> {
+    ArrayD::from_shape_vec(shape, v).expect("the vector was sized for the shape")
+}
+
 /// An ndarray shape from an IR shape.
 pub fn ix(shape: &[u64]) -> IxDyn {
     IxDyn(&shape.iter().map(|&d| d as usize).collect::<Vec<_>>())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use graphc_ir::TensorLiteral;
+
+    fn huge(dtype: DType) -> TensorType {
+        TensorType::new(dtype, [1u64 << 61])
+    }
+
+    #[test]
+    fn huge_splats_and_zeros_are_errors_not_aborts() {
+        for n in [1u64 << 61, 2_000_000_000_000_000_000] {
+            let ty = TensorType::new(DType::F32, [n]);
+            let lit = TensorLiteral::new(ty.clone(), TensorData::F32(vec![1.0])).unwrap();
+            let e = Tensor::from_literal(&lit).unwrap_err();
+            assert!(e.contains(&format!("f32[{n}]")), "{e}");
+            assert!(Tensor::zeros(&ty).is_err());
+        }
+        assert!(Tensor::zeros(&huge(DType::Bool)).is_err());
+        assert!(crate::random::random_tensor(&huge(DType::I64), 0, crate::random::Range::Default).is_err());
+    }
+
+    #[test]
+    fn small_splats_fill_their_shape() {
+        let ty = TensorType::new(DType::I32, [2, 3]);
+        let lit = TensorLiteral::new(ty.clone(), TensorData::I32(vec![7])).unwrap();
+        let t = Tensor::from_literal(&lit).unwrap();
+        assert_eq!(t.shape(), &[2, 3]);
+        assert_eq!(t.to_data(), TensorData::I32(vec![7; 6]));
+        assert_eq!(Tensor::zeros(&ty).unwrap().to_data(), TensorData::I32(vec![0; 6]));
+    }
 }

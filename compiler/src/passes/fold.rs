@@ -70,11 +70,15 @@ fn evaluate(g: &Graph, n: Node) -> Option<Vec<Tensor>> {
         };
         return Some(vec![value]);
     }
-    let inputs: Vec<Tensor> =
-        nd.operands.iter().map(|&v| constant_of(g, v).map(Tensor::from_literal)).collect::<Option<_>>()?;
-    if inputs.iter().any(|t| t.len() as u64 > LIMIT) {
+    // A splat operand's type may be far larger than its text: sizes are checked on the types
+    // before any operand is built.
+    let small =
+        |v: &graphc_ir::Value| g.values[*v].ty.as_tensor().and_then(|t| t.num_elements()).is_some_and(|e| e <= LIMIT);
+    if !nd.operands.iter().all(small) {
         return None;
     }
+    let inputs: Vec<Tensor> =
+        nd.operands.iter().map(|&v| Tensor::from_literal(constant_of(g, v)?).ok()).collect::<Option<_>>()?;
     let refs: Vec<&Tensor> = inputs.iter().collect();
     kernels::eval(nd.op, &nd.attrs, &refs, &types).ok()
 }

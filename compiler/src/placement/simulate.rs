@@ -2,8 +2,15 @@
 //! alone. Each device runs its partition's nodes one at a time in their order, as the
 //! runtime does; a recv waits for its send's tensor to cross the link (one transfer at a time
 //! per link and direction); the step ends when the last device does.
+//!
+//! A `cond` or `while` that sends or receives runs node by node inside its regions, as the
+//! runtime does: its partitions on other devices exchange tensors with it midway, so taking it
+//! as one step would wait on transfers it makes itself. Every partition of a control node
+//! takes the same path: a cond its `then` branch (the predicate is unknown here, and one
+//! branch for all keeps the partitions' sends and recvs matched), a while `ASSUMED_TRIPS`
+//! trips, keys qualified by the iteration as the runtime qualifies them.
 
-use super::cost::{type_bytes, CostModel};
+use super::cost::{type_bytes, CostModel, ASSUMED_TRIPS};
 use super::partition::Partitioned;
 use crate::trace::{Span, TRANSFERS};
 use graphc_ir::{DeviceSpec, Module, Node, Op};
@@ -47,7 +54,7 @@ pub fn simulate(m: &Module, parts: &Partitioned, cost: &CostModel<'_>) -> Result
     struct Lane<'m> {
         graph: &'m graphc_ir::Graph,
         device: usize,
-        nodes: Vec<Node>,
+        steps: Vec<Step>,
         next: usize,
         clock: f64,
         busy: f64,
@@ -57,28 +64,35 @@ pub fn simulate(m: &Module, parts: &Partitioned, cost: &CostModel<'_>) -> Result
         let g = m.graph(name).ok_or_else(|| format!("no graph @{name} in the module"))?;
         // An unpartitioned graph may have no annotation at all: it runs on the first device.
         let device = if spec.is_empty() { 0 } else { device_index(spec)? };
-        lanes.push(Lane { graph: g, device, nodes: g.regions[g.body].nodes.clone(), next: 0, clock: 0.0, busy: 0.0 });
+        let mut steps = Vec::new();
+        expand(g, &g.regions[g.body].nodes, &[], &mut steps).map_err(|()| {
+            format!(
+                "@{name} would run more than {MAX_STEPS} nodes in the simulation (loops that send or receive, \
+                 nested, each taken {ASSUMED_TRIPS} times); simulate cannot predict it"
+            )
+        })?;
+        lanes.push(Lane { graph: g, device, steps, next: 0, clock: 0.0, busy: 0.0 });
     }
-    let mut arrivals: HashMap<&str, f64> = HashMap::new();
+    let mut arrivals: HashMap<String, f64> = HashMap::new();
     let mut link_free: HashMap<(usize, usize), f64> = HashMap::new();
     let mut spans = Vec::new();
     let (mut transfers, mut transfer_bytes) = (0, 0u64);
     loop {
         let mut progress = false;
         for lane in &mut lanes {
-            while let Some(&n) = lane.nodes.get(lane.next) {
-                let g = lane.graph;
-                // Every recv in the node (at any depth) must have its tensor on the way, and
-                // graph inputs come from the host (the first device).
+            while let Some(step) = lane.steps.get(lane.next) {
+                let (g, n) = (lane.graph, step.node);
+                // A recv must have its tensor on the way, and graph inputs come from the host
+                // (the first device).
                 let mut ready = lane.clock;
                 for &v in &g.nodes[n].operands {
-                    if matches!(g.values[v].def, graphc_ir::ValueDef::Param(..)) {
+                    if matches!(g.values[v].def, graphc_ir::ValueDef::Param(r, _) if r == g.body) {
                         ready = ready.max(cost.transfer_time(&g.values[v].ty, 0, lane.device));
                     }
                 }
                 let mut blocked = false;
                 for k in recv_keys(g, n) {
-                    match arrivals.get(k) {
+                    match arrivals.get(&step.key(k)) {
                         Some(&t) => ready = ready.max(t),
                         None => blocked = true,
                     }
@@ -107,7 +121,7 @@ pub fn simulate(m: &Module, parts: &Partitioned, cost: &CostModel<'_>) -> Result
                     let begin = end.max(*free);
                     *free = begin + bytes as f64 / link.bandwidth;
                     let arrive = begin + link.time(bytes);
-                    arrivals.insert(key, arrive);
+                    arrivals.insert(step.key(key), arrive);
                     transfers += 1;
                     transfer_bytes += bytes;
                     spans.push(Span {
@@ -125,14 +139,14 @@ pub fn simulate(m: &Module, parts: &Partitioned, cost: &CostModel<'_>) -> Result
                 progress = true;
             }
         }
-        if lanes.iter().all(|l| l.next == l.nodes.len()) {
+        if lanes.iter().all(|l| l.next == l.steps.len()) {
             break;
         }
         if !progress {
             let waiting: Vec<String> = lanes
                 .iter()
                 .filter_map(|l| {
-                    let n = *l.nodes.get(l.next)?;
+                    let n = l.steps.get(l.next)?.node;
                     Some(format!("@{} waits in {}", l.graph.name, l.graph.describe(n)))
                 })
                 .collect();
@@ -141,8 +155,77 @@ pub fn simulate(m: &Module, parts: &Partitioned, cost: &CostModel<'_>) -> Result
     }
     let end = lanes.iter().map(|l| l.clock).fold(0.0, f64::max);
     let step_time = end + cost.step_overhead(lanes.len());
-    let devices = lanes.iter().map(|l| (cluster.devices[l.device].name.clone(), l.busy, l.nodes.len())).collect();
+    let devices = lanes
+        .iter()
+        .map(|l| (cluster.devices[l.device].name.clone(), l.busy, l.graph.regions[l.graph.body].nodes.len()))
+        .collect();
     Ok(Prediction { step_time, devices, transfers, transfer_bytes, spans })
+}
+
+/// One node a lane runs: a node without communication in its regions as a whole, with the
+/// iteration numbers of the loops around it (outermost first).
+struct Step {
+    node: Node,
+    iterations: Vec<u64>,
+}
+
+impl Step {
+    /// A rendezvous key as the runtime qualifies it inside loops: `key@i.j`.
+    fn key(&self, key: &str) -> String {
+        if self.iterations.is_empty() {
+            return key.to_string();
+        }
+        let path: Vec<String> = self.iterations.iter().map(u64::to_string).collect();
+        format!("{key}@{}", path.join("."))
+    }
+}
+
+/// The most steps a device's simulation takes: nested loops that communicate multiply.
+const MAX_STEPS: usize = 1 << 20;
+
+/// The steps a device runs for `nodes`: a node that holds sends or recvs in its regions is
+/// replaced by the steps of the path it takes (see the module's header). `Err` past
+/// [`MAX_STEPS`].
+fn expand(g: &graphc_ir::Graph, nodes: &[Node], iterations: &[u64], out: &mut Vec<Step>) -> Result<(), ()> {
+    for &n in nodes {
+        if out.len() >= MAX_STEPS {
+            return Err(());
+        }
+        let nd = &g.nodes[n];
+        let communicates =
+            nd.regions.iter().any(|&r| g.regions[r].nodes.iter().any(|&m| !recv_keys(g, m).is_empty() || sends(g, m)));
+        if !communicates {
+            out.push(Step { node: n, iterations: iterations.to_vec() });
+            continue;
+        }
+        let region = |i: usize| g.regions[nd.regions[i]].nodes.as_slice();
+        match nd.op {
+            Op::While => {
+                let mut path = iterations.to_vec();
+                path.push(0);
+                for trip in 0..ASSUMED_TRIPS as u64 {
+                    *path.last_mut().expect("pushed above") = trip;
+                    expand(g, region(0), &path, out)?;
+                    expand(g, region(1), &path, out)?;
+                }
+                *path.last_mut().expect("pushed above") = ASSUMED_TRIPS as u64;
+                expand(g, region(0), &path, out)?;
+            }
+            Op::Cond => expand(g, region(0), iterations, out)?,
+            _ => {
+                for &r in &nd.regions {
+                    expand(g, &g.regions[r].nodes, iterations, out)?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Whether node `n` or a node in its regions sends.
+fn sends(g: &graphc_ir::Graph, n: Node) -> bool {
+    let nd = &g.nodes[n];
+    nd.op == Op::Send || nd.regions.iter().any(|&r| g.regions[r].nodes.iter().any(|&m| sends(g, m)))
 }
 
 /// The keys of the recvs in node `n` and its regions.

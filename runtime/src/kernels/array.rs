@@ -82,7 +82,7 @@ pub fn slice(x: &Tensor, starts: &[i64], ends: &[i64], steps: Option<&[i64]>) ->
 pub fn split(x: &Tensor, axis: i64, sizes: &[i64]) -> Result<Vec<Tensor>, KernelError> {
     let axis = normalize_axis(axis, x.shape().len()).map_err(KernelError::new)?;
     let dim = x.shape()[axis] as i64;
-    if sizes.iter().any(|&s| s < 0) || sizes.iter().sum::<i64>() != dim {
+    if sizes.iter().any(|&s| s < 0) || sizes.iter().try_fold(0i64, |a, &s| a.checked_add(s)) != Some(dim) {
         return Err(KernelError::new(format!("split sizes {sizes:?} do not sum to the axis' dim {dim}")));
     }
     let mut start = 0isize;
@@ -127,4 +127,18 @@ pub fn gather(data: &Tensor, indices: &Tensor, axis: i64) -> Result<Tensor, Kern
             .expect("gather result holds the picked elements")
     }
     Ok(map_dtype!(data, a => take(a, axis, &flat, &shape)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn split_sizes_that_overflow_are_an_error() {
+        let x = Tensor::F32(ndarray::ArrayD::zeros(ndarray::IxDyn(&[4])));
+        // Wrapping, these sum to 4.
+        let e = split(&x, 0, &[i64::MAX, i64::MAX, 6]).unwrap_err();
+        assert!(e.0.contains("do not sum to the axis' dim 4"), "{e}");
+        assert_eq!(split(&x, 0, &[1, 3]).unwrap().len(), 2);
+    }
 }

@@ -48,7 +48,9 @@ pub fn eval(op: Op, attrs: &Attrs, inputs: &[&Tensor], results: &[TensorType]) -
         |i: usize| results.get(i).ok_or_else(|| KernelError::new(format!("'{}' has no result type {i}", op.name())));
     let one = |t: Tensor| Ok(vec![t]);
     match op {
-        Op::Constant => one(Tensor::from_literal(attrs.tensor("value").ok_or_else(|| attr_err("value"))?)),
+        Op::Constant => {
+            one(Tensor::from_literal(attrs.tensor("value").ok_or_else(|| attr_err("value"))?).map_err(KernelError)?)
+        }
         Op::Identity => one(inputs[0].clone()),
         Op::Cast => one(cast(inputs[0], attrs.dtype("to").ok_or_else(|| attr_err("to"))?)),
         Op::Reshape => one(array::reshape(inputs[0], result(0)?)?),

@@ -25,9 +25,11 @@ fn unravel(mut i: usize, shape: &[usize], out: &mut [usize]) {
 fn tap(w: &Window, o: &[usize], k: &[usize], dims: &[usize], pos: &mut [usize]) -> TapKind {
     let mut kind = TapKind::Inside;
     for i in 0..o.len() {
-        let p = (o[i] as i64) * w.strides[i] as i64 - w.pads_begin[i] as i64 + (k[i] as i64) * w.dilations[i] as i64;
-        if p < 0 || p >= dims[i] as i64 {
-            let padded_end = dims[i] as i64 + w.pads_end[i] as i64;
+        // Strides, pads and dilations may each be near i64::MAX (the type rule checks only that
+        // the geometry fits 64 bits), so positions are computed in 128 bits.
+        let p = o[i] as i128 * w.strides[i] as i128 - w.pads_begin[i] as i128 + k[i] as i128 * w.dilations[i] as i128;
+        if p < 0 || p >= dims[i] as i128 {
+            let padded_end = dims[i] as i128 + w.pads_end[i] as i128;
             if p >= padded_end {
                 return TapKind::Beyond;
             }
@@ -82,7 +84,7 @@ fn conv_float<T: Float>(
     let (xv, wv) = (x.as_slice().expect("standard layout"), w.as_slice().expect("standard layout"));
     let taps: usize = kdims.iter().product();
     let positions: usize = odims.iter().product();
-    let mut out = Vec::with_capacity(n_batch * m_out * positions);
+    let mut out = crate::tensor::try_vec(result.num_elements().unwrap_or(u64::MAX), result).map_err(KernelError)?;
     let (mut o, mut k, mut pos) = (vec![0; odims.len()], vec![0; kdims.len()], vec![0; dims.len()]);
     for n in 0..n_batch {
         for m in 0..m_out {
@@ -196,7 +198,7 @@ fn each_window<T: Copy>(
     let xv = x.as_slice().expect("standard layout");
     let taps: usize = kdims.iter().product();
     let positions: usize = odims.iter().product();
-    let mut out = Vec::with_capacity(xs[0] * xs[1] * positions);
+    let mut out = crate::tensor::try_vec(result.num_elements().unwrap_or(u64::MAX), result).map_err(KernelError)?;
     let mut o = vec![0; odims.len()];
     for n in 0..xs[0] {
         for c in 0..xs[1] {
@@ -241,4 +243,26 @@ fn pool_avg<T: Float>(
         }
         T::from_f64(if count == 0 { f64::NAN } else { sum / count as f64 })
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{RunRequest, Session, SessionOptions, Tensor};
+
+    /// A stride near 2^62 with padding near i64::MAX: the geometry fits 64 bits, but a window's
+    /// start times its stride does not fit an i64 (this overflowed).
+    #[test]
+    fn windows_far_into_the_padding_are_computed_without_overflow() {
+        let text = "graph @g(%x: f32[1,1,5]) -> (y: f32[1,1,4], a: f32[1,1,4]) {
+  %y = max_pool %x {kernel = [1], pads = [9223372036854775807, 9223372036854775797], strides = [4611686018427387905], ceil_mode = true} : f32[1,1,4]
+  %a = avg_pool %x {kernel = [1], pads = [9223372036854775807, 9223372036854775797], strides = [4611686018427387905], ceil_mode = true} : f32[1,1,4]
+  return %y, %a
+}";
+        let m = graphc_ir::parse_module(text).unwrap_or_else(|d| panic!("{d:?}"));
+        let s = Session::new(m, SessionOptions::default()).unwrap();
+        let x = Tensor::F32(ndarray::ArrayD::from_elem(ndarray::IxDyn(&[1, 1, 5]), 1.0));
+        let out = s.run(RunRequest::new("g").feed("x", x)).unwrap();
+        assert_eq!(out.tensor(0).unwrap().shape(), &[1, 1, 4]);
+        assert_eq!(out.tensor(1).unwrap().shape(), &[1, 1, 4]);
+    }
 }

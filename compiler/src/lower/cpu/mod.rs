@@ -222,7 +222,7 @@ fn run_loop(p: &LoopPlan, entry: &entry::Entry, operands: &mut Operands<'_>) -> 
     let mut outs: Vec<Vec<f32>> = Vec::with_capacity(p.results.len());
     for k in 0..p.results.len() {
         if p.per_row[k] {
-            outs.push(operands.alloc_f32(p.rows));
+            outs.push(operands.alloc_f32(p.rows)?);
             continue;
         }
         let taken = candidates.iter().filter(|&&i| over[i].is_none()).find_map(|&i| Some((i, operands.take_f32(i)?)));
@@ -232,7 +232,7 @@ fn run_loop(p: &LoopPlan, entry: &entry::Entry, operands: &mut Operands<'_>) -> 
                 v
             }
             Some((i, v)) => return Err(format!("input {i} has {} elements where the kernel reads {n}", v.len())),
-            None => operands.alloc_f32(n),
+            None => operands.alloc_f32(n)?,
         });
     }
     let all = operands.all();
@@ -303,14 +303,14 @@ fn run_matmul(p: &MatMulPlan, epilogue: Option<&entry::Entry>, operands: &Operan
             let outs: Vec<Vec<f32>> = if lp.results.len() == 1 {
                 Vec::new()
             } else {
-                lp.results.iter().map(|_| operands.alloc_f32(size)).collect()
+                lp.results.iter().map(|_| operands.alloc_f32(size)).collect::<Result<_, _>>()?
             };
             (extra, outs)
         }
         None => (Vec::new(), Vec::new()),
     };
     let parallel = p.m * p.n * p.k >= PARALLEL_FLOPS && p.m > 1 && rayon::current_thread_index().is_none();
-    let mut c: Vec<f32> = operands.alloc_f32(size);
+    let mut c: Vec<f32> = operands.alloc_f32(size)?;
     entry::matmul(&a, &b, &mut c, (p.m, p.k, p.n), if parallel { rayon::current_num_threads() } else { 1 })?;
     let out = graphc_ir::TensorType::new(graphc_ir::DType::F32, [p.m as u64, p.n as u64]);
     let Some((lp, _)) = &p.epilogue else { return to_tensors(vec![c], &out) };
