@@ -622,7 +622,7 @@ fn errors_inside_fusions_keep_their_location() {
         } else {
             Session::new(m.clone(), options()).unwrap()
         };
-        let mut req = random_request(&m.graphs[0], 1);
+        let mut req = random_request(&m.graphs[0], 1).expect("small random inputs");
         req.feeds = feeds.clone();
         s.run(req).expect_err("division by zero")
     };
