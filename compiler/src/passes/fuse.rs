@@ -18,6 +18,7 @@
 use super::dce::remove_dead;
 use super::rewrite::{constant_of, regions};
 use super::Pass;
+use graphc_ir::shape::broadcasts_to;
 use graphc_ir::{Attr, DeviceSpec, Graph, Node, NodeSpec, Op, OpKind, Region, Type, Value};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, HashSet};
@@ -72,7 +73,17 @@ struct Group {
     last: usize,
     seg: usize,
     device: Option<DeviceSpec>,
+    /// The shape the kernel iterates over (`IterShape`).
+    shape: IterShape,
 }
+
+/// The shape a group's kernel iterates over: a matmul's product, a reduction's operand, or
+/// the widest result of elementwise ops. Every member's result broadcasts into it, and every
+/// result that leaves the kernel has it (or, in an input kernel, one value per row of it): a
+/// backend runs the kernel as one loop nest over it, and an output kernel's epilogue in place
+/// over the product's buffer. `None` once an op that reindexes (reshape, transpose, ...) is
+/// in the group, which no single shape describes.
+type IterShape = Option<Vec<u64>>;
 
 /// Kernels a backend launches for a graph: one per fusion node, one per unfused compute op
 /// (nested control-flow bodies included).
@@ -178,6 +189,7 @@ fn fuse_region(g: &mut Graph, r: Region) -> Result<bool, String> {
             if grp.seg != seg[&n] || grp.device != g.nodes[n].device {
                 continue;
             }
+            let Some(shape) = joined_shape(g, n, gi, grp, &group_of) else { continue };
             // Joining is safe unless another operand of `n` depends on the group.
             let starts: Vec<Node> = g.nodes[n]
                 .operands
@@ -190,23 +202,25 @@ fn fuse_region(g: &mut Graph, r: Region) -> Result<bool, String> {
             if reaches_target(g, starts, &|m| group_of.get(&m) == Some(&gi), bound, &state) {
                 continue;
             }
-            joined = Some((gi, kind));
+            joined = Some((gi, kind, shape));
             break;
         }
         match joined {
-            Some((gi, kind)) => {
+            Some((gi, kind, shape)) => {
                 groups[gi].members.push(n);
                 groups[gi].kind = kind;
+                groups[gi].shape = shape;
                 groups[gi].last = pos[&n];
                 group_of.insert(n, gi);
                 recent.push((pos[&n], gi));
                 merge_sibling_groups(g, n, gi, &mut groups, &mut group_of, &pos, &recent);
             }
             None => {
-                let kind = match op.kind() {
-                    OpKind::Contraction => Kind::Output,
-                    OpKind::Reduction => Kind::Input,
-                    _ => Kind::Loop,
+                let (kind, shape) = match op.kind() {
+                    OpKind::Contraction => (Kind::Output, result_shape(g, n)),
+                    OpKind::Reduction => (Kind::Input, operand_shape(g, n)),
+                    _ if reindexes(op) => (Kind::Loop, None),
+                    _ => (Kind::Loop, result_shape(g, n)),
                 };
                 group_of.insert(n, groups.len());
                 recent.push((pos[&n], groups.len()));
@@ -217,6 +231,7 @@ fn fuse_region(g: &mut Graph, r: Region) -> Result<bool, String> {
                     last: pos[&n],
                     seg: seg[&n],
                     device: g.nodes[n].device.clone(),
+                    shape,
                 });
             }
         }
@@ -270,8 +285,9 @@ fn merge_sibling_groups(
         if a.seg != b.seg || a.device != b.device {
             continue;
         }
-        // Merging is safe unless one of the two depends on the other through an outside node.
         let merged: HashSet<Node> = a.members.iter().chain(&b.members).copied().collect();
+        let Some(shape) = merged_shape(g, a, b, &merged) else { continue };
+        // Merging is safe unless one of the two depends on the other through an outside node.
         let starts: Vec<Node> = merged
             .iter()
             .flat_map(|&m| g.nodes[m].operands.iter().filter_map(|&v| g.producer(v)))
@@ -292,7 +308,84 @@ fn merge_sibling_groups(
         grp.members.sort_by_key(|m| pos[m]);
         grp.kind = kind;
         grp.first = grp.first.min(hfirst);
+        grp.shape = shape;
     }
+}
+
+fn result_shape(g: &Graph, n: Node) -> IterShape {
+    Some(g.values[*g.nodes[n].results.first()?].ty.as_tensor()?.shape.clone())
+}
+
+fn operand_shape(g: &Graph, n: Node) -> IterShape {
+    Some(g.values[*g.nodes[n].operands.first()?].ty.as_tensor()?.shape.clone())
+}
+
+/// Injective ops other than broadcasts move elements to other indices.
+fn reindexes(op: Op) -> bool {
+    op.kind() == OpKind::Injective && !matches!(op, Op::Broadcast | Op::Identity)
+}
+
+/// `shape` with its last axis 1: one value per row of it.
+fn row_of(shape: &[u64]) -> Vec<u64> {
+    let mut row = shape.to_vec();
+    if let Some(last) = row.last_mut() {
+        *last = 1;
+    }
+    row
+}
+
+/// The group's shape once `n` joins it (a group that `n`'s kind already accepts), or `None` when
+/// no kernel could run them together: an epilogue that does not keep the product's shape, a
+/// reduction of anything but the shape iterated, an op wider than an input kernel's rows, or
+/// one that widens a loop kernel whose narrower values are still read outside it (they would
+/// leave the kernel in a shape it does not iterate).
+fn joined_shape(g: &Graph, n: Node, gi: usize, grp: &Group, group_of: &HashMap<Node, usize>) -> Option<IterShape> {
+    let op = g.nodes[n].op;
+    if grp.kind == Kind::Output {
+        return (result_shape(g, n) == grp.shape).then(|| grp.shape.clone());
+    }
+    if op.kind() == OpKind::Reduction {
+        return match &grp.shape {
+            None => Some(None),
+            Some(s) => (operand_shape(g, n).as_ref() == Some(s)).then(|| grp.shape.clone()),
+        };
+    }
+    let Some(s) = &grp.shape else { return Some(None) };
+    if reindexes(op) {
+        return Some(None);
+    }
+    let out = result_shape(g, n)?;
+    if broadcasts_to(&out, s) {
+        return Some(grp.shape.clone());
+    }
+    let inside = |m: Node| m == n || group_of.get(&m) == Some(&gi);
+    let widens = grp.kind == Kind::Loop && broadcasts_to(s, &out);
+    (widens && grp.members.iter().all(|&m| !used_outside(g, m, &inside))).then_some(Some(out))
+}
+
+/// The shape of groups `a` and `b` merged (kinds that combine), or `None` when one does not fit
+/// in the other's shape, or when it is narrower and has values read outside the merged group
+/// that an input kernel cannot yield (`joined_shape`).
+fn merged_shape(g: &Graph, a: &Group, b: &Group, merged: &HashSet<Node>) -> Option<IterShape> {
+    let (Some(x), Some(y)) = (&a.shape, &b.shape) else { return Some(None) };
+    let (wide, narrow) =
+        if a.kind == Kind::Input || (b.kind != Kind::Input && broadcasts_to(y, x)) { (x, b) } else { (y, a) };
+    let narrow_shape = narrow.shape.as_deref().unwrap_or_default();
+    if !broadcasts_to(narrow_shape, wide) {
+        return None;
+    }
+    let row = (a.kind == Kind::Input || b.kind == Kind::Input).then(|| row_of(wide));
+    let yieldable = |m: Node| {
+        let s = result_shape(g, m);
+        s.as_ref() == Some(wide) || (row.is_some() && s == row)
+    };
+    let inside = |m: Node| merged.contains(&m);
+    narrow.members.iter().all(|&m| yieldable(m) || !used_outside(g, m, &inside)).then(|| Some(wide.clone()))
+}
+
+/// Whether a result of `m` is read by a node `inside` rejects or leaves the region.
+fn used_outside(g: &Graph, m: Node, inside: &dyn Fn(Node) -> bool) -> bool {
+    g.nodes[m].results.iter().any(|&v| g.uses(v).iter().any(|u| u.user().is_none_or(|x| !inside(x))))
 }
 
 /// The position below which nothing can depend on a target whose earliest member is at
