@@ -66,6 +66,7 @@ impl Kind {
 
 #[derive(Debug)]
 struct Group {
+    /// In no particular order (merges append the smaller group to the larger).
     members: Vec<Node>,
     kind: Kind,
     first: usize,
@@ -75,6 +76,12 @@ struct Group {
     device: Option<DeviceSpec>,
     /// The shape the kernel iterates over (`IterShape`).
     shape: IterShape,
+    /// What its reductions reduce (`RowKey`), once it has one.
+    rows: Option<RowKey>,
+    /// The producers of the members' operands: those outside the group are where a path out
+    /// of it comes back in. Includes members that joined after the entry was made (cheaper to
+    /// skip than to remove).
+    producers: Vec<Node>,
 }
 
 /// The shape a group's kernel iterates over: a matmul's product, a reduction's operand, or
@@ -120,21 +127,24 @@ fn fusible(g: &Graph, n: Node) -> bool {
         })
 }
 
-/// Whether the reductions among `a` and `b` all reduce values of one type along the same
-/// axes, so that one kernel can make a pass over each row per reduction (softmax's max and
-/// sum, layernorm's mean and variance) with the row in cache.
-fn same_rows(g: &Graph, a: &[Node], b: &[Node]) -> bool {
-    let key = |n: Node| {
-        let nd = &g.nodes[n];
-        let rank = g.values[nd.operands[0]].ty.as_tensor().map_or(0, |t| t.rank() as i64);
-        let mut axes: Vec<i64> =
-            nd.attrs.ints("axes").unwrap_or(&[]).iter().map(|&x| x.rem_euclid(rank.max(1))).collect();
-        axes.sort_unstable();
-        (&g.values[nd.operands[0]].ty, axes, nd.attrs.get("keep_dims").cloned())
-    };
-    let mut keys = a.iter().chain(b).filter(|&&n| g.nodes[n].op.kind() == OpKind::Reduction).map(|&n| key(n));
-    let Some(first) = keys.next() else { return true };
-    keys.all(|k| k == first)
+/// What a reduction reduces: the operand's type, the axes (normalized, sorted) and whether it
+/// keeps them. The reductions of one input kernel agree on it, so that the kernel makes a
+/// pass over each row per reduction (softmax's max and sum, layernorm's mean and variance)
+/// with the row in cache.
+type RowKey = (Type, Vec<i64>, Option<Attr>);
+
+fn row_key(g: &Graph, n: Node) -> RowKey {
+    let nd = &g.nodes[n];
+    let rank = g.values[nd.operands[0]].ty.as_tensor().map_or(0, |t| t.rank() as i64);
+    let mut axes: Vec<i64> = nd.attrs.ints("axes").unwrap_or(&[]).iter().map(|&x| x.rem_euclid(rank.max(1))).collect();
+    axes.sort_unstable();
+    (g.values[nd.operands[0]].ty.clone(), axes, nd.attrs.get("keep_dims").cloned())
+}
+
+/// The producers of `n`'s operands and `after` values.
+fn producers_of(g: &Graph, n: Node) -> impl Iterator<Item = Node> + '_ {
+    let nd = &g.nodes[n];
+    nd.operands.iter().chain(&nd.control_deps).filter_map(|&v| g.producer(v))
 }
 
 /// A constant cheap enough to copy into every kernel that reads it.
@@ -160,8 +170,7 @@ fn fuse_region(g: &mut Graph, r: Region) -> Result<bool, String> {
 
     let mut groups: Vec<Group> = Vec::new();
     let mut group_of: HashMap<Node, usize> = HashMap::new();
-    // (position, group) each time a group gains a member, in position order.
-    let mut recent: Vec<(usize, usize)> = Vec::new();
+    let mut spans = Spans::new(nodes.len());
     for &n in &nodes {
         if !fusible(g, n) {
             continue;
@@ -179,7 +188,7 @@ fn fuse_region(g: &mut Graph, r: Region) -> Result<bool, String> {
             let accepts = match (grp.kind, op.kind()) {
                 (_, OpKind::Contraction) => None,
                 (Kind::Loop, OpKind::Reduction) => Some(Kind::Input),
-                (Kind::Input, OpKind::Reduction) if same_rows(g, &grp.members, &[n]) => Some(Kind::Input),
+                (Kind::Input, OpKind::Reduction) if grp.rows.as_ref() == Some(&row_key(g, n)) => Some(Kind::Input),
                 (_, OpKind::Reduction) => None,
                 (Kind::Output, OpKind::Elementwise) => Some(Kind::Output),
                 (Kind::Output, _) => None,
@@ -197,23 +206,30 @@ fn fuse_region(g: &mut Graph, r: Region) -> Result<bool, String> {
                 .filter_map(|&v| g.producer(v))
                 .filter(|p| group_of.get(p) != Some(&gi))
                 .collect();
-            let bound = safe_bound(grp.first, &groups, &recent);
-            let state = Fusion { groups: &groups, group_of: &group_of, pos: &pos };
-            if reaches_target(g, starts, &|m| group_of.get(&m) == Some(&gi), bound, &state) {
-                continue;
+            if !starts.is_empty() {
+                let bound = spans.safe_bound(grp.first);
+                let state = Fusion { groups: &groups, group_of: &group_of, pos: &pos };
+                if reaches_target(g, starts, &|m| group_of.get(&m) == Some(&gi), bound, &state) {
+                    continue;
+                }
             }
             joined = Some((gi, kind, shape));
             break;
         }
         match joined {
             Some((gi, kind, shape)) => {
-                groups[gi].members.push(n);
-                groups[gi].kind = kind;
-                groups[gi].shape = shape;
-                groups[gi].last = pos[&n];
+                let grp = &mut groups[gi];
+                grp.members.push(n);
+                grp.kind = kind;
+                grp.shape = shape;
+                grp.last = pos[&n];
+                if op.kind() == OpKind::Reduction && grp.rows.is_none() {
+                    grp.rows = Some(row_key(g, n));
+                }
+                grp.producers.extend(producers_of(g, n));
                 group_of.insert(n, gi);
-                recent.push((pos[&n], gi));
-                merge_sibling_groups(g, n, gi, &mut groups, &mut group_of, &pos, &recent);
+                spans.record(pos[&n], groups[gi].first);
+                merge_sibling_groups(g, n, gi, &mut groups, &mut group_of, &pos, &mut spans);
             }
             None => {
                 let (kind, shape) = match op.kind() {
@@ -223,7 +239,7 @@ fn fuse_region(g: &mut Graph, r: Region) -> Result<bool, String> {
                     _ => (Kind::Loop, result_shape(g, n)),
                 };
                 group_of.insert(n, groups.len());
-                recent.push((pos[&n], groups.len()));
+                spans.record(pos[&n], pos[&n]);
                 groups.push(Group {
                     members: vec![n],
                     kind,
@@ -232,6 +248,8 @@ fn fuse_region(g: &mut Graph, r: Region) -> Result<bool, String> {
                     seg: seg[&n],
                     device: g.nodes[n].device.clone(),
                     shape,
+                    rows: (op.kind() == OpKind::Reduction).then(|| row_key(g, n)),
+                    producers: producers_of(g, n).collect(),
                 });
             }
         }
@@ -240,10 +258,10 @@ fn fuse_region(g: &mut Graph, r: Region) -> Result<bool, String> {
     let mut order_key: HashMap<Node, (usize, usize)> = nodes.iter().map(|&n| (n, (seg[&n], pos[&n]))).collect();
     let mut removed = Vec::new();
     let mut renames = Vec::new();
-    for grp in groups.iter().filter(|grp| grp.members.len() >= 2) {
+    for grp in groups.iter_mut().filter(|grp| grp.members.len() >= 2) {
+        grp.members.sort_unstable_by_key(|m| pos[m]);
         let (fusion, names) = outline(g, r, grp)?;
-        let last = *grp.members.last().expect("groups are not empty");
-        order_key.insert(fusion, (grp.seg, pos[&last]));
+        order_key.insert(fusion, (grp.seg, grp.last));
         removed.extend(grp.members.iter().copied());
         renames.extend(names);
     }
@@ -264,11 +282,11 @@ fn fuse_region(g: &mut Graph, r: Region) -> Result<bool, String> {
 fn merge_sibling_groups(
     g: &Graph,
     n: Node,
-    gi: usize,
+    mut gi: usize,
     groups: &mut [Group],
     group_of: &mut HashMap<Node, usize>,
     pos: &HashMap<Node, usize>,
-    recent: &[(usize, usize)],
+    spans: &mut Spans,
 ) {
     for &v in &g.nodes[n].operands {
         let Some(&hj) = g.producer(v).and_then(|p| group_of.get(&p)) else { continue };
@@ -279,36 +297,51 @@ fn merge_sibling_groups(
         let kind = match (a.kind, b.kind) {
             (Kind::Loop, Kind::Loop) => Kind::Loop,
             (Kind::Loop, Kind::Input) | (Kind::Input, Kind::Loop) => Kind::Input,
-            (Kind::Input, Kind::Input) if same_rows(g, &a.members, &b.members) => Kind::Input,
+            (Kind::Input, Kind::Input) if a.rows == b.rows => Kind::Input,
             _ => continue,
         };
         if a.seg != b.seg || a.device != b.device {
             continue;
         }
-        let merged: HashSet<Node> = a.members.iter().chain(&b.members).copied().collect();
-        let Some(shape) = merged_shape(g, a, b, &merged) else { continue };
+        // Producers that joined their consumer's group since go, so that failed merges do not
+        // scan them again.
+        for k in [gi, hj] {
+            groups[k].producers.retain(|p| group_of.get(p) != Some(&k));
+        }
+        let (a, b) = (&groups[gi], &groups[hj]);
+        let in_merged = |m: Node| group_of.get(&m).is_some_and(|&k| k == gi || k == hj);
+        let Some(shape) = merged_shape(g, a, b, &in_merged) else { continue };
         // Merging is safe unless one of the two depends on the other through an outside node.
-        let starts: Vec<Node> = merged
-            .iter()
-            .flat_map(|&m| g.nodes[m].operands.iter().filter_map(|&v| g.producer(v)))
-            .filter(|p| !merged.contains(p))
-            .collect();
-        let bound = safe_bound(a.first.min(b.first), groups, recent);
-        let state = Fusion { groups, group_of, pos };
-        if reaches_target(g, starts, &|m| merged.contains(&m), bound, &state) {
-            continue;
+        let starts: Vec<Node> = a.producers.iter().chain(&b.producers).copied().filter(|&p| !in_merged(p)).collect();
+        if !starts.is_empty() {
+            let bound = spans.safe_bound(a.first.min(b.first));
+            let state = Fusion { groups, group_of, pos };
+            if reaches_target(g, starts, &in_merged, bound, &state) {
+                continue;
+            }
         }
-        let hfirst = groups[hj].first;
-        let moved = std::mem::take(&mut groups[hj].members);
+        // The larger group takes the smaller one's members, so that a node moves O(log n)
+        // times at most.
+        let (keep, gone) = if groups[gi].members.len() >= groups[hj].members.len() { (gi, hj) } else { (hj, gi) };
+        let moved = std::mem::take(&mut groups[gone].members);
+        let mut producers = std::mem::take(&mut groups[gone].producers);
         for &m in &moved {
-            group_of.insert(m, gi);
+            group_of.insert(m, keep);
         }
-        let grp = &mut groups[gi];
+        let (first, last, rows) = (groups[gone].first, groups[gone].last, groups[gone].rows.take());
+        let grp = &mut groups[keep];
         grp.members.extend(moved);
-        grp.members.sort_by_key(|m| pos[m]);
+        if grp.producers.len() < producers.len() {
+            std::mem::swap(&mut grp.producers, &mut producers);
+        }
+        grp.producers.extend(producers);
         grp.kind = kind;
-        grp.first = grp.first.min(hfirst);
+        grp.first = grp.first.min(first);
+        grp.last = grp.last.max(last);
+        grp.rows = grp.rows.take().or(rows);
         grp.shape = shape;
+        spans.record(grp.last, grp.first);
+        gi = keep;
     }
 }
 
@@ -366,7 +399,7 @@ fn joined_shape(g: &Graph, n: Node, gi: usize, grp: &Group, group_of: &HashMap<N
 /// The shape of groups `a` and `b` merged (kinds that combine), or `None` when one does not fit
 /// in the other's shape, or when it is narrower and has values read outside the merged group
 /// that an input kernel cannot yield (`joined_shape`).
-fn merged_shape(g: &Graph, a: &Group, b: &Group, merged: &HashSet<Node>) -> Option<IterShape> {
+fn merged_shape(g: &Graph, a: &Group, b: &Group, in_merged: &dyn Fn(Node) -> bool) -> Option<IterShape> {
     let (Some(x), Some(y)) = (&a.shape, &b.shape) else { return Some(None) };
     let (wide, narrow) =
         if a.kind == Kind::Input || (b.kind != Kind::Input && broadcasts_to(y, x)) { (x, b) } else { (y, a) };
@@ -379,8 +412,7 @@ fn merged_shape(g: &Graph, a: &Group, b: &Group, merged: &HashSet<Node>) -> Opti
         let s = result_shape(g, m);
         s.as_ref() == Some(wide) || (row.is_some() && s == row)
     };
-    let inside = |m: Node| merged.contains(&m);
-    narrow.members.iter().all(|&m| yieldable(m) || !used_outside(g, m, &inside)).then(|| Some(wide.clone()))
+    narrow.members.iter().all(|&m| yieldable(m) || !used_outside(g, m, in_merged)).then(|| Some(wide.clone()))
 }
 
 /// Whether a result of `m` is read by a node `inside` rejects or leaves the region.
@@ -388,25 +420,53 @@ fn used_outside(g: &Graph, m: Node, inside: &dyn Fn(Node) -> bool) -> bool {
     g.nodes[m].results.iter().any(|&v| g.uses(v).iter().any(|u| u.user().is_none_or(|x| !inside(x))))
 }
 
-/// The position below which nothing can depend on a target whose earliest member is at
-/// `first`, groups counted as single nodes: lowered until no group straddles it (a group with a
-/// member at or after it and one before would let an early node reach the target through the
-/// group's late members).
-fn safe_bound(first: usize, groups: &[Group], recent: &[(usize, usize)]) -> usize {
-    let mut bound = first;
-    loop {
-        let lowest = recent
-            .iter()
-            .rev()
-            .take_while(|&&(last, _)| last >= bound)
-            .filter(|&&(_, k)| !groups[k].members.is_empty())
-            .map(|&(_, k)| groups[k].first)
-            .min()
-            .unwrap_or(bound);
-        if lowest >= bound {
-            return bound;
+/// The span of positions of each group, `first..=last`, as the lowest `first` recorded for
+/// each `last` (a Fenwick tree over positions from the end): what `safe_bound` asks in
+/// logarithmic time. A group records its span whenever it grows; the spans it had before
+/// are covered by the one it has, so they never lower an answer.
+struct Spans {
+    /// 1-based over `len - last`: entry i holds the lowest `first` of its range of ends.
+    tree: Vec<usize>,
+}
+
+impl Spans {
+    fn new(len: usize) -> Spans {
+        Spans { tree: vec![usize::MAX; len + 1] }
+    }
+
+    fn record(&mut self, last: usize, first: usize) {
+        let len = self.tree.len() - 1;
+        let mut i = len - last;
+        while i <= len {
+            self.tree[i] = self.tree[i].min(first);
+            i += i & i.wrapping_neg();
         }
-        bound = lowest;
+    }
+
+    /// The lowest `first` of the groups with a member at `at` or after.
+    fn lowest_from(&self, at: usize) -> usize {
+        let mut i = (self.tree.len() - 1).saturating_sub(at);
+        let mut lowest = usize::MAX;
+        while i > 0 {
+            lowest = lowest.min(self.tree[i]);
+            i -= i & i.wrapping_neg();
+        }
+        lowest
+    }
+
+    /// The position below which nothing can depend on a target whose earliest member is at
+    /// `first`, groups counted as single nodes: lowered until no group straddles it (a group
+    /// with a member at or after it and one before would let an early node reach the target
+    /// through the group's late members).
+    fn safe_bound(&self, first: usize) -> usize {
+        let mut bound = first;
+        loop {
+            let lowest = self.lowest_from(bound);
+            if lowest >= bound {
+                return bound;
+            }
+            bound = lowest;
+        }
     }
 }
 
@@ -421,10 +481,6 @@ fn reaches_target(
 ) -> bool {
     let mut stack = starts;
     let (mut seen, mut seen_groups) = (HashSet::new(), HashSet::new());
-    let producers = |m: Node| {
-        let nd = &g.nodes[m];
-        nd.operands.iter().chain(&nd.control_deps).filter_map(|&v| g.producer(v)).collect::<Vec<_>>()
-    };
     while let Some(m) = stack.pop() {
         if in_target(m) {
             return true;
@@ -438,15 +494,13 @@ fn reaches_target(
                 if grp.last < bound || !seen_groups.insert(h) {
                     continue;
                 }
-                for &member in &grp.members {
-                    stack.extend(producers(member));
-                }
+                stack.extend(&grp.producers);
             }
             None => {
                 if fusion.pos.get(&m).is_none_or(|&p| p < bound) {
                     continue;
                 }
-                stack.extend(producers(m));
+                stack.extend(producers_of(g, m));
             }
         }
     }
