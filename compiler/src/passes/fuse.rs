@@ -209,15 +209,15 @@ fn fuse_region(g: &mut Graph, r: Region) -> Result<bool, String> {
             if !starts.is_empty() {
                 let bound = spans.safe_bound(grp.first);
                 let state = Fusion { groups: &groups, group_of: &group_of, pos: &pos };
-                if reaches_target(g, starts, &|m| group_of.get(&m) == Some(&gi), bound, &state) {
+                if reaches_target(g, starts.clone(), &|m| group_of.get(&m) == Some(&gi), bound, &state) {
                     continue;
                 }
             }
-            joined = Some((gi, kind, shape));
+            joined = Some((gi, kind, shape, starts));
             break;
         }
         match joined {
-            Some((gi, kind, shape)) => {
+            Some((gi, kind, shape, outside)) => {
                 let grp = &mut groups[gi];
                 grp.members.push(n);
                 grp.kind = kind;
@@ -226,7 +226,8 @@ fn fuse_region(g: &mut Graph, r: Region) -> Result<bool, String> {
                 if op.kind() == OpKind::Reduction && grp.rows.is_none() {
                     grp.rows = Some(row_key(g, n));
                 }
-                grp.producers.extend(producers_of(g, n));
+                // Fusible nodes have no `after` lists: their operands are all they depend on.
+                grp.producers.extend(outside);
                 group_of.insert(n, gi);
                 spans.record(pos[&n], groups[gi].first);
                 merge_sibling_groups(g, n, gi, &mut groups, &mut group_of, &pos, &mut spans);
