@@ -18,6 +18,7 @@
 use super::dce::remove_dead;
 use super::rewrite::{constant_of, regions};
 use super::Pass;
+use graphc_ir::shape::broadcasts_to;
 use graphc_ir::{Attr, DeviceSpec, Graph, Node, NodeSpec, Op, OpKind, Region, Type, Value};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, HashSet};
@@ -65,6 +66,7 @@ impl Kind {
 
 #[derive(Debug)]
 struct Group {
+    /// In no particular order (merges append the smaller group to the larger).
     members: Vec<Node>,
     kind: Kind,
     first: usize,
@@ -72,7 +74,23 @@ struct Group {
     last: usize,
     seg: usize,
     device: Option<DeviceSpec>,
+    /// The shape the kernel iterates over (`IterShape`).
+    shape: IterShape,
+    /// What its reductions reduce (`RowKey`), once it has one.
+    rows: Option<RowKey>,
+    /// The producers of the members' operands: those outside the group are where a path out
+    /// of it comes back in. Includes members that joined after the entry was made (cheaper to
+    /// skip than to remove).
+    producers: Vec<Node>,
 }
+
+/// The shape a group's kernel iterates over: a matmul's product, a reduction's operand, or
+/// the widest result of elementwise ops. Every member's result broadcasts into it, and every
+/// result that leaves the kernel has it (or, in an input kernel, one value per row of it): a
+/// backend runs the kernel as one loop nest over it, and an output kernel's epilogue in place
+/// over the product's buffer. `None` once an op that reindexes (reshape, transpose, ...) is
+/// in the group, which no single shape describes.
+type IterShape = Option<Vec<u64>>;
 
 /// Kernels a backend launches for a graph: one per fusion node, one per unfused compute op
 /// (nested control-flow bodies included).
@@ -109,21 +127,24 @@ fn fusible(g: &Graph, n: Node) -> bool {
         })
 }
 
-/// Whether the reductions among `a` and `b` all reduce values of one type along the same
-/// axes, so that one kernel can make a pass over each row per reduction (softmax's max and
-/// sum, layernorm's mean and variance) with the row in cache.
-fn same_rows(g: &Graph, a: &[Node], b: &[Node]) -> bool {
-    let key = |n: Node| {
-        let nd = &g.nodes[n];
-        let rank = g.values[nd.operands[0]].ty.as_tensor().map_or(0, |t| t.rank() as i64);
-        let mut axes: Vec<i64> =
-            nd.attrs.ints("axes").unwrap_or(&[]).iter().map(|&x| x.rem_euclid(rank.max(1))).collect();
-        axes.sort_unstable();
-        (&g.values[nd.operands[0]].ty, axes, nd.attrs.get("keep_dims").cloned())
-    };
-    let mut keys = a.iter().chain(b).filter(|&&n| g.nodes[n].op.kind() == OpKind::Reduction).map(|&n| key(n));
-    let Some(first) = keys.next() else { return true };
-    keys.all(|k| k == first)
+/// What a reduction reduces: the operand's type, the axes (normalized, sorted) and whether it
+/// keeps them. The reductions of one input kernel agree on it, so that the kernel makes a
+/// pass over each row per reduction (softmax's max and sum, layernorm's mean and variance)
+/// with the row in cache.
+type RowKey = (Type, Vec<i64>, Option<Attr>);
+
+fn row_key(g: &Graph, n: Node) -> RowKey {
+    let nd = &g.nodes[n];
+    let rank = g.values[nd.operands[0]].ty.as_tensor().map_or(0, |t| t.rank() as i64);
+    let mut axes: Vec<i64> = nd.attrs.ints("axes").unwrap_or(&[]).iter().map(|&x| x.rem_euclid(rank.max(1))).collect();
+    axes.sort_unstable();
+    (g.values[nd.operands[0]].ty.clone(), axes, nd.attrs.get("keep_dims").cloned())
+}
+
+/// The producers of `n`'s operands and `after` values.
+fn producers_of(g: &Graph, n: Node) -> impl Iterator<Item = Node> + '_ {
+    let nd = &g.nodes[n];
+    nd.operands.iter().chain(&nd.control_deps).filter_map(|&v| g.producer(v))
 }
 
 /// A constant cheap enough to copy into every kernel that reads it.
@@ -149,8 +170,7 @@ fn fuse_region(g: &mut Graph, r: Region) -> Result<bool, String> {
 
     let mut groups: Vec<Group> = Vec::new();
     let mut group_of: HashMap<Node, usize> = HashMap::new();
-    // (position, group) each time a group gains a member, in position order.
-    let mut recent: Vec<(usize, usize)> = Vec::new();
+    let mut spans = Spans::new(nodes.len());
     for &n in &nodes {
         if !fusible(g, n) {
             continue;
@@ -168,7 +188,7 @@ fn fuse_region(g: &mut Graph, r: Region) -> Result<bool, String> {
             let accepts = match (grp.kind, op.kind()) {
                 (_, OpKind::Contraction) => None,
                 (Kind::Loop, OpKind::Reduction) => Some(Kind::Input),
-                (Kind::Input, OpKind::Reduction) if same_rows(g, &grp.members, &[n]) => Some(Kind::Input),
+                (Kind::Input, OpKind::Reduction) if grp.rows.as_ref() == Some(&row_key(g, n)) => Some(Kind::Input),
                 (_, OpKind::Reduction) => None,
                 (Kind::Output, OpKind::Elementwise) => Some(Kind::Output),
                 (Kind::Output, _) => None,
@@ -178,6 +198,7 @@ fn fuse_region(g: &mut Graph, r: Region) -> Result<bool, String> {
             if grp.seg != seg[&n] || grp.device != g.nodes[n].device {
                 continue;
             }
+            let Some(shape) = joined_shape(g, n, gi, grp, &group_of) else { continue };
             // Joining is safe unless another operand of `n` depends on the group.
             let starts: Vec<Node> = g.nodes[n]
                 .operands
@@ -185,31 +206,41 @@ fn fuse_region(g: &mut Graph, r: Region) -> Result<bool, String> {
                 .filter_map(|&v| g.producer(v))
                 .filter(|p| group_of.get(p) != Some(&gi))
                 .collect();
-            let bound = safe_bound(grp.first, &groups, &recent);
-            let state = Fusion { groups: &groups, group_of: &group_of, pos: &pos };
-            if reaches_target(g, starts, &|m| group_of.get(&m) == Some(&gi), bound, &state) {
-                continue;
+            if !starts.is_empty() {
+                let bound = spans.safe_bound(grp.first);
+                let state = Fusion { groups: &groups, group_of: &group_of, pos: &pos };
+                if reaches_target(g, starts.clone(), &|m| group_of.get(&m) == Some(&gi), bound, &state) {
+                    continue;
+                }
             }
-            joined = Some((gi, kind));
+            joined = Some((gi, kind, shape, starts));
             break;
         }
         match joined {
-            Some((gi, kind)) => {
-                groups[gi].members.push(n);
-                groups[gi].kind = kind;
-                groups[gi].last = pos[&n];
+            Some((gi, kind, shape, outside)) => {
+                let grp = &mut groups[gi];
+                grp.members.push(n);
+                grp.kind = kind;
+                grp.shape = shape;
+                grp.last = pos[&n];
+                if op.kind() == OpKind::Reduction && grp.rows.is_none() {
+                    grp.rows = Some(row_key(g, n));
+                }
+                // Fusible nodes have no `after` lists: their operands are all they depend on.
+                grp.producers.extend(outside);
                 group_of.insert(n, gi);
-                recent.push((pos[&n], gi));
-                merge_sibling_groups(g, n, gi, &mut groups, &mut group_of, &pos, &recent);
+                spans.record(pos[&n], groups[gi].first);
+                merge_sibling_groups(g, n, gi, &mut groups, &mut group_of, &pos, &mut spans);
             }
             None => {
-                let kind = match op.kind() {
-                    OpKind::Contraction => Kind::Output,
-                    OpKind::Reduction => Kind::Input,
-                    _ => Kind::Loop,
+                let (kind, shape) = match op.kind() {
+                    OpKind::Contraction => (Kind::Output, result_shape(g, n)),
+                    OpKind::Reduction => (Kind::Input, operand_shape(g, n)),
+                    _ if reindexes(op) => (Kind::Loop, None),
+                    _ => (Kind::Loop, result_shape(g, n)),
                 };
                 group_of.insert(n, groups.len());
-                recent.push((pos[&n], groups.len()));
+                spans.record(pos[&n], pos[&n]);
                 groups.push(Group {
                     members: vec![n],
                     kind,
@@ -217,6 +248,9 @@ fn fuse_region(g: &mut Graph, r: Region) -> Result<bool, String> {
                     last: pos[&n],
                     seg: seg[&n],
                     device: g.nodes[n].device.clone(),
+                    shape,
+                    rows: (op.kind() == OpKind::Reduction).then(|| row_key(g, n)),
+                    producers: producers_of(g, n).collect(),
                 });
             }
         }
@@ -225,10 +259,10 @@ fn fuse_region(g: &mut Graph, r: Region) -> Result<bool, String> {
     let mut order_key: HashMap<Node, (usize, usize)> = nodes.iter().map(|&n| (n, (seg[&n], pos[&n]))).collect();
     let mut removed = Vec::new();
     let mut renames = Vec::new();
-    for grp in groups.iter().filter(|grp| grp.members.len() >= 2) {
+    for grp in groups.iter_mut().filter(|grp| grp.members.len() >= 2) {
+        grp.members.sort_unstable_by_key(|m| pos[m]);
         let (fusion, names) = outline(g, r, grp)?;
-        let last = *grp.members.last().expect("groups are not empty");
-        order_key.insert(fusion, (grp.seg, pos[&last]));
+        order_key.insert(fusion, (grp.seg, grp.last));
         removed.extend(grp.members.iter().copied());
         renames.extend(names);
     }
@@ -249,11 +283,11 @@ fn fuse_region(g: &mut Graph, r: Region) -> Result<bool, String> {
 fn merge_sibling_groups(
     g: &Graph,
     n: Node,
-    gi: usize,
+    mut gi: usize,
     groups: &mut [Group],
     group_of: &mut HashMap<Node, usize>,
     pos: &HashMap<Node, usize>,
-    recent: &[(usize, usize)],
+    spans: &mut Spans,
 ) {
     for &v in &g.nodes[n].operands {
         let Some(&hj) = g.producer(v).and_then(|p| group_of.get(&p)) else { continue };
@@ -264,56 +298,176 @@ fn merge_sibling_groups(
         let kind = match (a.kind, b.kind) {
             (Kind::Loop, Kind::Loop) => Kind::Loop,
             (Kind::Loop, Kind::Input) | (Kind::Input, Kind::Loop) => Kind::Input,
-            (Kind::Input, Kind::Input) if same_rows(g, &a.members, &b.members) => Kind::Input,
+            (Kind::Input, Kind::Input) if a.rows == b.rows => Kind::Input,
             _ => continue,
         };
         if a.seg != b.seg || a.device != b.device {
             continue;
         }
+        // Producers that joined their consumer's group since go, so that failed merges do not
+        // scan them again.
+        for k in [gi, hj] {
+            groups[k].producers.retain(|p| group_of.get(p) != Some(&k));
+        }
+        let (a, b) = (&groups[gi], &groups[hj]);
+        let in_merged = |m: Node| group_of.get(&m).is_some_and(|&k| k == gi || k == hj);
+        let Some(shape) = merged_shape(g, a, b, &in_merged) else { continue };
         // Merging is safe unless one of the two depends on the other through an outside node.
-        let merged: HashSet<Node> = a.members.iter().chain(&b.members).copied().collect();
-        let starts: Vec<Node> = merged
-            .iter()
-            .flat_map(|&m| g.nodes[m].operands.iter().filter_map(|&v| g.producer(v)))
-            .filter(|p| !merged.contains(p))
-            .collect();
-        let bound = safe_bound(a.first.min(b.first), groups, recent);
-        let state = Fusion { groups, group_of, pos };
-        if reaches_target(g, starts, &|m| merged.contains(&m), bound, &state) {
-            continue;
+        let starts: Vec<Node> = a.producers.iter().chain(&b.producers).copied().filter(|&p| !in_merged(p)).collect();
+        if !starts.is_empty() {
+            let bound = spans.safe_bound(a.first.min(b.first));
+            let state = Fusion { groups, group_of, pos };
+            if reaches_target(g, starts, &in_merged, bound, &state) {
+                continue;
+            }
         }
-        let hfirst = groups[hj].first;
-        let moved = std::mem::take(&mut groups[hj].members);
+        // The larger group takes the smaller one's members, so that a node moves O(log n)
+        // times at most.
+        let (keep, gone) = if groups[gi].members.len() >= groups[hj].members.len() { (gi, hj) } else { (hj, gi) };
+        let moved = std::mem::take(&mut groups[gone].members);
+        let mut producers = std::mem::take(&mut groups[gone].producers);
         for &m in &moved {
-            group_of.insert(m, gi);
+            group_of.insert(m, keep);
         }
-        let grp = &mut groups[gi];
+        let (first, last, rows) = (groups[gone].first, groups[gone].last, groups[gone].rows.take());
+        let grp = &mut groups[keep];
         grp.members.extend(moved);
-        grp.members.sort_by_key(|m| pos[m]);
+        if grp.producers.len() < producers.len() {
+            std::mem::swap(&mut grp.producers, &mut producers);
+        }
+        grp.producers.extend(producers);
         grp.kind = kind;
-        grp.first = grp.first.min(hfirst);
+        grp.first = grp.first.min(first);
+        grp.last = grp.last.max(last);
+        grp.rows = grp.rows.take().or(rows);
+        grp.shape = shape;
+        spans.record(grp.last, grp.first);
+        gi = keep;
     }
 }
 
-/// The position below which nothing can depend on a target whose earliest member is at
-/// `first`, groups counted as single nodes: lowered until no group straddles it (a group with a
-/// member at or after it and one before would let an early node reach the target through the
-/// group's late members).
-fn safe_bound(first: usize, groups: &[Group], recent: &[(usize, usize)]) -> usize {
-    let mut bound = first;
-    loop {
-        let lowest = recent
-            .iter()
-            .rev()
-            .take_while(|&&(last, _)| last >= bound)
-            .filter(|&&(_, k)| !groups[k].members.is_empty())
-            .map(|&(_, k)| groups[k].first)
-            .min()
-            .unwrap_or(bound);
-        if lowest >= bound {
-            return bound;
+fn result_shape(g: &Graph, n: Node) -> IterShape {
+    Some(g.values[*g.nodes[n].results.first()?].ty.as_tensor()?.shape.clone())
+}
+
+fn operand_shape(g: &Graph, n: Node) -> IterShape {
+    Some(g.values[*g.nodes[n].operands.first()?].ty.as_tensor()?.shape.clone())
+}
+
+/// Injective ops other than broadcasts move elements to other indices.
+fn reindexes(op: Op) -> bool {
+    op.kind() == OpKind::Injective && !matches!(op, Op::Broadcast | Op::Identity)
+}
+
+/// `shape` with its last axis 1: one value per row of it.
+fn row_of(shape: &[u64]) -> Vec<u64> {
+    let mut row = shape.to_vec();
+    if let Some(last) = row.last_mut() {
+        *last = 1;
+    }
+    row
+}
+
+/// The group's shape once `n` joins it (a group that `n`'s kind already accepts), or `None` when
+/// no kernel could run them together: an epilogue that does not keep the product's shape, a
+/// reduction of anything but the shape iterated, an op wider than an input kernel's rows, or
+/// one that widens a loop kernel whose narrower values are still read outside it (they would
+/// leave the kernel in a shape it does not iterate).
+fn joined_shape(g: &Graph, n: Node, gi: usize, grp: &Group, group_of: &HashMap<Node, usize>) -> Option<IterShape> {
+    let op = g.nodes[n].op;
+    if grp.kind == Kind::Output {
+        return (result_shape(g, n) == grp.shape).then(|| grp.shape.clone());
+    }
+    if op.kind() == OpKind::Reduction {
+        return match &grp.shape {
+            None => Some(None),
+            Some(s) => (operand_shape(g, n).as_ref() == Some(s)).then(|| grp.shape.clone()),
+        };
+    }
+    let Some(s) = &grp.shape else { return Some(None) };
+    if reindexes(op) {
+        return Some(None);
+    }
+    let out = result_shape(g, n)?;
+    if broadcasts_to(&out, s) {
+        return Some(grp.shape.clone());
+    }
+    let inside = |m: Node| m == n || group_of.get(&m) == Some(&gi);
+    let widens = grp.kind == Kind::Loop && broadcasts_to(s, &out);
+    (widens && grp.members.iter().all(|&m| !used_outside(g, m, &inside))).then_some(Some(out))
+}
+
+/// The shape of groups `a` and `b` merged (kinds that combine), or `None` when one does not fit
+/// in the other's shape, or when it is narrower and has values read outside the merged group
+/// that an input kernel cannot yield (`joined_shape`).
+fn merged_shape(g: &Graph, a: &Group, b: &Group, in_merged: &dyn Fn(Node) -> bool) -> Option<IterShape> {
+    let (Some(x), Some(y)) = (&a.shape, &b.shape) else { return Some(None) };
+    let (wide, narrow) =
+        if a.kind == Kind::Input || (b.kind != Kind::Input && broadcasts_to(y, x)) { (x, b) } else { (y, a) };
+    let narrow_shape = narrow.shape.as_deref().unwrap_or_default();
+    if !broadcasts_to(narrow_shape, wide) {
+        return None;
+    }
+    let row = (a.kind == Kind::Input || b.kind == Kind::Input).then(|| row_of(wide));
+    let yieldable = |m: Node| {
+        let s = result_shape(g, m);
+        s.as_ref() == Some(wide) || (row.is_some() && s == row)
+    };
+    narrow.members.iter().all(|&m| yieldable(m) || !used_outside(g, m, in_merged)).then(|| Some(wide.clone()))
+}
+
+/// Whether a result of `m` is read by a node `inside` rejects or leaves the region.
+fn used_outside(g: &Graph, m: Node, inside: &dyn Fn(Node) -> bool) -> bool {
+    g.nodes[m].results.iter().any(|&v| g.uses(v).iter().any(|u| u.user().is_none_or(|x| !inside(x))))
+}
+
+/// The span of positions of each group, `first..=last`, as the lowest `first` recorded for
+/// each `last` (a Fenwick tree over positions from the end): what `safe_bound` asks in
+/// logarithmic time. A group records its span whenever it grows; the spans it had before
+/// are covered by the one it has, so they never lower an answer.
+struct Spans {
+    /// 1-based over `len - last`: entry i holds the lowest `first` of its range of ends.
+    tree: Vec<usize>,
+}
+
+impl Spans {
+    fn new(len: usize) -> Spans {
+        Spans { tree: vec![usize::MAX; len + 1] }
+    }
+
+    fn record(&mut self, last: usize, first: usize) {
+        let len = self.tree.len() - 1;
+        let mut i = len - last;
+        while i <= len {
+            self.tree[i] = self.tree[i].min(first);
+            i += i & i.wrapping_neg();
         }
-        bound = lowest;
+    }
+
+    /// The lowest `first` of the groups with a member at `at` or after.
+    fn lowest_from(&self, at: usize) -> usize {
+        let mut i = (self.tree.len() - 1).saturating_sub(at);
+        let mut lowest = usize::MAX;
+        while i > 0 {
+            lowest = lowest.min(self.tree[i]);
+            i -= i & i.wrapping_neg();
+        }
+        lowest
+    }
+
+    /// The position below which nothing can depend on a target whose earliest member is at
+    /// `first`, groups counted as single nodes: lowered until no group straddles it (a group
+    /// with a member at or after it and one before would let an early node reach the target
+    /// through the group's late members).
+    fn safe_bound(&self, first: usize) -> usize {
+        let mut bound = first;
+        loop {
+            let lowest = self.lowest_from(bound);
+            if lowest >= bound {
+                return bound;
+            }
+            bound = lowest;
+        }
     }
 }
 
@@ -328,10 +482,6 @@ fn reaches_target(
 ) -> bool {
     let mut stack = starts;
     let (mut seen, mut seen_groups) = (HashSet::new(), HashSet::new());
-    let producers = |m: Node| {
-        let nd = &g.nodes[m];
-        nd.operands.iter().chain(&nd.control_deps).filter_map(|&v| g.producer(v)).collect::<Vec<_>>()
-    };
     while let Some(m) = stack.pop() {
         if in_target(m) {
             return true;
@@ -345,15 +495,13 @@ fn reaches_target(
                 if grp.last < bound || !seen_groups.insert(h) {
                     continue;
                 }
-                for &member in &grp.members {
-                    stack.extend(producers(member));
-                }
+                stack.extend(&grp.producers);
             }
             None => {
                 if fusion.pos.get(&m).is_none_or(|&p| p < bound) {
                     continue;
                 }
-                stack.extend(producers(m));
+                stack.extend(producers_of(g, m));
             }
         }
     }
