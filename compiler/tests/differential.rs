@@ -14,9 +14,8 @@
 //! GRAPHC_FUZZ_CASES=100000 GRAPHC_FUZZ_SEED=42 cargo test --release -p graphc --test differential -- --nocapture
 //! ```
 //!
-//! Two kinds of disagreement are excused and counted: the CPU backend's known bugs (`Known`,
-//! where an interpreter with the bug built in agrees), and, unless `GRAPHC_FUZZ_STRICT=1`,
-//! those that go away with inputs capped at 1e6 in magnitude (`magnitude_only`).
+//! One kind of disagreement is excused and counted, unless `GRAPHC_FUZZ_STRICT=1`: one that
+//! goes away with inputs capped at 1e6 in magnitude (`magnitude_only`).
 //!
 //! A failing graph is minimized (one output, ops bypassed while it still fails) and written
 //! with its inputs to `GRAPHC_FUZZ_OUT` (default `target/fuzz-failures/`) as `SEED.gir` and
@@ -446,82 +445,6 @@ fn run_twice(s: &Session, m: &Module, feeds: &[(String, Arc<Tensor>)]) -> Vec<Re
     out
 }
 
-/// Bugs of the CPU backend already being fixed, which the fuzzer excuses (and counts) where
-/// the compiled results agree with an interpreter that has them.
-#[derive(Clone, Copy, Debug, PartialEq)]
-enum Known {
-    /// The non-positive exponential (softmax's `exp(x - max(x))`, `exp(-|x|)`, sigmoid's and
-    /// tanh's exp(-|x|)) clamps its input at -87.3: about 1e-38 where the reference has a
-    /// denormal or 0.
-    ExpClamp,
-    /// `relu(-0)` is -0 where the reference has +0.
-    ReluNegZero,
-}
-
-const EXP_CLAMP: f32 = -87.3;
-
-/// `m` with the known bug built in, for the interpreter: softmax expanded (canonicalize), then
-/// the affected ops rewritten into ones that give what the compiled code gives.
-fn with_known_bug(m: &Module, bug: Known) -> Module {
-    let mut m = m.clone();
-    PassManager::new("canonicalize").unwrap().run(&mut m, &mut |_| {}).expect("canonicalize runs");
-    for g in &mut m.graphs {
-        let regions: Vec<Region> = g.regions.keys().collect();
-        for r in regions {
-            let nodes = g.regions[r].nodes.clone();
-            for n in nodes.into_iter().rev() {
-                let nd = g.nodes[n].clone();
-                let (Some(&x), Some(&old)) = (nd.operands.first(), nd.results.first()) else { continue };
-                let op_of = |v: Value| g.producer(v).map(|p| g.nodes[p].op);
-                let at_most_zero = match g.producer(x).map(|p| &g.nodes[p]) {
-                    Some(p) if p.op == Op::Sub => op_of(p.operands[1]) == Some(Op::ReduceMax),
-                    Some(p) if p.op == Op::Neg => op_of(p.operands[0]) == Some(Op::Abs),
-                    _ => false,
-                };
-                let at = g.regions[r].nodes.iter().position(|&k| k == n).expect("the node is in its region") + 1;
-                let new = match (bug, nd.op) {
-                    (Known::ExpClamp, Op::Exp) if at_most_zero => {
-                        let c = g.insert_node(r, at, scalar(EXP_CLAMP)).unwrap();
-                        let c = g.nodes[c].results[0];
-                        let mx = g.insert_node(r, at + 1, NodeSpec::new(Op::Max, vec![x, c])).unwrap();
-                        let mx = g.nodes[mx].results[0];
-                        g.insert_node(r, at + 2, NodeSpec::new(nd.op, vec![mx])).unwrap()
-                    }
-                    (Known::ExpClamp, Op::Sigmoid) => {
-                        let c = g.insert_node(r, at, scalar(EXP_CLAMP)).unwrap();
-                        let c = g.nodes[c].results[0];
-                        let mx = g.insert_node(r, at + 1, NodeSpec::new(Op::Max, vec![x, c])).unwrap();
-                        let mx = g.nodes[mx].results[0];
-                        g.insert_node(r, at + 2, NodeSpec::new(Op::Sigmoid, vec![mx])).unwrap()
-                    }
-                    (Known::ReluNegZero, Op::Relu) => {
-                        let z = g.insert_node(r, at, scalar(0.0)).unwrap();
-                        let z = g.nodes[z].results[0];
-                        let neg = g.insert_node(r, at + 1, NodeSpec::new(Op::Less, vec![x, z])).unwrap();
-                        let neg = g.nodes[neg].results[0];
-                        g.insert_node(r, at + 2, NodeSpec::new(Op::Select, vec![neg, z, x])).unwrap()
-                    }
-                    _ => continue,
-                };
-                let new = g.nodes[new].results[0];
-                g.replace_all_uses(old, new);
-            }
-        }
-    }
-    m
-}
-
-/// How the compiled pipeline disagrees with the interpreter on `m`, if it does, unless only by
-/// a `Known` bug.
-fn disagreement(m: &Module, feeds: &[(String, Arc<Tensor>)]) -> Option<String> {
-    let e = compare(m, feeds, None).err()?;
-    (!known_bug(m, feeds)).then_some(e)
-}
-
-fn known_bug(m: &Module, feeds: &[(String, Arc<Tensor>)]) -> bool {
-    [Known::ExpClamp, Known::ReluNegZero].iter().any(|&bug| compare(m, feeds, Some(bug)).is_ok())
-}
-
 /// Whether the disagreement goes away when no finite input exceeds `MAGNITUDE_CAP`: it comes
 /// from huge terms, whose sums SPEC §12 bounds relative to the terms (a matrix product's
 /// (|A||B|)_ij), not to the result they cancel to, and which any summation order may round
@@ -541,7 +464,7 @@ fn magnitude_only(m: &Module, feeds: &[(String, Arc<Tensor>)]) -> bool {
             (name.clone(), Arc::new(t))
         })
         .collect();
-    compare(m, &capped, None).is_ok()
+    compare(m, &capped).is_ok()
 }
 
 const MAGNITUDE_CAP: f32 = 1e6;
@@ -558,14 +481,10 @@ fn minimize_more() -> bool {
     MINIMIZED.fetch_add(1, std::sync::atomic::Ordering::Relaxed) < MAX_MINIMIZED
 }
 
-/// Graphs that disagreed only by a `Known` bug.
-static KNOWN: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-
-/// The compiled pipeline against the interpreter on `m` (with `bug` built in).
-fn compare(m: &Module, feeds: &[(String, Arc<Tensor>)], bug: Option<Known>) -> Result<(), String> {
-    let reference = bug.map_or_else(|| m.clone(), |b| with_known_bug(m, b));
-    let interp = Session::new(reference.clone(), options()).expect("a verified module makes a session");
-    let want = run_twice(&interp, &reference, feeds);
+/// The compiled pipeline against the interpreter on `m`.
+fn compare(m: &Module, feeds: &[(String, Arc<Tensor>)]) -> Result<(), String> {
+    let interp = Session::new(m.clone(), options()).expect("a verified module makes a session");
+    let want = run_twice(&interp, m, feeds);
     let mut opt = m.clone();
     if let Err(e) = PassManager::new(DEFAULT_PIPELINE).unwrap().run(&mut opt, &mut |_| {}) {
         return Err(format!("the default pipeline fails: {e}"));
@@ -605,7 +524,7 @@ fn minimize(m: &Module, feeds: &[(String, Arc<Tensor>)]) -> Module {
     for o in outputs.iter().filter(|_| outputs.len() > 1) {
         let mut t = best.clone();
         t.graphs[0].set_outputs(vec![o.clone()]);
-        if dce(&mut t) && disagreement(&t, feeds).is_some() {
+        if dce(&mut t) && compare(&t, feeds).is_err() {
             best = t;
             break;
         }
@@ -623,7 +542,7 @@ fn minimize(m: &Module, feeds: &[(String, Arc<Tensor>)]) -> Module {
             for &o in nd.operands.iter().filter(|&&o| g.values[o].ty == g.values[r].ty) {
                 let mut t = best.clone();
                 t.graphs[0].replace_all_uses(r, o);
-                if dce(&mut t) && verify_module(&t).is_empty() && disagreement(&t, feeds).is_some() {
+                if dce(&mut t) && verify_module(&t).is_empty() && compare(&t, feeds).is_err() {
                     best = t;
                     shrunk = true;
                     break;
@@ -639,7 +558,7 @@ fn minimize(m: &Module, feeds: &[(String, Arc<Tensor>)]) -> Module {
 /// Minimizes a failure of `seed` and writes it with its inputs; returns the report line.
 fn report(seed: u64, m: &Module, feeds: &[(String, Arc<Tensor>)], what: &str) -> String {
     let small = minimize(m, feeds);
-    let mut why = disagreement(&small, feeds).unwrap_or_else(|| what.to_string());
+    let mut why = compare(&small, feeds).err().unwrap_or_else(|| what.to_string());
     if magnitude_only(&small, feeds) {
         why = format!("{why} (gone with inputs capped at {MAGNITUDE_CAP:e})");
     }
@@ -666,11 +585,7 @@ fn check(seed: u64) -> Result<(), String> {
     // The printed graph must parse back to a verifying module: a written failure replays.
     let text = print_module(&m);
     parse_module(&text).map_err(|e| format!("seed {seed}: the printed graph does not parse: {e:?}\n{text}"))?;
-    let Err(what) = compare(&m, &feeds, None) else { return Ok(()) };
-    if known_bug(&m, &feeds) {
-        KNOWN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        return Ok(());
-    }
+    let Err(what) = compare(&m, &feeds) else { return Ok(()) };
     let strict = std::env::var("GRAPHC_FUZZ_STRICT").is_ok_and(|v| v == "1");
     if !strict && magnitude_only(&m, &feeds) {
         HUGE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -718,11 +633,10 @@ fn default_pipeline_agrees_with_the_interpreter_on_random_graphs() {
         seed = seed.wrapping_add(1);
         done += 1;
     }
-    let known = KNOWN.load(std::sync::atomic::Ordering::Relaxed);
     let huge = HUGE.load(std::sync::atomic::Ordering::Relaxed);
     eprintln!(
-        "differential fuzzer: {done} graphs from seed {first}, {} failed: {failures:?}; excused: {known} by known \
-         bugs, {huge} by huge inputs",
+        "differential fuzzer: {done} graphs from seed {first}, {} failed: {failures:?}; excused: {huge} by huge \
+         inputs",
         failures.len()
     );
     assert!(failures.is_empty(), "{} of {done} graphs disagree (seeds {failures:?})", failures.len());
@@ -784,7 +698,7 @@ fn fusions_of_broadcasting_and_reducing_graphs_run_compiled_and_agree() {
                     (m.graphs[0].values[v].name.clone().unwrap(), Arc::new(tensor_of(&mut rng, &t)))
                 })
                 .collect();
-            if let Some(e) = disagreement(&m, &feeds) {
+            if let Err(e) = compare(&m, &feeds) {
                 panic!("graph {i}, seed {seed}: {e}\n{text}");
             }
         }

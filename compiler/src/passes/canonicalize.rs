@@ -153,13 +153,17 @@ fn rule(g: &Graph, n: Node) -> Option<Rewrite> {
     let keep = |v: Value| {
         (same(v) && (nd.device.is_none() || nd.device.as_ref() == device_of(v))).then_some(Rewrite::Value(v))
     };
-    let zero = |v: Value| is_splat_of(g, v, 0.0) || is_splat_of(g, v, -0.0);
+    // In floats `x + 0` is not `x`: `-0 + +0` is `+0`. `x + -0` and `x - +0` are `x` for every
+    // x, NaN and -0 included; integers have one zero.
+    let float = ty(result).as_tensor().is_some_and(|t| t.dtype.is_float());
+    let adds_nothing = |v: Value| is_splat_of(g, v, -0.0) || !float && is_splat_of(g, v, 0.0);
+    let subtracts_nothing = |v: Value| is_splat_of(g, v, 0.0) || !float && is_splat_of(g, v, -0.0);
     let one = |v: Value| is_splat_of(g, v, 1.0);
     let def = |v: Value| g.producer(v).map(|p| &g.nodes[p]).filter(|p| p.control_deps.is_empty());
     match nd.op {
-        Op::Add if zero(ops[1]) => keep(ops[0]),
-        Op::Add if zero(ops[0]) => keep(ops[1]),
-        Op::Sub if zero(ops[1]) => keep(ops[0]),
+        Op::Add if adds_nothing(ops[1]) => keep(ops[0]),
+        Op::Add if adds_nothing(ops[0]) => keep(ops[1]),
+        Op::Sub if subtracts_nothing(ops[1]) => keep(ops[0]),
         Op::Mul if one(ops[1]) => keep(ops[0]),
         Op::Mul if one(ops[0]) => keep(ops[1]),
         Op::Div | Op::Pow if one(ops[1]) => keep(ops[0]),
