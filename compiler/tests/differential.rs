@@ -14,8 +14,10 @@
 //! GRAPHC_FUZZ_CASES=100000 GRAPHC_FUZZ_SEED=42 cargo test --release -p graphc --test differential -- --nocapture
 //! ```
 //!
-//! One kind of disagreement is excused and counted, unless `GRAPHC_FUZZ_STRICT=1`: one that
-//! goes away with inputs capped at 1e6 in magnitude (`magnitude_only`).
+//! Two kinds of disagreement are excused and counted, unless `GRAPHC_FUZZ_STRICT=1`: one that
+//! goes away with inputs capped at 1e6 in magnitude (`magnitude_only`), and one no larger than
+//! the interpreter's own results scatter over inputs changed by 1 ± 1e-5, the rounding a fused
+//! kernel may do (`ill_conditioned`: cancellation scaled up).
 //!
 //! A failing graph is minimized (one output, ops bypassed while it still fails) and written
 //! with its inputs to `GRAPHC_FUZZ_OUT` (default `target/fuzz-failures/`) as `SEED.gir` and
@@ -405,17 +407,24 @@ fn generate(seed: u64) -> (Module, Vec<(String, Arc<Tensor>)>) {
 /// infinities exactly, else 1e-4 relative with an absolute floor (1e-6, or 1e-4 when a matrix
 /// product's terms may have cancelled: its bound is relative to the terms, not the result).
 // TODO(lead): swap for the shared `assert_close_spec` in compiler/tests/common/ once it lands.
-fn close_spec(want: &Tensor, got: &Tensor, floor: f64) -> Result<(), String> {
+///
+/// `nearby`, when given, holds the interpreter's results on inputs perturbed as a kernel's
+/// allowed rounding perturbs its operands (`perturbed`): where they scatter, the computation
+/// is ill-conditioned there, and the compiled result may differ by as much (NaN or an
+/// infinity included, where a nearby result has it).
+fn close_spec(want: &Tensor, got: &Tensor, floor: f64, nearby: &[&Tensor]) -> Result<(), String> {
     if want.ty() != got.ty() {
         return Err(format!("interpreter gives {}, compiled {}", want.ty(), got.ty()));
     }
+    let nearby: Vec<Vec<f64>> = nearby.iter().map(|t| t.to_f64_vec()).collect();
     for (i, (a, b)) in want.to_f64_vec().into_iter().zip(got.to_f64_vec()).enumerate() {
-        let ok = if a.is_nan() || b.is_nan() {
-            a.is_nan() && b.is_nan()
-        } else if a.is_infinite() || b.is_infinite() {
-            a == b
+        let near = || nearby.iter().map(move |n| n[i]);
+        let same_class = |x: f64| if b.is_nan() { x.is_nan() } else { x == b };
+        let ok = if a.is_nan() || b.is_nan() || a.is_infinite() || b.is_infinite() {
+            same_class(a) || near().any(same_class)
         } else {
-            (a - b).abs() <= (1e-4 * a.abs()).max(floor)
+            let spread = near().map(|x| if x.is_finite() { (x - a).abs() } else { f64::INFINITY }).fold(0.0, f64::max);
+            (a - b).abs() <= (1e-4 * a.abs()).max(floor) + 4.0 * spread
         };
         if !ok {
             return Err(format!("element {i}: interpreter {a:e}, compiled {b:e}"));
@@ -469,6 +478,40 @@ fn magnitude_only(m: &Module, feeds: &[(String, Arc<Tensor>)]) -> bool {
 
 const MAGNITUDE_CAP: f32 = 1e6;
 
+/// `feeds` with each finite nonzero element scaled by 1 ± 1e-5 (signs drawn from `k`): the
+/// relative change SPEC §12 lets a fused kernel's rounding make, here made to the inputs.
+fn perturbed(feeds: &[(String, Arc<Tensor>)], k: u64) -> Vec<(String, Arc<Tensor>)> {
+    let mut rng = Rng(0x5eed ^ k.wrapping_mul(0x9e37_79b9));
+    feeds
+        .iter()
+        .map(|(name, t)| {
+            let t = match &**t {
+                Tensor::F32(a) => Tensor::F32(a.mapv(|x| {
+                    let s = if rng.chance(50) { 1.0 + 1e-5 } else { 1.0 - 1e-5 };
+                    if x.is_finite() && x != 0.0 {
+                        x * s
+                    } else {
+                        x
+                    }
+                })),
+                other => other.clone(),
+            };
+            (name.clone(), Arc::new(t))
+        })
+        .collect()
+}
+
+/// Whether the disagreement is within the graph's conditioning at these inputs: as large as
+/// the interpreter's own results scatter over inputs perturbed by what rounding may do
+/// (`perturbed`), e.g. a sum of terms that cancel, then scaled up. Excused unless
+/// `GRAPHC_FUZZ_STRICT=1`.
+fn ill_conditioned(m: &Module, feeds: &[(String, Arc<Tensor>)]) -> bool {
+    compare_near(m, feeds, 3).is_ok()
+}
+
+/// Graphs excused by `ill_conditioned`.
+static ILL: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 /// Graphs excused by `magnitude_only`.
 static HUGE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
@@ -483,8 +526,18 @@ fn minimize_more() -> bool {
 
 /// The compiled pipeline against the interpreter on `m`.
 fn compare(m: &Module, feeds: &[(String, Arc<Tensor>)]) -> Result<(), String> {
-    let interp = Session::new(m.clone(), options()).expect("a verified module makes a session");
-    let want = run_twice(&interp, m, feeds);
+    compare_near(m, feeds, 0)
+}
+
+/// `compare`, allowing in each element the scatter of the interpreter's results over
+/// `samples` runs on `perturbed` inputs.
+fn compare_near(m: &Module, feeds: &[(String, Arc<Tensor>)], samples: u64) -> Result<(), String> {
+    let reference = |feeds: &[(String, Arc<Tensor>)]| {
+        let interp = Session::new(m.clone(), options()).expect("a verified module makes a session");
+        run_twice(&interp, m, feeds)
+    };
+    let want = reference(feeds);
+    let nearby: Vec<_> = (0..samples).map(|k| reference(&perturbed(feeds, k))).collect();
     let mut opt = m.clone();
     if let Err(e) = PassManager::new(DEFAULT_PIPELINE).unwrap().run(&mut opt, &mut |_| {}) {
         return Err(format!("the default pipeline fails: {e}"));
@@ -500,7 +553,9 @@ fn compare(m: &Module, feeds: &[(String, Arc<Tensor>)]) -> Result<(), String> {
         match (w, g) {
             (Ok(w), Ok(g)) => {
                 for (k, (a, b)) in w.iter().zip(g).enumerate() {
-                    if let Err(e) = close_spec(a, b, floor) {
+                    let near: Vec<&Tensor> =
+                        nearby.iter().filter_map(|n| n[run].as_ref().ok().and_then(|o| o.get(k))).collect();
+                    if let Err(e) = close_spec(a, b, floor, &near) {
                         return Err(format!("run {run}, output {k}: {e}"));
                     }
                 }
@@ -591,6 +646,10 @@ fn check(seed: u64) -> Result<(), String> {
         HUGE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         return Ok(());
     }
+    if !strict && ill_conditioned(&m, &feeds) {
+        ILL.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        return Ok(());
+    }
     if !minimize_more() {
         return Err(format!("seed {seed}: {what} (not minimized: {MAX_MINIMIZED} were)"));
     }
@@ -634,9 +693,10 @@ fn default_pipeline_agrees_with_the_interpreter_on_random_graphs() {
         done += 1;
     }
     let huge = HUGE.load(std::sync::atomic::Ordering::Relaxed);
+    let ill = ILL.load(std::sync::atomic::Ordering::Relaxed);
     eprintln!(
         "differential fuzzer: {done} graphs from seed {first}, {} failed: {failures:?}; excused: {huge} by huge \
-         inputs",
+         inputs, {ill} as ill-conditioned",
         failures.len()
     );
     assert!(failures.is_empty(), "{} of {done} graphs disagree (seeds {failures:?})", failures.len());

@@ -655,3 +655,64 @@ fn the_spec_comparison_catches_what_the_old_one_let_pass() {
     assert!(fails(&[0.0], &[denormal], bound("exp")), "a denormal is not zero");
     assert!(check_close(&t(&[1.0]), &Tensor::F32(ndarray::arr2(&[[1.0f32]]).into_dyn()), chain).is_err());
 }
+
+/// Where libm's tanh is exactly ±1 (|x| above about 9.01), the compiled one is too: within
+/// 4 ulp is not enough there, since `log(tanh x)` is then 0 and not a tiny negative number
+/// whose log is NaN (found by the differential fuzzer).
+#[test]
+fn tanh_saturates_exactly_where_the_reference_does() {
+    // From 9.2 up: just below, libm's tanh is 1 - 2^-24 for some x and 1 for others, and a
+    // result one ulp away is within the bound (and log log of it NaN or -inf).
+    let xs: Vec<f32> = (0..2000).map(|i| 9.2 + i as f32 * 0.05).flat_map(|x| [x, -x]).collect();
+    let n = xs.len();
+    let text = format!(
+        "graph @g(%x: f32[{n}]) -> (y: f32[{n}], z: f32[{n}]) {{\n  %y = tanh %x : f32[{n}]\n  %a = abs %y : f32[{n}]\n  %l = log %a : f32[{n}]\n  %z = log %l : f32[{n}]\n  return %y, %z\n}}\n"
+    );
+    let m = optimize(&parse_module(&text).unwrap());
+    let feeds = vec![("x".to_string(), Arc::new(Tensor::F32(ndarray::Array::from_vec(xs.clone()).into_dyn())))];
+    for isa in [Isa::Native, Isa::Sse] {
+        let kernels = CpuKernels::compile_with(&m, &CompileOptions { isa }).unwrap();
+        let jit = Session::with_compiled(m.clone(), options(), kernels).unwrap();
+        let got = run_all(&jit, &m, Some(&feeds));
+        let Ok(got) = &got[0] else { panic!("{got:?}") };
+        let Some(Tensor::F32(y)) = &got[0] else { panic!("f32 results") };
+        for (x, t) in xs.iter().zip(y.iter()) {
+            if x.tanh().abs() == 1.0 {
+                assert_eq!(t.to_bits(), x.tanh().to_bits(), "{isa:?}: tanh({x}) = {t}, libm {}", x.tanh());
+            }
+        }
+        let interp = Session::new(m.clone(), options()).unwrap();
+        assert_same(&run_all(&interp, &m, Some(&feeds)), &run_all(&jit, &m, Some(&feeds)), "log log |tanh|");
+    }
+}
+
+/// A product whose terms are all zeros is +0, as the reference's sum from +0 is, whatever
+/// their signs: a later division then gives the reference's +inf and not -inf (found by the
+/// differential fuzzer, where gemm gave -0 for a single term -0 * x).
+#[test]
+fn zero_products_are_positive_zeros() {
+    for k in [1u64, 2, 9] {
+        let text = format!(
+            "graph @g(%a: f32[5,{k}], %b: f32[{k},8], %one: f32[5,8]) -> (p: f32[5,8], q: f32[5,8]) {{\n  %p = matmul %a, %b : f32[5,8]\n  %q = div %one, %p : f32[5,8]\n  return %p, %q\n}}\n"
+        );
+        let m = parse_module(&text).unwrap();
+        let signed = |shape: Vec<usize>, v: f32| {
+            let n: usize = shape.iter().product();
+            Arc::new(Tensor::F32(ndarray::Array::from_shape_vec(shape, vec![v; n]).unwrap()))
+        };
+        let feeds = vec![
+            ("a".to_string(), signed(vec![5, k as usize], -0.0)),
+            ("b".to_string(), signed(vec![k as usize, 8], 3.0)),
+            ("one".to_string(), signed(vec![5, 8], 1.0)),
+        ];
+        for m in [m.clone(), optimize(&m)] {
+            assert!(compare(&m, &text, Some(&feeds)) >= 1, "{text}");
+            let kernels = CpuKernels::compile(&m).unwrap();
+            let jit = Session::with_compiled(m.clone(), options(), kernels).unwrap();
+            let got = run_all(&jit, &m, Some(&feeds));
+            let Ok(got) = &got[0] else { panic!("{got:?}") };
+            let Some(Tensor::F32(q)) = &got[1] else { panic!("f32 results") };
+            assert!(q.iter().all(|&x| x == f32::INFINITY), "k = {k}: {q:?}");
+        }
+    }
+}

@@ -848,15 +848,23 @@ fn sigmoid(b: &mut FunctionBuilder<'_>, x: Value, d: Decay, l: Lanes) -> Value {
     choose(b, gone, zero, y, l.n)
 }
 
-/// tanh |x| = (1 - e^2) / (1 + e^2) with e = exp(-|x|), the numerator as -(e - 1)(e + 1) so
-/// that small |x| keeps its precision; then x's sign. Within a few ulp of libm's tanhf.
+/// tanh |x| = (1 - e^2) / (1 + e^2) with e = exp(-|x|); then x's sign. Within a few ulp of
+/// libm's tanhf, and exactly 1 where it is (|x| above about 9.01), which `log(tanh x)` and
+/// `1 - tanh x` see: below |x| = 0.55 the numerator is -(e - 1)(e + 1), which keeps small
+/// |x|'s precision, above it e^2 - 1, which keeps e^2's last bits (e - 1 has rounded them
+/// away: 1 - 2^-25 is a tie that goes to 1 - 2^-24).
 fn tanh(b: &mut FunctionBuilder<'_>, x: Value, d: Decay, l: Lanes) -> Value {
     let one = konst(b, 1.0, l);
     let e2 = b.ins().fmul(d.e, d.e);
     let den = b.ins().fadd(one, e2);
     let two = konst(b, 2.0, l);
     let ep1 = b.ins().fadd(d.em1, two);
-    let num = b.ins().fmul(d.em1, ep1);
+    let near_zero = b.ins().fmul(d.em1, ep1);
+    let away = b.ins().fsub(e2, one);
+    // e > exp(-0.55) exactly when |x| < 0.55; a NaN takes the second form, which keeps it.
+    let small = konst(b, (-0.55f32).exp(), l);
+    let is_small = b.ins().fcmp(FloatCC::GreaterThan, d.e, small);
+    let num = choose(b, is_small, near_zero, away, l.n);
     // num / den = -tanh |x| <= 0; the result takes the magnitude and x's sign.
     let t = b.ins().fdiv(num, den);
     copysign(b, t, x, l)
