@@ -259,6 +259,10 @@ fn fuse_region(g: &mut Graph, r: Region) -> Result<bool, String> {
     let mut order_key: HashMap<Node, (usize, usize)> = nodes.iter().map(|&n| (n, (seg[&n], pos[&n]))).collect();
     let mut removed = Vec::new();
     let mut renames = Vec::new();
+    // Outlining copies every member: room for the copies up front, not by doubling.
+    let copies: usize = groups.iter().map(|grp| grp.members.len()).filter(|&k| k >= 2).sum();
+    g.nodes.reserve(copies);
+    g.values.reserve(copies);
     for grp in groups.iter_mut().filter(|grp| grp.members.len() >= 2) {
         grp.members.sort_unstable_by_key(|m| pos[m]);
         let (fusion, names) = outline(g, r, grp)?;
