@@ -21,6 +21,7 @@ use super::Pass;
 use graphc_ir::shape::broadcasts_to;
 use graphc_ir::{Attr, DeviceSpec, Graph, Node, NodeSpec, Op, OpKind, Region, Type, Value};
 use std::cmp::Reverse;
+use std::collections::hash_map::Entry;
 use std::collections::{BinaryHeap, HashMap, HashSet};
 
 #[derive(Debug)]
@@ -525,10 +526,11 @@ struct Fusion<'a> {
 fn outline(g: &mut Graph, r: Region, grp: &Group) -> Result<(Node, Vec<(Value, String)>), String> {
     let members: HashSet<Node> = grp.members.iter().copied().collect();
     let mut inputs: Vec<Value> = Vec::new();
+    let mut seen: HashSet<Value> = HashSet::new();
     for &m in &grp.members {
         for &v in &g.nodes[m].operands {
             let internal = g.producer(v).is_some_and(|p| members.contains(&p)) || inlinable(g, v);
-            if !internal && !inputs.contains(&v) {
+            if !internal && seen.insert(v) {
                 inputs.push(v);
             }
         }
@@ -548,14 +550,18 @@ fn outline(g: &mut Graph, r: Region, grp: &Group) -> Result<(Node, Vec<(Value, S
         let nd = g.nodes[m].clone();
         let mut operands = Vec::with_capacity(nd.operands.len());
         for &v in &nd.operands {
-            if !map.contains_key(&v) {
-                // An inlinable constant: copy it in.
-                let lit =
-                    constant_of(g, v).cloned().ok_or("a kernel operand is neither inside, an input nor a constant")?;
-                let c = g.add_node(kernel, NodeSpec::new(Op::Constant, vec![]).attr("value", Attr::Tensor(lit)));
-                map.insert(v, g.nodes[c.map_err(|e| e.message)?].results[0]);
-            }
-            operands.push(map[&v]);
+            let inner = match map.entry(v) {
+                Entry::Occupied(e) => *e.get(),
+                Entry::Vacant(e) => {
+                    // An inlinable constant: copy it in.
+                    let lit = constant_of(g, v)
+                        .cloned()
+                        .ok_or("a kernel operand is neither inside, an input nor a constant")?;
+                    let c = g.add_node(kernel, NodeSpec::new(Op::Constant, vec![]).attr("value", Attr::Tensor(lit)));
+                    *e.insert(g.nodes[c.map_err(|e| e.message)?].results[0])
+                }
+            };
+            operands.push(inner);
         }
         let mut spec = NodeSpec::new(nd.op, operands);
         spec.attrs = nd.attrs.clone();
