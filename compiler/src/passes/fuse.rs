@@ -413,6 +413,9 @@ fn merged_shape(g: &Graph, a: &Group, b: &Group, in_merged: &dyn Fn(Node) -> boo
     if !broadcasts_to(narrow_shape, wide) {
         return None;
     }
+    if narrow_shape == wide.as_slice() {
+        return Some(Some(wide.clone()));
+    }
     let row = (a.kind == Kind::Input || b.kind == Kind::Input).then(|| row_of(wide));
     let yieldable = |m: Node| {
         let s = result_shape(g, m);
