@@ -21,6 +21,7 @@ use super::Pass;
 use graphc_ir::shape::broadcasts_to;
 use graphc_ir::{Attr, DeviceSpec, Graph, Node, NodeSpec, Op, OpKind, Region, Type, Value};
 use std::cmp::Reverse;
+use std::collections::hash_map::Entry;
 use std::collections::{BinaryHeap, HashMap, HashSet};
 
 #[derive(Debug)]
@@ -259,6 +260,10 @@ fn fuse_region(g: &mut Graph, r: Region) -> Result<bool, String> {
     let mut order_key: HashMap<Node, (usize, usize)> = nodes.iter().map(|&n| (n, (seg[&n], pos[&n]))).collect();
     let mut removed = Vec::new();
     let mut renames = Vec::new();
+    // Outlining copies every member: room for the copies up front, not by doubling.
+    let copies: usize = groups.iter().map(|grp| grp.members.len()).filter(|&k| k >= 2).sum();
+    g.nodes.reserve(copies);
+    g.values.reserve(copies);
     for grp in groups.iter_mut().filter(|grp| grp.members.len() >= 2) {
         grp.members.sort_unstable_by_key(|m| pos[m]);
         let (fusion, names) = outline(g, r, grp)?;
@@ -408,6 +413,9 @@ fn merged_shape(g: &Graph, a: &Group, b: &Group, in_merged: &dyn Fn(Node) -> boo
     if !broadcasts_to(narrow_shape, wide) {
         return None;
     }
+    if narrow_shape == wide.as_slice() {
+        return Some(Some(wide.clone()));
+    }
     let row = (a.kind == Kind::Input || b.kind == Kind::Input).then(|| row_of(wide));
     let yieldable = |m: Node| {
         let s = result_shape(g, m);
@@ -521,10 +529,11 @@ struct Fusion<'a> {
 fn outline(g: &mut Graph, r: Region, grp: &Group) -> Result<(Node, Vec<(Value, String)>), String> {
     let members: HashSet<Node> = grp.members.iter().copied().collect();
     let mut inputs: Vec<Value> = Vec::new();
+    let mut seen: HashSet<Value> = HashSet::new();
     for &m in &grp.members {
         for &v in &g.nodes[m].operands {
             let internal = g.producer(v).is_some_and(|p| members.contains(&p)) || inlinable(g, v);
-            if !internal && !inputs.contains(&v) {
+            if !internal && seen.insert(v) {
                 inputs.push(v);
             }
         }
@@ -544,14 +553,18 @@ fn outline(g: &mut Graph, r: Region, grp: &Group) -> Result<(Node, Vec<(Value, S
         let nd = g.nodes[m].clone();
         let mut operands = Vec::with_capacity(nd.operands.len());
         for &v in &nd.operands {
-            if !map.contains_key(&v) {
-                // An inlinable constant: copy it in.
-                let lit =
-                    constant_of(g, v).cloned().ok_or("a kernel operand is neither inside, an input nor a constant")?;
-                let c = g.add_node(kernel, NodeSpec::new(Op::Constant, vec![]).attr("value", Attr::Tensor(lit)));
-                map.insert(v, g.nodes[c.map_err(|e| e.message)?].results[0]);
-            }
-            operands.push(map[&v]);
+            let inner = match map.entry(v) {
+                Entry::Occupied(e) => *e.get(),
+                Entry::Vacant(e) => {
+                    // An inlinable constant: copy it in.
+                    let lit = constant_of(g, v)
+                        .cloned()
+                        .ok_or("a kernel operand is neither inside, an input nor a constant")?;
+                    let c = g.add_node(kernel, NodeSpec::new(Op::Constant, vec![]).attr("value", Attr::Tensor(lit)));
+                    *e.insert(g.nodes[c.map_err(|e| e.message)?].results[0])
+                }
+            };
+            operands.push(inner);
         }
         // The member keeps its source location: a run-time error inside the kernel (one the
         // interpreter runs node by node) names the line it came from.
