@@ -902,6 +902,22 @@ fn child_run(first: u64, secs: Option<u64>, cases: Option<u64>) {
     let _ = writeln!(out, "fuzz-counts {} {}", load(&HUGE), load(&AMPLIFIED));
 }
 
+/// A request runs only what its fetches need: a fusion must not tie a value that needs an
+/// `assign` to one that does not, or the second run reads what the first should not have
+/// written (found by this fuzzer: seeds whose variables the compiled runs changed).
+#[test]
+fn fusion_keeps_apart_what_needs_different_effects() {
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../tests/filetests/fuse_keeps_effects_apart.gir"
+    ))
+    .expect("the filetest");
+    let m = parse_module(&text).expect("the filetest parses");
+    let t = |xs: [f32; 4]| Arc::new(Tensor::F32(ndarray::Array::from_vec(xs.to_vec()).into_dyn()));
+    let feeds = vec![("x".to_string(), t([0.5, -1.0, 2.0, 0.0])), ("y".to_string(), t([-3.0, 4.0, -0.5, 7.0]))];
+    compare(&m, &feeds).unwrap();
+}
+
 /// Graphs whose ops broadcast a matrix product, a reduction's rows or a loop's values wider,
 /// or reduce a product: every fusion the default pipeline makes of them is one the CPU
 /// backend plans (none left to the interpreter for its shapes), an output fusion's epilogue

@@ -10,7 +10,8 @@
 //! Groups grow greedily in region order: an op joins the group of its first operand whose
 //! group accepts it, unless that would create a cycle (a path from the group to the op
 //! through a node outside the group). Only pure ops without `after` lists fuse, and no group
-//! spans a stateful op or one holding regions, so effects keep their order. Small splat
+//! spans a stateful op or one holding regions, so effects keep their order; the members of a
+//! group depend on the same effects (`Effects`), so a request runs no effect it did not. Small splat
 //! constants are copied into the kernels that use them. Each group of two or more ops becomes
 //! one `fusion` node whose region is the group; its results keep the names of the values they
 //! replace.
@@ -79,6 +80,8 @@ struct Group {
     shape: IterShape,
     /// What its reductions reduce (`RowKey`), once it has one.
     rows: Option<RowKey>,
+    /// The effects every member's result depends on (`Effects`), the same for all members.
+    effects: usize,
     /// The producers of the members' operands: those outside the group are where a path out
     /// of it comes back in. Includes members that joined after the entry was made (cheaper to
     /// skip than to remove).
@@ -169,6 +172,8 @@ fn fuse_region(g: &mut Graph, r: Region) -> Result<bool, String> {
         }
     }
 
+    let effects = Effects::of(g, &nodes);
+
     let mut groups: Vec<Group> = Vec::new();
     let mut group_of: HashMap<Node, usize> = HashMap::new();
     let mut spans = Spans::new(nodes.len());
@@ -196,7 +201,7 @@ fn fuse_region(g: &mut Graph, r: Region) -> Result<bool, String> {
                 (k, _) => Some(k),
             };
             let Some(kind) = accepts else { continue };
-            if grp.seg != seg[&n] || grp.device != g.nodes[n].device {
+            if grp.seg != seg[&n] || grp.device != g.nodes[n].device || grp.effects != effects.id[&n] {
                 continue;
             }
             let Some(shape) = joined_shape(g, n, gi, grp, &group_of) else { continue };
@@ -251,6 +256,7 @@ fn fuse_region(g: &mut Graph, r: Region) -> Result<bool, String> {
                     device: g.nodes[n].device.clone(),
                     shape,
                     rows: (op.kind() == OpKind::Reduction).then(|| row_key(g, n)),
+                    effects: effects.id[&n],
                     producers: producers_of(g, n).collect(),
                 });
             }
@@ -306,7 +312,7 @@ fn merge_sibling_groups(
             (Kind::Input, Kind::Input) if a.rows == b.rows => Kind::Input,
             _ => continue,
         };
-        if a.seg != b.seg || a.device != b.device {
+        if a.seg != b.seg || a.device != b.device || a.effects != b.effects {
             continue;
         }
         // Producers that joined their consumer's group since go, so that failed merges do not
@@ -348,6 +354,58 @@ fn merge_sibling_groups(
         grp.shape = shape;
         spans.record(grp.last, grp.first);
         gi = keep;
+    }
+}
+
+/// For each node of a region, the set of effects (nodes that change state or communicate:
+/// assign, enqueue, dequeue, send, recv, ... and nodes holding regions) its result depends
+/// on, interned as an id. A fusion node runs when any of its results is needed, with all its
+/// operands, so a group whose members depended on different effects would make a request
+/// that needs one member run another's effects, which the graph as written does not
+/// (`assign`'s result read by one member, not by the one fetched). Reads of a variable and
+/// graph inputs are no effects: running one more changes nothing.
+struct Effects {
+    id: HashMap<Node, usize>,
+}
+
+impl Effects {
+    fn of(g: &Graph, nodes: &[Node]) -> Effects {
+        let mut sets: Vec<Vec<Node>> = vec![Vec::new()];
+        let mut interned: HashMap<Vec<Node>, usize> = HashMap::from([(Vec::new(), 0)]);
+        let mut id: HashMap<Node, usize> = HashMap::with_capacity(nodes.len());
+        for &n in nodes {
+            let mut ids: Vec<usize> = Vec::new();
+            let mut own: Vec<Node> = Vec::new();
+            for p in producers_of(g, n) {
+                // Producers outside the region (its parameters' nodes) are its parent's business.
+                if let Some(&k) = id.get(&p) {
+                    if !ids.contains(&k) {
+                        ids.push(k);
+                    }
+                }
+                let pd = &g.nodes[p];
+                let effect = (pd.op.is_stateful() && !matches!(pd.op, Op::Read | Op::Variable | Op::Queue))
+                    || !pd.regions.is_empty();
+                if effect && id.contains_key(&p) {
+                    own.push(p);
+                }
+            }
+            let k = match (ids.as_slice(), own.is_empty()) {
+                ([], true) => 0,
+                ([k], true) => *k,
+                _ => {
+                    let mut set: Vec<Node> = ids.iter().flat_map(|&k| sets[k].iter().copied()).chain(own).collect();
+                    set.sort_unstable();
+                    set.dedup();
+                    *interned.entry(set).or_insert_with_key(|set| {
+                        sets.push(set.clone());
+                        sets.len() - 1
+                    })
+                }
+            };
+            id.insert(n, k);
+        }
+        Effects { id }
     }
 }
 
