@@ -716,3 +716,26 @@ fn zero_products_are_positive_zeros() {
         }
     }
 }
+
+/// A row of -0 sums to -0 as in the reference (which sums from -0, the identity of IEEE
+/// addition), so a later division gives the same infinity; rows with a +0 sum to +0. Row
+/// lengths cover the scalar tail and both vector chains (found by the differential fuzzer).
+#[test]
+fn sums_of_negative_zeros_keep_their_sign() {
+    for cols in [1usize, 3, 4, 8, 9, 17] {
+        let text = format!(
+            "graph @g(%x: f32[3,{cols}], %one: f32[3,1]) -> (s: f32[3,1], q: f32[3,1], m: f32[3,1]) {{\n  %s = reduce_sum %x {{axes = [-1], keep_dims = true}} : f32[3,1]\n  %q = div %one, %s : f32[3,1]\n  %m = reduce_mean %x {{axes = [-1], keep_dims = true}} : f32[3,1]\n  return %s, %q, %m\n}}\n"
+        );
+        let mut rows = vec![-0.0f32; 3 * cols];
+        rows[cols] = 0.0; // the second row holds one +0
+        let x = Arc::new(Tensor::F32(ndarray::Array::from_shape_vec(vec![3, cols], rows).unwrap()));
+        let one = Arc::new(Tensor::F32(ndarray::Array::from_elem(vec![3, 1], 1.0f32)));
+        let feeds = vec![("x".to_string(), x), ("one".to_string(), one)];
+        let m = parse_module(&text).unwrap();
+        for m in [m.clone(), optimize(&m)] {
+            for isa in [Isa::Native, Isa::Sse] {
+                assert!(compare_with(&m, &text, Some(&feeds), &CompileOptions { isa }) >= 1, "{text}");
+            }
+        }
+    }
+}

@@ -36,8 +36,15 @@ pub fn reduce(op: Op, x: &Tensor, axes: &[i64], result: &TensorType) -> Result<T
     })
 }
 
+/// The sum from -0, the identity of IEEE addition (`-0 + x` is `x` for every x, -0 included),
+/// so a row of -0 sums to -0 and an empty row to -0. Spelled out rather than left to `Sum`,
+/// whose starting value for floats changed between Rust releases.
+fn sum_f64(values: impl Iterator<Item = f64>) -> f64 {
+    values.fold(-0.0, |acc, v| acc + v)
+}
+
 fn float_sum<T: Float>(row: ArrayView1<T>) -> T {
-    T::from_f64(row.iter().map(|&v| v.to_f64()).sum())
+    T::from_f64(sum_f64(row.iter().map(|&v| v.to_f64())))
 }
 
 fn int_sum<T: Num>(row: ArrayView1<T>) -> T {
@@ -46,7 +53,7 @@ fn int_sum<T: Num>(row: ArrayView1<T>) -> T {
 
 /// NaN for an empty extent (0 / 0), as the spec says.
 fn mean<T: Float>(row: ArrayView1<T>) -> T {
-    let sum: f64 = row.iter().map(|&v| v.to_f64()).sum();
+    let sum = sum_f64(row.iter().map(|&v| v.to_f64()));
     T::from_f64(sum / row.len() as f64)
 }
 
@@ -89,7 +96,7 @@ pub fn softmax(x: &Tensor, axis: i64) -> Result<Tensor, KernelError> {
         for mut lane in out.lanes_mut(Axis(axis)) {
             let max = lane.iter().fold(T::LOWEST, |m, &v| m.max_nan(v));
             lane.mapv_inplace(|v| v.sub(max).exp());
-            let sum = T::from_f64(lane.iter().map(|&v| v.to_f64()).sum());
+            let sum = T::from_f64(sum_f64(lane.iter().map(|&v| v.to_f64())));
             lane.mapv_inplace(|v| v.div(sum).unwrap_or(v));
         }
         out

@@ -447,7 +447,8 @@ fn reduce_row(
     let (acc_v, nan_v) = (vars(b, F32X4), vars(b, types::I32X4));
     let acc_s = b.declare_var(if sum { types::F64 } else { F32 });
     if sum {
-        let z = b.ins().f64const(0.0);
+        // From -0, as the reference: a row of -0 sums to -0 (`-0 + x` is `x` for every x).
+        let z = b.ins().f64const(-0.0);
         let zv = b.ins().splat(types::F64X2, z);
         for c in 0..CHAINS {
             b.def_var(acc_lo[c], zv);
