@@ -510,7 +510,7 @@ fn layout(out: &TensorType, types: &[TensorType], by_rows: bool) -> Option<(Vec<
     let flat = !by_rows && accesses.iter().all(|a| matches!(a, Access::Full | Access::Splat | Access::Expand));
     let cols = if flat {
         let mut block = 4096.min(n);
-        while n % block != 0 {
+        while !n.is_multiple_of(block) {
             block /= 2;
         }
         if block >= 64 {
