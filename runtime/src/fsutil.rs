@@ -39,6 +39,13 @@ pub fn write_atomically(path: &Path, write: impl FnOnce(&mut File) -> io::Result
         .into_owned();
     let existing = match std::fs::metadata(&target) {
         Ok(m) if m.is_dir() => return Err(io::Error::new(io::ErrorKind::IsADirectory, "it is a directory")),
+        // A device, FIFO or socket is not replaced by a file (as root, /dev/null would be).
+        Ok(m) if !m.is_file() => {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{} is {}, not a regular file", target.display(), file_kind(m.file_type())),
+            ))
+        }
         Ok(m) => Some(m),
         Err(e) if e.kind() == io::ErrorKind::NotFound => None,
         Err(e) => return Err(e),
@@ -137,12 +144,9 @@ pub fn remove_stale_temporaries(dir: &Path, name: &str) {
         if !meta.file_type().is_file() {
             continue;
         }
-        let stale = if pid == me {
-            !in_flight(|s| s.contains(file))
-        } else {
-            let old = meta.modified().ok().and_then(|t| t.elapsed().ok()).is_some_and(|age| age >= STALE_AFTER);
-            old && process_is_gone(pid)
-        };
+        // Old enough in every case: a writer of another PID namespace may carry our PID.
+        let old = meta.modified().ok().and_then(|t| t.elapsed().ok()).is_some_and(|age| age >= STALE_AFTER);
+        let stale = old && if pid == me { !in_flight(|s| s.contains(file)) } else { process_is_gone(pid) };
         if stale {
             let _ = std::fs::remove_file(&path);
         }

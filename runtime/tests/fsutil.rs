@@ -83,6 +83,8 @@ fn temporaries_of_killed_writers_are_removed_and_nothing_else() {
         // in another PID namespace), another target's, and names that are not the pattern.
         ".w.safetensors.tmp-1-0".to_string(),
         format!(".w.safetensors.tmp-{dead}-1"),
+        // A young one with our PID that we are not writing: a writer in another PID namespace.
+        format!(".w.safetensors.tmp-{me}-987654322"),
         format!(".other.tmp-{dead}-0"),
         format!(".w.safetensors.tmp-{dead}-x"),
         format!(".w.safetensors.tmp-+{dead}-0"),
@@ -90,7 +92,7 @@ fn temporaries_of_killed_writers_are_removed_and_nothing_else() {
     ];
     for name in stale.iter().chain(&kept) {
         std::fs::write(dir.join(name), "partial").unwrap();
-        if name != &kept[1] {
+        if name != &kept[1] && name != &kept[2] {
             age(&dir.join(name));
         }
     }
@@ -125,4 +127,20 @@ fn concurrent_writers_of_one_process_never_remove_each_others_files() {
         }
     });
     assert_eq!(names(&dir), ["c.safetensors"]);
+}
+
+#[test]
+fn devices_and_fifos_are_not_replaced_by_files() {
+    let dir = tempdir("special");
+    let fifo = dir.join("fifo");
+    assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    let link = dir.join("null");
+    std::os::unix::fs::symlink("/dev/null", &link).unwrap();
+    for target in [fifo.as_path(), link.as_path()] {
+        let e = graphc_runtime::fsutil::write_atomically(target, |f| f.write_all(b"x")).unwrap_err();
+        assert!(e.to_string().contains("not a regular file"), "{}: {e}", target.display());
+    }
+    use std::os::unix::fs::FileTypeExt;
+    assert!(std::fs::metadata(&fifo).unwrap().file_type().is_fifo());
+    assert!(std::fs::metadata("/dev/null").unwrap().file_type().is_char_device());
 }
