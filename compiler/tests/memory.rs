@@ -62,6 +62,26 @@ fn huge_splat_constants_are_errors_in_every_subcommand() {
     }
 }
 
+/// Kernels over more bytes than i64 offsets reach are not planned (compiling one overflowed
+/// in debug builds): the graph fails as too large to allocate, as in the interpreter.
+#[test]
+fn kernels_past_what_offsets_reach_are_not_compiled() {
+    let n = "4611686018427387905";
+    let p = tmp(
+        "huge_relu.gir",
+        &format!(
+            "graph @g() -> (y: f32[{n}]) {{\n  %x = constant {{value = dense<-1.0> : f32[{n}]}} : f32[{n}]\n  \
+             %y = relu %x : f32[{n}]\n  return %y\n}}\n"
+        ),
+    );
+    let p = p.to_str().unwrap();
+    for backend in ["jit", "interp"] {
+        let out = graphc(&["run", "--backend", backend, p]);
+        assert_eq!(out.status.code(), Some(1), "{backend}: {}", text(&out));
+        assert!(!text(&out).contains("panicked"), "{backend}: {}", text(&out));
+    }
+}
+
 /// Four 1 MiB values live at once in the interpreter.
 const FOUR_LIVE: &str = "graph @g(%x: f32[]) -> (y: f32[262144]) {
   %a = broadcast %x {shape = [262144]} : f32[262144]

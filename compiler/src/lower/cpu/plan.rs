@@ -225,7 +225,11 @@ pub fn matmul_plan(g: &Graph, node: Node) -> Option<MatMulPlan> {
         return None;
     }
     let (m, k, n) = (a.shape[0] as usize, a.shape[1] as usize, b.shape[1] as usize);
-    if m * k * n == 0 {
+    // Generated code addresses bytes with i64 strides: sizes past that (which no allocation
+    // could hold anyway) stay with the interpreter, which fails them as too large.
+    let fits =
+        |x: usize, y: usize| x.checked_mul(y).and_then(|e| e.checked_mul(4)).is_some_and(|b| b <= isize::MAX as usize);
+    if m == 0 || k == 0 || n == 0 || !fits(m, k) || !fits(k, n) || !fits(m, n) {
         return None;
     }
     let lhs = operands.iter().position(|&v| v == md.operands[0])?;
@@ -263,7 +267,10 @@ fn build(g: &Graph, inputs: &[Value], nodes: &[Node], yields: &[Value], by_rows:
     // The shape iterated: what the reductions reduce, or else the results'.
     let reduced = nodes.iter().find(|&&m| is_reduction(g.nodes[m].op)).map(|&m| g.nodes[m].operands[0]);
     let out = tensor(reduced.unwrap_or(*yields.first()?))?;
-    if out.dtype != DType::F32 || out.num_elements()? == 0 {
+    // Every buffer the kernel touches holds at most `out`'s elements; their bytes must fit the
+    // i64 offsets of generated code (no allocation could hold more anyway).
+    let elements = out.num_elements()?;
+    if out.dtype != DType::F32 || elements == 0 || elements.checked_mul(4)? > isize::MAX as u64 {
         return None;
     }
     // Every result is an f32 tensor of the output shape, or (with reductions) one value per
