@@ -255,6 +255,10 @@ pub fn parse_bytes(s: &str) -> Result<u64, String> {
     if !bytes.is_finite() || bytes >= u64::MAX as f64 {
         return Err(format!("the size '{s}' is too large"));
     }
+    // Under a byte (0, 0.1) would refuse every tensor, surely not what was meant.
+    if bytes < 1.0 {
+        return Err(format!("expected a size of at least one byte, got '{s}'"));
+    }
     Ok(bytes as u64)
 }
 
@@ -268,6 +272,7 @@ mod tests {
         assert_eq!(parse_bytes("2GiB").unwrap(), 2 << 30);
         assert_eq!(parse_bytes("1.5 M").unwrap(), 3 << 19);
         assert!(parse_bytes("lots").is_err());
+        assert!(parse_bytes("0.1").is_err() && parse_bytes("0").is_err());
         assert!(parse_bytes("9999999999T").is_err());
     }
 
