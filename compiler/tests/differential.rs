@@ -989,6 +989,30 @@ fn child_run(first: u64, secs: Option<u64>, cases: Option<u64>) {
     let _ = writeln!(out, "fuzz-counts {} {}", load(&HUGE), load(&AMPLIFIED));
 }
 
+/// A request that fetches part of a graph needs only what that part reads: after the default
+/// pipeline and compiled, fetching `a` (from `x` alone) works without `y` fed, as in the
+/// interpreter, since fusion does not tie `a` to `b`, which reads `y`.
+#[test]
+fn fetching_part_of_a_graph_needs_no_more_inputs_compiled() {
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../tests/filetests/fuse_leaving_values_need_the_same_inputs.gir"
+    ))
+    .expect("the filetest");
+    let m = parse_module(&text).expect("the filetest parses");
+    let opt = optimized(&m).expect("the pipeline runs");
+    let x = Arc::new(Tensor::F32(ndarray::Array::from_vec(vec![0.5f32, -1.0, 2.0, 0.0]).into_dyn()));
+    let interp = Session::new(m.clone(), options()).unwrap();
+    let jit = Session::with_compiled(opt.clone(), options(), CpuKernels::compile(&opt).unwrap()).unwrap();
+    let only_a = |s: &Session| {
+        let mut r = RunRequest::new("g").fetch("a");
+        r.feeds = vec![("x".to_string(), x.clone())];
+        s.run(r).map(|o| o.values[0].as_tensor().cloned())
+    };
+    let (want, got) = (only_a(&interp).expect("the interpreter runs a"), only_a(&jit).expect("compiled runs a"));
+    close_spec(want.as_ref().unwrap(), got.as_ref().unwrap(), 1e-6).unwrap();
+}
+
 /// Only value differences can be excused: an error on one side, or a pipeline or compilation
 /// that fails, always fails the fuzzer.
 #[test]

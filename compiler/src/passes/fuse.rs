@@ -11,7 +11,7 @@
 //! group accepts it, unless that would create a cycle (a path from the group to the op
 //! through a node outside the group). Only pure ops without `after` lists fuse, and no group
 //! spans a stateful op or one holding regions, so effects keep their order; the members of a
-//! group depend on the same effects (`Effects`), so a request runs no effect it did not. Small splat
+//! group depend on the same effects (`Needs`), so a request runs no effect it did not. Small splat
 //! constants are copied into the kernels that use them. Each group of two or more ops becomes
 //! one `fusion` node whose region is the group; its results keep the names of the values they
 //! replace.
@@ -80,7 +80,7 @@ struct Group {
     shape: IterShape,
     /// What its reductions reduce (`RowKey`), once it has one.
     rows: Option<RowKey>,
-    /// The effects every member's result depends on (`Effects`), the same for all members.
+    /// The effects every member's result depends on (`Needs`), the same for all members.
     effects: usize,
     /// The producers of the members' operands: those outside the group are where a path out
     /// of it comes back in. Includes members that joined after the entry was made (cheaper to
@@ -172,7 +172,7 @@ fn fuse_region(g: &mut Graph, r: Region) -> Result<bool, String> {
         }
     }
 
-    let effects = Effects::of(g, &nodes);
+    let effects = Needs::effects(g, &nodes);
 
     let mut groups: Vec<Group> = Vec::new();
     let mut group_of: HashMap<Node, usize> = HashMap::new();
@@ -266,6 +266,12 @@ fn fuse_region(g: &mut Graph, r: Region) -> Result<bool, String> {
     let mut order_key: HashMap<Node, (usize, usize)> = nodes.iter().map(|&n| (n, (seg[&n], pos[&n]))).collect();
     let mut removed = Vec::new();
     let mut renames = Vec::new();
+    let sources = Needs::sources(g, &nodes);
+    for gi in 0..groups.len() {
+        if groups[gi].members.len() >= 2 && !leaving_values_agree(g, &groups[gi], &group_of, gi, &sources) {
+            groups[gi].members.clear();
+        }
+    }
     // Outlining copies every member: room for the copies up front, not by doubling.
     let copies: usize = groups.iter().map(|grp| grp.members.len()).filter(|&k| k >= 2).sum();
     g.nodes.reserve(copies);
@@ -357,44 +363,69 @@ fn merge_sibling_groups(
     }
 }
 
-/// For each node of a region, the set of effects (nodes that change state or communicate:
-/// assign, enqueue, dequeue, send, recv, ... and nodes holding regions) its result depends
-/// on, interned as an id. A fusion node runs when any of its results is needed, with all its
-/// operands, so a group whose members depended on different effects would make a request
-/// that needs one member run another's effects, which the graph as written does not
-/// (`assign`'s result read by one member, not by the one fetched). Reads of a variable and
-/// graph inputs are no effects: running one more changes nothing.
-struct Effects {
+/// For each node of a region, what its result needs in order to be computed, interned as an
+/// id: a fusion node runs when any of its results is needed, with all its operands, so fusing
+/// ops of different needs makes a request that needs one run what only another needs, which
+/// the graph as written does not.
+///
+/// `Needs::effects` counts the nodes that change state or communicate (assign, enqueue,
+/// dequeue, send, recv, ... and nodes holding regions): members of one group share them,
+/// since running one more would change what the request does (`assign`'s result read by one
+/// member, not by the one fetched). `Needs::sources` adds the values a request must provide
+/// or read: the region's inputs (a graph input must be fed only when something needed reads
+/// it) and variable reads (of a variable that may have no value yet). Values that leave one
+/// group must share those, else the group is not formed: one more read or input is harmless
+/// inside a chain whose result needs it anyway.
+struct Needs {
     id: HashMap<Node, usize>,
 }
 
-impl Effects {
-    fn of(g: &Graph, nodes: &[Node]) -> Effects {
-        let mut sets: Vec<Vec<Node>> = vec![Vec::new()];
-        let mut interned: HashMap<Vec<Node>, usize> = HashMap::from([(Vec::new(), 0)]);
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+enum Need {
+    Node(Node),
+    Input(Value),
+}
+
+impl Needs {
+    fn effects(g: &Graph, nodes: &[Node]) -> Needs {
+        Needs::of(g, nodes, false)
+    }
+
+    fn sources(g: &Graph, nodes: &[Node]) -> Needs {
+        Needs::of(g, nodes, true)
+    }
+
+    fn of(g: &Graph, nodes: &[Node], sources: bool) -> Needs {
+        let mut sets: Vec<Vec<Need>> = vec![Vec::new()];
+        let mut interned: HashMap<Vec<Need>, usize> = HashMap::from([(Vec::new(), 0)]);
         let mut id: HashMap<Node, usize> = HashMap::with_capacity(nodes.len());
         for &n in nodes {
             let mut ids: Vec<usize> = Vec::new();
-            let mut own: Vec<Node> = Vec::new();
-            for p in producers_of(g, n) {
-                // Producers outside the region (its parameters' nodes) are its parent's business.
-                if let Some(&k) = id.get(&p) {
-                    if !ids.contains(&k) {
-                        ids.push(k);
+            let mut own: Vec<Need> = Vec::new();
+            let nd = &g.nodes[n];
+            for &v in nd.operands.iter().chain(&nd.control_deps) {
+                // Producers outside the region are its inputs, as its parameters are.
+                let Some(p) = g.producer(v).filter(|p| id.contains_key(p)) else {
+                    if sources && g.producer(v).is_none() {
+                        own.push(Need::Input(v));
                     }
+                    continue;
+                };
+                if !ids.contains(&id[&p]) {
+                    ids.push(id[&p]);
                 }
                 let pd = &g.nodes[p];
-                let effect = (pd.op.is_stateful() && !matches!(pd.op, Op::Read | Op::Variable | Op::Queue))
-                    || !pd.regions.is_empty();
-                if effect && id.contains_key(&p) {
-                    own.push(p);
+                let declaration = matches!(pd.op, Op::Variable | Op::Queue);
+                let effect = pd.op.is_stateful() && !declaration && pd.op != Op::Read || !pd.regions.is_empty();
+                if effect || sources && pd.op == Op::Read {
+                    own.push(Need::Node(p));
                 }
             }
             let k = match (ids.as_slice(), own.is_empty()) {
                 ([], true) => 0,
                 ([k], true) => *k,
                 _ => {
-                    let mut set: Vec<Node> = ids.iter().flat_map(|&k| sets[k].iter().copied()).chain(own).collect();
+                    let mut set: Vec<Need> = ids.iter().flat_map(|&k| sets[k].iter().copied()).chain(own).collect();
                     set.sort_unstable();
                     set.dedup();
                     *interned.entry(set).or_insert_with_key(|set| {
@@ -405,8 +436,24 @@ impl Effects {
             };
             id.insert(n, k);
         }
-        Effects { id }
+        Needs { id }
     }
+}
+
+/// Whether the values that leave `grp` (read by a node outside it, or yielded) all need the
+/// same sources (`Needs::sources`).
+fn leaving_values_agree(g: &Graph, grp: &Group, group_of: &HashMap<Node, usize>, gi: usize, sources: &Needs) -> bool {
+    let mut need = None;
+    for &m in &grp.members {
+        let leaves = g.nodes[m]
+            .results
+            .iter()
+            .any(|&v| g.uses(v).iter().any(|u| u.user().is_none_or(|user| group_of.get(&user) != Some(&gi))));
+        if leaves && *need.get_or_insert(sources.id[&m]) != sources.id[&m] {
+            return false;
+        }
+    }
+    true
 }
 
 fn result_shape(g: &Graph, n: Node) -> IterShape {
