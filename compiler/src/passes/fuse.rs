@@ -267,10 +267,12 @@ fn fuse_region(g: &mut Graph, r: Region) -> Result<bool, String> {
     let mut removed = Vec::new();
     let mut renames = Vec::new();
     let sources = Needs::sources(g, &nodes);
-    for gi in 0..groups.len() {
-        if groups[gi].members.len() >= 2 && !leaving_values_agree(g, &groups[gi], &group_of, gi, &sources) {
-            groups[gi].members.clear();
-        }
+    let apart: Vec<usize> = (groups.iter().enumerate())
+        .filter(|&(gi, grp)| grp.members.len() >= 2 && !leaving_values_agree(g, grp, &group_of, gi, &sources))
+        .map(|(gi, _)| gi)
+        .collect();
+    for gi in apart {
+        groups[gi].members.clear();
     }
     // Outlining copies every member: room for the copies up front, not by doubling.
     let copies: usize = groups.iter().map(|grp| grp.members.len()).filter(|&k| k >= 2).sum();
