@@ -768,20 +768,7 @@ fn compare(m: &Module, feeds: &[(String, Arc<Tensor>)]) -> Result<(), String> {
     let jit = Session::with_compiled(opt.clone(), options(), kernels).expect("a session");
     let got = run_twice(&jit, &opt, feeds);
     let floor = if m.graphs.iter().any(|g| g.nodes.values().any(|n| n.op == Op::MatMul)) { 1e-4 } else { 1e-6 };
-    for (run, (w, g)) in want.iter().zip(&got).enumerate() {
-        match (w, g) {
-            (Ok(w), Ok(g)) => {
-                for (k, (a, b)) in w.iter().zip(g).enumerate() {
-                    if let Err(e) = close_spec(a, b, floor) {
-                        return Err(format!("run {run}, output {k}: {e}"));
-                    }
-                }
-            }
-            (Err(a), Err(b)) if a == b => {}
-            _ => return Err(format!("run {run}: interpreter {w:?}, compiled {g:?}")),
-        }
-    }
-    Ok(())
+    first_difference(&want, &got, floor).map_or(Ok(()), Err)
 }
 
 /// A smaller graph that still disagrees: one output, then each op bypassed (its uses given an

@@ -83,17 +83,7 @@ fn kernels_past_what_offsets_reach_are_not_compiled() {
 }
 
 /// Four 1 MiB values live at once in the interpreter.
-const FOUR_LIVE: &str = "graph @g(%x: f32[]) -> (y: f32[262144]) {
-  %a = broadcast %x {shape = [262144]} : f32[262144]
-  %b = exp %a : f32[262144]
-  %c = neg %a : f32[262144]
-  %d = abs %b : f32[262144]
-  %ab = add %a, %b : f32[262144]
-  %cd = add %c, %d : f32[262144]
-  %y = add %ab, %cd : f32[262144]
-  return %y
-}
-";
+const FOUR_LIVE: &str = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/four_live.gir"));
 
 #[test]
 fn the_memory_budget_comes_from_the_flag_or_the_environment() {

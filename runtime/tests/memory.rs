@@ -13,16 +13,7 @@ fn session(text: &str, limit: u64) -> Session {
 }
 
 /// Four 1 MiB values, all live until the last add.
-const FOUR_LIVE: &str = "graph @g(%x: f32[]) -> (y: f32[262144]) {
-  %a = broadcast %x {shape = [262144]} : f32[262144]
-  %b = exp %a : f32[262144]
-  %c = neg %a : f32[262144]
-  %d = abs %b : f32[262144]
-  %ab = add %a, %b : f32[262144]
-  %cd = add %c, %d : f32[262144]
-  %y = add %ab, %cd : f32[262144]
-  return %y
-}";
+const FOUR_LIVE: &str = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/four_live.gir"));
 
 fn run(s: &Session) -> Result<Vec<Tensor>, graphc_runtime::RunError> {
     let out = s.run(RunRequest::new("g").feed("x", Tensor::scalar_f32(0.5)))?;
