@@ -460,9 +460,9 @@ fn build_def(op: Op) -> OpDef {
             "graph @g(%x: f32[4,6]) -> (y: f32[4]) {\n  %0 = reduce_sum %x {axes = [1]} : f32[4]\n  return %0\n}\n", rules::reduce_numeric),
         Op::ReduceMean => reduction("Mean over axes.", "Sum over `axes` divided by the number of reduced elements; floats only (NaN for an empty extent).",
             "graph @g(%x: f32[4,6]) -> (y: f32[1,6]) {\n  %0 = reduce_mean %x {axes = [0], keep_dims = true} : f32[1,6]\n  return %0\n}\n", rules::reduce_float),
-        Op::ReduceMax => reduction("Maximum over axes.", "Largest element over `axes`; NaN if any is NaN; the dtype's lowest value (-inf for floats) for an empty extent.",
+        Op::ReduceMax => reduction("Maximum over axes.", "Largest element over `axes`, the first of equal ones (a row of +0 and -0 gives its first zero); NaN if any is NaN; the dtype's lowest value (-inf for floats) for an empty extent.",
             "graph @g(%x: i32[4,6]) -> (y: i32[]) {\n  %0 = reduce_max %x {axes = [0, 1]} : i32[]\n  return %0\n}\n", rules::reduce_numeric),
-        Op::ReduceMin => reduction("Minimum over axes.", "Smallest element over `axes`; NaN if any is NaN; the dtype's highest value (+inf for floats) for an empty extent.",
+        Op::ReduceMin => reduction("Minimum over axes.", "Smallest element over `axes`, the first of equal ones (a row of +0 and -0 gives its first zero); NaN if any is NaN; the dtype's highest value (+inf for floats) for an empty extent.",
             "graph @g(%x: f32[4,6]) -> (y: f32[6]) {\n  %0 = reduce_min %x {axes = [-2]} : f32[6]\n  return %0\n}\n", rules::reduce_numeric),
         Op::Softmax => plain(Opaque, "Normalized exponential along an axis (a composite).", "input", (1, Some(1)), vec![
                 attr("axis", K::Int, AttrDefault::Value(Attr::Int(-1)), "The axis to normalize over."),

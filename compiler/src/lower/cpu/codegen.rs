@@ -561,8 +561,45 @@ fn reduce_row(
         }
         let any_nan = b.ins().vany_true(nan.expect("at least one chain"));
         let qnan = b.ins().f32const(f32::NAN);
-        b.ins().select(any_nan, qnan, acc)
+        let folded = b.ins().select(any_nan, qnan, acc);
+        first_zero(b, plan, arg, row, math, fma, folded)
     }
+}
+
+/// A max or min of zero is the row's first zero, as the reference's fold keeps the first of
+/// equal values: the lanes above fold in another order and may have met the other zero first.
+/// Rare enough (a zero extreme) that a second, scalar pass over the row costs nothing overall.
+fn first_zero(
+    b: &mut FunctionBuilder<'_>,
+    plan: &LoopPlan,
+    arg: usize,
+    row: &Row<'_>,
+    math: &HashMap<&'static str, cranelift_codegen::ir::FuncRef>,
+    fma: bool,
+    folded: Value,
+) -> Value {
+    let cols = plan.cols as i64;
+    let (head, scan, next, exit) = (b.create_block(), b.create_block(), b.create_block(), b.create_block());
+    let result = b.append_block_param(exit, F32);
+    let j = b.append_block_param(head, types::I64);
+    let zero = b.ins().f32const(0.0);
+    let is_zero = b.ins().fcmp(FloatCC::Equal, folded, zero);
+    let start = b.ins().iconst(types::I64, 0);
+    b.ins().brif(is_zero, head, &[start.into()], exit, &[folded.into()]);
+    b.switch_to_block(head);
+    let more = b.ins().icmp_imm(IntCC::SignedLessThan, j, cols);
+    b.ins().brif(more, scan, &[], exit, &[folded.into()]);
+    b.switch_to_block(scan);
+    let byte = b.ins().ishl_imm(j, 2);
+    let vals = body(b, plan, row, byte, Lanes { n: 1, fma }, math, &[arg]);
+    let x = vals[arg].expect("the reduced operand is computed");
+    let found = b.ins().fcmp(FloatCC::Equal, x, zero);
+    b.ins().brif(found, exit, &[x.into()], next, &[]);
+    b.switch_to_block(next);
+    let j1 = b.ins().iadd_imm(j, 1);
+    b.ins().jump(head, &[j1.into()]);
+    b.switch_to_block(exit);
+    result
 }
 
 /// The loop body at column byte offset `byte`, `lanes` wide (1 or 4): the steps `wanted`
