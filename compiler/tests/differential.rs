@@ -1055,7 +1055,7 @@ fn fusions_of_broadcasting_and_reducing_graphs_run_compiled_and_agree() {
                 continue;
             }
             let what = format!("graph {i}:\n{}", print_module(&opt));
-            let planned = graphc::lower::cpu::plan(g, n).is_some() || graphc::lower::cpu::matmul_plan(g, n).is_some();
+            let planned = graphc::lower::plan::plan(g, n).is_some() || graphc::lower::plan::matmul_plan(g, n).is_some();
             assert!(planned, "a fusion the CPU backend leaves to the interpreter: {what}");
             let kernel = &g.regions[nd.regions[0]];
             let (&head, epilogue) = kernel.nodes.split_first().unwrap();

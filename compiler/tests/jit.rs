@@ -7,7 +7,8 @@ mod common;
 
 use common::close::{assert_close_spec, assert_close_within, bound, Bound};
 use common::examples;
-use graphc::lower::cpu::{matmul_plan, plan, CompileOptions, CpuKernels, Isa};
+use graphc::lower::cpu::{CompileOptions, CpuKernels, Isa};
+use graphc::lower::plan::{matmul_plan, plan};
 use graphc::passes::{PassManager, DEFAULT_PIPELINE};
 use graphc_ir::{parse_module, print_module, Attr, DType, Graph, Module, NodeSpec, Op, TensorType, Type, Value};
 use graphc_runtime::random::random_request;
@@ -298,7 +299,7 @@ fn softmax_over_extreme_rows_matches_the_interpreter() {
     let g = &m.graphs[0];
     let p = g.regions[g.body].nodes.iter().find_map(|&n| plan(g, n)).expect("a loop plan");
     let exp = p.steps.iter().find_map(|s| match *s {
-        graphc::lower::cpu::Step::Unary(Op::Exp, a) => Some(a),
+        graphc::lower::plan::Step::Unary(Op::Exp, a) => Some(a),
         _ => None,
     });
     assert!(p.at_most_zero(exp.expect("an exponential")), "{:?}", p.steps);

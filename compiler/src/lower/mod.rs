@@ -1,3 +1,6 @@
-//! Backends: IR to native code. `cpu` JIT-compiles kernels with Cranelift.
+//! Lowering the IR to code. `plan` is the target-neutral analysis of which nodes become kernels
+//! and what each computes over which buffers; `cpu` is the Cranelift backend's compile half
+//! (its run half is the crate `graphc-cpu-runtime`).
 
 pub mod cpu;
+pub mod plan;

@@ -14,24 +14,16 @@
 //! `GRAPHC_JIT_DUMP=DIR` writes each kernel's code bytes to `DIR/graphc_loop_N.bin`, which
 //! `benches/jit_profile.py` matches with `perf record` samples, instruction by instruction.
 
-use super::plan::{LoopPlan, Step};
+use crate::lower::plan::{LoopPlan, Step};
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::{types, AbiParam, Endianness, InstBuilder, MemFlags, Type, UserFuncName, Value};
+use cranelift_codegen::isa::OwnedTargetIsa;
 use cranelift_codegen::settings::{self, Configurable};
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
-use cranelift_jit::{JITBuilder, JITModule};
-use cranelift_module::{default_libcall_names, FuncId, Linkage, Module};
+use cranelift_module::{FuncId, Linkage, Module};
+use graphc_cpu_runtime::Extents;
 use graphc_ir::Op;
 use std::collections::HashMap;
-
-/// The scalar functions kernels call, as (symbol, arity, Rust function).
-fn math_symbols() -> Vec<(&'static str, usize, *const u8)> {
-    vec![
-        ("graphc_logf", 1, super::math::logf as *const u8),
-        ("graphc_erff", 1, super::math::erff as *const u8),
-        ("graphc_powf", 2, super::math::powf as *const u8),
-    ]
-}
 
 /// Which instructions kernels may use.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -60,10 +52,32 @@ const AVX_FLAGS: [&str; 12] = [
     "has_popcnt",
 ];
 
-/// A JIT module being filled with kernels.
-pub struct Jit {
-    module: JITModule,
-    /// The host has FMA (else Cranelift would make `fma` a library call per lane).
+/// The host's Cranelift target, with the features it has (detected by cranelift-native), less
+/// the AVX family when `isa` says so; `pic` for code an object file relocates.
+pub fn host_isa(isa: Isa, pic: bool) -> Result<OwnedTargetIsa, String> {
+    let mut flags = settings::builder();
+    let pic = if pic { "true" } else { "false" };
+    for (k, v) in [("opt_level", "speed"), ("use_colocated_libcalls", "false"), ("is_pic", pic)] {
+        flags.set(k, v).map_err(|e| format!("cranelift setting {k}: {e}"))?;
+    }
+    let mut builder =
+        cranelift_native::builder().map_err(|e| format!("this host is not supported by Cranelift: {e}"))?;
+    if isa == Isa::Sse {
+        if !cfg!(target_arch = "x86_64") {
+            return Err("the SSE-only instruction set is for x86-64 hosts".into());
+        }
+        for f in AVX_FLAGS {
+            builder.set(f, "false").map_err(|e| format!("cranelift setting {f}: {e}"))?;
+        }
+    }
+    builder.finish(settings::Flags::new(flags)).map_err(|e| format!("cannot configure Cranelift for this host: {e}"))
+}
+
+/// A Cranelift module (a JIT module, or an object file) being filled with kernels: the
+/// lowering is the same for both.
+pub struct Emitter<M: Module> {
+    module: M,
+    /// The target fuses multiply-adds (else Cranelift would make `fma` a library call per lane).
     fma: bool,
     math: HashMap<&'static str, FuncId>,
     ctx: cranelift_codegen::Context,
@@ -71,44 +85,22 @@ pub struct Jit {
     count: u32,
     /// Every kernel defined, with the extents of the plan it was generated from: kept
     /// together here so that no entry point is ever paired with another plan's extents.
-    defined: Vec<(FuncId, super::entry::Extents)>,
+    defined: Vec<(FuncId, Extents)>,
 }
 
-impl std::fmt::Debug for Jit {
+impl<M: Module> std::fmt::Debug for Emitter<M> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Jit({} kernels)", self.count)
+        write!(f, "Emitter({} kernels)", self.count)
     }
 }
 
-impl Jit {
-    /// A module for the host CPU, with the features it has (detected by cranelift-native),
-    /// less the AVX family when `isa` says so.
-    pub fn new(isa: Isa) -> Result<Jit, String> {
-        let mut flags = settings::builder();
-        for (k, v) in [("opt_level", "speed"), ("use_colocated_libcalls", "false"), ("is_pic", "false")] {
-            flags.set(k, v).map_err(|e| format!("cranelift setting {k}: {e}"))?;
-        }
-        let mut builder =
-            cranelift_native::builder().map_err(|e| format!("this host is not supported by Cranelift: {e}"))?;
-        if isa == Isa::Sse {
-            if !cfg!(target_arch = "x86_64") {
-                return Err("the SSE-only instruction set is for x86-64 hosts".into());
-            }
-            for f in AVX_FLAGS {
-                builder.set(f, "false").map_err(|e| format!("cranelift setting {f}: {e}"))?;
-            }
-        }
-        let isa = builder
-            .finish(settings::Flags::new(flags))
-            .map_err(|e| format!("cannot configure Cranelift for this host: {e}"))?;
-        let fma = isa.isa_flags().iter().any(|f| f.name == "has_fma" && f.as_bool() == Some(true));
-        let mut jb = JITBuilder::with_isa(isa, default_libcall_names());
-        for (name, _, ptr) in math_symbols() {
-            jb.symbol(name, ptr);
-        }
-        let mut module = JITModule::new(jb);
+impl<M: Module> Emitter<M> {
+    /// An emitter into `module`, which must resolve the math symbols
+    /// (`graphc_cpu_runtime::math::symbols`).
+    pub fn new(mut module: M) -> Result<Emitter<M>, String> {
+        let fma = module.isa().isa_flags().iter().any(|f| f.name == "has_fma" && f.as_bool() == Some(true));
         let mut math = HashMap::new();
-        for (name, arity, _) in math_symbols() {
+        for (name, arity, _) in graphc_cpu_runtime::math::symbols() {
             let mut sig = module.make_signature();
             for _ in 0..arity {
                 sig.params.push(AbiParam::new(types::F32));
@@ -118,10 +110,10 @@ impl Jit {
             math.insert(name, id);
         }
         let ctx = module.make_context();
-        Ok(Jit { module, fma, math, ctx, fctx: FunctionBuilderContext::new(), count: 0, defined: Vec::new() })
+        Ok(Emitter { module, fma, math, ctx, fctx: FunctionBuilderContext::new(), count: 0, defined: Vec::new() })
     }
 
-    /// Generates and defines the kernel for a plan.
+    /// Generates and defines the kernel for a plan, as `graphc_loop_N`.
     pub fn define(&mut self, plan: &LoopPlan) -> Result<FuncId, String> {
         let ptr = self.module.target_config().pointer_type();
         let mut sig = self.module.make_signature();
@@ -160,15 +152,13 @@ impl Jit {
         if let Some(vcode) = self.ctx.compiled_code().and_then(|c| c.vcode.as_ref()) {
             eprintln!("; {name}\n{vcode}");
         }
-        self.defined.push((id, super::extents(plan)));
+        self.defined.push((id, super::describe::extents(plan)));
         Ok(id)
     }
 
-    /// Links everything defined; returns the module, which owns the code, and each kernel
-    /// defined with the extents of its plan.
-    pub fn finish(mut self) -> Result<(JITModule, Vec<(FuncId, super::entry::Extents)>), String> {
-        self.module.finalize_definitions().map_err(|e| e.to_string())?;
-        Ok((self.module, self.defined))
+    /// The module with every kernel defined, and each kernel with the extents of its plan.
+    pub fn finish(self) -> (M, Vec<(FuncId, Extents)>) {
+        (self.module, self.defined)
     }
 }
 

@@ -1,0 +1,48 @@
+//! Plans as the run half sees them: the buffers each kernel reads and writes, from its plan.
+
+use crate::lower::plan::{InputMap, LoopPlan, MatMulPlan};
+use graphc_cpu_runtime::{Entry, Extents, LoopInput, LoopKernel, MatMulKernel};
+
+/// The elements a loop kernel touches in each buffer, from its plan.
+pub fn extents(p: &LoopPlan) -> Extents {
+    let (rows, cols) = (p.rows, p.cols);
+    let reach = |m: &InputMap| {
+        let last = (rows.saturating_sub(1) as i64) * m.row_stride + (cols.saturating_sub(1) as i64) * m.col_stride;
+        last.max(0) as usize + 1
+    };
+    Extents {
+        rows,
+        ins: p.inputs.iter().map(reach).collect(),
+        outs: p.per_row.iter().map(|&r| if r { rows } else { rows * cols }).collect(),
+        scratch: p.cached.len() * cols,
+    }
+}
+
+/// The loop kernel of `p`, running `entry` (generated from `p`).
+pub fn loop_kernel(p: &LoopPlan, entry: Entry) -> LoopKernel {
+    LoopKernel {
+        rows: p.rows,
+        cols: p.cols,
+        inputs: p
+            .inputs
+            .iter()
+            .zip(&p.input_types)
+            .map(|(m, ty)| LoopInput { ty: ty.clone(), materialize: m.materialize })
+            .collect(),
+        out: p.out.clone(),
+        results: (0..p.results.len()).map(|k| (p.result_type(k), p.per_row[k])).collect(),
+        overwritable: p.overwritable(),
+        entry,
+    }
+}
+
+/// The matrix-product kernel of `p`, with `epilogue` generated from its epilogue's plan.
+pub fn matmul_kernel(p: &MatMulPlan, epilogue: Option<Entry>) -> Result<MatMulKernel, String> {
+    let epilogue = match (&p.epilogue, epilogue) {
+        (Some((lp, used)), Some(e)) => Some((loop_kernel(lp, e), used.clone())),
+        (None, None) => None,
+        (Some(_), None) => return Err("a matmul epilogue without code".into()),
+        (None, Some(_)) => return Err("code for a matmul without an epilogue".into()),
+    };
+    Ok(MatMulKernel { m: p.m, k: p.k, n: p.n, lhs: p.lhs, rhs: p.rhs, epilogue })
+}

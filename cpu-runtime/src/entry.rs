@@ -1,0 +1,245 @@
+//! The only unsafe code of the CPU backend's run half: calling generated code. Generated code
+//! checks nothing, so everything it will touch is checked here against the extents its plan
+//! reads and writes before each call; every function here is safe whatever buffers it is
+//! given, and making an [`Entry`] is the one `unsafe` step (its contract ties the code to the
+//! extents).
+#![allow(unsafe_code)]
+
+use std::any::Any;
+use std::sync::Arc;
+
+/// A generated kernel: `fn(inputs, outputs, row_begin, row_end, scratch)` with the platform's C
+/// convention, over rows `row_begin..row_end` of its plan's `[rows, cols]` view.
+pub type KernelFn = unsafe extern "C" fn(*const *const f32, *const *mut f32, i64, i64, *mut f32);
+
+/// How many elements a kernel touches in each buffer, from its plan: it is never called on
+/// shorter ones.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Extents {
+    /// The rows of the plan's `[rows, cols]` view; a call runs some of them.
+    pub rows: usize,
+    /// Per input: one past the last element read over all rows.
+    pub ins: Vec<usize>,
+    /// Per output: one past the last element written over all rows.
+    pub outs: Vec<usize>,
+    /// Scratch elements (a row per cached step).
+    pub scratch: usize,
+}
+
+/// A kernel's entry point, the extents of the buffers it runs on, and the owner of its code.
+pub struct Entry {
+    f: KernelFn,
+    extents: Extents,
+    /// Keeps the code mapped as long as the entry exists (the code of several kernels may be
+    /// one allocation, freed when the last of them is dropped).
+    _code: Arc<dyn Any + Send + Sync>,
+}
+
+impl std::fmt::Debug for Entry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Entry").field("extents", &self.extents).finish_non_exhaustive()
+    }
+}
+
+/// A kernel input: a buffer of its own, or output `k`'s buffer, already holding the input
+/// and written over in place (as the plan allows: it reads each element before writing it).
+#[derive(Debug)]
+pub enum In<'a> {
+    Slice(&'a [f32]),
+    Output(usize),
+}
+
+impl Entry {
+    /// An entry point for generated code.
+    ///
+    /// # Safety
+    /// `f` must be a function with [`KernelFn`]'s signature that, called on row ranges within
+    /// `extents.rows` with input pointers valid for reads of `extents.ins` elements each, output
+    /// pointers valid for writes of `extents.outs` elements each and a scratch of
+    /// `extents.scratch` elements, touches nothing else (no access beyond those extents, no
+    /// reads of output elements it has not written unless that output is also passed as the
+    /// input it overwrites), writes every output element of the rows it runs, and is safe to
+    /// call from several threads at once on disjoint rows. Its code must stay mapped and
+    /// unchanged as long as `code` lives.
+    pub unsafe fn new(f: KernelFn, extents: Extents, code: Arc<dyn Any + Send + Sync>) -> Entry {
+        Entry { f, extents, _code: code }
+    }
+
+    /// The extents the kernel was generated for.
+    pub fn extents(&self) -> &Extents {
+        &self.extents
+    }
+
+    /// Runs the kernel on the row ranges `blocks` (on rayon's threads when there are
+    /// several) after checking every buffer, the rows and the scratch against the plan's
+    /// extents; a mismatch is an error, never a call. Outputs not read in place are
+    /// cleared and grown to their extents, and hold the kernel's results afterwards.
+    pub fn run(
+        &self,
+        ins: &[In<'_>],
+        outs: &mut [Vec<f32>],
+        blocks: &[(usize, usize)],
+        scratch: impl Fn(usize, &mut dyn FnMut(&mut [f32])) + Sync,
+    ) -> Result<(), String> {
+        let e = &self.extents;
+        if ins.len() != e.ins.len() || outs.len() != e.outs.len() {
+            return Err(format!(
+                "{} inputs and {} outputs where the kernel takes {} and {}",
+                ins.len(),
+                outs.len(),
+                e.ins.len(),
+                e.outs.len()
+            ));
+        }
+        let mut end = 0;
+        for &(r0, r1) in blocks {
+            if r0 < end || r1 < r0 || r1 > e.rows {
+                return Err(format!("rows {r0}..{r1} of a kernel over {} rows, after row {end}", e.rows));
+            }
+            end = r1;
+        }
+        if blocks.iter().map(|&(r0, r1)| r1 - r0).sum::<usize>() != e.rows {
+            return Err(format!("rows {blocks:?} do not cover the kernel's {} rows", e.rows));
+        }
+        let in_place: Vec<usize> =
+            ins.iter().filter_map(|i| if let In::Output(k) = i { Some(*k) } else { None }).collect();
+        for (k, v) in outs.iter_mut().enumerate() {
+            if in_place.contains(&k) {
+                if v.len() < e.outs[k] {
+                    return Err(format!("output {k} has {} elements where the kernel writes {}", v.len(), e.outs[k]));
+                }
+            } else {
+                v.clear();
+                v.reserve(e.outs[k]);
+            }
+        }
+        let mut in_ptrs = Vec::with_capacity(ins.len());
+        for (i, (x, &need)) in ins.iter().zip(&e.ins).enumerate() {
+            let (p, len) = match *x {
+                In::Slice(s) => (s.as_ptr(), s.len()),
+                In::Output(k) => {
+                    let v = outs.get(k).ok_or_else(|| format!("input {i} reads output {k}, which is missing"))?;
+                    (v.as_ptr(), v.len())
+                }
+            };
+            if len < need {
+                return Err(format!("input {i} has {len} elements where the kernel reads {need}"));
+            }
+            in_ptrs.push(p);
+        }
+        let out_ptrs: Vec<*mut f32> = outs.iter_mut().map(|v| v.as_mut_ptr()).collect();
+        let bufs = &Pointers { ins: in_ptrs, outs: out_ptrs };
+        let call = |(r0, r1): (usize, usize)| {
+            let mut ok = Err(String::new());
+            scratch(e.scratch, &mut |s: &mut [f32]| {
+                ok = if s.len() < e.scratch {
+                    Err(format!("a scratch of {} elements where the kernel uses {}", s.len(), e.scratch))
+                } else {
+                    // SAFETY: `self.f` meets `Entry::new`'s contract for `e` and its code is
+                    // mapped (`self` holds its owner). Every input pointer is valid for reads and every output
+                    // pointer for writes of the extents the plan touches (checked or
+                    // reserved above; the buffers live and are not otherwise used until
+                    // `run` returns), the rows are within the plan's and disjoint between
+                    // blocks (checked above), so concurrent calls write disjoint elements;
+                    // outputs are distinct vectors, and an input aliases an output only
+                    // where the plan writes over it; the scratch is exclusively borrowed
+                    // and long enough.
+                    unsafe { (self.f)(bufs.ins.as_ptr(), bufs.outs.as_ptr(), r0 as i64, r1 as i64, s.as_mut_ptr()) };
+                    Ok(())
+                };
+            });
+            ok
+        };
+        if blocks.len() == 1 {
+            call(blocks[0])?;
+        } else {
+            let errors = std::sync::Mutex::new(Vec::new());
+            rayon::scope(|s| {
+                for &block in blocks {
+                    let (call, errors) = (&call, &errors);
+                    s.spawn(move |_| {
+                        if let Err(e) = call(block) {
+                            errors.lock().unwrap_or_else(|p| p.into_inner()).push(e);
+                        }
+                    });
+                }
+            });
+            if let Some(e) = errors.into_inner().unwrap_or_else(|p| p.into_inner()).into_iter().next() {
+                return Err(e);
+            }
+        }
+        for (k, v) in outs.iter_mut().enumerate() {
+            if !in_place.contains(&k) {
+                // SAFETY: the capacity was reserved above, and the kernel wrote every
+                // element up to the extent: all rows ran (they cover 0..rows, disjoint),
+                // each writing its row of every output, through raw pointers (nothing
+                // uninitialized was read through a reference).
+                unsafe { v.set_len(e.outs[k]) };
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The pointer arrays a kernel takes.
+struct Pointers {
+    ins: Vec<*const f32>,
+    outs: Vec<*mut f32>,
+}
+
+// SAFETY: the pointers are only dereferenced by kernels on disjoint output rows while the
+// buffers they point into live (the calls happen inside `Entry::run`, which borrows them).
+unsafe impl Send for Pointers {}
+unsafe impl Sync for Pointers {}
+
+/// `c = a b` for row-major `a: [m, k]`, `b: [k, n]`, `c: [m, n]`; `c` is cleared and
+/// filled. The lengths are checked, so this is safe to call with any buffers.
+pub fn matmul(
+    a: &[f32],
+    b: &[f32],
+    c: &mut Vec<f32>,
+    (m, k, n): (usize, usize, usize),
+    threads: usize,
+) -> Result<(), String> {
+    let mn = m.checked_mul(n).ok_or("a product too large to index")?;
+    if Some(a.len()) != m.checked_mul(k) || Some(b.len()) != k.checked_mul(n) {
+        return Err(format!("factors of {} and {} elements for a [{m},{k}] x [{k},{n}] product", a.len(), b.len()));
+    }
+    c.clear();
+    c.reserve(mn);
+    // SAFETY: `a` holds m*k and `b` k*n elements and `c` has capacity m*n (checked and
+    // reserved just above), all row-major with the strides given; with read_dst false
+    // gemm does not read `c` (dst = alpha dst + beta a b, alpha unused) and writes every
+    // element of it, so its length can then be m*n.
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            c.as_mut_ptr(),
+            1,
+            n as isize,
+            false,
+            a.as_ptr(),
+            1,
+            k as isize,
+            b.as_ptr(),
+            1,
+            n as isize,
+            0.0,
+            1.0,
+            false,
+            false,
+            false,
+            if threads > 1 { gemm::Parallelism::Rayon(threads) } else { gemm::Parallelism::None },
+        );
+        c.set_len(mn);
+    }
+    // The reference sums from +0, so its zeros are +0 (in round-to-nearest a sum that
+    // starts at +0 is never -0); gemm may leave -0 (a single term -0 * x), whose sign a
+    // later division turns into the other infinity. Adding +0 changes nothing else.
+    for x in c.iter_mut() {
+        *x += 0.0;
+    }
+    Ok(())
+}

@@ -1,0 +1,217 @@
+//! Compiled kernels as sessions run them: what each reads and writes, described by the
+//! compile half from its plan, and the driver that feeds it its operands' buffers.
+
+use crate::entry::{self, Entry, In};
+use crate::rows::{row_blocks, with_scratch, PARALLEL_ELEMENTS, PARALLEL_FLOPS};
+use graphc_ir::{DType, TensorType};
+use graphc_runtime::{Operands, Tensor};
+use std::borrow::Cow;
+
+/// One input of a loop kernel.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LoopInput {
+    /// The type the kernel was compiled for (the shape its strides assume).
+    pub ty: TensorType,
+    /// Expanded to the kernel's full shape before the call (a broadcast its strides cannot
+    /// express).
+    pub materialize: bool,
+}
+
+/// A loop kernel (an elementwise fusion, with row reductions) over a `[rows, cols]` view.
+#[derive(Debug)]
+pub struct LoopKernel {
+    pub rows: usize,
+    pub cols: usize,
+    pub inputs: Vec<LoopInput>,
+    /// The full shape the kernel iterates.
+    pub out: TensorType,
+    /// Per result: its type, and whether it has one value per row (`[.., 1]`).
+    pub results: Vec<(TensorType, bool)>,
+    /// The inputs a full result may be written over, should this be their last use.
+    pub overwritable: Vec<usize>,
+    pub entry: Entry,
+}
+
+/// A matrix product `[m, k] x [k, n]` of operands `lhs` and `rhs`, and its elementwise
+/// epilogue: a loop kernel whose input 0 is the product, and whose other inputs are the
+/// operands listed.
+#[derive(Debug)]
+pub struct MatMulKernel {
+    pub m: usize,
+    pub k: usize,
+    pub n: usize,
+    pub lhs: usize,
+    pub rhs: usize,
+    pub epilogue: Option<(LoopKernel, Vec<usize>)>,
+}
+
+/// A compiled node.
+#[derive(Debug)]
+pub enum CpuKernel {
+    Loop(LoopKernel),
+    MatMul(MatMulKernel),
+}
+
+impl CpuKernel {
+    /// Runs the kernel on a node's operands; an error (never an access out of bounds) when
+    /// they are not what it was compiled for.
+    pub fn run(&self, operands: &mut Operands<'_>) -> Result<Vec<Tensor>, String> {
+        match self {
+            CpuKernel::Loop(k) => k.run(operands),
+            CpuKernel::MatMul(k) => k.run(operands),
+        }
+    }
+}
+
+/// An f32 input as one contiguous buffer, expanded to the output shape when the kernel says;
+/// an error unless it has the type the kernel was made for.
+fn f32_input<'t>(i: usize, t: &'t Tensor, input: &LoopInput, out: &TensorType) -> Result<Cow<'t, [f32]>, String> {
+    check_type(i, t, &input.ty)?;
+    let Tensor::F32(a) = t else { unreachable!("checked to be f32") };
+    Ok(if input.materialize {
+        let shape: Vec<usize> = out.shape.iter().map(|&d| d as usize).collect();
+        let b = a.broadcast(shape).ok_or_else(|| format!("input {i} does not broadcast to {out}"))?;
+        Cow::Owned(b.iter().copied().collect())
+    } else if let Some(s) = a.as_slice() {
+        Cow::Borrowed(s)
+    } else {
+        Cow::Owned(a.iter().copied().collect())
+    })
+}
+
+/// Whether operand `i` has the type the kernel was made for (the shapes its strides assume).
+fn check_type(i: usize, t: &Tensor, ty: &TensorType) -> Result<(), String> {
+    if t.ty() != *ty {
+        return Err(format!("compiled kernel input {i} is {} where the kernel was compiled for {ty}", t.ty()));
+    }
+    Ok(())
+}
+
+fn to_tensor(v: Vec<f32>, ty: &TensorType) -> Result<Tensor, String> {
+    let shape: Vec<usize> = ty.shape.iter().map(|&d| d as usize).collect();
+    ndarray::ArrayD::from_shape_vec(shape, v).map(Tensor::F32).map_err(|e| e.to_string())
+}
+
+fn to_tensors(outs: Vec<Vec<f32>>, ty: &TensorType) -> Result<Vec<Tensor>, String> {
+    outs.into_iter().map(|v| to_tensor(v, ty)).collect()
+}
+
+impl LoopKernel {
+    pub fn run(&self, operands: &mut Operands<'_>) -> Result<Vec<Tensor>, String> {
+        let n = self.rows * self.cols;
+        if operands.len() != self.inputs.len() {
+            return Err(format!("{} operands where the kernel takes {}", operands.len(), self.inputs.len()));
+        }
+        for (i, input) in self.inputs.iter().enumerate() {
+            if let Some(t) = operands.get(i) {
+                check_type(i, t, &input.ty)?;
+            }
+        }
+        // Each result goes over an input read here for the last time when there is one (the
+        // buffer plan's in-place reuse), else into a buffer from the session's pool.
+        let mut over: Vec<Option<usize>> = vec![None; self.inputs.len()];
+        let mut outs: Vec<Vec<f32>> = Vec::with_capacity(self.results.len());
+        for (k, &(_, per_row)) in self.results.iter().enumerate() {
+            if per_row {
+                outs.push(operands.alloc_f32(self.rows)?);
+                continue;
+            }
+            let taken = self
+                .overwritable
+                .iter()
+                .filter(|&&i| over[i].is_none())
+                .find_map(|&i| Some((i, operands.take_f32(i)?)));
+            outs.push(match taken {
+                Some((i, v)) if v.len() == n => {
+                    over[i] = Some(k);
+                    v
+                }
+                Some((i, v)) => return Err(format!("input {i} has {} elements where the kernel reads {n}", v.len())),
+                None => operands.alloc_f32(n)?,
+            });
+        }
+        let all = operands.all();
+        let owned = (0..self.inputs.len())
+            .map(|i| match over[i] {
+                Some(_) => Ok(None),
+                None => {
+                    let t = all.get(i).ok_or_else(|| format!("compiled kernel input {i} is missing"))?;
+                    f32_input(i, t, &self.inputs[i], &self.out).map(Some)
+                }
+            })
+            .collect::<Result<Vec<_>, String>>()?;
+        let ins: Vec<In<'_>> = owned
+            .iter()
+            .zip(&over)
+            .map(|(c, o)| match (c, o) {
+                (_, Some(k)) => In::Output(*k),
+                (Some(c), None) => In::Slice(c),
+                (None, None) => unreachable!("every input is owned or overwritten"),
+            })
+            .collect();
+        let blocks = row_blocks(self.rows, n >= PARALLEL_ELEMENTS && self.rows > 1);
+        self.entry.run(&ins, &mut outs, &blocks, |len, f| with_scratch(len, f))?;
+        outs.into_iter().zip(&self.results).map(|(v, (ty, _))| to_tensor(v, ty)).collect()
+    }
+}
+
+impl MatMulKernel {
+    pub fn run(&self, operands: &Operands<'_>) -> Result<Vec<Tensor>, String> {
+        let inputs = operands.all();
+        let contiguous = |i: usize, rows: usize, cols: usize| -> Result<Cow<'_, [f32]>, String> {
+            let ty = TensorType::new(DType::F32, [rows as u64, cols as u64]);
+            match inputs.get(i) {
+                Some(t @ Tensor::F32(a)) => {
+                    check_type(i, t, &ty)?;
+                    Ok(a.as_slice().map(Cow::Borrowed).unwrap_or_else(|| Cow::Owned(a.iter().copied().collect())))
+                }
+                Some(t) => Err(format!("matmul operand {i} is {}, not f32", t.dtype())),
+                None => Err(format!("matmul operand {i} is missing")),
+            }
+        };
+        let (m, k, n) = (self.m, self.k, self.n);
+        let (a, b) = (contiguous(self.lhs, m, k)?, contiguous(self.rhs, k, n)?);
+        let size = m * n;
+        // The epilogue's other inputs, and its outputs: in place over the product when it has
+        // one.
+        let (extra, mut outs) = match &self.epilogue {
+            Some((lk, used)) => {
+                let extra = used
+                    .iter()
+                    .enumerate()
+                    .map(|(j, &i)| {
+                        let t = inputs.get(i).ok_or_else(|| format!("compiled kernel input {i} is missing"))?;
+                        f32_input(i, t, &lk.inputs[j + 1], &lk.out)
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
+                let outs: Vec<Vec<f32>> = if lk.results.len() == 1 {
+                    Vec::new()
+                } else {
+                    lk.results.iter().map(|_| operands.alloc_f32(size)).collect::<Result<_, _>>()?
+                };
+                (extra, outs)
+            }
+            None => (Vec::new(), Vec::new()),
+        };
+        let parallel = m * n * k >= PARALLEL_FLOPS && m > 1 && rayon::current_thread_index().is_none();
+        let mut c: Vec<f32> = operands.alloc_f32(size)?;
+        entry::matmul(&a, &b, &mut c, (m, k, n), if parallel { rayon::current_num_threads() } else { 1 })?;
+        let out = TensorType::new(DType::F32, [m as u64, n as u64]);
+        let Some((lk, _)) = &self.epilogue else { return to_tensors(vec![c], &out) };
+        let blocks = row_blocks(m, parallel);
+        let scratch = |len: usize, f: &mut dyn FnMut(&mut [f32])| with_scratch(len, f);
+        let rest = extra.iter().map(|x| In::Slice(x));
+        if outs.is_empty() {
+            // One result: written over the product.
+            let mut c = [c];
+            let ins: Vec<_> = std::iter::once(In::Output(0)).chain(rest).collect();
+            lk.entry.run(&ins, &mut c, &blocks, scratch)?;
+            let [c] = c;
+            return to_tensors(vec![c], &lk.results[0].0);
+        }
+        let ins: Vec<_> = std::iter::once(In::Slice(&c)).chain(rest).collect();
+        lk.entry.run(&ins, &mut outs, &blocks, scratch)?;
+        operands.recycle_f32(c);
+        to_tensors(outs, &out)
+    }
+}

@@ -1,0 +1,19 @@
+//! graphc-cpu-runtime: the run half of the CPU backend. Generated kernels are plain functions
+//! over rows of f32 buffers; this crate calls them (after checking every buffer against the
+//! extents their plan touches), splits their rows across threads, runs matrix products on the
+//! gemm crate's microkernels before a generated epilogue, and provides the math functions the
+//! kernels call by symbol.
+//!
+//! The compile half (`graphc::lower::cpu`) emits code with Cranelift, into a JIT module or an
+//! object file, and describes each kernel with a [`LoopKernel`] or [`MatMulKernel`]; nothing
+//! here depends on Cranelift or on the compiler, so an AOT-compiled program links this crate
+//! (built as a static library) and the graphc runtime, never the compiler.
+
+mod entry;
+mod kernel;
+pub mod math;
+mod rows;
+
+pub use entry::{matmul, Entry, Extents, In, KernelFn};
+pub use kernel::{CpuKernel, LoopInput, LoopKernel, MatMulKernel};
+pub use rows::{row_blocks, PARALLEL_ELEMENTS, PARALLEL_FLOPS};

@@ -1,0 +1,31 @@
+//! How a kernel's rows split across threads, and the per-thread scratch rows.
+
+/// Below this many output elements a loop kernel runs on the calling thread.
+pub const PARALLEL_ELEMENTS: usize = 1 << 15;
+
+/// Below this many multiply-adds a matrix product runs on the calling thread.
+pub const PARALLEL_FLOPS: usize = 1 << 20;
+
+/// Row ranges for the calling thread alone, or a few per worker thread. A kernel called on a
+/// worker thread already (a partition of a multi-device step: one device, one core) stays on
+/// its thread rather than competing with the other devices for the cores.
+pub fn row_blocks(rows: usize, parallel: bool) -> Vec<(usize, usize)> {
+    let parallel = parallel && rayon::current_thread_index().is_none();
+    let chunk = if parallel { rows.div_ceil(rayon::current_num_threads().max(1) * 4).max(1) } else { rows.max(1) };
+    (0..rows).step_by(chunk).map(|r| (r, (r + chunk).min(rows))).collect()
+}
+
+/// Runs `f` with `len` elements of this thread's scratch row buffer, which lives as long as
+/// the thread: a kernel call allocates none.
+pub(crate) fn with_scratch(len: usize, f: &mut dyn FnMut(&mut [f32])) {
+    thread_local! {
+        static SCRATCH: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+    SCRATCH.with(|s| {
+        let mut s = s.borrow_mut();
+        if s.len() < len {
+            s.resize(len, 0.0);
+        }
+        f(&mut s[..len])
+    })
+}
