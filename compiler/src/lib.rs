@@ -2,7 +2,9 @@
 //! the IR of `graphc-ir`, and, with later issues, the backends. The `graphc` binary is the
 //! command-line front of this library.
 
+pub mod backend;
 pub mod dot;
+pub mod driver;
 pub mod lower;
 pub mod passes;
 pub mod placement;

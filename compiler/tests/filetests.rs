@@ -113,7 +113,7 @@ fn filetests() {
             }
             let mut pm = PassManager::with_context(&run, &ctx)?;
             pm.verify_each = true;
-            let ran = pm.run(&mut m, &mut |_| {});
+            let ran = pm.run(&mut m, &mut |_| {}).map_err(|e| e.message);
             match (ran, error) {
                 (Err(e), Some(want)) if e.contains(&want) => return Ok(()),
                 (Err(e), Some(want)) => return Err(format!("ERROR: expected '{want}', got: {e}")),

@@ -14,9 +14,8 @@
 //!
 //! Nodes with `after` lists are left alone (apart from being replaced as values).
 
-use super::dce::remove_dead;
-use super::rewrite::{constant_of, is_splat_of, place_before, regions, splat_value};
-use super::Pass;
+use super::manager::Pass;
+use super::rewrite::{constant_of, is_splat_of, place_before, regions, remove_dead, splat_value};
 use graphc_ir::{Attr, Attrs, Graph, Node, NodeSpec, Op, OpKind, Region, Value};
 use std::collections::HashMap;
 

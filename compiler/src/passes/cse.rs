@@ -2,9 +2,8 @@
 //! attributes, `after` list, device and result types compute the same values, so the later
 //! one is replaced by the earlier. Each region has its own table (regions are isolated).
 
-use super::dce::remove_dead;
-use super::rewrite::{is_pure, regions};
-use super::Pass;
+use super::manager::Pass;
+use super::rewrite::{is_pure, regions, remove_dead};
 use graphc_ir::{Attr, TensorData};
 use graphc_ir::{Graph, Node};
 use std::collections::hash_map::DefaultHasher;

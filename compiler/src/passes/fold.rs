@@ -3,9 +3,8 @@
 //! each). `shape` and `rank` fold always, since shapes are static. An op whose kernel fails
 //! (an integer division by zero) is left alone, so the error still happens at run time.
 
-use super::dce::remove_dead;
-use super::rewrite::{constant_of, place_before, regions};
-use super::Pass;
+use super::manager::Pass;
+use super::rewrite::{constant_of, place_before, regions, remove_dead};
 use graphc_ir::{Attr, Graph, Node, NodeSpec, Op, TensorType};
 use graphc_runtime::kernels;
 use graphc_runtime::Tensor;

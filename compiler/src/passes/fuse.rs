@@ -16,9 +16,8 @@
 //! one `fusion` node whose region is the group; its results keep the names of the values they
 //! replace.
 
-use super::dce::remove_dead;
-use super::rewrite::{constant_of, regions};
-use super::Pass;
+use super::manager::Pass;
+use super::rewrite::{constant_of, regions, remove_dead};
 use graphc_ir::shape::broadcasts_to;
 use graphc_ir::{Attr, DeviceSpec, Graph, Node, NodeSpec, Op, OpKind, Region, Type, Value};
 use std::cmp::Reverse;

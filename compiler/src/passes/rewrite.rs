@@ -1,7 +1,7 @@
 //! Helpers the passes share: purity, constants, walking regions, reordering.
 
 use graphc_ir::{Graph, Node, Op, Region, TensorData, TensorLiteral, Value};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 /// Whether removing, duplicating or merging the node cannot change what a run does: not
 /// stateful, not communicating, and no such op inside its regions.
@@ -68,4 +68,45 @@ pub fn place_before(g: &mut Graph, region: Region, before: &HashMap<Node, Vec<No
         order.push(n);
     }
     g.regions[region].nodes = order;
+}
+
+/// Removes every dead node of every region; returns whether any was removed.
+/// (Dead code elimination, which every pass that leaves nodes unused runs after itself.)
+pub fn remove_dead(g: &mut Graph) -> Result<bool, String> {
+    let mut dead: HashSet<Node> = HashSet::new();
+    for r in regions(g) {
+        if g.regions[r].parent.is_some_and(|p| dead.contains(&p)) {
+            continue;
+        }
+        sweep(g, r, &mut dead);
+    }
+    if dead.is_empty() {
+        return Ok(false);
+    }
+    // Nodes inside dead nodes' regions go with their owners.
+    let doomed: Vec<Node> = dead.iter().copied().filter(|&n| !inside_dead(g, n, &dead)).collect();
+    g.remove_nodes(&doomed)?;
+    Ok(true)
+}
+
+/// Marks the region's dead nodes, last first, so a node whose only users die dies too.
+fn sweep(g: &Graph, r: Region, dead: &mut HashSet<Node>) {
+    for &n in g.regions[r].nodes.iter().rev() {
+        let unused =
+            g.nodes[n].results.iter().all(|&v| g.uses(v).iter().all(|u| u.user().is_some_and(|m| dead.contains(&m))));
+        if unused && is_pure(g, n) {
+            dead.insert(n);
+        }
+    }
+}
+
+fn inside_dead(g: &Graph, n: Node, dead: &HashSet<Node>) -> bool {
+    let mut r = g.nodes[n].parent;
+    while let Some(owner) = g.regions[r].parent {
+        if dead.contains(&owner) {
+            return true;
+        }
+        r = g.nodes[owner].parent;
+    }
+    false
 }

@@ -5,5 +5,6 @@
 pub mod cluster;
 pub mod cost;
 pub mod partition;
+pub mod passes;
 pub mod place;
 pub mod simulate;

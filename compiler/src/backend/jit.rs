@@ -1,0 +1,25 @@
+//! The Cranelift JIT as a backend: the default pipeline (fused kernels), then the CPU
+//! backend's kernels (`crate::lower::cpu`); other nodes run in the interpreter.
+
+use super::{Backend, Compiled};
+use crate::lower::cpu::CpuKernels;
+use graphc_ir::Module;
+
+#[derive(Debug)]
+pub struct Jit;
+
+impl Backend for Jit {
+    fn name(&self) -> &'static str {
+        "jit"
+    }
+    fn description(&self) -> &'static str {
+        "The default pass pipeline, then elementwise kernels JIT-compiled with Cranelift (other nodes run in the interpreter)"
+    }
+    fn pipeline(&self) -> &'static str {
+        crate::passes::DEFAULT_PIPELINE
+    }
+    fn compile(&self, m: &Module) -> Result<Compiled, String> {
+        let kernels = CpuKernels::compile(m)?;
+        Ok(Compiled { count: kernels.len(), compile_time: kernels.compile_time, kernels: Some(kernels) })
+    }
+}

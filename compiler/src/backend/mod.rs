@@ -1,0 +1,63 @@
+//! Backends behind one trait, in a registry as the passes are: each has a name (`--backend
+//! NAME`), the pass pipeline it runs before compiling, and a compile step that turns a module
+//! into kernels a session runs in place of the reference kernels.
+//!
+//! Every backend runs [`LOWERINGS`] first, the interpreter included: lowerings that are part
+//! of a module's meaning (none yet; gradient expansion will be one). A backend's kernels come
+//! as a `CompiledKernels` for the whole module, looked up node by node, so a later tier can
+//! replace them one kernel at a time in a live session.
+
+mod interp;
+mod jit;
+
+use graphc_ir::Module;
+use graphc_runtime::CompiledKernels;
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use interp::Interp;
+pub use jit::Jit;
+
+/// Lowerings every backend runs before its own pipeline (a pass pipeline; empty: none).
+pub const LOWERINGS: &str = "";
+
+/// A way to run modules.
+pub trait Backend: Sync + std::fmt::Debug {
+    /// The name `--backend` takes.
+    fn name(&self) -> &'static str;
+    /// One line for `--help` and errors.
+    fn description(&self) -> &'static str;
+    /// The passes it runs after [`LOWERINGS`] and before compiling (empty: none).
+    fn pipeline(&self) -> &'static str;
+    /// Compiles a module (after its pipeline, placement and partitioning) into kernels; an
+    /// error when this host or module cannot be compiled (callers may fall back to the
+    /// interpreter, which runs every node).
+    fn compile(&self, m: &Module) -> Result<Compiled, String>;
+}
+
+/// What a backend made of a module.
+#[derive(Debug, Default)]
+pub struct Compiled {
+    /// Kernels for some nodes; `None` runs every node on the reference kernels.
+    pub kernels: Option<Arc<dyn CompiledKernels>>,
+    /// How many nodes run compiled code.
+    pub count: usize,
+    pub compile_time: Duration,
+}
+
+/// Every backend; the first is the default.
+pub static BACKENDS: &[&dyn Backend] = &[&Jit, &Interp];
+
+/// The default backend's name.
+pub const DEFAULT_BACKEND: &str = "jit";
+
+/// The backend of this name; an error listing the known ones.
+pub fn backend(name: &str) -> Result<&'static dyn Backend, String> {
+    BACKENDS.iter().copied().find(|b| b.name() == name).ok_or_else(|| {
+        let known: Vec<&str> = BACKENDS.iter().map(|b| b.name()).collect();
+        let hint = graphc_ir::suggest::closest(name, known.iter().copied())
+            .map(|s| format!("did you mean '{s}'? "))
+            .unwrap_or_default();
+        format!("unknown backend '{name}'; {hint}the backends are {}", known.join(", "))
+    })
+}

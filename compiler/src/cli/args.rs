@@ -1,0 +1,269 @@
+//! The command line's flags: one struct per subcommand (clap).
+
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+
+#[derive(Parser, Debug)]
+#[command(name = "graphc", version, about = "Compile dataflow-graph IR (.gir) to fused native kernels", long_about = None)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Parse, verify and infer shapes; report every error with its location. Exit 0 if the
+    /// file is valid, 1 if not.
+    Check(CheckArgs),
+    /// Print the canonical text of a module (to stdout, or back into the file).
+    Fmt(FmtArgs),
+    /// Run graphs: inputs from .npy files or seeded random data, outputs summarized or written
+    /// as .npy files; variables persist across --steps and in checkpoints.
+    Run(RunArgs),
+    /// Run a pass pipeline over a module and print the result (canonical, re-parseable IR).
+    Opt(OptArgs),
+    /// Print a module as a Graphviz DOT graph: one cluster per graph and per fusion kernel.
+    Dot(DotArgs),
+    /// Import an ONNX model as graphc IR.
+    Import(ImportArgs),
+    /// Predict a step's time and each device's utilization from the cost model: places and
+    /// partitions on --devices, then simulates the partitions (no kernel runs).
+    Simulate(SimulateArgs),
+    /// Measure: the time to get a graph ready to run, then the median, min and max step time
+    /// over --iters steps after --warmup, and the process's peak memory.
+    Bench(BenchArgs),
+}
+
+#[derive(clap::Args, Debug)]
+pub struct BenchArgs {
+    /// The .gir or .onnx file ('-' reads standard input).
+    pub file: PathBuf,
+    /// The graph to time (repeat to time several as one step); default as for `graphc run`.
+    #[arg(short, long = "graph", value_name = "NAME")]
+    pub graphs: Vec<String>,
+    /// Feed input NAME from a .npy file; inputs not given get seeded random data.
+    #[arg(short, long = "input", value_name = "NAME=PATH.npy")]
+    pub inputs: Vec<String>,
+    /// Untimed steps first.
+    #[arg(long, default_value_t = 3)]
+    pub warmup: u64,
+    /// Timed steps.
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..))]
+    pub iters: u64,
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    #[arg(long, default_value = graphc::backend::DEFAULT_BACKEND, value_parser = backends())]
+    pub backend: String,
+    /// Seed of the random data for inputs not given with --input.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Fail a step (warm-up or timed) that runs longer than this, as for `graphc run`.
+    #[arg(long, value_name = "SECS", value_parser = parse_timeout)]
+    pub timeout: Option<Timeout>,
+    /// The most memory the session's live tensors may take together (e.g. 2GiB); default:
+    /// $GRAPHC_MEMORY_LIMIT, else what the process may still allocate.
+    #[arg(long, value_name = "SIZE", value_parser = graphc_runtime::budget::parse_bytes)]
+    pub memory_limit: Option<u64>,
+    #[command(flatten)]
+    pub devices: DeviceArgs,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct SimulateArgs {
+    /// The .gir or .onnx file ('-' reads standard input).
+    pub file: PathBuf,
+    #[command(flatten)]
+    pub devices: DeviceArgs,
+    /// Simulate only this graph (repeatable). Default: every graph, one after another.
+    #[arg(short, long = "graph", value_name = "NAME")]
+    pub graphs: Vec<String>,
+    /// Write the predicted timeline as Chrome trace / Perfetto JSON.
+    #[arg(long, value_name = "OUT.json")]
+    pub trace: Option<PathBuf>,
+    /// Simulate the module as this backend runs it: with jit, after the default pipeline (so
+    /// a profile from `graphc run` matches its fused kernels).
+    #[arg(long, default_value = graphc::backend::DEFAULT_BACKEND, value_parser = backends())]
+    pub backend: String,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct ImportArgs {
+    /// The .onnx model.
+    pub model: PathBuf,
+    /// Write the IR here (atomically) instead of to standard output ('-').
+    #[arg(short, long, value_name = "OUT.gir")]
+    pub output: Option<PathBuf>,
+    /// Make float initializers variables instead of constants (trainable, checkpointable).
+    #[arg(long)]
+    pub weights_as_variables: bool,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct OptArgs {
+    /// The .gir file ('-' reads standard input).
+    pub file: PathBuf,
+    /// The passes to run, in order, comma-separated (canonicalize, fold, cse, dce, fuse, place,
+    /// partition).
+    #[arg(long, default_value = graphc::passes::DEFAULT_PIPELINE)]
+    pub passes: String,
+    /// Write the result here (atomically) instead of to standard output ('-').
+    #[arg(short, long, value_name = "OUT")]
+    pub output: Option<PathBuf>,
+    /// Verify the IR after every pass (always done in debug builds).
+    #[arg(long)]
+    pub verify_each: bool,
+    /// Print the IR to standard error after every pass.
+    #[arg(long)]
+    pub print_after_all: bool,
+    /// Print the IR to standard error after the named pass (repeatable).
+    #[arg(long, value_name = "PASS")]
+    pub print_after: Vec<String>,
+    /// Print a table of per-pass times to standard error.
+    #[arg(long)]
+    pub time_passes: bool,
+    /// Print node and kernel counts before and after to standard error.
+    #[arg(long)]
+    pub stats: bool,
+    /// The devices and profile that the place pass uses.
+    #[command(flatten)]
+    pub devices: DeviceArgs,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct DotArgs {
+    /// The .gir file ('-' reads standard input).
+    pub file: PathBuf,
+    /// Place and partition on these devices first, and draw the partitions.
+    #[command(flatten)]
+    pub devices: DeviceArgs,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct RunArgs {
+    /// The .gir file ('-' reads standard input).
+    pub file: PathBuf,
+    /// The graph to run; repeat to run several concurrently as one step (sharing variables,
+    /// queues and the send/recv rendezvous). Default: the only graph; all graphs of a
+    /// partitioned module (each sends or receives); else the first.
+    #[arg(short, long = "graph", value_name = "NAME")]
+    pub graphs: Vec<String>,
+    /// Feed input NAME from a .npy file; inputs not given get seeded random data.
+    #[arg(short, long = "input", value_name = "NAME=PATH.npy")]
+    pub inputs: Vec<String>,
+    /// Fetch this output or named value instead of every output; only what it depends on
+    /// runs (repeatable; one graph only).
+    #[arg(short, long = "fetch", value_name = "NAME")]
+    pub fetches: Vec<String>,
+    /// Write each output to DIR/NAME.npy instead of printing a summary. Characters of NAME
+    /// outside [A-Za-z0-9._-], and a leading '.', become '_'; names are cut at 200 bytes; two
+    /// outputs that would share a file are an error (nothing is written).
+    #[arg(short, long, value_name = "DIR")]
+    pub out_dir: Option<PathBuf>,
+    #[arg(long, default_value = graphc::backend::DEFAULT_BACKEND, value_parser = backends())]
+    pub backend: String,
+    /// Run this many steps on one session (variables carry over); outputs are the last step's.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
+    pub steps: u64,
+    /// Save every variable to this safetensors file after the last step (atomically).
+    #[arg(long, value_name = "PATH")]
+    pub checkpoint: Option<PathBuf>,
+    /// Also save to --checkpoint every N steps, in the background without pausing the steps; a
+    /// failed save ends the run at the next step.
+    #[arg(long, value_name = "N", requires = "checkpoint", value_parser = clap::value_parser!(u64).range(1..))]
+    pub checkpoint_every: Option<u64>,
+    /// A failed --checkpoint-every save is a warning and the run goes on; without it the first
+    /// failure ends the run. The save after the last step must succeed either way.
+    #[arg(long, requires = "checkpoint_every")]
+    pub keep_going_on_checkpoint_error: bool,
+    /// Restore every variable from this checkpoint before the first step.
+    #[arg(long, value_name = "PATH")]
+    pub restore: Option<PathBuf>,
+    /// Seed of the random data for inputs not given with --input.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Fail a step that runs longer than this (a loop that never ends fails at the loop), and
+    /// a blocking op (enqueue, dequeue, recv) that waits longer. 'inf', or a value too large
+    /// for the clock, means no limit.
+    #[arg(long, value_name = "SECS", value_parser = parse_timeout)]
+    pub timeout: Option<Timeout>,
+    /// The most memory the session's live tensors may take together (e.g. 2GiB); default:
+    /// $GRAPHC_MEMORY_LIMIT, else what the process may still allocate.
+    #[arg(long, value_name = "SIZE", value_parser = graphc_runtime::budget::parse_bytes)]
+    pub memory_limit: Option<u64>,
+    /// Place and partition on these devices and run each partition on its own thread.
+    #[command(flatten)]
+    pub devices: DeviceArgs,
+    /// Record every node's start and end and write the timeline as Chrome trace / Perfetto
+    /// JSON (one track per device, one for transfers).
+    #[arg(long, value_name = "OUT.json")]
+    pub trace: Option<PathBuf>,
+    /// Write each kind of node's mean time (steps after the first) as a profile for
+    /// --profile.
+    #[arg(long, value_name = "FILE")]
+    pub write_profile: Option<PathBuf>,
+}
+
+/// A `--timeout`: `None` is no limit.
+#[derive(Clone, Copy, Debug)]
+pub struct Timeout(pub Option<std::time::Duration>);
+
+pub fn parse_timeout(s: &str) -> Result<Timeout, String> {
+    let v: f64 = s.trim().parse().map_err(|_| format!("'{s}' is not a number of seconds"))?;
+    if v.is_nan() || v <= 0.0 {
+        return Err(format!("'{s}' is not a positive number of seconds"));
+    }
+    // Past what a Duration holds (about 5.8e11 years) no deadline can ever be reached.
+    match std::time::Duration::try_from_secs_f64(v) {
+        Ok(d) if d.is_zero() => Err(format!("'{s}' seconds is less than the clock's nanosecond")),
+        Ok(d) => Ok(Timeout(Some(d))),
+        Err(_) => Ok(Timeout(None)),
+    }
+}
+
+#[derive(clap::Args, Debug)]
+pub struct CheckArgs {
+    /// The .gir files to check ('-' reads standard input).
+    #[arg(required = true)]
+    pub files: Vec<PathBuf>,
+    /// Print nothing for valid files.
+    #[arg(short, long)]
+    pub quiet: bool,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct FmtArgs {
+    /// The .gir file to format ('-' reads standard input).
+    pub file: PathBuf,
+    /// Rewrite the file in place (atomically) instead of printing to stdout.
+    #[arg(short, long, conflicts_with = "check")]
+    pub in_place: bool,
+    /// Print nothing; exit 1 if the file is not in canonical form.
+    #[arg(long)]
+    pub check: bool,
+}
+
+/// Where to place: `--devices` and `--profile` (shared by every subcommand that places).
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct DeviceArgs {
+    /// Place on the devices of this spec file (.toml or .json; see ir-spec/SPEC.md §13) and
+    /// partition, one graph per device. Default: one CPU, nothing to partition.
+    #[arg(long, value_name = "FILE")]
+    pub devices: Option<PathBuf>,
+    /// Node times measured by an earlier `graphc run --write-profile`, for the cost model.
+    #[arg(long, value_name = "FILE")]
+    pub profile: Option<PathBuf>,
+}
+
+impl DeviceArgs {
+    pub fn devices(&self) -> graphc::driver::Devices {
+        graphc::driver::Devices { spec: self.devices.clone(), profile: self.profile.clone() }
+    }
+}
+
+/// The backends of the registry, each with its description, as `--backend`'s values.
+fn backends() -> clap::builder::PossibleValuesParser {
+    clap::builder::PossibleValuesParser::new(
+        graphc::backend::BACKENDS.iter().map(|b| clap::builder::PossibleValue::new(b.name()).help(b.description())),
+    )
+}

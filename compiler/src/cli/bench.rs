@@ -1,0 +1,98 @@
+//! `graphc bench`: the time to a session ready to run (the pipeline, placement and
+//! partitioning, compilation), then step times and the process's peak memory.
+
+use super::args::BenchArgs;
+use anyhow::anyhow;
+use graphc::driver::{self, import_options_for, prepare, Inputs, Prepared};
+use graphc_ir::{Module, SourceFile};
+use graphc_runtime::SessionOptions;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+/// `graphc bench`: the time from a loaded module to a session ready to run (placement and
+/// partitioning included, compilation once there is a compiled backend), then step times.
+pub fn bench(a: &BenchArgs) -> anyhow::Result<ExitCode> {
+    let (file, module) = driver::load(&a.file, &import_options_for(&a.file, &a.inputs))?;
+    bench_loaded(a, &file, module)
+}
+
+fn bench_loaded(a: &BenchArgs, file: &SourceFile, module: Module) -> anyhow::Result<ExitCode> {
+    // Compile time: the pass pipeline and the session with its kernels; making the inputs
+    // in between is not part of it.
+    let start = Instant::now();
+    let inputs = Inputs { graphs: &a.graphs, flags: &a.inputs, fetches: &[], seed: a.seed };
+    let backend = graphc::backend::backend(&a.backend).map_err(|e| anyhow!(e))?;
+    let module = driver::optimize(backend, module, false, file)?;
+    let optimized = start.elapsed();
+    let Prepared { graphs, module, job, placements, .. } = prepare(&inputs, &a.devices.devices(), file, module)?;
+    let start = Instant::now();
+    if !a.json {
+        for p in &placements {
+            say!("{p}");
+        }
+    }
+    let limit = a.timeout.and_then(|t| t.0);
+    let options = SessionOptions {
+        detect_deadlock: true,
+        wait_timeout: limit,
+        step_timeout: limit,
+        memory_limit: a.memory_limit,
+        ..Default::default()
+    };
+    let (session, _, warning) = driver::session(backend, module, options)?;
+    if let Some(w) = warning {
+        eprintln!("warning: {w}");
+    }
+    let compile = optimized + start.elapsed();
+    let mut times = Vec::with_capacity(a.iters.min(1 << 16) as usize);
+    let total = a.warmup.saturating_add(a.iters);
+    for i in 0..total {
+        let t = Instant::now();
+        let outs = match session.run_step(job.requests.clone()) {
+            Ok(outs) => outs,
+            Err(e) => {
+                super::run::report_run_error(&e, file, i + 1, total);
+                return Ok(ExitCode::FAILURE);
+            }
+        };
+        if i >= a.warmup {
+            times.push(t.elapsed());
+        }
+        // As a serving loop would: the results are used and dropped, their buffers reused.
+        session.recycle(outs);
+    }
+    times.sort();
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    let (median, min, max) = (ms(times[times.len() / 2]), ms(times[0]), ms(times[times.len() - 1]));
+    let mean = times.iter().map(|&d| ms(d)).sum::<f64>() / times.len() as f64;
+    let rss = peak_rss_bytes();
+    let names = graphs.iter().map(|g| format!("@{g}")).collect::<Vec<_>>().join(" + ");
+    let backend = backend.name();
+    if a.json {
+        let j = serde_json::json!({
+            "file": file.name, "graphs": graphs, "backend": backend,
+            "compile_ms": ms(compile), "median_ms": median, "min_ms": min, "max_ms": max, "mean_ms": mean,
+            "iters": a.iters, "warmup": a.warmup, "peak_rss_bytes": rss, "placement": placements,
+        });
+        say!("{j}");
+    } else {
+        say!("{names} (backend {backend})");
+        say!("  compile      {:>10.3} ms", ms(compile));
+        say!("  step median  {median:>10.3} ms   ({} iterations after {} warm-up)", a.iters, a.warmup);
+        say!("  step min     {min:>10.3} ms");
+        say!("  step max     {max:>10.3} ms");
+        match rss {
+            Some(b) => say!("  peak RSS     {:>10.1} MiB", b as f64 / (1 << 20) as f64),
+            None => say!("  peak RSS     unknown (no /proc/self/status)"),
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The process's peak resident set (VmHWM), where /proc says.
+fn peak_rss_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}

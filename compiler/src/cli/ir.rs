@@ -1,0 +1,109 @@
+//! The subcommands over IR text: `check`, `fmt`, `opt`, `dot`, `import`.
+
+use super::args::{CheckArgs, DotArgs, FmtArgs, ImportArgs, OptArgs};
+use super::output::write_output;
+use graphc::driver::{self, plural, Reported};
+use graphc_ir::{print_module, Module};
+use std::io::Write;
+use std::path::Path;
+use std::process::ExitCode;
+
+/// Loads a `.gir` or `.onnx` file with the default import options.
+pub fn load(path: &Path) -> Result<(graphc_ir::SourceFile, Module), Reported> {
+    driver::load(path, &graphc_onnx::ImportOptions::default())
+}
+
+pub fn check(a: &CheckArgs) -> anyhow::Result<ExitCode> {
+    let mut ok = true;
+    for path in &a.files {
+        match load(path) {
+            Ok((file, m)) => {
+                if !a.quiet {
+                    let nodes: usize = m.graphs.iter().map(|g| g.node_count()).sum();
+                    say!(
+                        "{}: ok ({} graph{}, {nodes} node{})",
+                        file.name,
+                        m.graphs.len(),
+                        plural(m.graphs.len()),
+                        plural(nodes)
+                    );
+                }
+            }
+            Err(r) => {
+                eprint!("{}", r.0);
+                ok = false;
+            }
+        }
+    }
+    Ok(if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+pub fn fmt(a: &FmtArgs) -> anyhow::Result<ExitCode> {
+    let (file, m) = load(&a.file)?;
+    let text = print_module(&m);
+    if a.check {
+        if text != file.text {
+            eprintln!("{}: not in canonical form; run `graphc fmt --in-place {}`", file.name, file.name);
+            return Ok(ExitCode::FAILURE);
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    if a.in_place && a.file != Path::new("-") {
+        graphc_runtime::fsutil::write_atomically(&a.file, |f| f.write_all(text.as_bytes()))
+            .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", a.file.display()))?;
+    } else {
+        std::io::stdout().write_all(text.as_bytes())?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn opt(a: &OptArgs) -> anyhow::Result<ExitCode> {
+    use graphc::passes::{kernel_count, timing_table, PassManager, PrintAfter};
+    let ctx = a.devices.devices().context()?;
+    let mut pm = PassManager::with_context(&a.passes, &ctx).map_err(|e| anyhow::anyhow!("--passes: {e}"))?;
+    for name in &a.print_after {
+        if !graphc::passes::PASSES.iter().any(|(k, _)| k == name) {
+            anyhow::bail!("--print-after: unknown pass '{name}'");
+        }
+    }
+    pm.verify_each = a.verify_each;
+    pm.print_after = if a.print_after_all {
+        PrintAfter::All
+    } else if a.print_after.is_empty() {
+        PrintAfter::Never
+    } else {
+        PrintAfter::Some(a.print_after.clone())
+    };
+    let (file, mut m) = load(&a.file)?;
+    let count = |m: &Module| -> (usize, usize) {
+        (m.graphs.iter().map(|g| g.node_count()).sum(), m.graphs.iter().map(kernel_count).sum())
+    };
+    let before = count(&m);
+    let timings = pm.run(&mut m, &mut |text| eprint!("{text}")).map_err(|e| anyhow::anyhow!("{}: {e}", file.name))?;
+    if a.time_passes {
+        eprint!("{}", timing_table(&timings));
+    }
+    if a.stats {
+        let after = count(&m);
+        eprintln!("nodes: {} -> {}; kernels: {} -> {}", before.0, after.0, before.1, after.1);
+    }
+    write_output(a.output.as_deref(), &print_module(&m))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn dot(a: &DotArgs) -> anyhow::Result<ExitCode> {
+    let (file, m) = load(&a.file)?;
+    let m = match &a.devices.devices {
+        Some(_) => driver::place_and_partition(a.devices.devices().context()?, &file, m)?.module,
+        None => m,
+    };
+    say!("{}", graphc::dot::to_dot(&m));
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn import(a: &ImportArgs) -> anyhow::Result<ExitCode> {
+    let options = graphc_onnx::ImportOptions { weights_as_variables: a.weights_as_variables, ..Default::default() };
+    let m = graphc_onnx::import_file(&a.model, &options).map_err(|e| anyhow::anyhow!("{e}"))?;
+    write_output(a.output.as_deref(), &print_module(&m))?;
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,39 @@
+//! The `graphc` command line: flags in `args.rs`, one module per group of subcommands, each
+//! calling the library's driver and printing.
+
+#[macro_use]
+mod output;
+mod args;
+mod bench;
+mod ir;
+mod run;
+mod simulate;
+
+use args::{Cli, Command};
+use clap::Parser;
+use std::process::ExitCode;
+
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Check(a) => ir::check(&a),
+        Command::Fmt(a) => ir::fmt(&a),
+        Command::Opt(a) => ir::opt(&a),
+        Command::Import(a) => ir::import(&a),
+        Command::Dot(a) => ir::dot(&a),
+        Command::Bench(a) => bench::bench(&a),
+        Command::Simulate(a) => simulate::simulate(&a),
+        Command::Run(a) => run::run(&a),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            // Diagnostics come rendered against their source, as they are.
+            match e.downcast_ref::<graphc::driver::Reported>() {
+                Some(r) => eprint!("{}", r.0),
+                None => eprintln!("error: {e:#}"),
+            }
+            ExitCode::FAILURE
+        }
+    }
+}

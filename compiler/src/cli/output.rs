@@ -1,0 +1,34 @@
+//! Writing to the terminal and to files.
+
+/// `println!` that ends the process quietly once stdout is closed (`graphc run ... | head`)
+/// instead of panicking.
+macro_rules! say {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        if let Err(e) = writeln!(std::io::stdout(), $($t)*) {
+            if e.kind() == std::io::ErrorKind::BrokenPipe {
+                std::process::exit(0);
+            }
+        }
+    }};
+}
+
+use std::io::Write;
+use std::path::Path;
+
+/// Writes text to a file atomically, or to stdout for none or '-'.
+pub fn write_output(out: Option<&Path>, text: &str) -> anyhow::Result<()> {
+    match out.filter(|p| p.as_os_str() != "-") {
+        Some(out) => write_file(out, text),
+        None => {
+            say!("{}", text.trim_end_matches('\n'));
+            Ok(())
+        }
+    }
+}
+
+/// Writes text to a file atomically.
+pub fn write_file(path: &Path, text: &str) -> anyhow::Result<()> {
+    graphc_runtime::fsutil::write_atomically(path, |f| f.write_all(text.as_bytes()))
+        .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))
+}

@@ -1,0 +1,238 @@
+//! `graphc run`: feeds inputs (from .npy files, or seeded random data), runs graphs for a
+//! number of steps on a session, writes or summarizes the outputs, and saves or restores
+//! checkpoints. The driver does the work; this prints.
+
+use super::args::RunArgs;
+use super::output::write_file;
+use anyhow::{anyhow, bail, Context};
+use graphc::driver::{self, import_options_for, plural, prepare, Inputs, Prepared, Timeline};
+use graphc_ir::{Diagnostic, Module, SourceFile};
+use graphc_runtime::checkpoint::Checkpointer;
+use graphc_runtime::{npy, RtValue, RunError, RunOutput, SessionOptions};
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+pub fn run(a: &RunArgs) -> anyhow::Result<ExitCode> {
+    let (file, module) = driver::load(&a.file, &import_options_for(&a.file, &a.inputs))?;
+    let file = &file;
+    run_loaded(a, file, module)
+}
+
+fn run_loaded(a: &RunArgs, file: &SourceFile, module: Module) -> anyhow::Result<ExitCode> {
+    let inputs = Inputs { graphs: &a.graphs, flags: &a.inputs, fetches: &a.fetches, seed: a.seed };
+    let backend = graphc::backend::backend(&a.backend).map_err(|e| anyhow!(e))?;
+    let module = driver::optimize(backend, module, !a.fetches.is_empty(), file)?;
+    let Prepared { graphs, module, job, random, placements } = prepare(&inputs, &a.devices.devices(), file, module)?;
+    for p in placements {
+        say!("{p}");
+    }
+    let options = SessionOptions {
+        wait_timeout: a.timeout.and_then(|t| t.0),
+        step_timeout: a.timeout.and_then(|t| t.0),
+        detect_deadlock: true,
+        max_tensor_bytes: None,
+        trace: a.trace.is_some() || a.write_profile.is_some(),
+        max_trace_events: None,
+        memory_limit: a.memory_limit,
+    };
+    let (session, _, warning) = driver::session(backend, module, options)?;
+    if let Some(w) = warning {
+        eprintln!("warning: {w}");
+    }
+    if let Some(path) = &a.restore {
+        let step = session.restore(path).map_err(|e| anyhow!("{e}"))?;
+        let at = step.map(|s| format!(" (saved at step {s})")).unwrap_or_default();
+        let n = session.state().variables.len();
+        say!("restored {n} variable{} from {}{at}", plural(n), path.display());
+    }
+    let checkpointer = match (&a.checkpoint, a.checkpoint_every) {
+        (Some(path), Some(_)) => Some(Checkpointer::start(path.clone())),
+        _ => None,
+    };
+
+    let show_every = if a.steps <= 20 { 1 } else { a.steps / 10 };
+    // Room for the times of a usual run up front; --steps may be any u64.
+    let mut times = Vec::with_capacity(a.steps.min(1 << 16) as usize);
+    let mut timeline = Timeline::new(&job, session.module());
+    let mut last = Vec::new();
+    for step in 1..=a.steps {
+        let start = Instant::now();
+        let outs = match session.run_step(job.requests.clone()) {
+            Ok(o) => o,
+            Err(e) => {
+                report_run_error(&e, file, step, a.steps);
+                return Ok(ExitCode::FAILURE);
+            }
+        };
+        times.push(start.elapsed());
+        // The first of several steps warms caches and allocators; profiles leave it out.
+        timeline.record(session.module(), start, &outs, a.steps == 1 || step > 1);
+        if a.steps > 1 && (step % show_every == 0 || step == a.steps) {
+            let scalars = scalar_summary(&job.named_outputs(&outs));
+            if !scalars.is_empty() {
+                say!("step {step}: {scalars}");
+            }
+        }
+        if let (Some(c), Some(every)) = (&checkpointer, a.checkpoint_every) {
+            if !checkpoint_failures_allow_going_on(c.take_failures(), a, step) {
+                return Ok(ExitCode::FAILURE);
+            }
+            if step % every == 0 {
+                c.submit(session.snapshot(), Some(step));
+            }
+        }
+        // The previous step's results are done with: their buffers take the next results.
+        session.recycle(std::mem::replace(&mut last, outs));
+    }
+    if let Some(c) = checkpointer {
+        if !checkpoint_failures_allow_going_on(c.close().1, a, a.steps) {
+            return Ok(ExitCode::FAILURE);
+        }
+    }
+    if let Some(path) = &a.checkpoint {
+        session.save(path, Some(a.steps)).map_err(|e| anyhow!("{e}"))?;
+        let n = session.state().variables.len();
+        say!("saved {n} variable{} to {}", plural(n), path.display());
+    }
+    if let Some(path) = &a.trace {
+        write_file(path, &timeline.chrome_trace())?;
+        say!("trace of {} step{} -> {}", a.steps, plural(a.steps as usize), path.display());
+        if timeline.dropped > 0 {
+            eprintln!(
+                "warning: the trace is truncated: it holds the first {} spans; {} more node executions and transfers were left out",
+                timeline.spans.len(),
+                timeline.dropped
+            );
+        }
+    }
+    if let Some(path) = &a.write_profile {
+        write_file(path, &timeline.profile.to_json())?;
+        say!(
+            "profile of {} node kind{} -> {}",
+            timeline.profile.ops.len(),
+            plural(timeline.profile.ops.len()),
+            path.display()
+        );
+    }
+
+    print_timing(&graphs, &last, &times, a);
+    if !random.is_empty() {
+        say!("random inputs (seed {}): {}", a.seed, random.join(", "));
+    }
+    let named = job.named_outputs(&last);
+    match &a.out_dir {
+        Some(dir) => write_outputs(dir, &named)?,
+        None => print_outputs(&named),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Reports failed periodic saves: each a warning with --keep-going-on-checkpoint-error, else
+/// the first ends the run (a checkpoint that silently never lands defeats its purpose).
+fn checkpoint_failures_allow_going_on(failures: Vec<RunError>, a: &RunArgs, step: u64) -> bool {
+    for e in failures {
+        if a.keep_going_on_checkpoint_error {
+            eprintln!("warning: {e}; going on (--keep-going-on-checkpoint-error)");
+        } else {
+            eprintln!("error: {e}; stopped after step {step} (--keep-going-on-checkpoint-error goes on)");
+            return false;
+        }
+    }
+    true
+}
+
+pub fn report_run_error(e: &RunError, file: &SourceFile, step: u64, steps: u64) {
+    let at = if steps > 1 { format!(" (step {step} of {steps})") } else { String::new() };
+    let message = format!("{e}{at}");
+    match e.span {
+        Some(span) => eprint!("{}", Diagnostic::error(span, message).render(file)),
+        None => eprintln!("error: {message}"),
+    }
+}
+
+fn scalar_summary(named: &[(String, &RtValue)]) -> String {
+    named
+        .iter()
+        .filter_map(|(n, v)| v.as_tensor().filter(|t| t.len() == 1).map(|t| format!("{n}={}", t.to_f64_vec()[0])))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn print_timing(graphs: &[String], outs: &[RunOutput], times: &[Duration], a: &RunArgs) {
+    let nodes: usize = outs.iter().map(|o| o.nodes_executed).sum();
+    let names = graphs.iter().map(|g| format!("@{g}")).collect::<Vec<_>>().join(" + ");
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    let mut sorted = times.to_vec();
+    sorted.sort();
+    let backend = &a.backend;
+    if sorted.len() == 1 {
+        say!("{names}: ran {nodes} node{} in {:.3} ms (backend {backend})", plural(nodes), ms(sorted[0]));
+    } else {
+        say!(
+            "{names}: {} steps, {nodes} node{} each; step time median {:.3} ms, min {:.3} ms, max {:.3} ms (backend {backend})",
+            sorted.len(),
+            plural(nodes),
+            ms(sorted[sorted.len() / 2]),
+            ms(sorted[0]),
+            ms(sorted[sorted.len() - 1])
+        );
+    }
+}
+
+fn print_outputs(named: &[(String, &RtValue)]) {
+    for (name, v) in named {
+        match v {
+            RtValue::Tensor(t) => say!("{name}: {}", t.summary(8)),
+            other => say!("{name}: {}", other.ty()),
+        }
+    }
+}
+
+/// Writes each tensor output to DIR/FILE.npy ([`output_file_name`]). Two outputs that would
+/// get the same file are refused before anything is written, rather than one silently
+/// overwriting the other.
+fn write_outputs(dir: &Path, named: &[(String, &RtValue)]) -> anyhow::Result<()> {
+    let mut files: BTreeMap<String, &str> = BTreeMap::new();
+    for (name, v) in named {
+        if v.as_tensor().is_some() {
+            let file = format!("{}.npy", output_file_name(name));
+            if let Some(other) = files.insert(file.clone(), name) {
+                bail!(
+                    "outputs '{other}' and '{name}' would both be written to {}; rename one of them",
+                    dir.join(file).display()
+                );
+            }
+        }
+    }
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create the output directory {}", dir.display()))?;
+    for (name, v) in named {
+        let path = dir.join(format!("{}.npy", output_file_name(name)));
+        match v {
+            RtValue::Tensor(t) => {
+                npy::write_npy(&path, t).map_err(|e| anyhow!("output '{name}': {e}"))?;
+                say!("{name}: {} -> {}", t.ty(), path.display());
+            }
+            other => say!("{name}: {} (not written: not a tensor)", other.ty()),
+        }
+    }
+    Ok(())
+}
+
+/// The file name (without `.npy`) an output is written to: characters outside
+/// [A-Za-z0-9._-] become '_', and so does a leading '.' (no hidden files, no `..`); an empty
+/// name is `_`; names are cut at 200 bytes (a file name may have 255).
+fn output_file_name(name: &str) -> String {
+    let mut file: String = name
+        .chars()
+        .enumerate()
+        .map(|(i, c)| if (c.is_ascii_alphanumeric() || "._-".contains(c)) && !(i == 0 && c == '.') { c } else { '_' })
+        .collect();
+    // Only ASCII is left, so any byte is a character boundary.
+    file.truncate(200);
+    if file.is_empty() {
+        file.push('_');
+    }
+    file
+}

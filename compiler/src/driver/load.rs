@@ -1,0 +1,90 @@
+//! Reading a module: `.gir` text (parsed, type-checked and verified) or an `.onnx` model
+//! (imported), from a file or standard input.
+
+use super::Reported;
+use graphc_ir::{diag::render_all, parse_module, print_module, verify_module, Diagnostic, Module, SourceFile};
+use std::io::Read;
+use std::path::Path;
+
+pub fn is_onnx(path: &Path) -> bool {
+    path.extension().is_some_and(|e| e.eq_ignore_ascii_case("onnx"))
+}
+
+/// Reads a file (or stdin for `-`), parses and verifies it. An `.onnx` file is imported with
+/// `options` (its text is the printed IR, for locating run-time errors). A failure is
+/// [`Reported`]: every diagnostic, rendered against the source.
+pub fn load(path: &Path, options: &graphc_onnx::ImportOptions) -> Result<(SourceFile, Module), Reported> {
+    // A device or FIFO would be read forever (or block the open); refused before reading.
+    if let Some(m) = std::fs::metadata(path).ok().filter(|_| path != Path::new("-")) {
+        if !m.is_file() {
+            let kind = graphc_runtime::fsutil::file_kind(m.file_type());
+            return Err(Reported(format!(
+                "{}: error: cannot read the file: it is {kind}, not a regular file\n",
+                path.display()
+            )));
+        }
+    }
+    if is_onnx(path) {
+        return match graphc_onnx::import_file(path, options) {
+            Ok(m) => Ok((SourceFile::new(path.display().to_string(), print_module(&m)), m)),
+            Err(e) => Err(Reported(format!("error: {e}\n"))),
+        };
+    }
+    let (file, parsed) = if path == Path::new("-") {
+        let mut bytes = Vec::new();
+        let read = std::io::stdin().read_to_end(&mut bytes);
+        let file = SourceFile::new("<stdin>", String::from_utf8_lossy(&bytes).into_owned());
+        match (read, String::from_utf8(bytes)) {
+            (Err(e), _) => (file, Err(vec![Diagnostic::error_unlocated(format!("cannot read standard input: {e}"))])),
+            (Ok(_), Err(_)) => (file, Err(vec![Diagnostic::error_unlocated("standard input is not UTF-8 text")])),
+            (Ok(_), Ok(text)) => {
+                let r = parse_module(&text);
+                (file, r)
+            }
+        }
+    } else {
+        graphc_ir::parse_file(path)
+    };
+    // The parser type-checks as it builds; the verifier re-checks the whole module, so a
+    // disagreement between the two surfaces here rather than in a later pass.
+    let parsed = parsed.and_then(|m| {
+        let d = verify_module(&m);
+        if d.is_empty() {
+            Ok(m)
+        } else {
+            Err(d)
+        }
+    });
+    match parsed {
+        Ok(m) => Ok((file, m)),
+        Err(diags) => {
+            let n = diags.len();
+            Err(Reported(format!(
+                "{}{}: {n} error{}\n",
+                render_all(&diags, &file),
+                file.name,
+                if n == 1 { "" } else { "s" }
+            )))
+        }
+    }
+}
+
+/// For an ONNX model: the integer inputs given on the command line (`NAME=PATH.npy`), which
+/// the importer may need as constants (shapes, axes, slice bounds). Unreadable files are
+/// reported later, when the inputs are fed.
+pub fn import_options_for(model: &Path, input_flags: &[String]) -> graphc_onnx::ImportOptions {
+    let mut options = graphc_onnx::ImportOptions::default();
+    if !is_onnx(model) {
+        return options;
+    }
+    for flag in input_flags {
+        if let Some((name, path)) = flag.split_once('=') {
+            if let Ok(t) = graphc_runtime::npy::read_npy(Path::new(path)) {
+                if matches!(t.dtype(), graphc_ir::DType::I32 | graphc_ir::DType::I64) && t.len() <= 1 << 16 {
+                    options.known_inputs.insert(name.to_string(), t);
+                }
+            }
+        }
+    }
+    options
+}
