@@ -10,6 +10,7 @@ pub mod device;
 pub mod diag;
 pub mod equiv;
 pub mod graph;
+pub mod infer;
 pub mod lexer;
 pub mod ops;
 pub mod parser;
