@@ -364,7 +364,14 @@ impl Graph {
     ) -> Result<Vec<Type>, InferError> {
         let operand_types: Vec<Type> = operands.iter().map(|&v| self.values[v].ty.clone()).collect();
         let sigs: Vec<RegionSig> = regions.iter().map(|&r| self.region_sig(r)).collect();
-        crate::infer::infer_checked(&InferCtx { op, operands: &operand_types, attrs, declared, regions: &sigs })
+        crate::infer::infer_checked(&InferCtx {
+            op,
+            def: op.def(),
+            operands: &operand_types,
+            attrs,
+            declared,
+            regions: &sigs,
+        })
     }
 
     /// Adds a node at the end of `region`, inferring its result types; fails, adding nothing,

@@ -12,6 +12,7 @@ pub mod equiv;
 pub mod graph;
 pub mod infer;
 pub mod lexer;
+mod opdef;
 pub mod ops;
 pub mod parser;
 pub mod printer;
