@@ -364,7 +364,14 @@ impl Graph {
     ) -> Result<Vec<Type>, InferError> {
         let operand_types: Vec<Type> = operands.iter().map(|&v| self.values[v].ty.clone()).collect();
         let sigs: Vec<RegionSig> = regions.iter().map(|&r| self.region_sig(r)).collect();
-        crate::verify::infer_checked(&InferCtx { op, operands: &operand_types, attrs, declared, regions: &sigs })
+        crate::infer::infer_checked(&InferCtx {
+            op,
+            def: op.def(),
+            operands: &operand_types,
+            attrs,
+            declared,
+            regions: &sigs,
+        })
     }
 
     /// Adds a node at the end of `region`, inferring its result types; fails, adding nothing,
@@ -376,7 +383,7 @@ impl Graph {
 
     /// Like [`Graph::add_node`], at position `index` of the region's node list.
     pub fn insert_node(&mut self, region: Region, index: usize, mut spec: NodeSpec) -> Result<Node, InferError> {
-        crate::verify::normalize_attrs(spec.op, &mut spec.attrs);
+        crate::infer::normalize_attrs(spec.op, &mut spec.attrs);
         let types = self.infer(spec.op, &spec.operands, &spec.attrs, &spec.regions, spec.declared.as_deref())?;
         let node = self.nodes.push(NodeData {
             op: spec.op,

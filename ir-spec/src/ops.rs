@@ -1,237 +1,12 @@
 //! The op table: every op declared once, with its operands, attributes, regions, traits, type
 //! rule, prose semantics and an example. The parser, the verifier, the builder and the op
-//! reference in SPEC.md all come from here.
+//! reference in SPEC.md all come from here. The types the table is made of, `Op` itself
+//! included, are in `opdef.rs`, which the type rules can see without seeing the table.
 
-use crate::attr::{Attr, AttrKind, Attrs};
+use crate::attr::{Attr, AttrKind};
 use crate::rules;
-use crate::types::Type;
 
-macro_rules! define_ops {
-    ($($variant:ident => $name:literal),* $(,)?) => {
-        /// An operation of the IR.
-        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-        pub enum Op { $($variant),* }
-
-        impl Op {
-            pub const ALL: &'static [Op] = &[$(Op::$variant),*];
-
-            /// The op's spelling in the IR.
-            pub fn name(self) -> &'static str {
-                match self { $(Op::$variant => $name),* }
-            }
-
-            pub fn from_name(s: &str) -> Option<Op> {
-                match s { $($name => Some(Op::$variant),)* _ => None }
-            }
-        }
-    };
-}
-
-define_ops! {
-    // Sources and array ops.
-    Constant => "constant",
-    Identity => "identity",
-    Cast => "cast",
-    Reshape => "reshape",
-    Broadcast => "broadcast",
-    Transpose => "transpose",
-    Concat => "concat",
-    Slice => "slice",
-    Split => "split",
-    Gather => "gather",
-    Shape => "shape",
-    Rank => "rank",
-    // Matrix.
-    MatMul => "matmul",
-    Conv => "conv",
-    // Elementwise unary.
-    Neg => "neg",
-    Abs => "abs",
-    Exp => "exp",
-    Log => "log",
-    Sqrt => "sqrt",
-    Tanh => "tanh",
-    Sigmoid => "sigmoid",
-    Relu => "relu",
-    Erf => "erf",
-    Not => "not",
-    // Elementwise binary.
-    Add => "add",
-    Sub => "sub",
-    Mul => "mul",
-    Div => "div",
-    Pow => "pow",
-    Max => "max",
-    Min => "min",
-    And => "and",
-    Or => "or",
-    Equal => "equal",
-    NotEqual => "not_equal",
-    Less => "less",
-    LessEqual => "less_equal",
-    Greater => "greater",
-    GreaterEqual => "greater_equal",
-    Select => "select",
-    // Reductions and composites.
-    ReduceSum => "reduce_sum",
-    ReduceMean => "reduce_mean",
-    ReduceMax => "reduce_max",
-    ReduceMin => "reduce_min",
-    Softmax => "softmax",
-    MaxPool => "max_pool",
-    AvgPool => "avg_pool",
-    // State.
-    Variable => "variable",
-    Read => "read",
-    Assign => "assign",
-    AssignAdd => "assign_add",
-    Queue => "queue",
-    Enqueue => "enqueue",
-    Dequeue => "dequeue",
-    QueueClose => "queue_close",
-    QueueSize => "queue_size",
-    NoOp => "no_op",
-    // Structure.
-    Cond => "cond",
-    While => "while",
-    Fusion => "fusion",
-    Send => "send",
-    Recv => "recv",
-}
-
-/// How an op behaves for fusion and scheduling (after XLA's and TVM's op kinds).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum OpKind {
-    /// Each output element depends on the input elements at the same (broadcast) index.
-    Elementwise,
-    /// Each output element is one input element moved (reshape, transpose, slice, ...).
-    Injective,
-    /// Reduces over axes.
-    Reduction,
-    /// A contraction (matmul): expensive, takes elementwise epilogues.
-    Contraction,
-    /// Computes its value from attributes alone.
-    Source,
-    /// Touches session state (variables, queues).
-    Stateful,
-    /// Holds regions that run conditionally or repeatedly.
-    Control,
-    /// Crosses devices.
-    Communication,
-    /// Cannot be fused with anything (a fusion region itself, composites that expand first).
-    Opaque,
-}
-
-impl OpKind {
-    pub fn name(self) -> &'static str {
-        match self {
-            OpKind::Elementwise => "elementwise",
-            OpKind::Injective => "injective",
-            OpKind::Reduction => "reduction",
-            OpKind::Contraction => "contraction",
-            OpKind::Source => "source",
-            OpKind::Stateful => "stateful",
-            OpKind::Control => "control",
-            OpKind::Communication => "communication",
-            OpKind::Opaque => "opaque",
-        }
-    }
-}
-
-/// Whether an attribute must be written, and its value when it is not.
-#[derive(Clone, Debug)]
-pub enum AttrDefault {
-    Required,
-    /// May be left out; the op's semantics say what its absence means.
-    Optional,
-    /// May be left out, meaning this value. Canonical text leaves it out.
-    Value(Attr),
-}
-
-#[derive(Clone, Debug)]
-pub struct AttrDef {
-    pub name: &'static str,
-    pub kind: AttrKind,
-    pub default: AttrDefault,
-    pub doc: &'static str,
-}
-
-/// A region's signature as the type rules see it.
-#[derive(Clone, Debug, PartialEq)]
-pub struct RegionSig {
-    pub params: Vec<Type>,
-    pub yields: Vec<Type>,
-}
-
-/// What a type-rule error is about, so the diagnostic can point at it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Blame {
-    Op,
-    Operand(usize),
-    Attr(&'static str),
-    Region(usize),
-    Result(usize),
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("{message}")]
-pub struct InferError {
-    pub blame: Blame,
-    pub message: String,
-}
-
-impl InferError {
-    pub fn new(blame: Blame, message: impl Into<String>) -> Self {
-        InferError { blame, message: message.into() }
-    }
-}
-
-/// What a type rule sees of a node.
-#[derive(Clone, Copy, Debug)]
-pub struct InferCtx<'a> {
-    pub op: Op,
-    pub operands: &'a [Type],
-    pub attrs: &'a Attrs,
-    /// The result types written in the text or held by the node, for ops whose result type
-    /// is not determined by operands and attributes (recv, variable, queue).
-    pub declared: Option<&'a [Type]>,
-    pub regions: &'a [RegionSig],
-}
-
-pub type TypeRule = fn(&InferCtx<'_>) -> Result<Vec<Type>, InferError>;
-
-/// Everything about one op.
-#[derive(Debug)]
-pub struct OpDef {
-    pub op: Op,
-    pub summary: &'static str,
-    /// Operand names for the docs; a trailing `...` marks a variadic tail.
-    pub operands: &'static str,
-    pub min_operands: usize,
-    pub max_operands: Option<usize>,
-    pub attrs: Vec<AttrDef>,
-    /// Region names, in order; they are also the region labels in the text.
-    pub regions: &'static [&'static str],
-    pub kind: OpKind,
-    /// Reads or writes session state or communicates: never removed, reordered or duplicated
-    /// by passes on their own account.
-    pub stateful: bool,
-    pub semantics: &'static str,
-    /// A complete graph using the op; the test suite checks that it verifies.
-    pub example: &'static str,
-    pub infer: TypeRule,
-}
-
-impl OpDef {
-    pub fn attr(&self, name: &str) -> Option<&AttrDef> {
-        self.attrs.iter().find(|a| a.name == name)
-    }
-
-    /// The canonical position of an attribute in the printed dictionary.
-    pub fn attr_rank(&self, name: &str) -> usize {
-        self.attrs.iter().position(|a| a.name == name).unwrap_or(usize::MAX)
-    }
-}
+pub use crate::opdef::{AttrDef, AttrDefault, Blame, InferCtx, InferError, Op, OpDef, OpKind, RegionSig, TypeRule};
 
 impl Op {
     /// The op's table entry.
@@ -327,9 +102,8 @@ fn reduction(summary: &'static str, semantics: &'static str, example: &'static s
     }
 }
 
-// Eight positional fields; issue 16 replaces them with named ones.
-#[allow(clippy::too_many_arguments)]
-fn plain(
+/// The entry of an op without regions; whether it is stateful follows from its kind.
+struct Plain {
     kind: OpKind,
     summary: &'static str,
     operands: &'static str,
@@ -338,95 +112,197 @@ fn plain(
     semantics: &'static str,
     example: &'static str,
     infer: TypeRule,
-) -> Def {
-    Def {
-        summary,
-        operands,
-        arity,
-        attrs,
-        regions: &[],
-        kind,
-        stateful: kind == OpKind::Stateful || kind == OpKind::Communication,
-        semantics,
-        example,
-        infer,
+}
+
+impl From<Plain> for Def {
+    fn from(p: Plain) -> Def {
+        Def {
+            summary: p.summary,
+            operands: p.operands,
+            arity: p.arity,
+            attrs: p.attrs,
+            regions: &[],
+            kind: p.kind,
+            stateful: p.kind == OpKind::Stateful || p.kind == OpKind::Communication,
+            semantics: p.semantics,
+            example: p.example,
+            infer: p.infer,
+        }
     }
 }
 
 fn build_def(op: Op) -> OpDef {
     use AttrKind as K;
     use OpKind::*;
-    let d = match op {
-        Op::Constant => plain(Source, "A tensor given by a literal.", "", (0, Some(0)), vec![required("value", K::Tensor, "The tensor.")],
-            "The result is the literal `value`, whose type is the result type.",
-            "graph @g() -> (y: f32[2]) {\n  %0 = constant {value = dense<[1.0, 2.0]> : f32[2]} : f32[2]\n  return %0\n}\n",
-            rules::constant),
-        Op::Identity => plain(Injective, "Forwards its operand.", "input", (1, Some(1)), vec![],
-            "The result equals the operand. Useful as a named fetch point and as the target of device moves.",
-            "graph @g(%x: f32[3]) -> (y: f32[3]) {\n  %0 = identity %x : f32[3]\n  return %0\n}\n",
-            rules::identity),
-        Op::Cast => plain(Elementwise, "Converts elements to another dtype.", "input", (1, Some(1)), vec![required("to", K::DType, "The result element type.")],
-            "Float to int truncates toward zero (out-of-range values are undefined, NaN gives 0); int to float rounds to nearest; bool to number gives 0 or 1; number to bool is `x != 0`.",
-            "graph @g(%x: f32[3]) -> (y: i32[3]) {\n  %0 = cast %x {to = i32} : i32[3]\n  return %0\n}\n",
-            rules::cast),
-        Op::Reshape => plain(Injective, "Same elements in row-major order, new shape.", "input", (1, Some(1)), vec![required("shape", K::Ints, "The new shape; at most one entry may be -1, meaning whatever makes the element counts equal.")],
-            "The result holds the operand's elements in row-major order under the new shape; the element counts must be equal.",
-            "graph @g(%x: f32[2,3]) -> (y: f32[3,2]) {\n  %0 = reshape %x {shape = [-1, 2]} : f32[3,2]\n  return %0\n}\n",
-            rules::reshape),
-        Op::Broadcast => plain(Injective, "Broadcasts to a shape (numpy `broadcast_to`).", "input", (1, Some(1)), vec![required("shape", K::Ints, "The result shape.")],
-            "The operand's shape is aligned with `shape` on the right; each operand dim must equal the target dim or be 1, and is repeated to fill it.",
-            "graph @g(%x: f32[3]) -> (y: f32[2,3]) {\n  %0 = broadcast %x {shape = [2, 3]} : f32[2,3]\n  return %0\n}\n",
-            rules::broadcast),
-        Op::Transpose => plain(Injective, "Permutes dimensions.", "input", (1, Some(1)), vec![required("perm", K::Ints, "A permutation of 0..rank: result dim i is operand dim perm[i].")],
-            "`result[i_0, ..., i_n] = input[j]` where `j[perm[k]] = i_k`.",
-            "graph @g(%x: f32[2,3]) -> (y: f32[3,2]) {\n  %0 = transpose %x {perm = [1, 0]} : f32[3,2]\n  return %0\n}\n",
-            rules::transpose),
-        Op::Concat => plain(Injective, "Joins tensors along an axis.", "inputs...", (1, None), vec![required("axis", K::Int, "The axis to join along; negative counts from the end.")],
-            "All operands have the same dtype and rank and agree on every dim but `axis`; the result's `axis` dim is the sum.",
-            "graph @g(%a: f32[2,1], %b: f32[2,3]) -> (y: f32[2,4]) {\n  %0 = concat %a, %b {axis = 1} : f32[2,4]\n  return %0\n}\n",
-            rules::concat),
-        Op::Slice => plain(Injective, "A strided box of the input.", "input", (1, Some(1)), vec![
+    let d: Def = match op {
+        Op::Constant => Plain {
+            kind: Source,
+            summary: "A tensor given by a literal.",
+            operands: "",
+            arity: (0, Some(0)),
+            attrs: vec![required("value", K::Tensor, "The tensor.")],
+            semantics: "The result is the literal `value`, whose type is the result type.",
+            example: "graph @g() -> (y: f32[2]) {\n  %0 = constant {value = dense<[1.0, 2.0]> : f32[2]} : f32[2]\n  return %0\n}\n",
+            infer: rules::constant,
+        }
+        .into(),
+        Op::Identity => Plain {
+            kind: Injective,
+            summary: "Forwards its operand.",
+            operands: "input",
+            arity: (1, Some(1)),
+            attrs: vec![],
+            semantics: "The result equals the operand. Useful as a named fetch point and as the target of device moves.",
+            example: "graph @g(%x: f32[3]) -> (y: f32[3]) {\n  %0 = identity %x : f32[3]\n  return %0\n}\n",
+            infer: rules::identity,
+        }
+        .into(),
+        Op::Cast => Plain {
+            kind: Elementwise,
+            summary: "Converts elements to another dtype.",
+            operands: "input",
+            arity: (1, Some(1)),
+            attrs: vec![required("to", K::DType, "The result element type.")],
+            semantics: "Float to int truncates toward zero (out-of-range values are undefined, NaN gives 0); int to float rounds to nearest; bool to number gives 0 or 1; number to bool is `x != 0`.",
+            example: "graph @g(%x: f32[3]) -> (y: i32[3]) {\n  %0 = cast %x {to = i32} : i32[3]\n  return %0\n}\n",
+            infer: rules::cast,
+        }
+        .into(),
+        Op::Reshape => Plain {
+            kind: Injective,
+            summary: "Same elements in row-major order, new shape.",
+            operands: "input",
+            arity: (1, Some(1)),
+            attrs: vec![required("shape", K::Ints, "The new shape; at most one entry may be -1, meaning whatever makes the element counts equal.")],
+            semantics: "The result holds the operand's elements in row-major order under the new shape; the element counts must be equal.",
+            example: "graph @g(%x: f32[2,3]) -> (y: f32[3,2]) {\n  %0 = reshape %x {shape = [-1, 2]} : f32[3,2]\n  return %0\n}\n",
+            infer: rules::reshape,
+        }
+        .into(),
+        Op::Broadcast => Plain {
+            kind: Injective,
+            summary: "Broadcasts to a shape (numpy `broadcast_to`).",
+            operands: "input",
+            arity: (1, Some(1)),
+            attrs: vec![required("shape", K::Ints, "The result shape.")],
+            semantics: "The operand's shape is aligned with `shape` on the right; each operand dim must equal the target dim or be 1, and is repeated to fill it.",
+            example: "graph @g(%x: f32[3]) -> (y: f32[2,3]) {\n  %0 = broadcast %x {shape = [2, 3]} : f32[2,3]\n  return %0\n}\n",
+            infer: rules::broadcast,
+        }
+        .into(),
+        Op::Transpose => Plain {
+            kind: Injective,
+            summary: "Permutes dimensions.",
+            operands: "input",
+            arity: (1, Some(1)),
+            attrs: vec![required("perm", K::Ints, "A permutation of 0..rank: result dim i is operand dim perm[i].")],
+            semantics: "`result[i_0, ..., i_n] = input[j]` where `j[perm[k]] = i_k`.",
+            example: "graph @g(%x: f32[2,3]) -> (y: f32[3,2]) {\n  %0 = transpose %x {perm = [1, 0]} : f32[3,2]\n  return %0\n}\n",
+            infer: rules::transpose,
+        }
+        .into(),
+        Op::Concat => Plain {
+            kind: Injective,
+            summary: "Joins tensors along an axis.",
+            operands: "inputs...",
+            arity: (1, None),
+            attrs: vec![required("axis", K::Int, "The axis to join along; negative counts from the end.")],
+            semantics: "All operands have the same dtype and rank and agree on every dim but `axis`; the result's `axis` dim is the sum.",
+            example: "graph @g(%a: f32[2,1], %b: f32[2,3]) -> (y: f32[2,4]) {\n  %0 = concat %a, %b {axis = 1} : f32[2,4]\n  return %0\n}\n",
+            infer: rules::concat,
+        }
+        .into(),
+        Op::Slice => Plain {
+            kind: Injective,
+            summary: "A strided box of the input.",
+            operands: "input",
+            arity: (1, Some(1)),
+            attrs: vec![
                 required("starts", K::Ints, "First index per dim; negative counts from the end."),
                 required("ends", K::Ints, "One past the last index per dim; negative counts from the end."),
                 attr("steps", K::Ints, AttrDefault::Optional, "Stride per dim, each at least 1; all 1 when left out."),
             ],
-            "Per dim, start and end are resolved like Python's (negative adds the dim, then clamped to [0, dim]); the result dim is `max(0, ceil((end - start) / step))` and takes indices start, start+step, ...",
-            "graph @g(%x: f32[4,6]) -> (y: f32[2,3]) {\n  %0 = slice %x {starts = [1, 0], ends = [3, 6], steps = [1, 2]} : f32[2,3]\n  return %0\n}\n",
-            rules::slice),
-        Op::Split => plain(Injective, "Cuts a tensor into consecutive pieces along an axis.", "input", (1, Some(1)), vec![
+            semantics: "Per dim, start and end are resolved like Python's (negative adds the dim, then clamped to [0, dim]); the result dim is `max(0, ceil((end - start) / step))` and takes indices start, start+step, ...",
+            example: "graph @g(%x: f32[4,6]) -> (y: f32[2,3]) {\n  %0 = slice %x {starts = [1, 0], ends = [3, 6], steps = [1, 2]} : f32[2,3]\n  return %0\n}\n",
+            infer: rules::slice,
+        }
+        .into(),
+        Op::Split => Plain {
+            kind: Injective,
+            summary: "Cuts a tensor into consecutive pieces along an axis.",
+            operands: "input",
+            arity: (1, Some(1)),
+            attrs: vec![
                 required("axis", K::Int, "The axis to cut; negative counts from the end."),
                 required("sizes", K::Ints, "Size of each piece along the axis; they sum to the axis' dim. One result per entry."),
             ],
-            "Result k holds the operand's indices `[sum(sizes[..k]), sum(sizes[..=k]))` along `axis`.",
-            "graph @g(%x: f32[4,6]) -> (a: f32[4,2], b: f32[4,4]) {\n  %0, %1 = split %x {axis = 1, sizes = [2, 4]} : f32[4,2], f32[4,4]\n  return %0, %1\n}\n",
-            rules::split),
-        Op::Gather => plain(Injective, "Picks slices along an axis by index (numpy `take`).", "data, indices", (2, Some(2)), vec![
+            semantics: "Result k holds the operand's indices `[sum(sizes[..k]), sum(sizes[..=k]))` along `axis`.",
+            example: "graph @g(%x: f32[4,6]) -> (a: f32[4,2], b: f32[4,4]) {\n  %0, %1 = split %x {axis = 1, sizes = [2, 4]} : f32[4,2], f32[4,4]\n  return %0, %1\n}\n",
+            infer: rules::split,
+        }
+        .into(),
+        Op::Gather => Plain {
+            kind: Injective,
+            summary: "Picks slices along an axis by index (numpy `take`).",
+            operands: "data, indices",
+            arity: (2, Some(2)),
+            attrs: vec![
                 attr("axis", K::Int, AttrDefault::Value(Attr::Int(0)), "The axis of `data` that `indices` select along."),
             ],
-            "`result[a..., i..., b...] = data[a..., indices[i...], b...]`: the result shape is `data.shape[..axis] ++ indices.shape ++ data.shape[axis+1..]`. Indices are i32 or i64; a negative index counts from the end; an index out of range is a run-time error.",
-            "graph @g(%x: f32[5,3], %i: i64[2]) -> (y: f32[2,3]) {\n  %0 = gather %x, %i : f32[2,3]\n  return %0\n}\n",
-            rules::gather),
-        Op::Shape => plain(Source, "The operand's shape as a tensor.", "input", (1, Some(1)), vec![],
-            "An i64 vector holding the operand's dims. Shapes are static, so folding replaces it with a constant.",
-            "graph @g(%x: f32[4,6]) -> (y: i64[2]) {\n  %0 = shape %x : i64[2]\n  return %0\n}\n",
-            rules::shape_of),
-        Op::Rank => plain(Source, "The operand's rank as a scalar.", "input", (1, Some(1)), vec![],
-            "An i64 scalar holding the number of dims of the operand.",
-            "graph @g(%x: f32[4,6]) -> (y: i64[]) {\n  %0 = rank %x : i64[]\n  return %0\n}\n",
-            rules::rank_of),
-        Op::MatMul => plain(Contraction, "Matrix product, batched with broadcasting (numpy `matmul`).", "lhs, rhs", (2, Some(2)), vec![],
-            "Both operands have rank at least 2 and the same numeric dtype. `lhs` is `[..., M, K]` and `rhs` `[..., K, N]`; the batch dims `...` broadcast; the result is `[..., M, N]` with `result[b, m, n] = sum_k lhs[b, m, k] * rhs[b, k, n]`.",
-            "graph @g(%a: f32[2,3], %b: f32[3,4]) -> (y: f32[2,4]) {\n  %0 = matmul %a, %b : f32[2,4]\n  return %0\n}\n",
-            rules::matmul),
-        Op::Conv => plain(Contraction, "Convolution over the spatial dims (NCHW layout, ONNX `Conv`).", "input, weight", (2, Some(2)), vec![
+            semantics: "`result[a..., i..., b...] = data[a..., indices[i...], b...]`: the result shape is `data.shape[..axis] ++ indices.shape ++ data.shape[axis+1..]`. Indices are i32 or i64; a negative index counts from the end; an index out of range is a run-time error.",
+            example: "graph @g(%x: f32[5,3], %i: i64[2]) -> (y: f32[2,3]) {\n  %0 = gather %x, %i : f32[2,3]\n  return %0\n}\n",
+            infer: rules::gather,
+        }
+        .into(),
+        Op::Shape => Plain {
+            kind: Source,
+            summary: "The operand's shape as a tensor.",
+            operands: "input",
+            arity: (1, Some(1)),
+            attrs: vec![],
+            semantics: "An i64 vector holding the operand's dims. Shapes are static, so folding replaces it with a constant.",
+            example: "graph @g(%x: f32[4,6]) -> (y: i64[2]) {\n  %0 = shape %x : i64[2]\n  return %0\n}\n",
+            infer: rules::shape_of,
+        }
+        .into(),
+        Op::Rank => Plain {
+            kind: Source,
+            summary: "The operand's rank as a scalar.",
+            operands: "input",
+            arity: (1, Some(1)),
+            attrs: vec![],
+            semantics: "An i64 scalar holding the number of dims of the operand.",
+            example: "graph @g(%x: f32[4,6]) -> (y: i64[]) {\n  %0 = rank %x : i64[]\n  return %0\n}\n",
+            infer: rules::rank_of,
+        }
+        .into(),
+        Op::MatMul => Plain {
+            kind: Contraction,
+            summary: "Matrix product, batched with broadcasting (numpy `matmul`).",
+            operands: "lhs, rhs",
+            arity: (2, Some(2)),
+            attrs: vec![],
+            semantics: "Both operands have rank at least 2 and the same numeric dtype. `lhs` is `[..., M, K]` and `rhs` `[..., K, N]`; the batch dims `...` broadcast; the result is `[..., M, N]` with `result[b, m, n] = sum_k lhs[b, m, k] * rhs[b, k, n]`.",
+            example: "graph @g(%a: f32[2,3], %b: f32[3,4]) -> (y: f32[2,4]) {\n  %0 = matmul %a, %b : f32[2,4]\n  return %0\n}\n",
+            infer: rules::matmul,
+        }
+        .into(),
+        Op::Conv => Plain {
+            kind: Contraction,
+            summary: "Convolution over the spatial dims (NCHW layout, ONNX `Conv`).",
+            operands: "input, weight",
+            arity: (2, Some(2)),
+            attrs: vec![
                 attr("strides", K::Ints, AttrDefault::Optional, "Step per spatial dim, each at least 1; all 1 when left out."),
                 attr("pads", K::Ints, AttrDefault::Optional, "Zero padding: every spatial dim's start, then every one's end; all 0 when left out."),
                 attr("dilations", K::Ints, AttrDefault::Optional, "Spacing of the filter taps per spatial dim; all 1 when left out."),
                 attr("group", K::Int, AttrDefault::Value(Attr::Int(1)), "Number of channel groups; input and output channels are both divisible by it."),
             ],
-            "`input` is `[N, C, D1, ..., Dk]` (k at least 1) and `weight` `[M, C/group, K1, ..., Kk]`, both floats of one dtype. Output channel m sees the input channels of its group (`m / (M/group)`). `result[n, m, o...] = sum_{c, k...} input[n, g*C/group + c, o*stride - pad_begin + k*dilation] * weight[m, c, k...]`, positions outside the input counting as 0. Output size per dim: `floor((D + pad_begin + pad_end - dilation*(K-1) - 1) / stride) + 1`.",
-            "graph @g(%x: f32[1,2,5,5], %w: f32[4,2,3,3]) -> (y: f32[1,4,3,3]) {\n  %0 = conv %x, %w : f32[1,4,3,3]\n  return %0\n}\n",
-            rules::conv),
+            semantics: "`input` is `[N, C, D1, ..., Dk]` (k at least 1) and `weight` `[M, C/group, K1, ..., Kk]`, both floats of one dtype. Output channel m sees the input channels of its group (`m / (M/group)`). `result[n, m, o...] = sum_{c, k...} input[n, g*C/group + c, o*stride - pad_begin + k*dilation] * weight[m, c, k...]`, positions outside the input counting as 0. Output size per dim: `floor((D + pad_begin + pad_end - dilation*(K-1) - 1) / stride) + 1`.",
+            example: "graph @g(%x: f32[1,2,5,5], %w: f32[4,2,3,3]) -> (y: f32[1,4,3,3]) {\n  %0 = conv %x, %w : f32[1,4,3,3]\n  return %0\n}\n",
+            infer: rules::conv,
+        }
+        .into(),
         Op::Neg => elementwise("Negation.", "input", 1, "`-x`, for numeric dtypes (integers wrap).", unary_example("neg", "f32"), rules::unary_numeric),
         Op::Abs => elementwise("Absolute value.", "input", 1, "`|x|`, for numeric dtypes (integers wrap at the minimum).", unary_example("abs", "f32"), rules::unary_numeric),
         Op::Exp => elementwise("Exponential.", "input", 1, "`e^x`, for floats.", unary_example("exp", "f32"), rules::unary_float),
@@ -464,12 +340,19 @@ fn build_def(op: Op) -> OpDef {
             "graph @g(%x: i32[4,6]) -> (y: i32[]) {\n  %0 = reduce_max %x {axes = [0, 1]} : i32[]\n  return %0\n}\n", rules::reduce_numeric),
         Op::ReduceMin => reduction("Minimum over axes.", "Smallest element over `axes`, the first of equal ones (a row of +0 and -0 gives its first zero); NaN if any is NaN; the dtype's highest value (+inf for floats) for an empty extent.",
             "graph @g(%x: f32[4,6]) -> (y: f32[6]) {\n  %0 = reduce_min %x {axes = [-2]} : f32[6]\n  return %0\n}\n", rules::reduce_numeric),
-        Op::Softmax => plain(Opaque, "Normalized exponential along an axis (a composite).", "input", (1, Some(1)), vec![
+        Op::Softmax => Plain {
+            kind: Opaque,
+            summary: "Normalized exponential along an axis (a composite).",
+            operands: "input",
+            arity: (1, Some(1)),
+            attrs: vec![
                 attr("axis", K::Int, AttrDefault::Value(Attr::Int(-1)), "The axis to normalize over."),
             ],
-            "`exp(x - max(x)) / sum(exp(x - max(x)))` along `axis`, for floats. A composite: passes expand it into reduce_max, sub, exp, reduce_sum and div before fusion.",
-            "graph @g(%x: f32[2,5]) -> (y: f32[2,5]) {\n  %0 = softmax %x : f32[2,5]\n  return %0\n}\n",
-            rules::softmax),
+            semantics: "`exp(x - max(x)) / sum(exp(x - max(x)))` along `axis`, for floats. A composite: passes expand it into reduce_max, sub, exp, reduce_sum and div before fusion.",
+            example: "graph @g(%x: f32[2,5]) -> (y: f32[2,5]) {\n  %0 = softmax %x : f32[2,5]\n  return %0\n}\n",
+            infer: rules::softmax,
+        }
+        .into(),
         Op::MaxPool | Op::AvgPool => {
             let max = op == Op::MaxPool;
             let mut attrs = vec![
@@ -484,65 +367,142 @@ fn build_def(op: Op) -> OpDef {
             } else {
                 attrs.push(attr("count_include_pad", K::Bool, AttrDefault::Value(Attr::Bool(false)), "Count padding positions in each window's divisor."));
             }
-            plain(Opaque, if max { "Maximum over sliding windows (ONNX `MaxPool`)." } else { "Mean over sliding windows (ONNX `AveragePool`)." }, "input", (1, Some(1)), attrs,
-                if max {
+            Plain {
+                kind: Opaque,
+                summary: if max { "Maximum over sliding windows (ONNX `MaxPool`)." } else { "Mean over sliding windows (ONNX `AveragePool`)." },
+                operands: "input",
+                arity: (1, Some(1)),
+                attrs,
+                semantics: if max {
                     "`input` is `[N, C, D1, ..., Dk]`, numeric. Each output element is the largest input element in its window (padding never wins; NaN if any is NaN). Output size per dim: `floor((D + pad_begin + pad_end - dilation*(K-1) - 1) / stride) + 1` (with `ceil_mode`, rounded up, dropping a window that would start in the trailing padding)."
                 } else {
                     "`input` is `[N, C, D1, ..., Dk]`, floats. Each output element is the sum of the input elements in its window divided by their count; with `count_include_pad`, padding positions (as 0) count too, but positions a `ceil_mode` window reaches beyond the padding never do. Output sizes as for `max_pool`."
                 },
-                if max {
+                example: if max {
                     "graph @g(%x: f32[1,1,4,4]) -> (y: f32[1,1,2,2]) {\n  %0 = max_pool %x {kernel = [2, 2], strides = [2, 2]} : f32[1,1,2,2]\n  return %0\n}\n"
                 } else {
                     "graph @g(%x: f32[1,1,4,4]) -> (y: f32[1,1,4,4]) {\n  %0 = avg_pool %x {kernel = [3, 3], pads = [1, 1, 1, 1]} : f32[1,1,4,4]\n  return %0\n}\n"
                 },
-                rules::pool)
+                infer: rules::pool,
+            }
+            .into()
         }
-        Op::Variable => plain(Stateful, "Declares a variable: mutable state held by the session.", "", (0, Some(0)), vec![
+        Op::Variable => Plain {
+            kind: Stateful,
+            summary: "Declares a variable: mutable state held by the session.",
+            operands: "",
+            arity: (0, Some(0)),
+            attrs: vec![
                 required("name", K::Str, "The variable's name in the session and in checkpoints. Graphs of one module that name the same variable share it."),
                 attr("init", K::Tensor, AttrDefault::Optional, "Initial value, of the variable's type. Without it the variable is uninitialized until assigned, and reading it is a run-time error."),
             ],
-            "The result is a handle `var<T>` to the session's variable `name`, created on first use. The result type must be written.",
-            "graph @g() -> (y: f32[2]) {\n  %w = variable {name = \"w\", init = dense<0.5> : f32[2]} : var<f32[2]>\n  %0 = read %w : f32[2]\n  return %0\n}\n",
-            rules::variable),
-        Op::Read => plain(Stateful, "Reads a variable.", "var", (1, Some(1)), vec![],
-            "The variable's current value. Reads and writes of one variable happen in the order their dependencies (data or `after`) impose; unordered accesses may interleave in any order.",
-            "graph @g() -> (y: f32[2]) {\n  %w = variable {name = \"w\", init = dense<0.5> : f32[2]} : var<f32[2]>\n  %0 = read %w : f32[2]\n  return %0\n}\n",
-            rules::read),
-        Op::Assign => plain(Stateful, "Writes a variable.", "var, value", (2, Some(2)), vec![],
-            "Stores `value` (of the variable's type) into the variable; the result is the stored value.",
-            "graph @g(%x: f32[2]) -> (y: f32[2]) {\n  %w = variable {name = \"w\"} : var<f32[2]>\n  %0 = assign %w, %x : f32[2]\n  return %0\n}\n",
-            rules::assign),
-        Op::AssignAdd => plain(Stateful, "Adds to a variable in place.", "var, delta", (2, Some(2)), vec![],
-            "Atomically replaces the variable's value `v` by `v + delta` (same type, numeric); the result is the new value.",
-            "graph @g(%d: f32[2]) -> (y: f32[2]) {\n  %w = variable {name = \"w\", init = dense<0.0> : f32[2]} : var<f32[2]>\n  %0 = assign_add %w, %d : f32[2]\n  return %0\n}\n",
-            rules::assign_add),
-        Op::Queue => plain(Stateful, "Declares a FIFO queue of tensor tuples held by the session.", "", (0, Some(0)), vec![
+            semantics: "The result is a handle `var<T>` to the session's variable `name`, created on first use. The result type must be written.",
+            example: "graph @g() -> (y: f32[2]) {\n  %w = variable {name = \"w\", init = dense<0.5> : f32[2]} : var<f32[2]>\n  %0 = read %w : f32[2]\n  return %0\n}\n",
+            infer: rules::variable,
+        }
+        .into(),
+        Op::Read => Plain {
+            kind: Stateful,
+            summary: "Reads a variable.",
+            operands: "var",
+            arity: (1, Some(1)),
+            attrs: vec![],
+            semantics: "The variable's current value. Reads and writes of one variable happen in the order their dependencies (data or `after`) impose; unordered accesses may interleave in any order.",
+            example: "graph @g() -> (y: f32[2]) {\n  %w = variable {name = \"w\", init = dense<0.5> : f32[2]} : var<f32[2]>\n  %0 = read %w : f32[2]\n  return %0\n}\n",
+            infer: rules::read,
+        }
+        .into(),
+        Op::Assign => Plain {
+            kind: Stateful,
+            summary: "Writes a variable.",
+            operands: "var, value",
+            arity: (2, Some(2)),
+            attrs: vec![],
+            semantics: "Stores `value` (of the variable's type) into the variable; the result is the stored value.",
+            example: "graph @g(%x: f32[2]) -> (y: f32[2]) {\n  %w = variable {name = \"w\"} : var<f32[2]>\n  %0 = assign %w, %x : f32[2]\n  return %0\n}\n",
+            infer: rules::assign,
+        }
+        .into(),
+        Op::AssignAdd => Plain {
+            kind: Stateful,
+            summary: "Adds to a variable in place.",
+            operands: "var, delta",
+            arity: (2, Some(2)),
+            attrs: vec![],
+            semantics: "Atomically replaces the variable's value `v` by `v + delta` (same type, numeric); the result is the new value.",
+            example: "graph @g(%d: f32[2]) -> (y: f32[2]) {\n  %w = variable {name = \"w\", init = dense<0.0> : f32[2]} : var<f32[2]>\n  %0 = assign_add %w, %d : f32[2]\n  return %0\n}\n",
+            infer: rules::assign_add,
+        }
+        .into(),
+        Op::Queue => Plain {
+            kind: Stateful,
+            summary: "Declares a FIFO queue of tensor tuples held by the session.",
+            operands: "",
+            arity: (0, Some(0)),
+            attrs: vec![
                 required("name", K::Str, "The queue's name in the session; graphs of one module that name the same queue share it."),
                 required("capacity", K::Int, "Most elements held at once, at least 1; enqueue blocks while full."),
             ],
-            "The result is a handle `queue<T1, ..., Tn>` to the session's queue `name`; each element is a tuple of tensors of those types. The result type must be written.",
-            "graph @g(%x: f32[4]) -> (y: f32[4]) {\n  %q = queue {name = \"q\", capacity = 8} : queue<f32[4]>\n  %0 = enqueue %q, %x : token\n  %1 = dequeue %q after(%0) : f32[4]\n  return %1\n}\n",
-            rules::queue),
-        Op::Enqueue => plain(Stateful, "Appends a tuple to a queue.", "queue, components...", (1, None), vec![],
-            "Blocks while the queue is full; an error if it is closed. The components match the queue's types. The result is a token.",
-            "graph @g(%x: f32[4], %i: i64[]) -> (t: token) {\n  %q = queue {name = \"q\", capacity = 8} : queue<f32[4], i64[]>\n  %0 = enqueue %q, %x, %i : token\n  return %0\n}\n",
-            rules::enqueue),
-        Op::Dequeue => plain(Stateful, "Removes the oldest tuple from a queue.", "queue", (1, Some(1)), vec![],
-            "Blocks while the queue is empty; an error once it is closed and empty. One result per component type.",
-            "graph @g() -> (x: f32[4], i: i64[]) {\n  %q = queue {name = \"q\", capacity = 8} : queue<f32[4], i64[]>\n  %0, %1 = dequeue %q : f32[4], i64[]\n  return %0, %1\n}\n",
-            rules::dequeue),
-        Op::QueueClose => plain(Stateful, "Closes a queue.", "queue", (1, Some(1)), vec![],
-            "Later enqueues fail; dequeues drain what is left and then fail; blocked waiters wake with that error.",
-            "graph @g() -> (t: token) {\n  %q = queue {name = \"q\", capacity = 8} : queue<f32[4]>\n  %0 = queue_close %q : token\n  return %0\n}\n",
-            rules::queue_close),
-        Op::QueueSize => plain(Stateful, "Number of tuples in a queue.", "queue", (1, Some(1)), vec![],
-            "An i64 scalar: the queue's length when the op runs.",
-            "graph @g() -> (n: i64[]) {\n  %q = queue {name = \"q\", capacity = 8} : queue<f32[4]>\n  %0 = queue_size %q : i64[]\n  return %0\n}\n",
-            rules::queue_size),
-        Op::NoOp => plain(Stateful, "Does nothing; groups control dependencies.", "", (0, Some(0)), vec![],
-            "Produces a token once everything in its `after` list has run; a target that stands for a group of effects (a training step's updates).",
-            "graph @g(%x: f32[2]) -> (t: token) {\n  %w = variable {name = \"w\"} : var<f32[2]>\n  %0 = assign %w, %x : f32[2]\n  %1 = no_op after(%0) : token\n  return %1\n}\n",
-            rules::no_op),
+            semantics: "The result is a handle `queue<T1, ..., Tn>` to the session's queue `name`; each element is a tuple of tensors of those types. The result type must be written.",
+            example: "graph @g(%x: f32[4]) -> (y: f32[4]) {\n  %q = queue {name = \"q\", capacity = 8} : queue<f32[4]>\n  %0 = enqueue %q, %x : token\n  %1 = dequeue %q after(%0) : f32[4]\n  return %1\n}\n",
+            infer: rules::queue,
+        }
+        .into(),
+        Op::Enqueue => Plain {
+            kind: Stateful,
+            summary: "Appends a tuple to a queue.",
+            operands: "queue, components...",
+            arity: (1, None),
+            attrs: vec![],
+            semantics: "Blocks while the queue is full; an error if it is closed. The components match the queue's types. The result is a token.",
+            example: "graph @g(%x: f32[4], %i: i64[]) -> (t: token) {\n  %q = queue {name = \"q\", capacity = 8} : queue<f32[4], i64[]>\n  %0 = enqueue %q, %x, %i : token\n  return %0\n}\n",
+            infer: rules::enqueue,
+        }
+        .into(),
+        Op::Dequeue => Plain {
+            kind: Stateful,
+            summary: "Removes the oldest tuple from a queue.",
+            operands: "queue",
+            arity: (1, Some(1)),
+            attrs: vec![],
+            semantics: "Blocks while the queue is empty; an error once it is closed and empty. One result per component type.",
+            example: "graph @g() -> (x: f32[4], i: i64[]) {\n  %q = queue {name = \"q\", capacity = 8} : queue<f32[4], i64[]>\n  %0, %1 = dequeue %q : f32[4], i64[]\n  return %0, %1\n}\n",
+            infer: rules::dequeue,
+        }
+        .into(),
+        Op::QueueClose => Plain {
+            kind: Stateful,
+            summary: "Closes a queue.",
+            operands: "queue",
+            arity: (1, Some(1)),
+            attrs: vec![],
+            semantics: "Later enqueues fail; dequeues drain what is left and then fail; blocked waiters wake with that error.",
+            example: "graph @g() -> (t: token) {\n  %q = queue {name = \"q\", capacity = 8} : queue<f32[4]>\n  %0 = queue_close %q : token\n  return %0\n}\n",
+            infer: rules::queue_close,
+        }
+        .into(),
+        Op::QueueSize => Plain {
+            kind: Stateful,
+            summary: "Number of tuples in a queue.",
+            operands: "queue",
+            arity: (1, Some(1)),
+            attrs: vec![],
+            semantics: "An i64 scalar: the queue's length when the op runs.",
+            example: "graph @g() -> (n: i64[]) {\n  %q = queue {name = \"q\", capacity = 8} : queue<f32[4]>\n  %0 = queue_size %q : i64[]\n  return %0\n}\n",
+            infer: rules::queue_size,
+        }
+        .into(),
+        Op::NoOp => Plain {
+            kind: Stateful,
+            summary: "Does nothing; groups control dependencies.",
+            operands: "",
+            arity: (0, Some(0)),
+            attrs: vec![],
+            semantics: "Produces a token once everything in its `after` list has run; a target that stands for a group of effects (a training step's updates).",
+            example: "graph @g(%x: f32[2]) -> (t: token) {\n  %w = variable {name = \"w\"} : var<f32[2]>\n  %0 = assign %w, %x : f32[2]\n  %1 = no_op after(%0) : token\n  return %1\n}\n",
+            infer: rules::no_op,
+        }
+        .into(),
         Op::Cond => Def {
             summary: "Runs one of two regions.",
             operands: "pred, args...",
@@ -579,20 +539,34 @@ fn build_def(op: Op) -> OpDef {
             example: "graph @g(%x: f32[8,4], %w: f32[4,2], %b: f32[2]) -> (y: f32[8,2]) {\n  %0 = fusion %x, %w, %b {kind = \"output\"} : f32[8,2]\n    kernel(%a: f32[8,4], %c: f32[4,2], %d: f32[2]) {\n      %1 = matmul %a, %c : f32[8,2]\n      %2 = add %1, %d : f32[8,2]\n      %3 = relu %2 : f32[8,2]\n      yield %3\n    }\n  return %0\n}\n",
             infer: rules::fusion,
         },
-        Op::Send => plain(Communication, "Hands a tensor to another device.", "value", (1, Some(1)), vec![
+        Op::Send => Plain {
+            kind: Communication,
+            summary: "Hands a tensor to another device.",
+            operands: "value",
+            arity: (1, Some(1)),
+            attrs: vec![
                 required("key", K::Str, "The rendezvous key; exactly one recv in the module has it."),
                 required("to", K::Str, "The receiving device, a device spec."),
             ],
-            "Publishes `value` under `key` in the rendezvous for the step (inside loops, for the current iteration); never blocks. The result is a token.",
-            "graph @g(%x: f32[4]) -> (t: token) {\n  %0 = send %x {key = \"x:0\", to = \"/device:cpu:1\"} : token\n  return %0\n}\n",
-            rules::send),
-        Op::Recv => plain(Communication, "Takes a tensor from another device.", "", (0, Some(0)), vec![
+            semantics: "Publishes `value` under `key` in the rendezvous for the step (inside loops, for the current iteration); never blocks. The result is a token.",
+            example: "graph @g(%x: f32[4]) -> (t: token) {\n  %0 = send %x {key = \"x:0\", to = \"/device:cpu:1\"} : token\n  return %0\n}\n",
+            infer: rules::send,
+        }
+        .into(),
+        Op::Recv => Plain {
+            kind: Communication,
+            summary: "Takes a tensor from another device.",
+            operands: "",
+            arity: (0, Some(0)),
+            attrs: vec![
                 required("key", K::Str, "The rendezvous key of the matching send."),
                 required("from", K::Str, "The sending device, a device spec."),
             ],
-            "Blocks until the send with the same key (and, inside loops, the same iteration) has published its tensor, then yields it. The result type must be written and equals the send's operand type.",
-            "graph @g() -> (y: f32[4]) {\n  %0 = recv {key = \"x:0\", from = \"/device:cpu:0\"} : f32[4]\n  return %0\n}\n",
-            rules::recv),
+            semantics: "Blocks until the send with the same key (and, inside loops, the same iteration) has published its tensor, then yields it. The result type must be written and equals the send's operand type.",
+            example: "graph @g() -> (y: f32[4]) {\n  %0 = recv {key = \"x:0\", from = \"/device:cpu:0\"} : f32[4]\n  return %0\n}\n",
+            infer: rules::recv,
+        }
+        .into(),
     };
     OpDef {
         op,

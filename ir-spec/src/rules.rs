@@ -3,7 +3,7 @@
 
 use crate::attr::Attr;
 use crate::device::DeviceSpec;
-use crate::ops::{AttrDefault, Blame, InferCtx, InferError};
+use crate::opdef::{AttrDefault, Blame, InferCtx, InferError, Op};
 use crate::shape::{broadcast_shapes, broadcasts_to, fmt_shape, normalize_axis};
 use crate::types::{DType, TensorType, Type};
 
@@ -30,7 +30,7 @@ impl InferCtx<'_> {
 
     /// The attribute as written, else its declared default.
     fn attr(&self, name: &str) -> Option<&Attr> {
-        self.attrs.get(name).or_else(|| match &self.op.def().attr(name)?.default {
+        self.attrs.get(name).or_else(|| match &self.def.attr(name)?.default {
             AttrDefault::Value(v) => Some(v),
             _ => None,
         })
@@ -432,7 +432,7 @@ pub fn conv(ctx: &InferCtx) -> R {
 }
 
 pub fn pool(ctx: &InferCtx) -> R {
-    let x = if ctx.op == crate::ops::Op::AvgPool {
+    let x = if ctx.op == Op::AvgPool {
         check_dtype(ctx, 0, DType::is_float, "floats (f32, f64)")?
     } else {
         check_dtype(ctx, 0, DType::is_numeric, "numbers (f32, f64, i32, i64)")?
@@ -626,7 +626,7 @@ pub fn no_op(_: &InferCtx) -> R {
 }
 
 fn region_params_match(ctx: &InferCtx, r: usize, args: &[Type]) -> Result<(), InferError> {
-    let name = ctx.op.def().regions[r];
+    let name = ctx.def.regions[r];
     let params = &ctx.regions[r].params;
     if params.as_slice() != args {
         return err(

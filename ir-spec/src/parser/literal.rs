@@ -1,0 +1,166 @@
+//! Tensor literals (`dense<[[1, 2], [3, 4]]> : i32[2,2]`): nesting checked against the shape,
+//! elements converted to the dtype.
+
+use super::{PResult, Parser, MAX_LITERAL_DEPTH};
+use crate::attr::{TensorData, TensorLiteral};
+use crate::diag::Span;
+use crate::lexer::Tok;
+use crate::types::DType;
+
+impl Parser {
+    /// `dense<LITERAL> : TYPE`, after `dense`.
+    pub(super) fn dense(&mut self) -> PResult<TensorLiteral> {
+        self.expect(Tok::Less, "'<' after 'dense'")?;
+        let lit_start = self.span();
+        let lit = self.literal(0)?;
+        self.expect(Tok::Greater, "'>' to close the literal")?;
+        self.expect(Tok::Colon, "':' and the literal's type, like dense<1.0> : f32[]")?;
+        let ty = self.tensor_type()?;
+        let span = lit_start.to(self.prev_span());
+        let data = if let Lit::Scalar(s, sspan) = &lit {
+            convert(ty.dtype, std::slice::from_ref(&(s.clone(), *sspan))).map_err(|(m, sp)| self.error(sp, m))?
+        } else {
+            let mut flat = Vec::new();
+            if let Err((m, sp)) = flatten(&lit, &ty.shape, 0, &mut flat) {
+                return Err(self.error(sp, format!("{m} (the literal's type is {ty})")));
+            }
+            convert(ty.dtype, &flat).map_err(|(m, sp)| self.error(sp, m))?
+        };
+        TensorLiteral::new(ty, data).map_err(|m| self.error(span, m))
+    }
+
+    fn literal(&mut self, depth: usize) -> PResult<Lit> {
+        let span = self.span();
+        if depth > MAX_LITERAL_DEPTH {
+            return Err(self.error(span, format!("tensor literal nested more than {MAX_LITERAL_DEPTH} deep")));
+        }
+        let scalar = match self.peek().clone() {
+            Tok::LBracket => {
+                self.bump();
+                let mut items = Vec::new();
+                if !self.eat(&Tok::RBracket) {
+                    loop {
+                        items.push(self.literal(depth + 1)?);
+                        if !self.eat(&Tok::Comma) {
+                            break;
+                        }
+                    }
+                    self.expect(Tok::RBracket, "',' or ']' in the literal")?;
+                }
+                return Ok(Lit::List(items, span.to(self.prev_span())));
+            }
+            Tok::Int(i) => Scalar::Int(i),
+            Tok::Float(f) => Scalar::Float(f),
+            Tok::Minus if matches!(self.peek_at(1), Tok::Ident(s) if s == "inf") => {
+                self.bump();
+                Scalar::Float("-inf".into())
+            }
+            Tok::Ident(w) if w == "true" || w == "false" => Scalar::Bool(w == "true"),
+            Tok::Ident(w) if w == "nan" || w == "inf" => Scalar::Float(w),
+            _ => return Err(self.expected("a literal element (number, true, false, nan, inf) or '['")),
+        };
+        let span = span.to(self.bump());
+        Ok(Lit::Scalar(scalar, span))
+    }
+}
+
+#[derive(Clone, Debug)]
+enum Scalar {
+    Int(i64),
+    Float(String),
+    Bool(bool),
+}
+
+enum Lit {
+    List(Vec<Lit>, Span),
+    Scalar(Scalar, Span),
+}
+
+/// Checks the literal's nesting against the shape and collects its elements in row-major order.
+fn flatten(lit: &Lit, shape: &[u64], dim: usize, out: &mut Vec<(Scalar, Span)>) -> Result<(), (String, Span)> {
+    match lit {
+        Lit::Scalar(s, span) if dim == shape.len() => {
+            out.push((s.clone(), *span));
+            Ok(())
+        }
+        Lit::Scalar(_, span) => Err((format!("expected a list for dimension {dim}, found a single element"), *span)),
+        Lit::List(_, span) if dim == shape.len() => {
+            Err((format!("expected a single element at depth {dim}, found a list"), *span))
+        }
+        Lit::List(items, span) => {
+            if items.len() as u64 != shape[dim] {
+                return Err((
+                    format!("dimension {dim} has {} elements here but the shape says {}", items.len(), shape[dim]),
+                    *span,
+                ));
+            }
+            items.iter().try_for_each(|it| flatten(it, shape, dim + 1, out))
+        }
+    }
+}
+
+fn convert(dtype: DType, items: &[(Scalar, Span)]) -> Result<TensorData, (String, Span)> {
+    fn float_of(s: &Scalar, span: Span, dtype: DType) -> Result<f64, (String, Span)> {
+        match s {
+            Scalar::Int(i) => Ok(*i as f64),
+            Scalar::Float(f) => f.parse::<f64>().map_err(|_| (format!("malformed number {f}"), span)),
+            Scalar::Bool(_) => Err((format!("{dtype} literal holds a bool"), span)),
+        }
+    }
+    fn int_of(s: &Scalar, span: Span, dtype: DType) -> Result<i64, (String, Span)> {
+        match s {
+            Scalar::Int(i) => Ok(*i),
+            Scalar::Float(f) => Err((format!("{dtype} literal holds the non-integer {f}"), span)),
+            Scalar::Bool(_) => Err((format!("{dtype} literal holds a bool"), span)),
+        }
+    }
+    Ok(match dtype {
+        DType::F32 => TensorData::F32(
+            items
+                .iter()
+                .map(|(s, span)| {
+                    let v = match s {
+                        // Parse the text as f32 directly: going through f64 could round twice.
+                        Scalar::Float(f) => f.parse::<f32>().map_err(|_| (format!("malformed number {f}"), *span))?,
+                        _ => float_of(s, *span, dtype)? as f32,
+                    };
+                    if v.is_infinite() && !matches!(s, Scalar::Float(f) if f.ends_with("inf")) {
+                        return Err(("number is out of range for f32".to_string(), *span));
+                    }
+                    Ok(v)
+                })
+                .collect::<Result<_, _>>()?,
+        ),
+        DType::F64 => TensorData::F64(
+            items
+                .iter()
+                .map(|(s, span)| {
+                    let v = float_of(s, *span, dtype)?;
+                    if v.is_infinite() && !matches!(s, Scalar::Float(f) if f.ends_with("inf")) {
+                        return Err(("number is out of range for f64".to_string(), *span));
+                    }
+                    Ok(v)
+                })
+                .collect::<Result<_, _>>()?,
+        ),
+        DType::I32 => TensorData::I32(
+            items
+                .iter()
+                .map(|(s, span)| {
+                    i32::try_from(int_of(s, *span, dtype)?)
+                        .map_err(|_| ("number is out of range for i32".to_string(), *span))
+                })
+                .collect::<Result<_, _>>()?,
+        ),
+        DType::I64 => TensorData::I64(items.iter().map(|(s, span)| int_of(s, *span, dtype)).collect::<Result<_, _>>()?),
+        DType::Bool => TensorData::Bool(
+            items
+                .iter()
+                .map(|(s, span)| match s {
+                    Scalar::Bool(b) => Ok(*b),
+                    _ => Err(("bool literal holds a number; write true or false".to_string(), *span)),
+                })
+                .collect::<Result<_, _>>()?,
+        ),
+    })
+}
