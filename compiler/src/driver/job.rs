@@ -2,7 +2,7 @@
 //! user sees comes from.
 
 use super::inputs::{make_inputs, Feeds, Inputs};
-use super::Devices;
+use super::place::{place_and_partition, placement_summary, Devices};
 use crate::placement::partition::Partitioned;
 use graphc_ir::{Module, SourceFile};
 use graphc_runtime::{RtValue, RunOutput, RunRequest, Tensor};
@@ -80,7 +80,7 @@ pub struct Prepared {
 /// failed (its diagnostics are printed).
 /// Selects the graphs, makes their inputs (from .npy files or seeded random data), places and
 /// partitions on the devices, and builds the requests of one step. A placement failure is
-/// [`super::Reported`].
+/// [`super::report::Reported`].
 pub fn prepare(a: &Inputs<'_>, devices: &Devices, file: &SourceFile, module: Module) -> anyhow::Result<Prepared> {
     let Feeds { graphs, inputs, random } = make_inputs(a, file, &module)?;
     let output_names: Vec<Vec<String>> = graphs
@@ -90,10 +90,10 @@ pub fn prepare(a: &Inputs<'_>, devices: &Devices, file: &SourceFile, module: Mod
     let mut placements = Vec::new();
     let (module, groups) = match &devices.spec {
         Some(_) => {
-            let p = super::place_and_partition(devices.context()?, file, module)?;
+            let p = place_and_partition(devices.context()?, file, module)?;
             for name in &graphs {
                 if let Some(group) = p.groups.iter().find(|g| &g.graph == name) {
-                    placements.push(super::placement_summary(&p.module, group));
+                    placements.push(placement_summary(&p.module, group));
                 }
             }
             (p.module, p.groups)

@@ -1,7 +1,7 @@
 //! Reading a module: `.gir` text (parsed, type-checked and verified) or an `.onnx` model
 //! (imported), from a file or standard input.
 
-use super::Reported;
+use super::report::Reported;
 use graphc_ir::{diag::render_all, parse_module, print_module, verify_module, Diagnostic, Module, SourceFile};
 use std::io::Read;
 use std::path::Path;

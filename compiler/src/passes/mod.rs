@@ -9,7 +9,7 @@ mod cse;
 mod dce;
 mod fold;
 mod fuse;
-mod manager;
+pub mod manager;
 mod rewrite;
 
 use crate::placement::passes::{Partition, Place};

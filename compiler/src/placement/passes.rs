@@ -6,7 +6,7 @@ use super::cluster::Cluster;
 use super::cost::{CostModel, Profile};
 use super::partition::{partition_module, Partitioned};
 use super::place::place_module;
-use crate::passes::{Pass, PassError};
+use crate::passes::manager::{Pass, PassError};
 use graphc_ir::{Graph, Module};
 use std::sync::{Arc, Mutex};
 
