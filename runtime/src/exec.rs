@@ -10,44 +10,13 @@ use crate::liveness::Liveness;
 use crate::pool::BufferPool;
 use crate::rendezvous::Rendezvous;
 use crate::state::{Queue, State, Variable};
+use crate::value::RtValue;
 use crate::wait::WaitCtx;
 use crate::Tensor;
-use graphc_ir::{Graph, Node, Op, Region, TensorType, Type, Value};
+use graphc_ir::{Graph, Node, Op, Region, TensorType, Value};
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Instant;
-
-/// A value at run time: a tensor, a token, or a handle to session state.
-#[derive(Clone, Debug)]
-pub enum RtValue {
-    Tensor(Arc<Tensor>),
-    Token,
-    Var(Arc<Variable>),
-    Queue(Arc<Queue>),
-}
-
-impl RtValue {
-    pub fn tensor(t: Tensor) -> Self {
-        RtValue::Tensor(Arc::new(t))
-    }
-
-    pub fn as_tensor(&self) -> Option<&Tensor> {
-        match self {
-            RtValue::Tensor(t) => Some(t),
-            _ => None,
-        }
-    }
-
-    /// The value's IR type.
-    pub fn ty(&self) -> Type {
-        match self {
-            RtValue::Tensor(t) => Type::Tensor(t.ty()),
-            RtValue::Token => Type::Token,
-            RtValue::Var(v) => Type::Var(v.ty.clone()),
-            RtValue::Queue(q) => Type::Queue(q.types.clone()),
-        }
-    }
-}
 
 /// One node execution, recorded when a session traces.
 #[derive(Clone, Debug)]

@@ -24,11 +24,13 @@ mod rendezvous;
 mod session;
 pub mod state;
 pub mod tensor;
+mod value;
 mod wait;
 
 pub use compiled::{CompiledKernels, Operands};
 pub use error::{ErrorKind, RunError};
-pub use exec::{NodeEvent, RtValue, MAX_EVENTS};
+pub use exec::{NodeEvent, MAX_EVENTS};
 pub use pool::{BufferPool, PoolStats};
 pub use session::{RunOutput, RunRequest, Session, SessionOptions};
 pub use tensor::Tensor;
+pub use value::RtValue;

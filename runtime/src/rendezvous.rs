@@ -2,7 +2,7 @@
 //! loops carry the iteration path, so each iteration's transfer is its own.
 
 use crate::error::RunError;
-use crate::exec::RtValue;
+use crate::value::RtValue;
 use crate::wait::{lock, WaitCtx};
 use std::collections::HashMap;
 use std::sync::{Condvar, Mutex};

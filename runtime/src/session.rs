@@ -8,11 +8,12 @@
 //! failure cancels the rest.
 
 use crate::error::{ErrorKind, RunError};
-use crate::exec::{Env, Interp, NodeEvent, RtValue};
+use crate::exec::{Env, Interp, NodeEvent};
 use crate::liveness::Liveness;
 use crate::pool::BufferPool;
 use crate::rendezvous::Rendezvous;
 use crate::state::State;
+use crate::value::RtValue;
 use crate::wait::{Activity, WaitCtx};
 use crate::Tensor;
 use graphc_ir::{verify_module, Graph, Module, Node, Type, Value};
