@@ -8,7 +8,7 @@ use crate::kernels;
 use crate::limits::check_tensor_size;
 use crate::liveness::Liveness;
 use crate::pool::BufferPool;
-use crate::rendezvous::Rendezvous;
+use crate::rendezvous::{rendezvous_key, Rendezvous};
 use crate::state::{Queue, State, Variable};
 use crate::value::RtValue;
 use crate::wait::WaitCtx;
@@ -42,7 +42,7 @@ pub(crate) type Env = HashMap<Value, RtValue>;
 pub(crate) struct Interp<'a> {
     pub graph: &'a Graph,
     pub state: &'a State,
-    pub rendezvous: &'a Rendezvous,
+    pub rendezvous: &'a dyn Rendezvous,
     pub wait: WaitCtx<'a>,
     /// Node executions so far, nested ones and loop iterations included.
     pub executed: usize,
@@ -76,7 +76,7 @@ impl<'a> Interp<'a> {
     pub fn new(
         graph: &'a Graph,
         state: &'a State,
-        rendezvous: &'a Rendezvous,
+        rendezvous: &'a dyn Rendezvous,
         wait: WaitCtx<'a>,
         max_bytes: u64,
         pool: &'a BufferPool,
@@ -330,25 +330,25 @@ impl<'a> Interp<'a> {
                     budget.refund(bytes);
                     return Err(e);
                 }
-                self.wait.activity.progress();
+                self.wait.progress();
                 Ok(vec![RtValue::Token])
             }
             Op::Dequeue => {
                 let items = queue(&args[0])?.dequeue(&self.wait)?;
                 self.ledger.budget().refund(items.iter().map(|t| bytes_of(t)).fold(0u64, u64::saturating_add));
-                self.wait.activity.progress();
+                self.wait.progress();
                 Ok(items.into_iter().map(RtValue::Tensor).collect())
             }
             Op::QueueClose => {
                 queue(&args[0])?.close();
-                self.wait.activity.progress();
+                self.wait.progress();
                 Ok(vec![RtValue::Token])
             }
             Op::QueueSize => one(Tensor::I64(ndarray::arr0(queue(&args[0])?.len() as i64).into_dyn())),
             Op::NoOp => Ok(vec![RtValue::Token]),
             Op::Send => {
                 self.rendezvous.send(key(), args[0].clone())?;
-                self.wait.activity.progress();
+                self.wait.progress();
                 Ok(vec![RtValue::Token])
             }
             Op::Recv => Ok(vec![self.rendezvous.recv(&self.wait, &key())?]),
@@ -396,12 +396,7 @@ impl<'a> Interp<'a> {
 
     /// A key inside loops gets the iteration path, so each iteration's send meets its recv.
     fn rendezvous_key(&self, key: &str) -> String {
-        if self.iterations.is_empty() {
-            key.to_string()
-        } else {
-            let path: Vec<String> = self.iterations.iter().map(|i| i.to_string()).collect();
-            format!("{key}@{}", path.join("."))
-        }
+        rendezvous_key(key, &self.iterations)
     }
 }
 

@@ -31,6 +31,8 @@ pub use compiled::{CompiledKernels, Operands};
 pub use error::{ErrorKind, RunError};
 pub use exec::{NodeEvent, MAX_EVENTS};
 pub use pool::{BufferPool, PoolStats};
+pub use rendezvous::{rendezvous_key, LocalRendezvous, LocalRendezvousFactory, Rendezvous, RendezvousFactory};
 pub use session::{RunOutput, RunRequest, Session, SessionOptions};
 pub use tensor::Tensor;
 pub use value::RtValue;
+pub use wait::WaitCtx;

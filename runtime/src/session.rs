@@ -11,14 +11,14 @@ use crate::error::{ErrorKind, RunError};
 use crate::exec::{Env, Interp, NodeEvent};
 use crate::liveness::Liveness;
 use crate::pool::BufferPool;
-use crate::rendezvous::Rendezvous;
+use crate::rendezvous::{LocalRendezvousFactory, Rendezvous, RendezvousFactory};
 use crate::state::State;
 use crate::value::RtValue;
 use crate::wait::{Activity, WaitCtx};
 use crate::Tensor;
 use graphc_ir::{verify_module, Graph, Module, Node, Type, Value};
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -144,6 +144,10 @@ pub struct Session {
     compiled: Option<Arc<dyn crate::CompiledKernels>>,
     /// Live tensor bytes of every run and queue, against the memory limit.
     budget: Arc<crate::budget::MemoryBudget>,
+    /// Makes each step's rendezvous.
+    rendezvous: Arc<dyn RendezvousFactory>,
+    /// Steps started so far: the next step's number.
+    steps: AtomicU64,
 }
 
 impl Session {
@@ -178,6 +182,8 @@ impl Session {
             liveness,
             compiled: None,
             budget,
+            rendezvous: Arc::new(LocalRendezvousFactory),
+            steps: AtomicU64::new(0),
         })
     }
 
@@ -191,6 +197,18 @@ impl Session {
         let mut s = Session::new(module, options)?;
         s.compiled = Some(compiled);
         Ok(s)
+    }
+
+    /// Makes each step's rendezvous with `factory` instead of an in-process table: for steps
+    /// whose graphs send to and receive from other processes.
+    pub fn set_rendezvous(&mut self, factory: Arc<dyn RendezvousFactory>) {
+        self.rendezvous = factory;
+    }
+
+    /// How many steps the session has started (each [`Session::run`] and
+    /// [`Session::run_step`] whose requests passed their checks): the next step's number.
+    pub fn steps(&self) -> u64 {
+        self.steps.load(Ordering::SeqCst)
     }
 
     pub fn module(&self) -> &Module {
@@ -259,16 +277,19 @@ impl Session {
         for p in &plans {
             check_inputs_fed(p)?;
         }
-        let rendezvous = Rendezvous::default();
+        let step = self.steps.fetch_add(1, Ordering::SeqCst);
+        let rendezvous = self.rendezvous.rendezvous(step);
+        let rendezvous = &*rendezvous;
         let cancelled = AtomicBool::new(false);
         // A limit too large for the clock is no limit.
         let deadline = self.options.step_timeout.and_then(|t| Some((Instant::now().checked_add(t)?, t)));
         self.activity.enter(plans.len());
         let run_one = |plan: Plan| {
-            let result = self.execute(plan, &rendezvous, &cancelled, deadline);
+            let result = self.execute(plan, rendezvous, &cancelled, deadline);
             self.activity.leave();
-            if result.is_err() {
+            if let Err(e) = &result {
                 cancelled.store(true, Ordering::Relaxed);
+                rendezvous.abort(e);
             }
             result
         };
@@ -365,17 +386,12 @@ impl Session {
     fn execute(
         &self,
         plan: Plan<'_>,
-        rendezvous: &Rendezvous,
+        rendezvous: &dyn Rendezvous,
         cancelled: &AtomicBool,
         deadline: Option<(Instant, Duration)>,
     ) -> Result<RunOutput, RunError> {
-        let wait = WaitCtx {
-            activity: &self.activity,
-            cancelled,
-            timeout: self.options.wait_timeout,
-            detect_deadlock: self.options.detect_deadlock,
-            deadline,
-        };
+        let wait =
+            WaitCtx::new(&self.activity, cancelled, self.options.wait_timeout, self.options.detect_deadlock, deadline);
         let mut interp =
             Interp::new(plan.graph, &self.state, rendezvous, wait, self.max_bytes, &self.buffers, self.budget.clone());
         interp.events = self.options.trace.then(Vec::new);
