@@ -13,6 +13,7 @@ pub mod checkpoint;
 mod compiled;
 mod error;
 mod exec;
+mod executor;
 pub mod fsutil;
 pub mod kernels;
 pub mod limits;
@@ -29,7 +30,8 @@ mod wait;
 
 pub use compiled::{CompiledKernels, Operands};
 pub use error::{ErrorKind, RunError};
-pub use exec::{NodeEvent, MAX_EVENTS};
+pub use exec::InterpExecutor;
+pub use executor::{ExecContext, ExecOutput, Executor, NodeEvent, MAX_EVENTS};
 pub use pool::{BufferPool, PoolStats};
 pub use rendezvous::{rendezvous_key, LocalRendezvous, LocalRendezvousFactory, Rendezvous, RendezvousFactory};
 pub use session::{RunOutput, RunRequest, Session, SessionOptions};

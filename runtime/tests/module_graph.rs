@@ -329,6 +329,7 @@ fn the_layers_point_one_way() {
     };
     below("value.rs", &["exec.rs", "session.rs", "rendezvous.rs"]);
     below("rendezvous.rs", &["exec.rs", "session.rs"]);
+    below("executor.rs", &["exec.rs", "session.rs"]);
     below("exec.rs", &["session.rs"]);
 }
 

@@ -3,9 +3,12 @@
 
 mod common;
 use common::*;
+use graphc_ir::{Op, TensorType, Value};
 use graphc_runtime::{
-    ErrorKind, LocalRendezvous, Rendezvous, RendezvousFactory, RtValue, RunError, RunRequest, Session, WaitCtx,
+    kernels, rendezvous_key, ErrorKind, ExecContext, ExecOutput, Executor, InterpExecutor, LocalRendezvous, Rendezvous,
+    RendezvousFactory, RtValue, RunError, RunRequest, Session, Tensor, WaitCtx,
 };
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -113,4 +116,128 @@ graph @waiting() -> (y: i32[]) {
     // The failing graph aborts; the cancelled one may too.
     assert!(seen.aborts.load(Ordering::SeqCst) >= 1);
     assert!(seen.sends.lock().unwrap().is_empty());
+}
+
+/// An executor of its own for graphs of pure ops, sends and recvs: what a device executor
+/// does at its simplest, through the context alone.
+#[derive(Debug, Default)]
+struct HandWritten {
+    runs: AtomicUsize,
+}
+
+impl Executor for HandWritten {
+    fn run(&self, mut cx: ExecContext<'_>) -> Result<ExecOutput, RunError> {
+        self.runs.fetch_add(1, Ordering::SeqCst);
+        let g = cx.graph();
+        let mut env: HashMap<Value, RtValue> =
+            cx.take_feeds().into_iter().map(|(v, t)| (v, RtValue::Tensor(t))).collect();
+        let mut executed = 0;
+        for &n in &g.regions[g.body].nodes {
+            if !cx.is_needed(n) {
+                continue;
+            }
+            cx.wait().check_stop()?;
+            let nd = &g.nodes[n];
+            let at = |e: RunError| e.at_node(&g.name, format!("node {}", g.describe(n)), nd.span);
+            let key = || rendezvous_key(nd.attrs.str("key").unwrap_or_default(), &[]);
+            let operand = |i: usize| env.get(&nd.operands[i]).cloned().ok_or_else(|| RunError::internal("unbound"));
+            let results = match nd.op {
+                Op::Recv => vec![cx.rendezvous().recv(cx.wait(), &key()).map_err(at)?],
+                Op::Send => {
+                    cx.rendezvous().send(key(), operand(0)?).map_err(at)?;
+                    cx.wait().progress();
+                    vec![RtValue::Token]
+                }
+                op if kernels::is_kernel(op) => {
+                    let args = (0..nd.operands.len()).map(operand).collect::<Result<Vec<_>, _>>()?;
+                    let inputs: Vec<&Tensor> = args.iter().filter_map(RtValue::as_tensor).collect();
+                    let types: Vec<TensorType> =
+                        nd.results.iter().filter_map(|&v| g.values[v].ty.as_tensor().cloned()).collect();
+                    let out = kernels::eval(op, &nd.attrs, &inputs, &types)
+                        .map_err(|e| at(RunError::new(ErrorKind::Kernel, e.0)))?;
+                    out.into_iter().map(RtValue::tensor).collect()
+                }
+                op => return Err(at(RunError::invalid(format!("this executor cannot run '{}'", op.name())))),
+            };
+            for (&v, r) in nd.results.iter().zip(results) {
+                if r.ty() != g.values[v].ty {
+                    return Err(at(RunError::internal("a result of the wrong type")));
+                }
+                env.insert(v, r);
+            }
+            executed += 1;
+        }
+        let values = cx
+            .fetches()
+            .iter()
+            .map(|v| env.get(v).cloned().ok_or_else(|| RunError::internal("a fetch was not computed")))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(ExecOutput { values, nodes_executed: executed, ..ExecOutput::default() })
+    }
+}
+
+/// Another executor, counting the graphs it runs.
+#[derive(Debug)]
+struct Counted {
+    inner: Arc<dyn Executor>,
+    runs: AtomicUsize,
+}
+
+impl Executor for Counted {
+    fn run(&self, cx: ExecContext<'_>) -> Result<ExecOutput, RunError> {
+        self.runs.fetch_add(1, Ordering::SeqCst);
+        self.inner.run(cx)
+    }
+}
+
+#[test]
+fn one_graph_of_a_step_runs_on_an_executor_of_its_own() {
+    let reference = partitioned_step(&partitioned()).unwrap();
+    let mut s = partitioned();
+    let own = Arc::new(HandWritten::default());
+    s.set_executor("part_cpu1", own.clone()).unwrap();
+    // The other graph keeps the default, seen through a wrapper.
+    let counted = Arc::new(Counted { inner: s.executor("part_cpu0").clone(), runs: AtomicUsize::new(0) });
+    s.set_executor("part_cpu0", counted.clone()).unwrap();
+    for _ in 0..2 {
+        let out = partitioned_step(&s).unwrap();
+        assert_eq!(out[0].get("y").unwrap(), reference[0].get("y").unwrap());
+        assert_eq!(out[1].nodes_executed, 3, "recv, relu, send");
+    }
+    assert_eq!(own.runs.load(Ordering::SeqCst), 2);
+    assert_eq!(counted.runs.load(Ordering::SeqCst), 2);
+    assert!(s.run(RunRequest::new("part_cpu0").feed("x", f32t(&[8, 16], &[0.0; 128]))).is_err(), "w is not fed");
+    assert_eq!(counted.runs.load(Ordering::SeqCst), 2, "a rejected request reaches no executor");
+}
+
+#[test]
+fn an_executor_is_set_for_a_graph_the_module_has() {
+    let mut s = partitioned();
+    let e = s.set_executor("part_cpu9", Arc::new(HandWritten::default())).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::InvalidArgument);
+    assert!(e.message.contains("@part_cpu9"), "{e}");
+}
+
+/// Returns a token for every fetch.
+#[derive(Debug)]
+struct Tokens;
+
+impl Executor for Tokens {
+    fn run(&self, cx: ExecContext<'_>) -> Result<ExecOutput, RunError> {
+        Ok(ExecOutput { values: cx.fetches().iter().map(|_| RtValue::Token).collect(), ..ExecOutput::default() })
+    }
+}
+
+#[test]
+fn what_an_executor_returns_is_checked_against_the_graph() {
+    let mut s = session("graph @g(%x: f32[2]) -> (y: f32[2]) {\n  %y = neg %x : f32[2]\n  return %y\n}\n");
+    s.set_default_executor(Arc::new(Tokens));
+    let e = s.run(RunRequest::new("g").feed("x", f32t(&[2], &[1.0, 2.0]))).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Internal);
+    assert_eq!(e.graph.as_deref(), Some("g"));
+    assert!(e.message.contains("token") && e.message.contains("f32[2]"), "{e}");
+    // Back on the interpreter.
+    s.set_default_executor(Arc::new(InterpExecutor::new()));
+    let out = s.run(RunRequest::new("g").feed("x", f32t(&[2], &[1.0, 2.0]))).unwrap();
+    assert_eq!(out.get("y").unwrap(), &f32t(&[2], &[-1.0, -2.0]));
 }
