@@ -28,7 +28,7 @@ pub mod tensor;
 mod value;
 mod wait;
 
-pub use compiled::{CompiledKernels, Operands};
+pub use compiled::{CompiledKernels, Kernel, KernelTable, Operands};
 pub use error::{ErrorKind, RunError};
 pub use exec::InterpExecutor;
 pub use executor::{ExecContext, ExecOutput, Executor, NodeEvent, MAX_EVENTS};

@@ -1,16 +1,19 @@
 //! The runtime's seams, used from outside the crate as a later backend or transport would: a
-//! rendezvous of one's own, an executor for one graph, kernels replaced while sessions run.
+//! rendezvous of one's own, an executor for one graph, kernels replaced while sessions run
+//! (tiered compilation).
 
 mod common;
 use common::*;
 use graphc_ir::{Op, TensorType, Value};
 use graphc_runtime::{
-    kernels, rendezvous_key, ErrorKind, ExecContext, ExecOutput, Executor, InterpExecutor, LocalRendezvous, Rendezvous,
-    RendezvousFactory, RtValue, RunError, RunRequest, Session, Tensor, WaitCtx,
+    kernels, rendezvous_key, ErrorKind, ExecContext, ExecOutput, Executor, InterpExecutor, Kernel, KernelTable,
+    LocalRendezvous, Operands, Rendezvous, RendezvousFactory, RtValue, RunError, RunRequest, Session, SessionOptions,
+    Tensor, WaitCtx,
 };
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 fn partitioned() -> Session {
     let src =
@@ -240,4 +243,89 @@ fn what_an_executor_returns_is_checked_against_the_graph() {
     s.set_default_executor(Arc::new(InterpExecutor::new()));
     let out = s.run(RunRequest::new("g").feed("x", f32t(&[2], &[1.0, 2.0]))).unwrap();
     assert_eq!(out.get("y").unwrap(), &f32t(&[2], &[-1.0, -2.0]));
+}
+
+/// `x + x` for a node `add %x, %x`, counting its runs: through the reference kernel (a quick
+/// first tier), or by hand (a later one).
+#[derive(Debug, Default)]
+struct Doubling {
+    by_hand: bool,
+    runs: AtomicUsize,
+}
+
+impl Kernel for Doubling {
+    fn run(&self, operands: &mut Operands<'_>) -> Result<Vec<Tensor>, String> {
+        self.runs.fetch_add(1, Ordering::SeqCst);
+        let x = operands.get(0).ok_or("no operand")?;
+        if self.by_hand {
+            let Tensor::F32(a) = x else { return Err("not f32".into()) };
+            return Ok(vec![Tensor::F32(a.mapv(|v| v + v))]);
+        }
+        kernels::eval(Op::Add, &Default::default(), &[x, x], &[x.ty()]).map_err(|e| e.0)
+    }
+}
+
+#[test]
+fn kernels_are_replaced_while_a_session_runs_them() {
+    let m = graphc_ir::parse_module(
+        "graph @g(%x: f32[64]) -> (y: f32[64]) {\n  %d = add %x, %x : f32[64]\n  %y = neg %d : f32[64]\n  return %y\n}\n",
+    )
+    .unwrap();
+    let g = m.graph("g").unwrap();
+    let add = g.producer(g.value_named("d").unwrap()).unwrap();
+    let table = Arc::new(KernelTable::new());
+    let first = Arc::new(Doubling { by_hand: false, runs: AtomicUsize::new(0) });
+    let second = Arc::new(Doubling { by_hand: true, runs: AtomicUsize::new(0) });
+    assert!(table.replace("g", add, first.clone()).is_none());
+    let s = Session::with_compiled(m, SessionOptions::default(), table.clone()).unwrap();
+    let x: Vec<f32> = (0..64).map(|i| i as f32 * 0.25 - 3.0).collect();
+    let want = f32t(&[64], &x.iter().map(|v| -(v + v)).collect::<Vec<_>>());
+    let step = || {
+        let out = s.run(RunRequest::new("g").feed("x", f32t(&[64], &x))).unwrap();
+        assert_eq!(out.get("y").unwrap(), &want);
+    };
+    let done = AtomicBool::new(false);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let wait_for = |what: &str, f: &dyn Fn() -> bool| {
+        while !f() {
+            assert!(Instant::now() < deadline, "timed out waiting for {what}");
+            std::thread::yield_now();
+        }
+    };
+    let steps = AtomicUsize::new(0);
+    std::thread::scope(|scope| {
+        // Two threads run steps throughout.
+        for _ in 0..2 {
+            scope.spawn(|| {
+                while !done.load(Ordering::SeqCst) {
+                    step();
+                    steps.fetch_add(1, Ordering::SeqCst);
+                }
+            });
+        }
+        // Another moves the node from tier to tier: the first, the second, the interpreter,
+        // the second again.
+        wait_for("the first tier", &|| first.runs.load(Ordering::SeqCst) >= 5);
+        let old = table.replace("g", add, second.clone()).unwrap();
+        assert!(Arc::ptr_eq(&(old as Arc<dyn Kernel>), &(first.clone() as Arc<dyn Kernel>)));
+        let first_runs = first.runs.load(Ordering::SeqCst);
+        wait_for("the second tier", &|| second.runs.load(Ordering::SeqCst) >= 5);
+        // Runs that had looked the first tier up before the replacement may finish with it.
+        assert!(first.runs.load(Ordering::SeqCst) <= first_runs + 2);
+        assert!(table.remove("g", add).is_some());
+        assert!(table.is_empty());
+        let (second_runs, at) = (second.runs.load(Ordering::SeqCst), steps.load(Ordering::SeqCst));
+        wait_for("steps on the interpreter", &|| steps.load(Ordering::SeqCst) >= at + 5);
+        assert!(second.runs.load(Ordering::SeqCst) <= second_runs + 2);
+        table.replace("g", add, second.clone());
+        let second_runs = second.runs.load(Ordering::SeqCst);
+        wait_for("the second tier again", &|| second.runs.load(Ordering::SeqCst) >= second_runs + 5);
+        done.store(true, Ordering::SeqCst);
+    });
+    // Once the replacement has returned, every step runs the new kernel.
+    let (a, b) = (first.runs.load(Ordering::SeqCst), second.runs.load(Ordering::SeqCst));
+    step();
+    assert_eq!((first.runs.load(Ordering::SeqCst), second.runs.load(Ordering::SeqCst)), (a, b + 1));
+    assert_eq!(table.len(), 1);
+    assert!(table.get("g", add).is_some() && table.get("h", add).is_none());
 }
