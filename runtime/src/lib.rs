@@ -6,6 +6,12 @@
 //! queues held by the session and shared by concurrent runs; structured control flow; send and
 //! recv through a per-step rendezvous.
 //!
+//! Three seams let other code take part without this crate knowing it: an [`Executor`] runs
+//! one graph's part of a step in place of the interpreter ([`Session::set_executor`]); a
+//! [`Rendezvous`], made per step by a [`RendezvousFactory`] ([`Session::set_rendezvous`]),
+//! carries send/recv; a [`KernelTable`] holds compiled kernels that can be replaced while
+//! sessions run them.
+//!
 //! This crate depends on the IR only; the compiler depends on it, never the reverse.
 
 pub mod budget;
