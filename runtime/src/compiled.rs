@@ -1,12 +1,17 @@
 //! The hook through which a backend's compiled code runs inside sessions: the interpreter asks
 //! for each node whether compiled code exists, and runs the reference kernels otherwise. Types
 //! are checked the same way for both, so the interpreter stays the oracle around compiled code.
+//!
+//! [`KernelTable`] is compiled code as one [`Kernel`] per node, each replaceable while sessions
+//! run: a tiered compiler starts a session on quick kernels (or none: the interpreter) and
+//! swaps in better ones as it finishes them.
 
 use crate::pool::BufferPool;
 use crate::Tensor;
 use graphc_ir::Node;
+use std::collections::HashMap;
 use std::fmt::Debug;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 
 /// Compiled code for some nodes of a module.
 pub trait CompiledKernels: Send + Sync + Debug {
@@ -14,6 +19,76 @@ pub trait CompiledKernels: Send + Sync + Debug {
     /// compile that node (then it has taken nothing from `operands`). An error is a run-time
     /// failure of the node (reported like a kernel error of the interpreter).
     fn run(&self, graph: &str, node: Node, operands: &mut Operands<'_>) -> Option<Result<Vec<Tensor>, String>>;
+}
+
+/// One node's compiled code.
+pub trait Kernel: Send + Sync + Debug {
+    /// Runs the node on its operands (see [`CompiledKernels::run`]). An error is a run-time
+    /// failure of the node.
+    fn run(&self, operands: &mut Operands<'_>) -> Result<Vec<Tensor>, String>;
+}
+
+/// Kernels by graph name and node, each of which can be set, replaced or removed while
+/// sessions run them. A node without a kernel runs on the reference kernels.
+///
+/// A lookup (one per node execution) takes a read lock, finds the kernel without building a
+/// key, and clones its `Arc`; the kernel runs after the lock is released, so a replacement
+/// never waits for a kernel to finish. An execution that has looked its kernel up finishes
+/// with that kernel; every lookup after [`KernelTable::replace`] returns finds the new one.
+#[derive(Debug, Default)]
+pub struct KernelTable {
+    graphs: RwLock<HashMap<String, Slots>>,
+}
+
+/// One graph's kernels, by node.
+type Slots = HashMap<Node, Arc<dyn Kernel>>;
+
+impl KernelTable {
+    pub fn new() -> Self {
+        KernelTable::default()
+    }
+
+    /// Sets node `node` of graph `graph` to run `kernel`; returns the kernel it replaces.
+    pub fn replace(&self, graph: &str, node: Node, kernel: Arc<dyn Kernel>) -> Option<Arc<dyn Kernel>> {
+        let mut graphs = self.graphs.write().unwrap_or_else(|e| e.into_inner());
+        match graphs.get_mut(graph) {
+            Some(nodes) => nodes.insert(node, kernel),
+            None => graphs.entry(graph.to_string()).or_default().insert(node, kernel),
+        }
+    }
+
+    /// Sends the node back to the reference kernels; returns the kernel it had.
+    pub fn remove(&self, graph: &str, node: Node) -> Option<Arc<dyn Kernel>> {
+        let mut graphs = self.graphs.write().unwrap_or_else(|e| e.into_inner());
+        let nodes = graphs.get_mut(graph)?;
+        let old = nodes.remove(&node);
+        if nodes.is_empty() {
+            graphs.remove(graph);
+        }
+        old
+    }
+
+    /// The node's kernel now.
+    pub fn get(&self, graph: &str, node: Node) -> Option<Arc<dyn Kernel>> {
+        let graphs = self.graphs.read().unwrap_or_else(|e| e.into_inner());
+        graphs.get(graph)?.get(&node).cloned()
+    }
+
+    /// How many nodes have kernels.
+    pub fn len(&self) -> usize {
+        self.graphs.read().unwrap_or_else(|e| e.into_inner()).values().map(HashMap::len).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl CompiledKernels for KernelTable {
+    fn run(&self, graph: &str, node: Node, operands: &mut Operands<'_>) -> Option<Result<Vec<Tensor>, String>> {
+        let kernel = self.get(graph, node)?;
+        Some(kernel.run(operands))
+    }
 }
 
 /// A node's operands as a compiled kernel sees them, and where its outputs' buffers come from.

@@ -1,69 +1,76 @@
 //! The reference interpreter: runs a region's nodes one at a time in their order (which the
-//! verifier guarantees is a topological order), pure ops through the reference kernels,
-//! state and control flow here.
+//! verifier guarantees is a topological order), pure ops through the reference kernels (or a
+//! backend's compiled code), state and control flow here. [`InterpExecutor`] is its face as an
+//! [`Executor`], every session's default.
 
-use crate::budget::{bytes_of, Ledger, MemoryBudget};
+use crate::budget::{bytes_of, Ledger};
+use crate::compiled::{CompiledKernels, Operands};
 use crate::error::{ErrorKind, RunError};
+use crate::executor::{ExecContext, ExecOutput, Executor, NodeEvent};
 use crate::kernels;
 use crate::limits::check_tensor_size;
 use crate::liveness::Liveness;
 use crate::pool::BufferPool;
-use crate::rendezvous::Rendezvous;
+use crate::rendezvous::{rendezvous_key, Rendezvous};
 use crate::state::{Queue, State, Variable};
+use crate::value::RtValue;
 use crate::wait::WaitCtx;
 use crate::Tensor;
-use graphc_ir::{Graph, Node, Op, Region, TensorType, Type, Value};
+use graphc_ir::{Graph, Node, Op, Region, TensorType, Value};
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Instant;
 
-/// A value at run time: a tensor, a token, or a handle to session state.
-#[derive(Clone, Debug)]
-pub enum RtValue {
-    Tensor(Arc<Tensor>),
-    Token,
-    Var(Arc<Variable>),
-    Queue(Arc<Queue>),
+/// The reference interpreter as an executor, running the nodes `compiled` has code for
+/// through it and the rest through the reference kernels.
+#[derive(Clone, Debug, Default)]
+pub struct InterpExecutor {
+    compiled: Option<Arc<dyn CompiledKernels>>,
 }
 
-impl RtValue {
-    pub fn tensor(t: Tensor) -> Self {
-        RtValue::Tensor(Arc::new(t))
+impl InterpExecutor {
+    /// The interpreter on the reference kernels alone.
+    pub fn new() -> Self {
+        InterpExecutor::default()
     }
 
-    pub fn as_tensor(&self) -> Option<&Tensor> {
-        match self {
-            RtValue::Tensor(t) => Some(t),
-            _ => None,
-        }
+    /// The interpreter running a backend's compiled code where it has some.
+    pub fn with_compiled(compiled: Arc<dyn CompiledKernels>) -> Self {
+        InterpExecutor { compiled: Some(compiled) }
     }
 
-    /// The value's IR type.
-    pub fn ty(&self) -> Type {
-        match self {
-            RtValue::Tensor(t) => Type::Tensor(t.ty()),
-            RtValue::Token => Type::Token,
-            RtValue::Var(v) => Type::Var(v.ty.clone()),
-            RtValue::Queue(q) => Type::Queue(q.types.clone()),
-        }
+    pub fn compiled(&self) -> Option<&Arc<dyn CompiledKernels>> {
+        self.compiled.as_ref()
     }
 }
 
-/// One node execution, recorded when a session traces.
-#[derive(Clone, Debug)]
-pub struct NodeEvent {
-    pub node: Node,
-    pub start: Instant,
-    pub end: Instant,
-    /// For send and recv: the rendezvous key, qualified by the loop iteration.
-    pub key: Option<String>,
-    /// How many regions enclose the node (0 for the graph body).
-    pub depth: usize,
+impl Executor for InterpExecutor {
+    fn run(&self, mut cx: ExecContext<'_>) -> Result<ExecOutput, RunError> {
+        let graph = cx.graph();
+        let mut interp = Interp::new(&cx);
+        interp.events = cx.trace().map(|_| Vec::new());
+        interp.max_events = cx.trace().unwrap_or(crate::executor::MAX_EVENTS);
+        interp.compiled = self.compiled.as_deref();
+        interp.liveness = cx.liveness();
+        interp.retained = cx.fetches().iter().copied().collect();
+        let mut env: Env = cx.take_feeds().into_iter().map(|(v, t)| (v, RtValue::Tensor(t))).collect();
+        interp.hold_bound(&env);
+        interp.run_nodes(graph.body, &mut env, &|n| cx.is_needed(n))?;
+        let values = cx
+            .fetches()
+            .iter()
+            .map(|v| {
+                env.get(v).cloned().ok_or_else(|| RunError::internal(format!("fetched value {v} was not computed")))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(ExecOutput {
+            values,
+            nodes_executed: interp.executed,
+            events: interp.events.take().unwrap_or_default(),
+            events_dropped: interp.events_dropped,
+        })
+    }
 }
-
-/// The most node executions a run records when tracing: a long loop would otherwise grow the
-/// record without bound. Later ones are counted, not kept.
-pub const MAX_EVENTS: usize = 1 << 20;
 
 /// Values bound so far in one region activation.
 pub(crate) type Env = HashMap<Value, RtValue>;
@@ -73,7 +80,7 @@ pub(crate) type Env = HashMap<Value, RtValue>;
 pub(crate) struct Interp<'a> {
     pub graph: &'a Graph,
     pub state: &'a State,
-    pub rendezvous: &'a Rendezvous,
+    pub rendezvous: &'a dyn Rendezvous,
     pub wait: WaitCtx<'a>,
     /// Node executions so far, nested ones and loop iterations included.
     pub executed: usize,
@@ -92,7 +99,7 @@ pub(crate) struct Interp<'a> {
     /// How many regions enclose the nodes running now.
     depth: usize,
     /// Compiled code for some nodes, from a backend.
-    pub compiled: Option<&'a dyn crate::CompiledKernels>,
+    pub compiled: Option<&'a dyn CompiledKernels>,
     /// Where values die: without it, every value lives to the end of its region.
     pub liveness: Option<&'a Liveness>,
     /// Values kept whatever their liveness (the fetches, read after the body has run).
@@ -104,33 +111,25 @@ pub(crate) struct Interp<'a> {
 }
 
 impl<'a> Interp<'a> {
-    pub fn new(
-        graph: &'a Graph,
-        state: &'a State,
-        rendezvous: &'a Rendezvous,
-        wait: WaitCtx<'a>,
-        max_bytes: u64,
-        pool: &'a BufferPool,
-        budget: Arc<MemoryBudget>,
-    ) -> Self {
+    pub fn new(cx: &ExecContext<'a>) -> Self {
         Interp {
-            graph,
-            state,
-            rendezvous,
-            wait,
+            graph: cx.graph(),
+            state: cx.state(),
+            rendezvous: cx.rendezvous(),
+            wait: cx.wait().clone(),
             executed: 0,
             iterations: Vec::new(),
             loops: Vec::new(),
-            max_bytes,
+            max_bytes: cx.max_tensor_bytes(),
             events: None,
-            max_events: MAX_EVENTS,
+            max_events: crate::executor::MAX_EVENTS,
             events_dropped: 0,
             depth: 0,
             compiled: None,
             liveness: None,
             retained: HashSet::new(),
-            pool,
-            ledger: Ledger::new(budget),
+            pool: cx.pool(),
+            ledger: Ledger::new(cx.budget().clone()),
         }
     }
 
@@ -295,7 +294,7 @@ impl<'a> Interp<'a> {
                 })
                 .collect::<Result<Vec<_>, _>>()?;
             // The operands move into the kernel's hands: `args` must not hold them too.
-            let mut operands = crate::Operands::new(shared, self.pool);
+            let mut operands = Operands::new(shared, self.pool);
             drop(args);
             let out = compiled.run(&g.name, n, &mut operands);
             if let Some(out) = out {
@@ -361,25 +360,25 @@ impl<'a> Interp<'a> {
                     budget.refund(bytes);
                     return Err(e);
                 }
-                self.wait.activity.progress();
+                self.wait.progress();
                 Ok(vec![RtValue::Token])
             }
             Op::Dequeue => {
                 let items = queue(&args[0])?.dequeue(&self.wait)?;
                 self.ledger.budget().refund(items.iter().map(|t| bytes_of(t)).fold(0u64, u64::saturating_add));
-                self.wait.activity.progress();
+                self.wait.progress();
                 Ok(items.into_iter().map(RtValue::Tensor).collect())
             }
             Op::QueueClose => {
                 queue(&args[0])?.close();
-                self.wait.activity.progress();
+                self.wait.progress();
                 Ok(vec![RtValue::Token])
             }
             Op::QueueSize => one(Tensor::I64(ndarray::arr0(queue(&args[0])?.len() as i64).into_dyn())),
             Op::NoOp => Ok(vec![RtValue::Token]),
             Op::Send => {
                 self.rendezvous.send(key(), args[0].clone())?;
-                self.wait.activity.progress();
+                self.wait.progress();
                 Ok(vec![RtValue::Token])
             }
             Op::Recv => Ok(vec![self.rendezvous.recv(&self.wait, &key())?]),
@@ -427,12 +426,7 @@ impl<'a> Interp<'a> {
 
     /// A key inside loops gets the iteration path, so each iteration's send meets its recv.
     fn rendezvous_key(&self, key: &str) -> String {
-        if self.iterations.is_empty() {
-            key.to_string()
-        } else {
-            let path: Vec<String> = self.iterations.iter().map(|i| i.to_string()).collect();
-            format!("{key}@{}", path.join("."))
-        }
+        rendezvous_key(key, &self.iterations)
     }
 }
 

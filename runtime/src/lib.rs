@@ -6,6 +6,12 @@
 //! queues held by the session and shared by concurrent runs; structured control flow; send and
 //! recv through a per-step rendezvous.
 //!
+//! Three seams let other code take part without this crate knowing it: an [`Executor`] runs
+//! one graph's part of a step in place of the interpreter ([`Session::set_executor`]); a
+//! [`Rendezvous`], made per step by a [`RendezvousFactory`] ([`Session::set_rendezvous`]),
+//! carries send/recv; a [`KernelTable`] holds compiled kernels that can be replaced while
+//! sessions run them.
+//!
 //! This crate depends on the IR only; the compiler depends on it, never the reverse.
 
 pub mod budget;
@@ -13,6 +19,7 @@ pub mod checkpoint;
 mod compiled;
 mod error;
 mod exec;
+mod executor;
 pub mod fsutil;
 pub mod kernels;
 pub mod limits;
@@ -24,11 +31,16 @@ mod rendezvous;
 mod session;
 pub mod state;
 pub mod tensor;
+mod value;
 mod wait;
 
-pub use compiled::{CompiledKernels, Operands};
+pub use compiled::{CompiledKernels, Kernel, KernelTable, Operands};
 pub use error::{ErrorKind, RunError};
-pub use exec::{NodeEvent, RtValue, MAX_EVENTS};
+pub use exec::InterpExecutor;
+pub use executor::{ExecContext, ExecOutput, Executor, NodeEvent, MAX_EVENTS};
 pub use pool::{BufferPool, PoolStats};
+pub use rendezvous::{rendezvous_key, LocalRendezvous, LocalRendezvousFactory, Rendezvous, RendezvousFactory};
 pub use session::{RunOutput, RunRequest, Session, SessionOptions};
 pub use tensor::Tensor;
+pub use value::RtValue;
+pub use wait::WaitCtx;

@@ -116,3 +116,13 @@ pub fn random_request(g: &Graph, seed: u64) -> Result<RunRequest, String> {
     }
     Ok(req)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn huge_random_tensors_are_errors_not_aborts() {
+        assert!(random_tensor(&TensorType::new(DType::I64, [1u64 << 61]), 0, Range::Default).is_err());
+    }
+}

@@ -6,18 +6,24 @@
 //! different threads on one session; they share the state. A step of several graphs (the
 //! partitions of one computation) runs them concurrently, joined by one rendezvous; the first
 //! failure cancels the rest.
+//!
+//! The session decides what runs; an [`Executor`] runs it: the session's default (the
+//! interpreter, with a backend's compiled kernels when it has some) or one set for the graph.
+//! Each step gets its rendezvous from the session's [`RendezvousFactory`] and a number.
 
 use crate::error::{ErrorKind, RunError};
-use crate::exec::{Env, Interp, NodeEvent, RtValue};
+use crate::exec::InterpExecutor;
+use crate::executor::{ExecContext, ExecOutput, Executor, NodeEvent};
 use crate::liveness::Liveness;
 use crate::pool::BufferPool;
-use crate::rendezvous::Rendezvous;
+use crate::rendezvous::{LocalRendezvousFactory, Rendezvous, RendezvousFactory};
 use crate::state::State;
+use crate::value::RtValue;
 use crate::wait::{Activity, WaitCtx};
 use crate::Tensor;
 use graphc_ir::{verify_module, Graph, Module, Node, Type, Value};
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -43,7 +49,7 @@ pub struct SessionOptions {
     /// profiles.
     pub trace: bool,
     /// The most node executions a traced run records; `None` means
-    /// [`crate::exec::MAX_EVENTS`]. Later ones are counted in [`RunOutput::events_dropped`].
+    /// [`crate::MAX_EVENTS`]. Later ones are counted in [`RunOutput::events_dropped`].
     pub max_trace_events: Option<usize>,
     /// The bytes the session's live tensors may take together (see [`crate::budget`]); `None`
     /// means `GRAPHC_MEMORY_LIMIT`, else what the process may still allocate.
@@ -139,10 +145,17 @@ pub struct Session {
     buffers: BufferPool,
     /// Where each graph's values die, by graph name.
     liveness: HashMap<String, Liveness>,
-    /// A backend's compiled code, run in place of the reference kernels where it exists.
-    compiled: Option<Arc<dyn crate::CompiledKernels>>,
+    /// What runs a graph with no executor of its own: the interpreter, with a backend's
+    /// compiled code when the session was made with some.
+    executor: Arc<dyn Executor>,
+    /// Executors of particular graphs, by graph name.
+    executors: HashMap<String, Arc<dyn Executor>>,
     /// Live tensor bytes of every run and queue, against the memory limit.
     budget: Arc<crate::budget::MemoryBudget>,
+    /// Makes each step's rendezvous.
+    rendezvous: Arc<dyn RendezvousFactory>,
+    /// Steps started so far: the next step's number.
+    steps: AtomicU64,
 }
 
 impl Session {
@@ -175,8 +188,11 @@ impl Session {
             threads: Mutex::new(None),
             buffers: BufferPool::default(),
             liveness,
-            compiled: None,
+            executor: Arc::new(InterpExecutor::new()),
+            executors: HashMap::new(),
             budget,
+            rendezvous: Arc::new(LocalRendezvousFactory),
+            steps: AtomicU64::new(0),
         })
     }
 
@@ -188,8 +204,38 @@ impl Session {
         compiled: Arc<dyn crate::CompiledKernels>,
     ) -> Result<Session, RunError> {
         let mut s = Session::new(module, options)?;
-        s.compiled = Some(compiled);
+        s.executor = Arc::new(InterpExecutor::with_compiled(compiled));
         Ok(s)
+    }
+
+    /// Runs graph `graph` with `executor` (a device's, say) instead of the session's default;
+    /// an error if the module has no such graph.
+    pub fn set_executor(&mut self, graph: &str, executor: Arc<dyn Executor>) -> Result<(), RunError> {
+        self.module.graph(graph).ok_or_else(|| RunError::invalid(format!("no graph @{graph} in the module")))?;
+        self.executors.insert(graph.to_string(), executor);
+        Ok(())
+    }
+
+    /// Runs every graph without an executor of its own with `executor`.
+    pub fn set_default_executor(&mut self, executor: Arc<dyn Executor>) {
+        self.executor = executor;
+    }
+
+    /// The executor that runs graph `graph`: its own, else the default.
+    pub fn executor(&self, graph: &str) -> &Arc<dyn Executor> {
+        self.executors.get(graph).unwrap_or(&self.executor)
+    }
+
+    /// Makes each step's rendezvous with `factory` instead of an in-process table: for steps
+    /// whose graphs send to and receive from other processes.
+    pub fn set_rendezvous(&mut self, factory: Arc<dyn RendezvousFactory>) {
+        self.rendezvous = factory;
+    }
+
+    /// How many steps the session has started (each [`Session::run`] and
+    /// [`Session::run_step`] whose requests passed their checks): the next step's number.
+    pub fn steps(&self) -> u64 {
+        self.steps.load(Ordering::SeqCst)
     }
 
     pub fn module(&self) -> &Module {
@@ -258,16 +304,19 @@ impl Session {
         for p in &plans {
             check_inputs_fed(p)?;
         }
-        let rendezvous = Rendezvous::default();
+        let step = self.steps.fetch_add(1, Ordering::SeqCst);
+        let rendezvous = self.rendezvous.rendezvous(step);
+        let rendezvous = &*rendezvous;
         let cancelled = AtomicBool::new(false);
         // A limit too large for the clock is no limit.
         let deadline = self.options.step_timeout.and_then(|t| Some((Instant::now().checked_add(t)?, t)));
         self.activity.enter(plans.len());
         let run_one = |plan: Plan| {
-            let result = self.execute(plan, &rendezvous, &cancelled, deadline);
+            let result = self.execute(plan, step, rendezvous, &cancelled, deadline);
             self.activity.leave();
-            if result.is_err() {
+            if let Err(e) = &result {
                 cancelled.store(true, Ordering::Relaxed);
+                rendezvous.abort(e);
             }
             result
         };
@@ -329,7 +378,7 @@ impl Session {
             let names: Vec<String> = self.module.graphs.iter().map(|g| format!("@{}", g.name)).collect();
             RunError::invalid(format!("no graph @{} in the module; it has {}", r.graph, names.join(", ")))
         })?;
-        let mut feeds: Env = Env::new();
+        let mut feeds = Feeds::new();
         for (name, t) in &r.feeds {
             let v = resolve(g, name, "feed")?;
             let want = &g.values[v].ty;
@@ -343,7 +392,7 @@ impl Session {
                     t.ty()
                 )));
             }
-            if feeds.insert(v, RtValue::Tensor(t.clone())).is_some() {
+            if feeds.insert(v, t.clone()).is_some() {
                 return Err(RunError::invalid(format!("'{name}' is fed twice")));
             }
         }
@@ -364,49 +413,72 @@ impl Session {
     fn execute(
         &self,
         plan: Plan<'_>,
-        rendezvous: &Rendezvous,
+        step: u64,
+        rendezvous: &dyn Rendezvous,
         cancelled: &AtomicBool,
         deadline: Option<(Instant, Duration)>,
     ) -> Result<RunOutput, RunError> {
-        let wait = WaitCtx {
-            activity: &self.activity,
-            cancelled,
-            timeout: self.options.wait_timeout,
-            detect_deadlock: self.options.detect_deadlock,
-            deadline,
+        let g = plan.graph;
+        let cx = ExecContext {
+            graph: g,
+            step,
+            feeds: plan.feeds,
+            fetches: &plan.fetches,
+            needed: &plan.needed,
+            state: &self.state,
+            rendezvous,
+            wait: WaitCtx::new(
+                &self.activity,
+                cancelled,
+                self.options.wait_timeout,
+                self.options.detect_deadlock,
+                deadline,
+            ),
+            pool: &self.buffers,
+            budget: &self.budget,
+            max_tensor_bytes: self.max_bytes,
+            liveness: self.liveness.get(&g.name),
+            trace: self.options.trace.then(|| self.options.max_trace_events.unwrap_or(crate::executor::MAX_EVENTS)),
         };
-        let mut interp =
-            Interp::new(plan.graph, &self.state, rendezvous, wait, self.max_bytes, &self.buffers, self.budget.clone());
-        interp.events = self.options.trace.then(Vec::new);
-        interp.max_events = self.options.max_trace_events.unwrap_or(crate::exec::MAX_EVENTS);
-        interp.compiled = self.compiled.as_deref();
-        interp.liveness = self.liveness.get(&plan.graph.name);
-        interp.retained = plan.fetches.iter().copied().collect();
-        let mut env = plan.feeds;
-        interp.hold_bound(&env);
-        interp.run_nodes(plan.graph.body, &mut env, &|n| plan.needed.contains(&n))?;
-        let values = plan
-            .fetches
-            .iter()
-            .map(|v| {
-                env.get(v).cloned().ok_or_else(|| RunError::internal(format!("fetched value {v} was not computed")))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        let events = interp.events.take().unwrap_or_default();
+        let out: ExecOutput = self.executor(&g.name).run(cx)?;
+        // What an executor other than the interpreter returns is checked as the interpreter
+        // checks every value it makes.
+        if out.values.len() != plan.fetches.len() {
+            return Err(RunError {
+                graph: Some(g.name.clone()),
+                ..RunError::internal(format!(
+                    "the executor returned {} values for {} fetches",
+                    out.values.len(),
+                    plan.fetches.len()
+                ))
+            });
+        }
+        for (r, (&v, name)) in out.values.iter().zip(plan.fetches.iter().zip(&plan.fetch_names)) {
+            let (got, want) = (r.ty(), &g.values[v].ty);
+            if &got != want {
+                return Err(RunError {
+                    graph: Some(g.name.clone()),
+                    ..RunError::internal(format!("the executor returned {got} for fetch '{name}' of type {want}"))
+                });
+            }
+        }
         Ok(RunOutput {
             names: plan.fetch_names,
-            values,
-            nodes_executed: interp.executed,
-            events,
-            events_dropped: interp.events_dropped,
+            values: out.values,
+            nodes_executed: out.nodes_executed,
+            events: out.events,
+            events_dropped: out.events_dropped,
         })
     }
 }
 
+/// Fed values by value.
+type Feeds = HashMap<Value, Arc<Tensor>>;
+
 /// A checked request.
 struct Plan<'s> {
     graph: &'s Graph,
-    feeds: Env,
+    feeds: Feeds,
     fetch_names: Vec<String>,
     fetches: Vec<Value>,
     /// The fetches and targets.
@@ -534,7 +606,7 @@ fn outside_regions(g: &Graph, v: Value, name: &str, what: &str) -> Result<Value,
 /// Adds to `needed` the body nodes the roots depend on, through operands and `after` lists,
 /// stopping at fed values, and returns the nodes it added. Regions are isolated, so
 /// dependencies never leave the body.
-fn add_needed(g: &Graph, roots: impl IntoIterator<Item = Value>, fed: &Env, needed: &mut HashSet<Node>) -> Vec<Node> {
+fn add_needed(g: &Graph, roots: impl IntoIterator<Item = Value>, fed: &Feeds, needed: &mut HashSet<Node>) -> Vec<Node> {
     let mut added = Vec::new();
     let mut work: Vec<Value> = roots.into_iter().collect();
     while let Some(v) = work.pop() {

@@ -102,7 +102,7 @@ impl Queue {
     }
 
     /// Appends a tuple, blocking while the queue is full.
-    pub(crate) fn enqueue(&self, ctx: &WaitCtx<'_>, item: Vec<Arc<Tensor>>) -> Result<(), RunError> {
+    pub fn enqueue(&self, ctx: &WaitCtx<'_>, item: Vec<Arc<Tensor>>) -> Result<(), RunError> {
         let types: Vec<TensorType> = item.iter().map(|t| t.ty()).collect();
         if types != self.types {
             return Err(RunError::invalid(format!(
@@ -132,7 +132,7 @@ impl Queue {
     }
 
     /// Removes the oldest tuple, blocking while the queue is empty and open.
-    pub(crate) fn dequeue(&self, ctx: &WaitCtx<'_>) -> Result<Vec<Arc<Tensor>>, RunError> {
+    pub fn dequeue(&self, ctx: &WaitCtx<'_>) -> Result<Vec<Arc<Tensor>>, RunError> {
         ctx.block(
             &self.state,
             &self.changed,

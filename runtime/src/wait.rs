@@ -7,6 +7,9 @@
 //! it — a deadlock, which is every active run of the session being blocked at once (no one is
 //! left to wake anyone). The interpreter asks the same [`WaitCtx::check_stop`] between nodes
 //! and loop iterations, so a step that never blocks still ends at its deadline.
+//!
+//! [`WaitCtx`] is public so that executors and rendezvous implementations outside this crate
+//! wait the same way; its fields stay private, and only sessions make one.
 
 use crate::error::{ErrorKind, RunError};
 use std::collections::HashMap;
@@ -93,15 +96,31 @@ impl Drop for Blocked<'_> {
     }
 }
 
-/// What a blocking op needs to know about the run it belongs to.
-#[derive(Debug)]
-pub(crate) struct WaitCtx<'a> {
-    pub activity: &'a Activity,
-    pub cancelled: &'a AtomicBool,
-    pub timeout: Option<Duration>,
-    pub detect_deadlock: bool,
+/// What a blocking op needs to know about the run it belongs to: whether the step was
+/// cancelled (another of its graphs failed), its deadline, the session's wait timeout, and
+/// whether to detect deadlocks. Executors and rendezvous implementations get one per run and
+/// wait only through it ([`WaitCtx::block`]), or, waiting some other way, call
+/// [`WaitCtx::check_stop`] at least every few milliseconds and fail as it says.
+#[derive(Clone, Debug)]
+pub struct WaitCtx<'a> {
+    activity: &'a Activity,
+    cancelled: &'a AtomicBool,
+    timeout: Option<Duration>,
+    detect_deadlock: bool,
     /// When the step must be over, and the limit it came from (for messages).
-    pub deadline: Option<(Instant, Duration)>,
+    deadline: Option<(Instant, Duration)>,
+}
+
+impl<'a> WaitCtx<'a> {
+    pub(crate) fn new(
+        activity: &'a Activity,
+        cancelled: &'a AtomicBool,
+        timeout: Option<Duration>,
+        detect_deadlock: bool,
+        deadline: Option<(Instant, Duration)>,
+    ) -> Self {
+        WaitCtx { activity, cancelled, timeout, detect_deadlock, deadline }
+    }
 }
 
 impl WaitCtx<'_> {
@@ -120,8 +139,38 @@ impl WaitCtx<'_> {
         }
     }
 
+    /// Whether another graph of the step failed, so this one should stop.
+    pub fn is_cancelled(&self) -> bool {
+        self.cancelled.load(Ordering::Relaxed)
+    }
+
+    /// When the step must be over, if it has a time limit.
+    pub fn deadline(&self) -> Option<Instant> {
+        self.deadline.map(|(at, _)| at)
+    }
+
+    /// The longest one blocking op may wait ([`crate::SessionOptions::wait_timeout`]).
+    pub fn wait_timeout(&self) -> Option<Duration> {
+        self.timeout
+    }
+
+    /// Notes an event that may unblock a waiter of this session (a send, an enqueue, a
+    /// dequeue, a close); call after the change is made. Deadlock detection counts on it, so an
+    /// executor calls it after each send, enqueue, dequeue and close it makes.
+    pub fn progress(&self) {
+        self.activity.progress();
+    }
+
     /// Waits on `cv` until `attempt` returns `Some`. `what` describes the wait for messages
     /// ("dequeue from queue \"q\", which is empty").
+    ///
+    /// `attempt` runs under `m`'s lock, first at once, then whenever `cv` is notified and at
+    /// least every 20 ms; whoever changes what it looks at does so under `m` and then notifies
+    /// `cv`. Between attempts the wait fails when the step is
+    /// cancelled, passes its deadline, waits longer than the session's wait timeout, or — with
+    /// deadlock detection — when every run of the session is blocked and none can wake another.
+    /// A wait that something outside this process will end should not count on deadlock
+    /// detection, which sees only this session's runs.
     pub fn block<S, T>(
         &self,
         m: &Mutex<S>,

@@ -301,3 +301,20 @@ fn max_pool_indices_point_into_the_input() {
     assert_eq!(out[0], f32t(&[1, 2, 1, 1], &[4.0, 9.0]));
     assert_eq!(out[1], i64t(&[1, 2, 1, 1], &[1, 7]), "flat offsets into the whole input");
 }
+
+/// A stride near 2^62 with padding near i64::MAX: the geometry fits 64 bits, but a window's
+/// start times its stride does not fit an i64 (this overflowed).
+#[test]
+fn windows_far_into_the_padding_are_computed_without_overflow() {
+    let text = "graph @g(%x: f32[1,1,5]) -> (y: f32[1,1,4], a: f32[1,1,4]) {
+  %y = max_pool %x {kernel = [1], pads = [9223372036854775807, 9223372036854775797], strides = [4611686018427387905], ceil_mode = true} : f32[1,1,4]
+  %a = avg_pool %x {kernel = [1], pads = [9223372036854775807, 9223372036854775797], strides = [4611686018427387905], ceil_mode = true} : f32[1,1,4]
+  return %y, %a
+}";
+    let m = graphc_ir::parse_module(text).unwrap_or_else(|d| panic!("{d:?}"));
+    let s = graphc_runtime::Session::new(m, graphc_runtime::SessionOptions::default()).unwrap();
+    let x = graphc_runtime::Tensor::F32(ndarray::ArrayD::from_elem(ndarray::IxDyn(&[1, 1, 5]), 1.0));
+    let out = s.run(graphc_runtime::RunRequest::new("g").feed("x", x)).unwrap();
+    assert_eq!(out.tensor(0).unwrap().shape(), &[1, 1, 4]);
+    assert_eq!(out.tensor(1).unwrap().shape(), &[1, 1, 4]);
+}

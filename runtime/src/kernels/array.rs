@@ -1,6 +1,6 @@
 //! Data-movement kernels: reshape, broadcast, transpose, concat, slice, split, gather.
 
-use super::KernelError;
+use super::error::KernelError;
 use crate::tensor::ix;
 use crate::{map_dtype, Tensor};
 use graphc_ir::shape::normalize_axis;

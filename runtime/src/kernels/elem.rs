@@ -2,7 +2,7 @@
 //! applies the spec's rules: integers wrap, integer division by zero and negative integer
 //! powers are errors, max/min propagate NaN.
 
-use super::KernelError;
+use super::error::KernelError;
 use std::fmt::Debug;
 
 /// A numeric element type (f32, f64, i32, i64).

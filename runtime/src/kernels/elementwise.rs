@@ -1,7 +1,7 @@
 //! Elementwise kernels: unary, binary with numpy broadcasting, select, cast.
 
 use super::elem::{Float, Num};
-use super::KernelError;
+use super::error::KernelError;
 use crate::Tensor;
 use graphc_ir::shape::broadcast_shapes;
 use graphc_ir::{DType, Op};

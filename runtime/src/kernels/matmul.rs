@@ -1,7 +1,7 @@
 //! Matrix product with numpy `matmul` batch broadcasting.
 
 use super::elem::Num;
-use super::KernelError;
+use super::error::KernelError;
 use crate::Tensor;
 use graphc_ir::TensorType;
 use ndarray::{s, Array2, Array3, ArrayD, ArrayView2, Ix2, IxDyn, LinalgScalar};

@@ -8,6 +8,7 @@
 mod array;
 pub mod elem;
 mod elementwise;
+mod error;
 mod matmul;
 mod reduce;
 mod window;
@@ -16,17 +17,7 @@ use crate::Tensor;
 use graphc_ir::{Attrs, Op, OpKind, TensorType};
 
 pub use elementwise::cast;
-
-/// A kernel failed at run time (an integer division by zero, an index out of range, ...).
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct KernelError(pub String);
-
-impl KernelError {
-    pub fn new(message: impl Into<String>) -> Self {
-        KernelError(message.into())
-    }
-}
+pub use error::KernelError;
 
 /// Whether [`eval`] computes this op: every op that neither touches state, communicates nor
 /// holds regions.

@@ -2,7 +2,7 @@
 //! accurate as any compiled kernel it checks.
 
 use super::elem::{Float, Num};
-use super::KernelError;
+use super::error::KernelError;
 use crate::Tensor;
 use graphc_ir::shape::normalize_axis;
 use graphc_ir::{Op, TensorType};

@@ -1,0 +1,39 @@
+//! The values a run binds: tensors, tokens, and handles to session state. The interpreter,
+//! the rendezvous and executors all pass these, so they live apart from each of them.
+
+use crate::state::{Queue, Variable};
+use crate::Tensor;
+use graphc_ir::Type;
+use std::sync::Arc;
+
+/// A value at run time: a tensor, a token, or a handle to session state.
+#[derive(Clone, Debug)]
+pub enum RtValue {
+    Tensor(Arc<Tensor>),
+    Token,
+    Var(Arc<Variable>),
+    Queue(Arc<Queue>),
+}
+
+impl RtValue {
+    pub fn tensor(t: Tensor) -> Self {
+        RtValue::Tensor(Arc::new(t))
+    }
+
+    pub fn as_tensor(&self) -> Option<&Tensor> {
+        match self {
+            RtValue::Tensor(t) => Some(t),
+            _ => None,
+        }
+    }
+
+    /// The value's IR type.
+    pub fn ty(&self) -> Type {
+        match self {
+            RtValue::Tensor(t) => Type::Tensor(t.ty()),
+            RtValue::Token => Type::Token,
+            RtValue::Var(v) => Type::Var(v.ty.clone()),
+            RtValue::Queue(q) => Type::Queue(q.types.clone()),
+        }
+    }
+}
