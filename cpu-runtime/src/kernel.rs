@@ -4,7 +4,7 @@
 use crate::entry::{self, Entry, In};
 use crate::rows::{row_blocks, with_scratch, PARALLEL_ELEMENTS, PARALLEL_FLOPS};
 use graphc_ir::{DType, TensorType};
-use graphc_runtime::{Operands, Tensor};
+use graphc_runtime::{Kernel, Operands, Tensor};
 use std::borrow::Cow;
 
 /// One input of a loop kernel.
@@ -52,10 +52,10 @@ pub enum CpuKernel {
     MatMul(MatMulKernel),
 }
 
-impl CpuKernel {
+impl Kernel for CpuKernel {
     /// Runs the kernel on a node's operands; an error (never an access out of bounds) when
     /// they are not what it was compiled for.
-    pub fn run(&self, operands: &mut Operands<'_>) -> Result<Vec<Tensor>, String> {
+    fn run(&self, operands: &mut Operands<'_>) -> Result<Vec<Tensor>, String> {
         match self {
             CpuKernel::Loop(k) => k.run(operands),
             CpuKernel::MatMul(k) => k.run(operands),

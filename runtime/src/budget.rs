@@ -15,7 +15,7 @@
 
 use crate::error::{ErrorKind, RunError};
 use crate::limits::human;
-use crate::Tensor;
+use crate::tensor::Tensor;
 use graphc_ir::{Graph, Value};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};

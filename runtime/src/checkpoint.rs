@@ -13,8 +13,8 @@
 use crate::error::{ErrorKind, RunError};
 use crate::fsutil::write_atomically;
 use crate::state::State;
+use crate::tensor::Tensor;
 use crate::wait::lock;
-use crate::Tensor;
 use graphc_ir::DType;
 use safetensors::tensor::TensorView;
 use safetensors::{Dtype, SafeTensors};

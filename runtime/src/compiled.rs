@@ -7,7 +7,7 @@
 //! swaps in better ones as it finishes them.
 
 use crate::pool::BufferPool;
-use crate::Tensor;
+use crate::tensor::Tensor;
 use graphc_ir::Node;
 use std::collections::HashMap;
 use std::fmt::Debug;

@@ -3,7 +3,7 @@
 //! graph to its executor with an [`ExecContext`]; the executor runs the nodes and returns the
 //! fetched values ([`ExecOutput`]).
 //!
-//! The reference interpreter, with a backend's [`crate::CompiledKernels`] or without, is the
+//! The reference interpreter, with a backend's [`crate::compiled::CompiledKernels`] or without, is the
 //! first executor ([`crate::InterpExecutor`]) and every session's default. Another executor
 //! (a device that keeps tensors in its own memory) serves the graphs it is set for
 //! ([`crate::Session::set_executor`]), typically one partition of a step.
@@ -38,9 +38,9 @@ use crate::liveness::Liveness;
 use crate::pool::BufferPool;
 use crate::rendezvous::Rendezvous;
 use crate::state::State;
+use crate::tensor::Tensor;
 use crate::value::RtValue;
 use crate::wait::WaitCtx;
-use crate::Tensor;
 use graphc_ir::{Graph, Node, Value};
 use std::collections::{HashMap, HashSet};
 use std::fmt::Debug;

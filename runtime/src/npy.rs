@@ -4,7 +4,7 @@
 //! writing goes through ndarray-npy.
 
 use crate::fsutil::{open_regular, write_atomically};
-use crate::Tensor;
+use crate::tensor::Tensor;
 use graphc_ir::TensorData;
 use ndarray_npy::WriteNpyExt;
 use std::io::Read;

@@ -9,7 +9,7 @@
 //! So the pool never holds more than the most that one step had in use at once, and a length
 //! that no kernel asks for (the output of a reference kernel, say) is never kept.
 
-use crate::Tensor;
+use crate::tensor::Tensor;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 

@@ -1,6 +1,7 @@
 //! Deterministic pseudo-random tensors, so any graph can be run without preparing inputs.
 
-use crate::{RunRequest, Tensor};
+use crate::session::RunRequest;
+use crate::tensor::Tensor;
 use graphc_ir::{DType, Graph, Op, TensorType, Use, Value};
 use ndarray::{ArrayD, Dimension, IxDyn};
 

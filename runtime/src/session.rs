@@ -18,9 +18,9 @@ use crate::liveness::Liveness;
 use crate::pool::BufferPool;
 use crate::rendezvous::{LocalRendezvousFactory, Rendezvous, RendezvousFactory};
 use crate::state::State;
+use crate::tensor::Tensor;
 use crate::value::RtValue;
 use crate::wait::{Activity, WaitCtx};
-use crate::Tensor;
 use graphc_ir::{verify_module, Graph, Module, Node, Type, Value};
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -201,7 +201,7 @@ impl Session {
     pub fn with_compiled(
         module: Module,
         options: SessionOptions,
-        compiled: Arc<dyn crate::CompiledKernels>,
+        compiled: Arc<dyn crate::compiled::CompiledKernels>,
     ) -> Result<Session, RunError> {
         let mut s = Session::new(module, options)?;
         s.executor = Arc::new(InterpExecutor::with_compiled(compiled));
@@ -289,7 +289,7 @@ impl Session {
     }
 
     /// What the session's buffer pool has done so far.
-    pub fn buffer_stats(&self) -> crate::PoolStats {
+    pub fn buffer_stats(&self) -> crate::pool::PoolStats {
         self.buffers.stats()
     }
 

@@ -7,8 +7,8 @@
 
 use crate::error::{ErrorKind, RunError};
 use crate::kernels;
+use crate::tensor::Tensor;
 use crate::wait::{lock, WaitCtx};
-use crate::Tensor;
 use graphc_ir::{Module, Op, TensorType, Type};
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Condvar, Mutex, RwLock};

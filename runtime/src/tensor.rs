@@ -21,11 +21,11 @@ pub enum Tensor {
 macro_rules! each_dtype {
     ($t:expr, $a:ident => $body:expr) => {
         match $t {
-            $crate::Tensor::F32($a) => $body,
-            $crate::Tensor::F64($a) => $body,
-            $crate::Tensor::I32($a) => $body,
-            $crate::Tensor::I64($a) => $body,
-            $crate::Tensor::Bool($a) => $body,
+            $crate::tensor::Tensor::F32($a) => $body,
+            $crate::tensor::Tensor::F64($a) => $body,
+            $crate::tensor::Tensor::I32($a) => $body,
+            $crate::tensor::Tensor::I64($a) => $body,
+            $crate::tensor::Tensor::Bool($a) => $body,
         }
     };
 }
@@ -36,11 +36,11 @@ macro_rules! each_dtype {
 macro_rules! map_dtype {
     ($t:expr, $a:ident => $body:expr) => {
         match $t {
-            $crate::Tensor::F32($a) => $crate::Tensor::F32($body),
-            $crate::Tensor::F64($a) => $crate::Tensor::F64($body),
-            $crate::Tensor::I32($a) => $crate::Tensor::I32($body),
-            $crate::Tensor::I64($a) => $crate::Tensor::I64($body),
-            $crate::Tensor::Bool($a) => $crate::Tensor::Bool($body),
+            $crate::tensor::Tensor::F32($a) => $crate::tensor::Tensor::F32($body),
+            $crate::tensor::Tensor::F64($a) => $crate::tensor::Tensor::F64($body),
+            $crate::tensor::Tensor::I32($a) => $crate::tensor::Tensor::I32($body),
+            $crate::tensor::Tensor::I64($a) => $crate::tensor::Tensor::I64($body),
+            $crate::tensor::Tensor::Bool($a) => $crate::tensor::Tensor::Bool($body),
         }
     };
 }

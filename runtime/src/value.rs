@@ -2,7 +2,7 @@
 //! the rendezvous and executors all pass these, so they live apart from each of them.
 
 use crate::state::{Queue, Variable};
-use crate::Tensor;
+use crate::tensor::Tensor;
 use graphc_ir::Type;
 use std::sync::Arc;
 

@@ -1,8 +1,9 @@
 //! Data-movement kernels: reshape, broadcast, transpose, concat, slice, split, gather.
 
 use super::error::KernelError;
+use crate::map_dtype;
 use crate::tensor::ix;
-use crate::{map_dtype, Tensor};
+use crate::tensor::Tensor;
 use graphc_ir::shape::normalize_axis;
 use graphc_ir::TensorType;
 use ndarray::{ArrayD, Axis, IxDyn, Slice};

@@ -2,7 +2,7 @@
 
 use super::elem::{Float, Num};
 use super::error::KernelError;
-use crate::Tensor;
+use crate::tensor::Tensor;
 use graphc_ir::shape::broadcast_shapes;
 use graphc_ir::{DType, Op};
 use ndarray::{ArrayD, IxDyn, Zip};

@@ -2,7 +2,7 @@
 
 use super::elem::Num;
 use super::error::KernelError;
-use crate::Tensor;
+use crate::tensor::Tensor;
 use graphc_ir::TensorType;
 use ndarray::{s, Array2, Array3, ArrayD, ArrayView2, Ix2, IxDyn, LinalgScalar};
 

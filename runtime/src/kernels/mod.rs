@@ -13,7 +13,7 @@ mod matmul;
 mod reduce;
 mod window;
 
-use crate::Tensor;
+use crate::tensor::Tensor;
 use graphc_ir::{Attrs, Op, OpKind, TensorType};
 
 pub use elementwise::cast;

@@ -3,7 +3,7 @@
 
 use super::elem::{Float, Num};
 use super::error::KernelError;
-use crate::Tensor;
+use crate::tensor::Tensor;
 use graphc_ir::shape::normalize_axis;
 use graphc_ir::{Op, TensorType};
 use ndarray::{ArrayD, ArrayView1, Axis, Ix2, IxDyn};

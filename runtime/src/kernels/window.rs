@@ -3,7 +3,7 @@
 
 use super::elem::{Float, Num};
 use super::error::KernelError;
-use crate::Tensor;
+use crate::tensor::Tensor;
 use graphc_ir::window::Window;
 use graphc_ir::{Attrs, Op, TensorType};
 use ndarray::{ArrayD, IxDyn};

@@ -15,7 +15,7 @@ pub use codegen::{host_isa, Emitter, Isa};
 use crate::lower::plan::{self, LoopPlan, MatMulPlan};
 use graphc_cpu_runtime::CpuKernel;
 use graphc_ir::{Module, Node};
-use graphc_runtime::{CompiledKernels, Operands, Tensor};
+use graphc_runtime::{CompiledKernels, Kernel, Operands, Tensor};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
