@@ -25,7 +25,69 @@ fn resident_bytes(g: &Graph, n: Node) -> u64 {
             _ => 0,
         },
         Op::Constant => type_bytes(&g.values[nd.results[0]].ty),
-        _ => 0,
+        // Every other op keeps nothing resident of its own (what its regions keep is counted
+        // below). Named one by one, so a new op that keeps tensors on its device for the
+        // session must be counted here.
+        Op::Identity
+        | Op::Cast
+        | Op::Reshape
+        | Op::Broadcast
+        | Op::Transpose
+        | Op::Concat
+        | Op::Slice
+        | Op::Split
+        | Op::Gather
+        | Op::Shape
+        | Op::Rank
+        | Op::MatMul
+        | Op::Conv
+        | Op::Neg
+        | Op::Abs
+        | Op::Exp
+        | Op::Log
+        | Op::Sqrt
+        | Op::Tanh
+        | Op::Sigmoid
+        | Op::Relu
+        | Op::Erf
+        | Op::Not
+        | Op::Add
+        | Op::Sub
+        | Op::Mul
+        | Op::Div
+        | Op::Pow
+        | Op::Max
+        | Op::Min
+        | Op::And
+        | Op::Or
+        | Op::Equal
+        | Op::NotEqual
+        | Op::Less
+        | Op::LessEqual
+        | Op::Greater
+        | Op::GreaterEqual
+        | Op::Select
+        | Op::ReduceSum
+        | Op::ReduceMean
+        | Op::ReduceMax
+        | Op::ReduceMin
+        | Op::Softmax
+        | Op::MaxPool
+        | Op::AvgPool
+        | Op::Read
+        | Op::Assign
+        | Op::AssignAdd
+        | Op::Queue
+        | Op::Enqueue
+        | Op::Dequeue
+        | Op::QueueClose
+        | Op::QueueSize
+        | Op::NoOp
+        | Op::Cond
+        | Op::While
+        | Op::Fusion
+        | Op::Send
+        | Op::Recv => 0,
     };
     own + nd.regions.iter().flat_map(|&r| g.regions[r].nodes.iter()).map(|&m| resident_bytes(g, m)).sum::<u64>()
 }
