@@ -4,7 +4,7 @@
 //! the reference CPU; either is divided by the device's speed for the op's class.
 
 use super::cluster::Cluster;
-use graphc_ir::{Graph, Node, Op, OpKind, Type};
+use graphc_ir::{Graph, Node, Op, Type};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -194,6 +194,7 @@ impl<'a> CostModel<'a> {
         let input = |i: usize| nd.operands.get(i).map(|&v| elems(v)).unwrap_or(0.0);
         let region =
             |i: usize| -> f64 { g.regions[nd.regions[i]].nodes.iter().map(|&m| self.reference_time(g, m)).sum() };
+        // Every op is named, so a new op must be given a cost here.
         let work = match nd.op {
             Op::Exp | Op::Log | Op::Sigmoid | Op::Sqrt => out * reference::ELEM_TRANSCENDENTAL,
             Op::Tanh | Op::Pow => out * reference::ELEM_TANH_POW,
@@ -219,11 +220,44 @@ impl<'a> CostModel<'a> {
             Op::While => ASSUMED_TRIPS * (region(0) + region(1)) + region(0),
             Op::Fusion => region(0),
             Op::Enqueue | Op::Dequeue => 0.0,
-            op => match op.kind() {
-                OpKind::Elementwise | OpKind::Stateful => out * reference::ELEM,
-                OpKind::Reduction => input(0) * reference::REDUCE,
-                _ => out * reference::MOVE,
-            },
+            // Arithmetic per output element: the elementwise ops above not named, and the
+            // stateful ones (an update, a queue's size, nothing).
+            Op::Cast
+            | Op::Neg
+            | Op::Abs
+            | Op::Relu
+            | Op::Not
+            | Op::Add
+            | Op::Sub
+            | Op::Mul
+            | Op::Div
+            | Op::Max
+            | Op::Min
+            | Op::And
+            | Op::Or
+            | Op::Equal
+            | Op::NotEqual
+            | Op::Less
+            | Op::LessEqual
+            | Op::Greater
+            | Op::GreaterEqual
+            | Op::Select
+            | Op::Assign
+            | Op::AssignAdd
+            | Op::QueueClose
+            | Op::QueueSize
+            | Op::NoOp => out * reference::ELEM,
+            Op::ReduceSum | Op::ReduceMean | Op::ReduceMax | Op::ReduceMin => input(0) * reference::REDUCE,
+            // Elements moved: array ops, a constant's literal, a send or recv's copy.
+            Op::Constant
+            | Op::Reshape
+            | Op::Broadcast
+            | Op::Concat
+            | Op::Slice
+            | Op::Split
+            | Op::Gather
+            | Op::Send
+            | Op::Recv => out * reference::MOVE,
         };
         work + reference::NODE
     }

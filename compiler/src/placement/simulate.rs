@@ -212,7 +212,68 @@ fn expand(g: &graphc_ir::Graph, nodes: &[Node], iterations: &[u64], out: &mut Ve
                 expand(g, region(0), &path, out)?;
             }
             Op::Cond => expand(g, region(0), iterations, out)?,
-            _ => {
+            // A fusion's region runs once; the other ops have no regions, so they do not
+            // communicate from inside one and never get here.
+            Op::Constant
+            | Op::Identity
+            | Op::Cast
+            | Op::Reshape
+            | Op::Broadcast
+            | Op::Transpose
+            | Op::Concat
+            | Op::Slice
+            | Op::Split
+            | Op::Gather
+            | Op::Shape
+            | Op::Rank
+            | Op::MatMul
+            | Op::Conv
+            | Op::Neg
+            | Op::Abs
+            | Op::Exp
+            | Op::Log
+            | Op::Sqrt
+            | Op::Tanh
+            | Op::Sigmoid
+            | Op::Relu
+            | Op::Erf
+            | Op::Not
+            | Op::Add
+            | Op::Sub
+            | Op::Mul
+            | Op::Div
+            | Op::Pow
+            | Op::Max
+            | Op::Min
+            | Op::And
+            | Op::Or
+            | Op::Equal
+            | Op::NotEqual
+            | Op::Less
+            | Op::LessEqual
+            | Op::Greater
+            | Op::GreaterEqual
+            | Op::Select
+            | Op::ReduceSum
+            | Op::ReduceMean
+            | Op::ReduceMax
+            | Op::ReduceMin
+            | Op::Softmax
+            | Op::MaxPool
+            | Op::AvgPool
+            | Op::Variable
+            | Op::Read
+            | Op::Assign
+            | Op::AssignAdd
+            | Op::Queue
+            | Op::Enqueue
+            | Op::Dequeue
+            | Op::QueueClose
+            | Op::QueueSize
+            | Op::NoOp
+            | Op::Fusion
+            | Op::Send
+            | Op::Recv => {
                 for &r in &nd.regions {
                     expand(g, &g.regions[r].nodes, iterations, out)?;
                 }
