@@ -1,0 +1,135 @@
+//! Convolution and pooling: Conv (with its bias), MaxPool (with indices, either storage order),
+//! AveragePool, and GlobalAveragePool and GlobalMaxPool as reductions over the spatial dims.
+
+use super::attrs::Attrs;
+use super::dispatch::OpEntry;
+use super::graph::Importer;
+use super::Result;
+use crate::proto::NodeProto;
+use graphc_ir::{Attr, DType, NodeSpec, Op, Value};
+
+pub(super) const OPS: &[OpEntry] = &[
+    OpEntry::new("Conv", |imp, n| windowed(imp, n, Window::Conv)),
+    OpEntry::new("MaxPool", |imp, n| windowed(imp, n, Window::MaxPool)),
+    OpEntry::new("AveragePool", |imp, n| windowed(imp, n, Window::AveragePool)),
+    OpEntry::new("GlobalAveragePool", |imp, n| global_pool(imp, n, Op::ReduceMean)),
+    OpEntry::new("GlobalMaxPool", |imp, n| global_pool(imp, n, Op::ReduceMax)),
+];
+
+/// The operators that slide a window over the spatial dims.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Window {
+    Conv,
+    MaxPool,
+    AveragePool,
+}
+
+/// Conv, MaxPool and AveragePool: window attributes, with `auto_pad` resolved to explicit
+/// pads from the static input shape.
+fn windowed(imp: &mut Importer, n: &NodeProto, window: Window) -> Result<Vec<Value>> {
+    let a = Attrs(n);
+    let x = imp.input(n, 0)?;
+    let dims = imp.shape(x)?;
+    if dims.len() < 3 {
+        return Err(format!("the input must be [N, C, spatial...], got rank {}", dims.len()));
+    }
+    let spatial = &dims[2..];
+    let k = spatial.len();
+    let kernel = match (window, a.ints("kernel_shape")) {
+        (_, Some(ks)) => ks,
+        (Window::Conv, None) => imp.shape(imp.input(n, 1)?)?[2..].to_vec(),
+        _ => return Err("kernel_shape is required".into()),
+    };
+    let strides = a.ints("strides").unwrap_or_else(|| vec![1; k]);
+    let dilations = a.ints("dilations").unwrap_or_else(|| vec![1; k]);
+    if kernel.len() != k || strides.len() != k || dilations.len() != k {
+        return Err(format!("kernel_shape, strides and dilations need {k} entries each"));
+    }
+    let pads = match a.string("auto_pad", "NOTSET").as_str() {
+        "NOTSET" => a.ints("pads").unwrap_or_else(|| vec![0; 2 * k]),
+        "VALID" => vec![0; 2 * k],
+        mode @ ("SAME_UPPER" | "SAME_LOWER") => {
+            let mut begin = vec![0; k];
+            let mut end = vec![0; k];
+            for i in 0..k {
+                let out = (spatial[i] + strides[i] - 1) / strides[i];
+                let total = ((out - 1) * strides[i] + (kernel[i] - 1) * dilations[i] + 1 - spatial[i]).max(0);
+                let small = total / 2;
+                (begin[i], end[i]) = if mode == "SAME_UPPER" { (small, total - small) } else { (total - small, small) };
+            }
+            begin.into_iter().chain(end).collect()
+        }
+        other => return Err(format!("auto_pad '{other}' is not one of NOTSET, SAME_UPPER, SAME_LOWER, VALID")),
+    };
+    let windowed = |spec: NodeSpec| {
+        spec.attr("strides", Attr::Ints(strides.clone()))
+            .attr("pads", Attr::Ints(pads.clone()))
+            .attr("dilations", Attr::Ints(dilations.clone()))
+    };
+    if window == Window::Conv {
+        let w = imp.input(n, 1)?;
+        let spec = windowed(NodeSpec::new(Op::Conv, vec![x, w])).attr("group", Attr::Int(a.int("group", 1)));
+        let mut y = imp.emit1(spec)?;
+        if let Some(b) = imp.opt_input(n, 2)? {
+            let m = imp.shape(b)?;
+            let mut shape = m.clone();
+            shape.extend(std::iter::repeat_n(1, k));
+            let b = imp.reshape(b, shape)?;
+            y = imp.binary(Op::Add, y, b)?;
+        }
+        return Ok(vec![y]);
+    }
+    let indices = n.output.get(1).is_some_and(|o| !o.is_empty());
+    let column_major = a.int("storage_order", 0) != 0;
+    let op = if window == Window::MaxPool { Op::MaxPool } else { Op::AvgPool };
+    let mut spec = windowed(NodeSpec::new(op, vec![x]))
+        .attr("kernel", Attr::Ints(kernel))
+        .attr("ceil_mode", Attr::Bool(a.int("ceil_mode", 0) != 0));
+    if op == Op::AvgPool {
+        spec = spec.attr("count_include_pad", Attr::Bool(a.int("count_include_pad", 0) != 0));
+    }
+    if indices {
+        spec = spec.attr("indices", Attr::Bool(true));
+    }
+    let mut outs = imp.emit(spec)?;
+    if indices && column_major {
+        outs[1] = column_major_index(imp, outs[1], spatial)?;
+    }
+    Ok(outs)
+}
+
+/// Turns row-major flat indices into ones whose spatial part is column-major (ONNX
+/// `storage_order = 1`): `plane * S + sum_i pos_i * prod_{j<i} dims_j`.
+fn column_major_index(imp: &mut Importer, idx: Value, spatial: &[i64]) -> Result<Value> {
+    let plane_size: i64 = spatial.iter().product();
+    let k = |imp: &mut Importer, v: i64| imp.scalar(DType::I64, v as f64);
+    let ps = k(imp, plane_size)?;
+    let plane = imp.binary(Op::Div, idx, ps)?;
+    let base = imp.binary(Op::Mul, plane, ps)?;
+    let mut rest = imp.binary(Op::Sub, idx, base)?;
+    // Row-major positions, last dim first.
+    let mut pos = vec![rest; spatial.len()];
+    for i in (0..spatial.len()).rev() {
+        let d = k(imp, spatial[i])?;
+        let q = imp.binary(Op::Div, rest, d)?;
+        let qd = imp.binary(Op::Mul, q, d)?;
+        pos[i] = imp.binary(Op::Sub, rest, qd)?;
+        rest = q;
+    }
+    let mut col = base;
+    let mut stride = 1i64;
+    for (i, &p) in pos.iter().enumerate() {
+        let s = k(imp, stride)?;
+        let term = imp.binary(Op::Mul, p, s)?;
+        col = imp.binary(Op::Add, col, term)?;
+        stride *= spatial[i];
+    }
+    Ok(col)
+}
+
+/// The mean or max over every spatial dim, kept as size 1.
+fn global_pool(imp: &mut Importer, n: &NodeProto, op: Op) -> Result<Vec<Value>> {
+    let x = imp.input(n, 0)?;
+    let rank = imp.shape(x)?.len() as i64;
+    Ok(vec![imp.reduce(op, x, (2..rank).collect(), true)?])
+}

@@ -1,0 +1,189 @@
+//! The dispatch table: each ONNX operator type, per range of opset versions, to the function
+//! that converts its nodes. Every operator family module lists its operators in an `OPS`
+//! slice; the table is their union, indexed by operator type on first use.
+
+use super::graph::Importer;
+use super::{activation, constant, conv, elementwise, nn, reduce, shape};
+use super::{Result, FIRST_OPSET};
+use crate::proto::NodeProto;
+use graphc_ir::Value;
+use std::collections::HashMap;
+use std::sync::LazyLock;
+
+/// Converts one node: reads its inputs and attributes, emits IR, and returns the values of the
+/// node's outputs in order (the caller names them; an output the node leaves unnamed may be
+/// missing at the end).
+pub(super) type Convert = fn(&mut Importer<'_>, &NodeProto) -> Result<Vec<Value>>;
+
+/// One row of the table.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct OpEntry {
+    /// The operator type, as in `NodeProto::op_type` (default domain).
+    pub(super) op_type: &'static str,
+    /// The first opset version whose semantics `convert` implements. It serves models from
+    /// this version up to (not including) the `since` of the next entry for the same operator:
+    /// where an operator's inputs or attributes changed between versions, each version range
+    /// is its own entry with its own converter.
+    pub(super) since: i64,
+    pub(super) convert: Convert,
+}
+
+impl OpEntry {
+    /// An entry serving every opset graphc imports (from [`FIRST_OPSET`] on).
+    pub(super) const fn new(op_type: &'static str, convert: Convert) -> Self {
+        OpEntry { op_type, since: FIRST_OPSET, convert }
+    }
+}
+
+/// Every family's operators.
+const FAMILIES: &[&[OpEntry]] =
+    &[elementwise::OPS, activation::OPS, constant::OPS, shape::OPS, reduce::OPS, nn::OPS, conv::OPS];
+
+/// Operator type to its entries, latest `since` first.
+static TABLE: LazyLock<HashMap<&'static str, Vec<&'static OpEntry>>> = LazyLock::new(|| {
+    let mut table: HashMap<&'static str, Vec<&'static OpEntry>> = HashMap::new();
+    for entry in FAMILIES.iter().flat_map(|family| family.iter()) {
+        table.entry(entry.op_type).or_default().push(entry);
+    }
+    for entries in table.values_mut() {
+        entries.sort_by_key(|e| std::cmp::Reverse(e.since));
+    }
+    table
+});
+
+/// The entry converting `op_type` in a model of this opset version: the one with the latest
+/// `since` not after it. None when the operator is unknown, or only known in later versions.
+pub(super) fn lookup(op_type: &str, opset: i64) -> Option<&'static OpEntry> {
+    pick(TABLE.get(op_type)?, opset)
+}
+
+fn pick(latest_first: &[&'static OpEntry], opset: i64) -> Option<&'static OpEntry> {
+    latest_first.iter().copied().find(|e| e.since <= opset)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::{BTreeSet, HashSet};
+
+    fn all() -> impl Iterator<Item = &'static OpEntry> {
+        FAMILIES.iter().flat_map(|family| family.iter())
+    }
+
+    #[test]
+    fn each_operator_version_has_one_entry() {
+        let mut seen = HashSet::new();
+        for e in all() {
+            assert!(seen.insert((e.op_type, e.since)), "{} since opset {} is listed twice", e.op_type, e.since);
+            assert!(
+                e.since >= FIRST_OPSET,
+                "{} since opset {}: graphc imports from {FIRST_OPSET} on",
+                e.op_type,
+                e.since
+            );
+        }
+    }
+
+    #[test]
+    fn the_table_holds_the_supported_operators() {
+        let ops: BTreeSet<&str> = all().map(|e| e.op_type).collect();
+        let expected: BTreeSet<&str> = [
+            "Abs",
+            "Add",
+            "And",
+            "AveragePool",
+            "BatchNormalization",
+            "Cast",
+            "CastLike",
+            "Celu",
+            "Clip",
+            "Concat",
+            "Constant",
+            "ConstantOfShape",
+            "Conv",
+            "Div",
+            "Elu",
+            "Equal",
+            "Erf",
+            "Exp",
+            "Expand",
+            "Flatten",
+            "Gather",
+            "Gelu",
+            "Gemm",
+            "GlobalAveragePool",
+            "GlobalMaxPool",
+            "Greater",
+            "GreaterOrEqual",
+            "HardSigmoid",
+            "HardSwish",
+            "Identity",
+            "LayerNormalization",
+            "LeakyRelu",
+            "Less",
+            "LessOrEqual",
+            "Log",
+            "LogSoftmax",
+            "MatMul",
+            "Max",
+            "MaxPool",
+            "Min",
+            "Mish",
+            "Mul",
+            "Neg",
+            "Not",
+            "Or",
+            "PRelu",
+            "Pow",
+            "Reciprocal",
+            "ReduceMax",
+            "ReduceMean",
+            "ReduceMin",
+            "ReduceSum",
+            "Relu",
+            "Reshape",
+            "Selu",
+            "Shape",
+            "Sigmoid",
+            "Size",
+            "Slice",
+            "Softmax",
+            "Softplus",
+            "Softsign",
+            "Split",
+            "Sqrt",
+            "Squeeze",
+            "Sub",
+            "Sum",
+            "Tanh",
+            "ThresholdedRelu",
+            "Transpose",
+            "Unsqueeze",
+            "Where",
+            "Xor",
+        ]
+        .into_iter()
+        .collect();
+        assert_eq!(ops, expected);
+        assert!(lookup("Add", FIRST_OPSET).is_some());
+        assert!(lookup("Add", 22).is_some());
+        assert!(lookup("Acos", 22).is_none());
+        assert!(lookup("", FIRST_OPSET).is_none());
+    }
+
+    fn nothing(_: &mut Importer<'_>, _: &NodeProto) -> Result<Vec<Value>> {
+        Ok(vec![])
+    }
+
+    #[test]
+    fn a_model_gets_the_latest_entry_not_after_its_opset() {
+        static OLD: OpEntry = OpEntry { op_type: "X", since: 6, convert: nothing };
+        static NEW: OpEntry = OpEntry { op_type: "X", since: 13, convert: nothing };
+        let entries = [&NEW, &OLD];
+        assert_eq!(pick(&entries, 5).map(|e| e.since), None);
+        assert_eq!(pick(&entries, 6).map(|e| e.since), Some(6));
+        assert_eq!(pick(&entries, 12).map(|e| e.since), Some(6));
+        assert_eq!(pick(&entries, 13).map(|e| e.since), Some(13));
+        assert_eq!(pick(&entries, 22).map(|e| e.since), Some(13));
+    }
+}

@@ -1,0 +1,250 @@
+//! Operators that move, select or describe elements without computing on them: Reshape,
+//! Flatten, Transpose, Squeeze, Unsqueeze, Concat, Split, Slice, Gather, Expand, and Shape and
+//! Size (constants, shapes being static). Shape-like inputs (a Reshape's shape, Slice bounds,
+//! Squeeze axes) must be known at import time.
+
+use super::attrs::Attrs;
+use super::dispatch::OpEntry;
+use super::graph::{norm_axis, Importer};
+use super::Result;
+use crate::proto::NodeProto;
+use graphc_ir::{Attr, NodeSpec, Op, Value};
+use graphc_runtime::Tensor;
+
+pub(super) const OPS: &[OpEntry] = &[
+    OpEntry::new("Reshape", reshape),
+    OpEntry::new("Flatten", flatten),
+    OpEntry::new("Transpose", transpose),
+    OpEntry::new("Squeeze", |imp, n| squeeze(imp, n, false)),
+    OpEntry::new("Unsqueeze", |imp, n| squeeze(imp, n, true)),
+    OpEntry::new("Concat", concat),
+    OpEntry::new("Split", split),
+    OpEntry::new("Slice", slice),
+    OpEntry::new("Gather", gather),
+    OpEntry::new("Expand", expand),
+    OpEntry::new("Shape", shape),
+    OpEntry::new("Size", size),
+];
+
+/// Without `perm`, reverses the dims.
+fn transpose(imp: &mut Importer, n: &NodeProto) -> Result<Vec<Value>> {
+    let x = imp.input(n, 0)?;
+    let rank = imp.ty(x)?.rank() as i64;
+    let perm = Attrs(n).ints("perm").unwrap_or_else(|| (0..rank).rev().collect());
+    Ok(vec![imp.emit1(NodeSpec::new(Op::Transpose, vec![x]).attr("perm", Attr::Ints(perm)))?])
+}
+
+/// A 0 in the shape copies the input's dim there unless `allowzero` is set.
+fn reshape(imp: &mut Importer, n: &NodeProto) -> Result<Vec<Value>> {
+    let x = imp.input(n, 0)?;
+    let mut shape = imp.const_ints(n, 1, "shape")?.ok_or("input 1 (shape) is required")?;
+    let dims = imp.shape(x)?;
+    if Attrs(n).int("allowzero", 0) == 0 {
+        for (i, s) in shape.iter_mut().enumerate() {
+            if *s == 0 {
+                *s =
+                    *dims.get(i).ok_or(format!("shape entry {i} is 0 (copy) but the input has rank {}", dims.len()))?;
+            }
+        }
+    }
+    Ok(vec![imp.reshape(x, shape)?])
+}
+
+/// To a matrix: the dims before `axis`, and from it on.
+fn flatten(imp: &mut Importer, n: &NodeProto) -> Result<Vec<Value>> {
+    let a = Attrs(n);
+    let x = imp.input(n, 0)?;
+    let dims = imp.shape(x)?;
+    let r = dims.len() as i64;
+    let axis = a.int("axis", 1);
+    let axis = if axis < 0 { axis + r } else { axis };
+    if !(0..=r).contains(&axis) {
+        return Err(format!("axis {} is out of range for rank {r}", a.int("axis", 1)));
+    }
+    let axis = axis as usize;
+    let outer: i64 = dims[..axis].iter().product();
+    let inner: i64 = dims[axis..].iter().product();
+    Ok(vec![imp.reshape(x, vec![outer, inner])?])
+}
+
+/// Squeeze and Unsqueeze as reshapes; the axes come from input 1 (opset 13) or the attribute.
+fn squeeze(imp: &mut Importer, n: &NodeProto, unsqueeze: bool) -> Result<Vec<Value>> {
+    let x = imp.input(n, 0)?;
+    let dims = imp.shape(x)?;
+    let axes = match imp.const_ints(n, 1, "axes")? {
+        Some(v) => Some(v),
+        None => Attrs(n).ints("axes"),
+    };
+    let shape = if unsqueeze {
+        let axes = axes.ok_or("axes are required")?;
+        let rank = dims.len() + axes.len();
+        let mut axes = axes.iter().map(|&ax| norm_axis(ax, rank)).collect::<Result<Vec<_>>>()?;
+        axes.sort_unstable();
+        let mut out = Vec::with_capacity(rank);
+        let mut it = dims.iter();
+        for i in 0..rank {
+            if axes.contains(&i) {
+                out.push(1);
+            } else {
+                out.push(*it.next().ok_or("repeated axes")?);
+            }
+        }
+        out
+    } else {
+        match axes {
+            Some(axes) => {
+                let axes = axes.iter().map(|&ax| norm_axis(ax, dims.len())).collect::<Result<Vec<_>>>()?;
+                for &ax in &axes {
+                    if dims[ax] != 1 {
+                        return Err(format!("cannot squeeze axis {ax} of size {}", dims[ax]));
+                    }
+                }
+                dims.iter().enumerate().filter(|(i, _)| !axes.contains(i)).map(|(_, &d)| d).collect()
+            }
+            None => dims.iter().copied().filter(|&d| d != 1).collect(),
+        }
+    };
+    Ok(vec![imp.reshape(x, shape)?])
+}
+
+fn concat(imp: &mut Importer, n: &NodeProto) -> Result<Vec<Value>> {
+    let xs = (0..n.input.len()).map(|i| imp.input(n, i)).collect::<Result<Vec<_>>>()?;
+    Ok(vec![imp.emit1(NodeSpec::new(Op::Concat, xs).attr("axis", Attr::Int(Attrs(n).int("axis", 0))))?])
+}
+
+/// Sizes from input 1, the `split` attribute, or else equal parts (the last smaller), as many
+/// as `num_outputs` or the node's outputs.
+fn split(imp: &mut Importer, n: &NodeProto) -> Result<Vec<Value>> {
+    let a = Attrs(n);
+    let x = imp.input(n, 0)?;
+    let dims = imp.shape(x)?;
+    let axis = norm_axis(a.int("axis", 0), dims.len())?;
+    let outputs = n.output.len() as i64;
+    let sizes = match imp.const_ints(n, 1, "split")? {
+        Some(s) => s,
+        None => match a.ints("split") {
+            Some(s) => s,
+            None => {
+                let parts = a.get("num_outputs").and_then(|x| x.i).unwrap_or(outputs).max(1);
+                let chunk = (dims[axis] + parts - 1) / parts;
+                let mut left = dims[axis];
+                (0..parts)
+                    .map(|_| {
+                        let s = chunk.min(left);
+                        left -= s;
+                        s
+                    })
+                    .collect()
+            }
+        },
+    };
+    imp.emit(NodeSpec::new(Op::Split, vec![x]).attr("axis", Attr::Int(axis as i64)).attr("sizes", Attr::Ints(sizes)))
+}
+
+fn slice(imp: &mut Importer, n: &NodeProto) -> Result<Vec<Value>> {
+    let x = imp.input(n, 0)?;
+    let dims = imp.shape(x)?;
+    let starts = imp.const_ints(n, 1, "starts")?.ok_or("input 1 (starts) is required")?;
+    let ends = imp.const_ints(n, 2, "ends")?.ok_or("input 2 (ends) is required")?;
+    let axes = imp.const_ints(n, 3, "axes")?.unwrap_or_else(|| (0..starts.len() as i64).collect());
+    let steps = imp.const_ints(n, 4, "steps")?.unwrap_or_else(|| vec![1; starts.len()]);
+    let (mut s, mut e, mut st) = (vec![0i64; dims.len()], dims.clone(), vec![1i64; dims.len()]);
+    for (k, &ax) in axes.iter().enumerate() {
+        let ax = norm_axis(ax, dims.len())?;
+        let step = *steps.get(k).unwrap_or(&1);
+        if step == 0 {
+            return Err(format!("a step of 0 on axis {ax}"));
+        }
+        if step < 0 {
+            return Ok(vec![slice_by_gather(imp, x, &dims, &starts, &ends, &axes, &steps)?]);
+        }
+        // ONNX uses huge values for "to the end"; clamping keeps them in range.
+        let clamp = |v: i64| v.clamp(-dims[ax] - 1, dims[ax]);
+        s[ax] = clamp(*starts.get(k).ok_or("fewer starts than axes")?);
+        e[ax] = clamp(*ends.get(k).ok_or("fewer ends than axes")?);
+        st[ax] = step;
+    }
+    // `ends` of -dim-1 clamps to 0 here as in ONNX; IR slices resolve negatives the same way.
+    let e: Vec<i64> = e.iter().zip(&dims).map(|(&v, &d)| if v < -d { 0 } else { v }).collect();
+    let s: Vec<i64> = s.iter().zip(&dims).map(|(&v, &d)| if v < -d { 0 } else { v }).collect();
+    let mut spec = NodeSpec::new(Op::Slice, vec![x]).attr("starts", Attr::Ints(s)).attr("ends", Attr::Ints(e));
+    if st.iter().any(|&x| x != 1) {
+        spec = spec.attr("steps", Attr::Ints(st));
+    }
+    Ok(vec![imp.emit1(spec)?])
+}
+
+/// A slice with a negative step: the indices each axis keeps, computed with ONNX's rules,
+/// become a gather per sliced axis.
+fn slice_by_gather(
+    imp: &mut Importer,
+    x: Value,
+    dims: &[i64],
+    starts: &[i64],
+    ends: &[i64],
+    axes: &[i64],
+    steps: &[i64],
+) -> Result<Value> {
+    let mut cur = x;
+    for (k, &ax) in axes.iter().enumerate() {
+        let axis = norm_axis(ax, dims.len())?;
+        let d = dims[axis];
+        let step = *steps.get(k).unwrap_or(&1);
+        let (s, e) = (*starts.get(k).ok_or("fewer starts than axes")?, *ends.get(k).ok_or("fewer ends than axes")?);
+        let fix = |v: i64| if v < 0 { v.saturating_add(d) } else { v };
+        let idx: Vec<i64> = if step > 0 {
+            let (s, e) = (fix(s).clamp(0, d), fix(e).clamp(0, d));
+            (s..e).step_by(step as usize).collect()
+        } else {
+            let (s, e) = (fix(s).clamp(-1, d - 1), fix(e).clamp(-1, d - 1));
+            let mut v = Vec::new();
+            let mut i = s;
+            while i > e {
+                v.push(i);
+                i += step;
+            }
+            v
+        };
+        let t = imp.constant(Tensor::I64(ndarray::Array1::from(idx).into_dyn()))?;
+        cur = imp.emit1(NodeSpec::new(Op::Gather, vec![cur, t]).attr("axis", Attr::Int(axis as i64)))?;
+    }
+    Ok(cur)
+}
+
+fn gather(imp: &mut Importer, n: &NodeProto) -> Result<Vec<Value>> {
+    Ok(vec![imp.emit1(
+        NodeSpec::new(Op::Gather, vec![imp.input(n, 0)?, imp.input(n, 1)?])
+            .attr("axis", Attr::Int(Attrs(n).int("axis", 0))),
+    )?])
+}
+
+/// A broadcast to the input's shape and the given one broadcast together.
+fn expand(imp: &mut Importer, n: &NodeProto) -> Result<Vec<Value>> {
+    let x = imp.input(n, 0)?;
+    let target = imp.const_ints(n, 1, "shape")?.ok_or("input 1 (shape) is required")?;
+    let dims: Vec<u64> = imp.shape(x)?.iter().map(|&d| d as u64).collect();
+    let t: Vec<u64> = target.iter().map(|&d| d.max(0) as u64).collect();
+    let out = graphc_ir::shape::broadcast_shapes(&dims, &t)?;
+    Ok(vec![imp.emit1(
+        NodeSpec::new(Op::Broadcast, vec![x]).attr("shape", Attr::Ints(out.iter().map(|&d| d as i64).collect())),
+    )?])
+}
+
+/// The (static) dims from `start` to `end`, as an int64 constant.
+fn shape(imp: &mut Importer, n: &NodeProto) -> Result<Vec<Value>> {
+    let a = Attrs(n);
+    let x = imp.input(n, 0)?;
+    let dims = imp.shape(x)?;
+    let r = dims.len() as i64;
+    let clamp = |i: i64| (if i < 0 { i + r } else { i }).clamp(0, r) as usize;
+    let (s, e) = (clamp(a.int("start", 0)), clamp(a.int("end", r)));
+    let part = if s < e { dims[s..e].to_vec() } else { vec![] };
+    Ok(vec![imp.constant(Tensor::I64(ndarray::Array1::from(part).into_dyn()))?])
+}
+
+/// The (static) element count, as an int64 scalar constant.
+fn size(imp: &mut Importer, n: &NodeProto) -> Result<Vec<Value>> {
+    let x = imp.input(n, 0)?;
+    let count: i64 = imp.shape(x)?.iter().product();
+    Ok(vec![imp.constant(Tensor::I64(ndarray::arr0(count).into_dyn()))?])
+}
