@@ -14,6 +14,7 @@ mod constant;
 mod conv;
 mod dispatch;
 mod elementwise;
+mod entry;
 mod graph;
 mod nn;
 mod reduce;
@@ -42,7 +43,7 @@ pub struct ImportOptions {
 pub(crate) type Result<T> = std::result::Result<T, String>;
 
 /// The oldest version of the default operator set that graphc imports.
-const FIRST_OPSET: i64 = 13;
+pub(crate) const FIRST_OPSET: i64 = 13;
 
 /// Imports a decoded model. `base` is the model's directory (for external data).
 pub fn import_model(model: &ModelProto, base: &Path, options: &ImportOptions) -> Result<Module> {

@@ -4,7 +4,7 @@
 //! are IR ops: see `elementwise`.)
 
 use super::attrs::Attrs;
-use super::dispatch::OpEntry;
+use super::entry::OpEntry;
 use super::graph::Importer;
 use super::Result;
 use crate::proto::NodeProto;

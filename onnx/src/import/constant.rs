@@ -1,7 +1,7 @@
 //! Operators that make constants from attributes: Constant and ConstantOfShape.
 
 use super::attrs::Attrs;
-use super::dispatch::OpEntry;
+use super::entry::OpEntry;
 use super::graph::Importer;
 use super::Result;
 use crate::proto::NodeProto;

@@ -2,7 +2,7 @@
 //! AveragePool, and GlobalAveragePool and GlobalMaxPool as reductions over the spatial dims.
 
 use super::attrs::Attrs;
-use super::dispatch::OpEntry;
+use super::entry::OpEntry;
 use super::graph::Importer;
 use super::Result;
 use crate::proto::NodeProto;

@@ -2,38 +2,10 @@
 //! that converts its nodes. Every operator family module lists its operators in an `OPS`
 //! slice; the table is their union, indexed by operator type on first use.
 
-use super::graph::Importer;
+use super::entry::OpEntry;
 use super::{activation, constant, conv, elementwise, nn, reduce, shape};
-use super::{Result, FIRST_OPSET};
-use crate::proto::NodeProto;
-use graphc_ir::Value;
 use std::collections::HashMap;
 use std::sync::LazyLock;
-
-/// Converts one node: reads its inputs and attributes, emits IR, and returns the values of the
-/// node's outputs in order (the caller names them; an output the node leaves unnamed may be
-/// missing at the end).
-pub(super) type Convert = fn(&mut Importer<'_>, &NodeProto) -> Result<Vec<Value>>;
-
-/// One row of the table.
-#[derive(Clone, Copy, Debug)]
-pub(super) struct OpEntry {
-    /// The operator type, as in `NodeProto::op_type` (default domain).
-    pub(super) op_type: &'static str,
-    /// The first opset version whose semantics `convert` implements. It serves models from
-    /// this version up to (not including) the `since` of the next entry for the same operator:
-    /// where an operator's inputs or attributes changed between versions, each version range
-    /// is its own entry with its own converter.
-    pub(super) since: i64,
-    pub(super) convert: Convert,
-}
-
-impl OpEntry {
-    /// An entry serving every opset graphc imports (from [`FIRST_OPSET`] on).
-    pub(super) const fn new(op_type: &'static str, convert: Convert) -> Self {
-        OpEntry { op_type, since: FIRST_OPSET, convert }
-    }
-}
 
 /// Every family's operators.
 const FAMILIES: &[&[OpEntry]] =
@@ -64,6 +36,10 @@ fn pick(latest_first: &[&'static OpEntry], opset: i64) -> Option<&'static OpEntr
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::import::graph::Importer;
+    use crate::import::{Result, FIRST_OPSET};
+    use crate::proto::NodeProto;
+    use graphc_ir::Value;
     use std::collections::{BTreeSet, HashSet};
 
     fn all() -> impl Iterator<Item = &'static OpEntry> {

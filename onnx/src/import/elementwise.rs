@@ -3,7 +3,7 @@
 //! and Sum, Pow, Where, Clip, Cast and CastLike.
 
 use super::attrs::Attrs;
-use super::dispatch::OpEntry;
+use super::entry::OpEntry;
 use super::graph::Importer;
 use super::Result;
 use crate::proto::NodeProto;

@@ -3,7 +3,7 @@
 //! and training mode).
 
 use super::attrs::Attrs;
-use super::dispatch::OpEntry;
+use super::entry::OpEntry;
 use super::graph::{norm_axis, Importer};
 use super::Result;
 use crate::proto::NodeProto;

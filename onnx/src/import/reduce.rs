@@ -2,7 +2,7 @@
 //! attribute; over bool, max and min are any and all).
 
 use super::attrs::Attrs;
-use super::dispatch::OpEntry;
+use super::entry::OpEntry;
 use super::graph::Importer;
 use super::Result;
 use crate::proto::NodeProto;

@@ -4,7 +4,7 @@
 //! Squeeze axes) must be known at import time.
 
 use super::attrs::Attrs;
-use super::dispatch::OpEntry;
+use super::entry::OpEntry;
 use super::graph::{norm_axis, Importer};
 use super::Result;
 use crate::proto::NodeProto;
