@@ -162,6 +162,125 @@ impl<M: Module> Emitter<M> {
     }
 }
 
+/// How generated code computes an op of a loop body. Every op of the IR is listed in
+/// [`lowering`], so that a new op does not compile until this backend says how it lowers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Lowering {
+    Unary(Unary),
+    Binary(Binary),
+    Fold(Fold),
+    /// A step of its own kind (`Step::Const`, `Step::Select`), no unary, binary or reduction.
+    Step,
+    /// Never in a loop body: matrix products run in the run half, fusions are kernels, the
+    /// interpreter runs the rest.
+    Elsewhere,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Unary {
+    /// Broadcast and identity: the operand itself (the plan's strides broadcast).
+    Pass,
+    Not,
+    Neg,
+    Abs,
+    Sqrt,
+    Relu,
+    Exp,
+    Log,
+    Tanh,
+    Erf,
+    Sigmoid,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Binary {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Max,
+    Min,
+    Pow,
+    /// A comparison, to a mask.
+    Compare(FloatCC),
+    And,
+    Or,
+}
+
+/// A row reduction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Fold {
+    Sum,
+    Mean,
+    Max,
+    Min,
+}
+
+fn lowering(op: Op) -> Lowering {
+    match op {
+        Op::Broadcast | Op::Identity => Lowering::Unary(Unary::Pass),
+        Op::Not => Lowering::Unary(Unary::Not),
+        Op::Neg => Lowering::Unary(Unary::Neg),
+        Op::Abs => Lowering::Unary(Unary::Abs),
+        Op::Sqrt => Lowering::Unary(Unary::Sqrt),
+        Op::Relu => Lowering::Unary(Unary::Relu),
+        Op::Exp => Lowering::Unary(Unary::Exp),
+        Op::Log => Lowering::Unary(Unary::Log),
+        Op::Tanh => Lowering::Unary(Unary::Tanh),
+        Op::Erf => Lowering::Unary(Unary::Erf),
+        Op::Sigmoid => Lowering::Unary(Unary::Sigmoid),
+        Op::Add => Lowering::Binary(Binary::Add),
+        Op::Sub => Lowering::Binary(Binary::Sub),
+        Op::Mul => Lowering::Binary(Binary::Mul),
+        Op::Div => Lowering::Binary(Binary::Div),
+        Op::Max => Lowering::Binary(Binary::Max),
+        Op::Min => Lowering::Binary(Binary::Min),
+        Op::Pow => Lowering::Binary(Binary::Pow),
+        Op::Less => Lowering::Binary(Binary::Compare(FloatCC::LessThan)),
+        Op::LessEqual => Lowering::Binary(Binary::Compare(FloatCC::LessThanOrEqual)),
+        Op::Greater => Lowering::Binary(Binary::Compare(FloatCC::GreaterThan)),
+        Op::GreaterEqual => Lowering::Binary(Binary::Compare(FloatCC::GreaterThanOrEqual)),
+        Op::Equal => Lowering::Binary(Binary::Compare(FloatCC::Equal)),
+        Op::NotEqual => Lowering::Binary(Binary::Compare(FloatCC::NotEqual)),
+        Op::And => Lowering::Binary(Binary::And),
+        Op::Or => Lowering::Binary(Binary::Or),
+        Op::ReduceSum => Lowering::Fold(Fold::Sum),
+        Op::ReduceMean => Lowering::Fold(Fold::Mean),
+        Op::ReduceMax => Lowering::Fold(Fold::Max),
+        Op::ReduceMin => Lowering::Fold(Fold::Min),
+        Op::Constant | Op::Select => Lowering::Step,
+        Op::MatMul
+        | Op::Fusion
+        | Op::Cast
+        | Op::Reshape
+        | Op::Transpose
+        | Op::Concat
+        | Op::Slice
+        | Op::Split
+        | Op::Gather
+        | Op::Shape
+        | Op::Rank
+        | Op::Conv
+        | Op::Softmax
+        | Op::MaxPool
+        | Op::AvgPool
+        | Op::Variable
+        | Op::Read
+        | Op::Assign
+        | Op::AssignAdd
+        | Op::Queue
+        | Op::Enqueue
+        | Op::Dequeue
+        | Op::QueueClose
+        | Op::QueueSize
+        | Op::NoOp
+        | Op::Cond
+        | Op::While
+        | Op::Send
+        | Op::Recv => Lowering::Elsewhere,
+    }
+}
+
 /// How wide the code is, and whether the host fuses multiply-adds.
 #[derive(Clone, Copy)]
 struct Lanes {
@@ -424,9 +543,10 @@ fn reduce_row(
     fma: bool,
 ) -> Value {
     let Step::Reduce(op, arg) = plan.steps[ri] else { unreachable!("reduces point at Reduce steps") };
+    let Lowering::Fold(fold) = lowering(op) else { unreachable!("{op:?} is not a reduction") };
     let cols = plan.cols as i64;
-    let sum = matches!(op, Op::ReduceSum | Op::ReduceMean);
-    let max = op == Op::ReduceMax;
+    let sum = matches!(fold, Fold::Sum | Fold::Mean);
+    let max = fold == Fold::Max;
     // Two of each vector accumulator, one per vector of a loop iteration, so that the two
     // dependency chains overlap. Sums accumulate in f64 (a low and a high half per vector),
     // like the reference kernels. A max or min keeps its NaN lanes apart: the compare-select
@@ -501,10 +621,10 @@ fn reduce_row(
             }
         } else {
             let a = b.use_var(acc_s);
-            let a = match op {
-                Op::ReduceMax => b.ins().fmax(a, x),
-                Op::ReduceMin => b.ins().fmin(a, x),
-                _ => {
+            let a = match fold {
+                Fold::Max => b.ins().fmax(a, x),
+                Fold::Min => b.ins().fmin(a, x),
+                Fold::Sum | Fold::Mean => {
                     let x = b.ins().fpromote(types::F64, x);
                     b.ins().fadd(a, x)
                 }
@@ -529,7 +649,7 @@ fn reduce_row(
         let x1 = b.ins().extractlane(v, 1);
         let t = b.ins().fadd(x0, x1);
         let mut total = b.ins().fadd(t, s);
-        if op == Op::ReduceMean {
+        if fold == Fold::Mean {
             let n = b.ins().f64const(cols as f64);
             total = b.ins().fdiv(total, n);
         }
@@ -651,16 +771,17 @@ fn body(
             }
             Step::Unary(op, a) => {
                 let x = arg(a);
-                match op {
-                    Op::Broadcast | Op::Identity => x,
-                    Op::Not => match lanes {
+                let Lowering::Unary(u) = lowering(op) else { unreachable!("{op:?} is not a unary op of loop bodies") };
+                match u {
+                    Unary::Pass => x,
+                    Unary::Not => match lanes {
                         4 => V::M(b.ins().bnot(x.f())),
                         _ => V::M(b.ins().bxor_imm(x.f(), 1)),
                     },
-                    Op::Neg => V::F(b.ins().fneg(x.f())),
-                    Op::Abs => V::F(b.ins().fabs(x.f())),
-                    Op::Sqrt => V::F(b.ins().sqrt(x.f())),
-                    Op::Relu => {
+                    Unary::Neg => V::F(b.ins().fneg(x.f())),
+                    Unary::Abs => V::F(b.ins().fabs(x.f())),
+                    Unary::Sqrt => V::F(b.ins().sqrt(x.f())),
+                    Unary::Relu => {
                         // The reference's `x > 0 or NaN ? x : +0` (so -0 gives +0): a compare
                         // and a blend instead of x86-64's long NaN-propagating fmax.
                         let z = b.ins().f32const(0.0);
@@ -669,29 +790,30 @@ fn body(
                         V::F(choose(b, keep, x.f(), z, lanes))
                     }
                     // Softmax's exponential of x - max(x) skips the overflow side.
-                    Op::Exp if plan.at_most_zero(a) => V::F(exp_nonpositive(b, x.f(), l).e),
-                    Op::Exp => V::F(exp(b, x.f(), l)),
-                    Op::Log => V::F(call(b, math["graphc_logf"], &[x.f()], lanes)),
-                    Op::Tanh => {
+                    Unary::Exp if plan.at_most_zero(a) => V::F(exp_nonpositive(b, x.f(), l).e),
+                    Unary::Exp => V::F(exp(b, x.f(), l)),
+                    Unary::Log => V::F(call(b, math["graphc_logf"], &[x.f()], lanes)),
+                    Unary::Tanh => {
                         let e = decay(b, &mut decays, a, x.f(), l);
                         V::F(tanh(b, x.f(), e, l))
                     }
-                    Op::Erf => V::F(call(b, math["graphc_erff"], &[x.f()], lanes)),
-                    Op::Sigmoid => {
+                    Unary::Erf => V::F(call(b, math["graphc_erff"], &[x.f()], lanes)),
+                    Unary::Sigmoid => {
                         let e = decay(b, &mut decays, a, x.f(), l);
                         V::F(sigmoid(b, x.f(), e, l))
                     }
-                    _ => unreachable!("the plan admits only supported ops"),
                 }
             }
             Step::Binary(op, a, c) => {
                 let (x, y) = (arg(a).f(), arg(c).f());
-                let cmp = |b: &mut FunctionBuilder<'_>, cc: FloatCC| V::M(b.ins().fcmp(cc, x, y));
-                match op {
-                    Op::Add => V::F(b.ins().fadd(x, y)),
-                    Op::Sub => V::F(b.ins().fsub(x, y)),
-                    Op::Mul => V::F(b.ins().fmul(x, y)),
-                    Op::Div => match row.recip.get(&c) {
+                let Lowering::Binary(bin) = lowering(op) else {
+                    unreachable!("{op:?} is not a binary op of loop bodies")
+                };
+                match bin {
+                    Binary::Add => V::F(b.ins().fadd(x, y)),
+                    Binary::Sub => V::F(b.ins().fsub(x, y)),
+                    Binary::Mul => V::F(b.ins().fmul(x, y)),
+                    Binary::Div => match row.recip.get(&c) {
                         Some(&(r1, r2)) => {
                             let r1 = splat(b, r1);
                             let p = b.ins().fmul(x, r1);
@@ -705,18 +827,12 @@ fn body(
                         }
                         None => V::F(b.ins().fdiv(x, y)),
                     },
-                    Op::Max => V::F(max_min(b, x, y, FloatCC::GreaterThan, lanes)),
-                    Op::Min => V::F(max_min(b, x, y, FloatCC::LessThan, lanes)),
-                    Op::Pow => V::F(call(b, math["graphc_powf"], &[x, y], lanes)),
-                    Op::Less => cmp(b, FloatCC::LessThan),
-                    Op::LessEqual => cmp(b, FloatCC::LessThanOrEqual),
-                    Op::Greater => cmp(b, FloatCC::GreaterThan),
-                    Op::GreaterEqual => cmp(b, FloatCC::GreaterThanOrEqual),
-                    Op::Equal => cmp(b, FloatCC::Equal),
-                    Op::NotEqual => cmp(b, FloatCC::NotEqual),
-                    Op::And => V::M(b.ins().band(x, y)),
-                    Op::Or => V::M(b.ins().bor(x, y)),
-                    _ => unreachable!("the plan admits only supported ops"),
+                    Binary::Max => V::F(max_min(b, x, y, FloatCC::GreaterThan, lanes)),
+                    Binary::Min => V::F(max_min(b, x, y, FloatCC::LessThan, lanes)),
+                    Binary::Pow => V::F(call(b, math["graphc_powf"], &[x, y], lanes)),
+                    Binary::Compare(cc) => V::M(b.ins().fcmp(cc, x, y)),
+                    Binary::And => V::M(b.ins().band(x, y)),
+                    Binary::Or => V::M(b.ins().bor(x, y)),
                 }
             }
             Step::Select(c, t, e) => V::F(choose(b, arg(c).f(), arg(t).f(), arg(e).f(), lanes)),

@@ -12,7 +12,7 @@ mod jit;
 
 pub use codegen::{host_isa, Emitter, Isa};
 
-use crate::lower::plan::{self, LoopPlan, MatMulPlan};
+use crate::lower::plan::{self, KernelPlan};
 use graphc_cpu_runtime::CpuKernel;
 use graphc_ir::{Module, Node};
 use graphc_runtime::{CompiledKernels, Operands, Tensor};
@@ -63,41 +63,24 @@ impl CpuKernels {
     pub fn compile_with(m: &Module, options: &CompileOptions) -> Result<Arc<CpuKernels>, String> {
         let start = Instant::now();
         let mut jit = jit::emitter(options.isa)?;
-        enum Planned {
-            Loop(LoopPlan),
-            MatMul(MatMulPlan),
-        }
-        let mut planned: Vec<((String, Node), Planned, Option<cranelift_module::FuncId>)> = Vec::new();
-        for g in &m.graphs {
-            for n in g.walk() {
-                // Nodes inside a fusion run as part of it.
-                let inside_fusion =
-                    g.regions[g.nodes[n].parent].parent.is_some_and(|p| g.nodes[p].op == graphc_ir::Op::Fusion);
-                if inside_fusion {
-                    continue;
-                }
-                if let Some(mp) = plan::matmul_plan(g, n) {
-                    let id = match &mp.epilogue {
-                        Some((lp, _)) => Some(jit.define(lp)?),
-                        None => None,
-                    };
-                    planned.push(((g.name.clone(), n), Planned::MatMul(mp), id));
-                } else if let Some(p) = plan::plan(g, n) {
-                    let id = jit.define(&p)?;
-                    planned.push(((g.name.clone(), n), Planned::Loop(p), Some(id)));
-                }
-            }
+        let mut planned: Vec<(plan::Kernel, Option<cranelift_module::FuncId>)> = Vec::new();
+        for k in plan::kernels(m) {
+            let id = match k.plan.code() {
+                Some(p) => Some(jit.define(p)?),
+                None => None,
+            };
+            planned.push((k, id));
         }
         let mut entries = jit::link(jit)?;
         let mut kernels: HashMap<String, HashMap<Node, CpuKernel>> = HashMap::new();
-        for (key, planned, id) in planned {
+        for (k, id) in planned {
             let entry = id.and_then(|id| entries.remove(&id));
-            let k = match (planned, entry) {
-                (Planned::Loop(plan), Some(entry)) => CpuKernel::Loop(describe::loop_kernel(&plan, entry)),
-                (Planned::MatMul(plan), epilogue) => CpuKernel::MatMul(describe::matmul_kernel(&plan, epilogue)?),
-                (Planned::Loop(_), None) => return Err("a loop kernel without code".into()),
+            let kernel = match (&k.plan, entry) {
+                (KernelPlan::Loop(plan), Some(entry)) => CpuKernel::Loop(describe::loop_kernel(plan, entry)),
+                (KernelPlan::MatMul(plan), epilogue) => CpuKernel::MatMul(describe::matmul_kernel(plan, epilogue)?),
+                (KernelPlan::Loop(_), None) => return Err("a loop kernel without code".into()),
             };
-            kernels.entry(key.0).or_default().insert(key.1, k);
+            kernels.entry(k.graph).or_default().insert(k.node, kernel);
         }
         Ok(Arc::new(CpuKernels { kernels, compile_time: start.elapsed() }))
     }
