@@ -1,6 +1,7 @@
 //! Backends behind one trait, in a registry as the passes are: each has a name (`--backend
 //! NAME`), the pass pipeline it runs before compiling, and a compile step that turns a module
-//! into kernels a session runs in place of the reference kernels.
+//! into kernels a session runs in place of the reference kernels, with [`CompileOptions`]
+//! (the instruction set, and what to keep of each kernel: `--isa`, `--dump-code`).
 //!
 //! Every backend runs [`LOWERINGS`] first, the interpreter included: lowerings that are part
 //! of a module's meaning (none yet; gradient expansion will be one). A backend's kernels come
@@ -11,10 +12,11 @@ mod interp;
 mod jit;
 
 use graphc_ir::Module;
-use graphc_runtime::CompiledKernels;
+use graphc_runtime::{CompiledKernels, Session, SessionOptions};
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use crate::lower::cpu::{CompileOptions, Isa, Listing, Listings};
 pub use interp::Interp;
 pub use jit::Jit;
 
@@ -29,10 +31,15 @@ pub trait Backend: Sync + std::fmt::Debug {
     fn description(&self) -> &'static str;
     /// The passes it runs after [`LOWERINGS`] and before compiling (empty: none).
     fn pipeline(&self) -> &'static str;
-    /// Compiles a module (after its pipeline, placement and partitioning) into kernels; an
-    /// error when this host or module cannot be compiled (callers may fall back to the
-    /// interpreter, which runs every node).
-    fn compile(&self, m: &Module) -> Result<Compiled, String>;
+    /// Compiles a module (after its pipeline, placement and partitioning) into kernels with
+    /// `options`; an error when this host or module cannot be compiled (callers may fall back
+    /// to the interpreter, which runs every node). Backends without code ignore the options.
+    fn compile_with(&self, m: &Module, options: &CompileOptions) -> Result<Compiled, String>;
+
+    /// [`Backend::compile_with`] the default options: the host's instruction set, no listings.
+    fn compile(&self, m: &Module) -> Result<Compiled, String> {
+        self.compile_with(m, &CompileOptions::default())
+    }
 }
 
 /// What a backend made of a module.
@@ -43,6 +50,9 @@ pub struct Compiled {
     /// How many nodes run compiled code.
     pub count: usize,
     pub compile_time: Duration,
+    /// What `CompileOptions::listings` asked to keep of each kernel with code, each with the
+    /// line that heads its kernel (`graphc::lower::plan::kernel_header`).
+    pub listings: Vec<(String, Listing)>,
 }
 
 /// Every backend; the first is the default.
@@ -60,4 +70,29 @@ pub fn backend(name: &str) -> Result<&'static dyn Backend, String> {
             .unwrap_or_default();
         format!("unknown backend '{name}'; {hint}the backends are {}", known.join(", "))
     })
+}
+
+/// A session running `m` with `backend`'s kernels compiled with `compile`: as
+/// `driver::session`, which compiles with the default options. When the backend cannot
+/// compile (a host Cranelift cannot target, or a compiler bug) the interpreter runs
+/// everything, and the warning says why.
+pub fn session_with(
+    backend: &dyn Backend,
+    m: Module,
+    options: SessionOptions,
+    compile: &CompileOptions,
+) -> anyhow::Result<(Session, Compiled, Option<String>)> {
+    let (compiled, warning) = match backend.compile_with(&m, compile) {
+        Ok(c) => (c, None),
+        Err(e) => (
+            Compiled::default(),
+            Some(format!("{} compilation failed ({e}); running on the interpreter", backend.name().to_uppercase())),
+        ),
+    };
+    let session = match &compiled.kernels {
+        Some(k) => Session::with_compiled(m, options, k.clone()),
+        None => Session::new(m, options),
+    }
+    .map_err(|e| anyhow::anyhow!("{e}"))?;
+    Ok((session, compiled, warning))
 }

@@ -9,10 +9,13 @@
 //! multiply-add of known numbers. `exp`, `tanh`
 //! and `sigmoid` are computed inline on all lanes (Cephes-style range reduction and
 //! polynomials, within SPEC §12's ulp bounds of the reference, through the denormals); `log`, `erf` and `pow` call the Rust (libm)
-//! functions the reference kernels use, lane by lane. `GRAPHC_JIT_CLIF=1` prints each
-//! kernel's optimized Cranelift IR and `GRAPHC_JIT_DISASM=1` its machine code;
-//! `GRAPHC_JIT_DUMP=DIR` writes each kernel's code bytes to `DIR/graphc_loop_N.bin`, which
-//! `benches/jit_profile.py` matches with `perf record` samples, instruction by instruction.
+//! functions the reference kernels use, lane by lane.
+//!
+//! The emitter keeps what [`Listings`] asks of each kernel: its Cranelift IR as generated here
+//! (before Cranelift's optimizations; `graphc opt --emit clif`), its machine code as Cranelift
+//! prints it (`--emit asm`), and its code bytes (`graphc bench --dump-code DIR` writes them to
+//! `DIR/graphc_loop_N.bin`, which `benches/jit_profile.py` matches with `perf record` samples,
+//! instruction by instruction).
 
 use crate::lower::plan::{LoopPlan, Step};
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
@@ -34,6 +37,27 @@ pub enum Isa {
     /// On x86-64, the host's SSE levels (up to SSE4.2) without AVX, FMA, AVX-512 or BMI:
     /// the legacy encodings, whose memory operands must be aligned, as on hosts without AVX.
     Sse,
+}
+
+impl Isa {
+    /// Every instruction set, as `--isa` spells it.
+    pub const ALL: [Isa; 2] = [Isa::Native, Isa::Sse];
+
+    /// The name `--isa` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Isa::Native => "native",
+            Isa::Sse => "sse",
+        }
+    }
+}
+
+impl std::str::FromStr for Isa {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Isa, String> {
+        Isa::ALL.into_iter().find(|i| i.name() == s).ok_or_else(|| format!("expected 'native' or 'sse', got '{s}'"))
+    }
 }
 
 /// The x86-64 Cranelift settings `Isa::Sse` turns off.
@@ -73,13 +97,38 @@ pub fn host_isa(isa: Isa, pic: bool) -> Result<OwnedTargetIsa, String> {
     builder.finish(settings::Flags::new(flags)).map_err(|e| format!("cannot configure Cranelift for this host: {e}"))
 }
 
+/// What to keep of each kernel besides its code.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Listings {
+    /// Its Cranelift IR as generated, before Cranelift's optimizations: target-independent but
+    /// for the pointer type, the calling convention and the FMA the target has or lacks.
+    pub clif: bool,
+    /// Its machine code as Cranelift prints it (the VCode after register allocation).
+    pub asm: bool,
+    /// Its machine code's bytes.
+    pub code: bool,
+}
+
+/// What an emitter kept of one kernel ([`Listings`]); `None` where not asked for.
+#[derive(Clone, Debug, Default)]
+pub struct Listing {
+    /// The function's name, `graphc_loop_N`.
+    pub name: String,
+    pub clif: Option<String>,
+    pub asm: Option<String>,
+    pub code: Option<Vec<u8>>,
+}
+
 /// A Cranelift module (a JIT module, or an object file) being filled with kernels: the
 /// lowering is the same for both.
 pub struct Emitter<M: Module> {
     module: M,
+    listings: Listings,
     /// The target fuses multiply-adds (else Cranelift would make `fma` a library call per lane).
     fma: bool,
-    math: HashMap<&'static str, FuncId>,
+    /// The math functions, in the order of `math::symbols` (each kernel declares them in this
+    /// order, so its IR numbers them alike every time).
+    math: Vec<(&'static str, FuncId)>,
     ctx: cranelift_codegen::Context,
     fctx: FunctionBuilderContext,
     count: u32,
@@ -96,10 +145,10 @@ impl<M: Module> std::fmt::Debug for Emitter<M> {
 
 impl<M: Module> Emitter<M> {
     /// An emitter into `module`, which must resolve the math symbols
-    /// (`graphc_cpu_runtime::math::symbols`).
-    pub fn new(mut module: M) -> Result<Emitter<M>, String> {
+    /// (`graphc_cpu_runtime::math::symbols`), keeping `listings` of each kernel.
+    pub fn new(mut module: M, listings: Listings) -> Result<Emitter<M>, String> {
         let fma = module.isa().isa_flags().iter().any(|f| f.name == "has_fma" && f.as_bool() == Some(true));
-        let mut math = HashMap::new();
+        let mut math = Vec::new();
         for (name, arity, _) in graphc_cpu_runtime::math::symbols() {
             let mut sig = module.make_signature();
             for _ in 0..arity {
@@ -107,14 +156,16 @@ impl<M: Module> Emitter<M> {
             }
             sig.returns.push(AbiParam::new(types::F32));
             let id = module.declare_function(name, Linkage::Import, &sig).map_err(|e| e.to_string())?;
-            math.insert(name, id);
+            math.push((name, id));
         }
         let ctx = module.make_context();
-        Ok(Emitter { module, fma, math, ctx, fctx: FunctionBuilderContext::new(), count: 0, defined: Vec::new() })
+        let fctx = FunctionBuilderContext::new();
+        Ok(Emitter { module, listings, fma, math, ctx, fctx, count: 0, defined: Vec::new() })
     }
 
-    /// Generates and defines the kernel for a plan, as `graphc_loop_N`.
-    pub fn define(&mut self, plan: &LoopPlan) -> Result<FuncId, String> {
+    /// Generates and defines the kernel for a plan, as `graphc_loop_N`; with what the emitter
+    /// keeps of it.
+    pub fn define(&mut self, plan: &LoopPlan) -> Result<(FuncId, Listing), String> {
         let ptr = self.module.target_config().pointer_type();
         let mut sig = self.module.make_signature();
         for t in [ptr, ptr, types::I64, types::I64, ptr] {
@@ -127,7 +178,7 @@ impl<M: Module> Emitter<M> {
         self.ctx.func.signature = sig;
         self.ctx.func.name = UserFuncName::user(0, id.as_u32());
         let mut math = HashMap::new();
-        for (&k, &f) in &self.math {
+        for &(k, f) in &self.math {
             math.insert(k, self.module.declare_func_in_func(f, &mut self.ctx.func));
         }
         {
@@ -136,24 +187,14 @@ impl<M: Module> Emitter<M> {
             b.seal_all_blocks();
             b.finalize();
         }
-        if std::env::var_os("GRAPHC_JIT_DISASM").is_some() {
-            self.ctx.set_disasm(true);
-        }
+        let clif = self.listings.clif.then(|| self.ctx.func.display().to_string());
+        self.ctx.set_disasm(self.listings.asm);
         self.module.define_function(id, &mut self.ctx).map_err(|e| format!("cranelift: {e:?}"))?;
-        if std::env::var_os("GRAPHC_JIT_CLIF").is_some() {
-            eprintln!("{}", self.ctx.func.display());
-        }
-        if let (Some(dir), Some(code)) = (std::env::var_os("GRAPHC_JIT_DUMP"), self.ctx.compiled_code()) {
-            let path = std::path::Path::new(&dir).join(format!("{name}.bin"));
-            if let Err(e) = std::fs::write(&path, code.code_buffer()) {
-                eprintln!("GRAPHC_JIT_DUMP: cannot write {}: {e}", path.display());
-            }
-        }
-        if let Some(vcode) = self.ctx.compiled_code().and_then(|c| c.vcode.as_ref()) {
-            eprintln!("; {name}\n{vcode}");
-        }
+        let compiled = self.ctx.compiled_code();
+        let asm = if self.listings.asm { compiled.and_then(|c| c.vcode.clone()) } else { None };
+        let code = if self.listings.code { compiled.map(|c| c.code_buffer().to_vec()) } else { None };
         self.defined.push((id, super::describe::extents(plan)));
-        Ok(id)
+        Ok((id, Listing { name, clif, asm, code }))
     }
 
     /// The module with every kernel defined, and each kernel with the extents of its plan.

@@ -10,7 +10,7 @@ mod codegen;
 mod describe;
 mod jit;
 
-pub use codegen::{host_isa, Emitter, Isa};
+pub use codegen::{host_isa, Emitter, Isa, Listing, Listings};
 
 use crate::lower::plan::{self, KernelPlan};
 use graphc_cpu_runtime::CpuKernel;
@@ -28,45 +28,42 @@ pub struct CpuKernels {
     kernels: HashMap<String, HashMap<Node, CpuKernel>>,
     /// How long compilation took.
     pub compile_time: Duration,
+    /// What `CompileOptions::listings` asked to keep of each kernel with code, in the order of
+    /// [`plan::kernels`], each with the line that heads the kernel in every listing
+    /// ([`plan::kernel_header`]).
+    pub listings: Vec<(String, Listing)>,
 }
 
-/// How kernels are compiled.
+/// How kernels are compiled, and what to keep of them besides their code.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CompileOptions {
-    /// The instructions kernels may use.
+    /// The instructions kernels may use (`--isa`).
     pub isa: Isa,
-}
-
-impl CompileOptions {
-    /// The options the environment asks for: `GRAPHC_JIT_ISA=sse` leaves out AVX and the
-    /// extensions after it (as on hosts without them), `native` (the default) uses what the
-    /// host has.
-    pub fn from_env() -> Result<CompileOptions, String> {
-        let isa = match std::env::var("GRAPHC_JIT_ISA").as_deref() {
-            Err(_) | Ok("native") => Isa::Native,
-            Ok("sse") => Isa::Sse,
-            Ok(other) => return Err(format!("GRAPHC_JIT_ISA: expected 'native' or 'sse', got '{other}'")),
-        };
-        Ok(CompileOptions { isa })
-    }
+    pub listings: Listings,
 }
 
 impl CpuKernels {
     /// Compiles every node of the module the backend handles (the whole module's graphs,
-    /// nested regions included), with the options of the environment
-    /// ([`CompileOptions::from_env`]).
+    /// nested regions included), for the host's instruction set.
     pub fn compile(m: &Module) -> Result<Arc<CpuKernels>, String> {
-        CpuKernels::compile_with(m, &CompileOptions::from_env()?)
+        CpuKernels::compile_with(m, &CompileOptions::default())
     }
 
     /// Compiles every node of the module the backend handles, with `options`.
     pub fn compile_with(m: &Module, options: &CompileOptions) -> Result<Arc<CpuKernels>, String> {
         let start = Instant::now();
-        let mut jit = jit::emitter(options.isa)?;
+        let mut jit = jit::emitter(options)?;
         let mut planned: Vec<(plan::Kernel, Option<cranelift_module::FuncId>)> = Vec::new();
-        for k in plan::kernels(m) {
+        let mut listings = Vec::new();
+        for (i, k) in plan::kernels(m).into_iter().enumerate() {
             let id = match k.plan.code() {
-                Some(p) => Some(jit.define(p)?),
+                Some(p) => {
+                    let (id, listing) = jit.define(p)?;
+                    if options.listings != Listings::default() {
+                        listings.push((plan::kernel_header(m, i, &k), listing));
+                    }
+                    Some(id)
+                }
                 None => None,
             };
             planned.push((k, id));
@@ -82,7 +79,7 @@ impl CpuKernels {
             };
             kernels.entry(k.graph).or_default().insert(k.node, kernel);
         }
-        Ok(Arc::new(CpuKernels { kernels, compile_time: start.elapsed() }))
+        Ok(Arc::new(CpuKernels { kernels, compile_time: start.elapsed(), listings }))
     }
 
     /// How many nodes run compiled code.
@@ -93,6 +90,47 @@ impl CpuKernels {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+}
+
+/// What `graphc opt --emit` prints of each kernel's code.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Emit {
+    /// Its Cranelift IR as generated, before Cranelift's optimizations ([`Listings::clif`]).
+    Clif,
+    /// Its machine code as Cranelift prints it ([`Listings::asm`]).
+    Asm,
+}
+
+/// Every kernel of the module ([`plan::kernels`]) compiled for `isa`, as `what` says: each
+/// headed by `; kernel N: @g: %y = ...` and `; graphc_loop_K` (or a line saying it has no
+/// code of its own: a lone matrix product), a blank line between. With `Isa::Sse` the IR
+/// is the same on every x86-64 host.
+pub fn listing(m: &Module, isa: Isa, what: Emit) -> Result<String, String> {
+    let listings = Listings { clif: what == Emit::Clif, asm: what == Emit::Asm, code: false };
+    let compiled = CpuKernels::compile_with(m, &CompileOptions { isa, listings })?;
+    let mut with_code = compiled.listings.iter();
+    let mut out = String::new();
+    for (i, k) in plan::kernels(m).iter().enumerate() {
+        if i > 0 {
+            out.push('\n');
+        }
+        out.push_str(&format!("; {}\n", plan::kernel_header(m, i, k)));
+        if k.plan.code().is_none() {
+            out.push_str("; no code: a matrix product without an epilogue runs on gemm alone\n");
+            continue;
+        }
+        let (_, l) = with_code.next().ok_or("a kernel without its listing")?;
+        let text = match what {
+            Emit::Clif => l.clif.as_deref(),
+            Emit::Asm => l.asm.as_deref(),
+        }
+        .ok_or_else(|| format!("{}: Cranelift kept no listing", l.name))?;
+        out.push_str(&format!("; {}\n{}", l.name, text));
+        if !text.ends_with('\n') {
+            out.push('\n');
+        }
+    }
+    Ok(out)
 }
 
 impl CompiledKernels for CpuKernels {
