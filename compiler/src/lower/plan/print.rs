@@ -1,5 +1,6 @@
 //! Plans as text, for `graphc opt --emit plan` and the plan filetests: deterministic, one
-//! fact a line. A loop plan:
+//! fact a line. The loop plan of `softmax(x + b)` along the last axis, `x: f32[4,8]`,
+//! `b: f32[8]`:
 //!
 //! ```text
 //! loop f32[4,8]: 4 rows x 8 cols
@@ -7,12 +8,15 @@
 //!   in1: f32[8], row stride 0, col stride 1
 //!   s0 = in0
 //!   s1 = in1
-//!   s2 = reduce_max s0  ; row value, pass 1
-//!   s3 = sub s0, s2
-//!   s4 = exp s3  ; cached in slot 0
-//!   out0 = s4: f32[4,8]
-//!   reductions: s2
-//!   cached: s4
+//!   s2 = add s0, s1
+//!   s3 = reduce_max s2  ; row value, pass 1
+//!   s4 = sub s2, s3
+//!   s5 = exp s4  ; cached in slot 0
+//!   s6 = reduce_sum s5  ; row value, pass 2
+//!   s7 = div s5, s6
+//!   out0 = s7: f32[4,8]
+//!   reductions: s3, s6
+//!   cached: s5
 //!   overwritable: in0
 //! ```
 //!
