@@ -44,8 +44,8 @@ fn bench_loaded(a: &BenchArgs, file: &SourceFile, module: Module) -> anyhow::Res
     // Until `driver::session` takes compile options: the same session, with --isa and
     // --dump-code.
     let listings = Listings { code: a.dump_code.is_some(), ..Default::default() };
-    let compile = CompileOptions { isa: a.isa, listings };
-    let (session, compiled, warning) = graphc::backend::session_with(backend, module, options, &compile)?;
+    let compile_options = CompileOptions { isa: a.isa, listings };
+    let (session, compiled, warning) = graphc::backend::session_with(backend, module, options, &compile_options)?;
     if let Some(w) = warning {
         eprintln!("warning: {w}");
     }

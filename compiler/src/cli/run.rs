@@ -39,8 +39,8 @@ fn run_loaded(a: &RunArgs, file: &SourceFile, module: Module) -> anyhow::Result<
         memory_limit: a.memory_limit,
     };
     // Until `driver::session` takes compile options: the same session, with --isa.
-    let compile = CompileOptions { isa: a.isa, ..Default::default() };
-    let (session, _, warning) = graphc::backend::session_with(backend, module, options, &compile)?;
+    let compile_options = CompileOptions { isa: a.isa, ..Default::default() };
+    let (session, _, warning) = graphc::backend::session_with(backend, module, options, &compile_options)?;
     if let Some(w) = warning {
         eprintln!("warning: {w}");
     }
