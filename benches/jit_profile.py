@@ -3,8 +3,8 @@
 
     python3 benches/jit_profile.py FILE.gir [graphc bench arguments...]
 
-Runs `graphc bench FILE --iters 200 ...` under `perf record` with GRAPHC_JIT_DUMP set (each
-kernel's code bytes to a file), then prints, for the kernel with the most samples, its
+Runs `graphc bench FILE --iters 200 --dump-code DIR ...` under `perf record` (each kernel's
+code bytes to DIR/graphc_loop_N.bin), then prints, for the kernel with the most samples, its
 disassembly (objdump) with the share of that kernel's samples on each instruction. Samples
 land on the instruction after the one that stalled, and on the oldest unretired one when the
 core's window is full: a long run of heavy lines after a dependency chain means the loop is
@@ -28,10 +28,9 @@ def main():
         sys.exit(f"no graphc at {graphc}: cargo build --release -p graphc (or set GRAPHC)")
     with tempfile.TemporaryDirectory() as tmp:
         data = os.path.join(tmp, "perf.data")
-        env = dict(os.environ, GRAPHC_JIT_DUMP=tmp)
         # PERF_BUILDID_DIR (set by perf record) makes cranelift-jit write /tmp/perf-PID.map.
         run = subprocess.run(["perf", "record", "-o", data, "--", graphc, "bench", sys.argv[1], "--iters", "200",
-                              *sys.argv[2:]], env=env, capture_output=True, text=True)
+                              "--dump-code", tmp, *sys.argv[2:]], capture_output=True, text=True)
         if run.returncode != 0:
             sys.exit(f"perf record failed:\n{run.stderr}")
         script = subprocess.run(["perf", "script", "-i", data, "-F", "pid,ip,sym"], capture_output=True, text=True)

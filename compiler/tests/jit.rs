@@ -385,7 +385,7 @@ fn elementwise_ops_match_the_reference_within_their_bounds() {
     let feeds = vec![("x".to_string(), t(&xs)), ("y".to_string(), t(&ys))];
     let interp = Session::new(m.clone(), options()).unwrap();
     for isa in [Isa::Native, Isa::Sse] {
-        let opts = CompileOptions { isa };
+        let opts = CompileOptions { isa, ..Default::default() };
         let kernels = CpuKernels::compile_with(&m, &opts).unwrap();
         assert_eq!(kernels.len(), 10);
         let jit = Session::with_compiled(m.clone(), options(), kernels).unwrap();
@@ -414,7 +414,7 @@ fn log_softmax_of_far_rows_matches_the_reference() {
     let feeds = vec![("x".to_string(), x)];
     let m = optimize(&parse_module(text).unwrap());
     for isa in [Isa::Native, Isa::Sse] {
-        assert!(compare_with(&m, "log softmax", Some(&feeds), &CompileOptions { isa }) >= 1);
+        assert!(compare_with(&m, "log softmax", Some(&feeds), &CompileOptions { isa, ..Default::default() }) >= 1);
     }
 }
 
@@ -593,7 +593,7 @@ fn kernels_without_avx_run_misaligned_rows_alike() {
     if !cfg!(target_arch = "x86_64") {
         return;
     }
-    let sse = CompileOptions { isa: Isa::Sse };
+    let sse = CompileOptions { isa: Isa::Sse, ..Default::default() };
     for cols in [1u64, 3, 5, 7, 9, 13, 37] {
         let r = 5;
         let text = format!(
@@ -672,7 +672,7 @@ fn tanh_saturates_exactly_where_the_reference_does() {
     let m = optimize(&parse_module(&text).unwrap());
     let feeds = vec![("x".to_string(), Arc::new(Tensor::F32(ndarray::Array::from_vec(xs.clone()).into_dyn())))];
     for isa in [Isa::Native, Isa::Sse] {
-        let kernels = CpuKernels::compile_with(&m, &CompileOptions { isa }).unwrap();
+        let kernels = CpuKernels::compile_with(&m, &CompileOptions { isa, ..Default::default() }).unwrap();
         let jit = Session::with_compiled(m.clone(), options(), kernels).unwrap();
         let got = run_all(&jit, &m, Some(&feeds));
         let Ok(got) = &got[0] else { panic!("{got:?}") };
@@ -735,7 +735,10 @@ fn sums_of_negative_zeros_keep_their_sign() {
         let m = parse_module(&text).unwrap();
         for m in [m.clone(), optimize(&m)] {
             for isa in [Isa::Native, Isa::Sse] {
-                assert!(compare_with(&m, &text, Some(&feeds), &CompileOptions { isa }) >= 1, "{text}");
+                assert!(
+                    compare_with(&m, &text, Some(&feeds), &CompileOptions { isa, ..Default::default() }) >= 1,
+                    "{text}"
+                );
             }
         }
     }
@@ -769,7 +772,10 @@ fn max_and_min_of_zeros_give_the_first_zero() {
         let m = parse_module(&text).unwrap();
         for m in [m.clone(), optimize(&m)] {
             for isa in [Isa::Native, Isa::Sse] {
-                assert!(compare_with(&m, &text, Some(&feeds), &CompileOptions { isa }) >= 1, "{text}");
+                assert!(
+                    compare_with(&m, &text, Some(&feeds), &CompileOptions { isa, ..Default::default() }) >= 1,
+                    "{text}"
+                );
             }
         }
     }

@@ -1,7 +1,7 @@
 //! The reference interpreter as a backend: the module as written, every node on its plain
 //! kernel.
 
-use super::{Backend, Compiled};
+use super::{Backend, CompileOptions, Compiled};
 use graphc_ir::Module;
 
 #[derive(Debug)]
@@ -17,7 +17,7 @@ impl Backend for Interp {
     fn pipeline(&self) -> &'static str {
         ""
     }
-    fn compile(&self, _: &Module) -> Result<Compiled, String> {
+    fn compile_with(&self, _: &Module, _: &CompileOptions) -> Result<Compiled, String> {
         Ok(Compiled::default())
     }
 }

@@ -1,7 +1,7 @@
 //! The Cranelift JIT as a backend: the default pipeline (fused kernels), then the CPU
 //! backend's kernels (`crate::lower::cpu`); other nodes run in the interpreter.
 
-use super::{Backend, Compiled};
+use super::{Backend, CompileOptions, Compiled};
 use crate::lower::cpu::CpuKernels;
 use graphc_ir::Module;
 
@@ -18,8 +18,13 @@ impl Backend for Jit {
     fn pipeline(&self) -> &'static str {
         crate::passes::DEFAULT_PIPELINE
     }
-    fn compile(&self, m: &Module) -> Result<Compiled, String> {
-        let kernels = CpuKernels::compile(m)?;
-        Ok(Compiled { count: kernels.len(), compile_time: kernels.compile_time, kernels: Some(kernels) })
+    fn compile_with(&self, m: &Module, options: &CompileOptions) -> Result<Compiled, String> {
+        let kernels = CpuKernels::compile_with(m, options)?;
+        Ok(Compiled {
+            count: kernels.len(),
+            compile_time: kernels.compile_time,
+            listings: kernels.listings.clone(),
+            kernels: Some(kernels),
+        })
     }
 }

@@ -1,6 +1,10 @@
 //! Backends behind one trait, in a registry as the passes are: each has a name (`--backend
 //! NAME`), the pass pipeline it runs before compiling, and a compile step that turns a module
-//! into kernels a session runs in place of the reference kernels.
+//! into kernels a session runs in place of the reference kernels, with [`CompileOptions`]
+//! (the instruction set, and what to keep of each kernel: `--isa`, `--dump-code`).
+//!
+//! A graph placed on a device runs through the [`Executor`] its backend gives for that device
+//! ([`Backend::executor`]), by default the interpreter with the backend's kernels.
 //!
 //! Every backend runs [`LOWERINGS`] first, the interpreter included: lowerings that are part
 //! of a module's meaning (none yet; gradient expansion will be one). A backend's kernels come
@@ -10,11 +14,13 @@
 mod interp;
 mod jit;
 
+use graphc_ir::DeviceSpec;
 use graphc_ir::Module;
-use graphc_runtime::CompiledKernels;
+use graphc_runtime::{CompiledKernels, Executor};
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use crate::lower::cpu::{CompileOptions, Isa, Listing, Listings};
 pub use interp::Interp;
 pub use jit::Jit;
 
@@ -29,10 +35,22 @@ pub trait Backend: Sync + std::fmt::Debug {
     fn description(&self) -> &'static str;
     /// The passes it runs after [`LOWERINGS`] and before compiling (empty: none).
     fn pipeline(&self) -> &'static str;
-    /// Compiles a module (after its pipeline, placement and partitioning) into kernels; an
-    /// error when this host or module cannot be compiled (callers may fall back to the
-    /// interpreter, which runs every node).
-    fn compile(&self, m: &Module) -> Result<Compiled, String>;
+    /// Compiles a module (after its pipeline, placement and partitioning) into kernels with
+    /// `options`; an error when this host or module cannot be compiled (callers may fall back
+    /// to the interpreter, which runs every node). Backends without code ignore the options.
+    fn compile_with(&self, m: &Module, options: &CompileOptions) -> Result<Compiled, String>;
+
+    /// [`Backend::compile_with`] the default options: the host's instruction set, no listings.
+    fn compile(&self, m: &Module) -> Result<Compiled, String> {
+        self.compile_with(m, &CompileOptions::default())
+    }
+
+    /// The executor for a graph placed on `device` (a partition), or `None` for the session's
+    /// default: the interpreter running this backend's kernels. A backend whose device keeps
+    /// tensors in its own memory (a GPU) returns its own, which copies only at send/recv.
+    fn executor(&self, _device: &DeviceSpec, _compiled: &Compiled) -> Option<Arc<dyn Executor>> {
+        None
+    }
 }
 
 /// What a backend made of a module.
@@ -43,6 +61,9 @@ pub struct Compiled {
     /// How many nodes run compiled code.
     pub count: usize,
     pub compile_time: Duration,
+    /// What `CompileOptions::listings` asked to keep of each kernel with code, each with the
+    /// line that heads its kernel (`graphc::lower::plan::kernel_header`).
+    pub listings: Vec<(String, Listing)>,
 }
 
 /// Every backend; the first is the default.

@@ -1,6 +1,7 @@
 //! The command line's flags: one struct per subcommand (clap).
 
 use clap::{Parser, Subcommand};
+use graphc::backend::Isa;
 use std::path::PathBuf;
 
 #[derive(Parser, Debug)]
@@ -20,7 +21,8 @@ pub enum Command {
     /// Run graphs: inputs from .npy files or seeded random data, outputs summarized or written
     /// as .npy files; variables persist across --steps and in checkpoints.
     Run(RunArgs),
-    /// Run a pass pipeline over a module and print the result (canonical, re-parseable IR).
+    /// Run a pass pipeline over a module and print the result (canonical, re-parseable IR), or
+    /// with --emit its kernels' plans, Cranelift IR or machine code.
     Opt(OptArgs),
     /// Print a module as a Graphviz DOT graph: one cluster per graph and per fusion kernel.
     Dot(DotArgs),
@@ -55,6 +57,14 @@ pub struct BenchArgs {
     pub json: bool,
     #[arg(long, default_value = graphc::backend::DEFAULT_BACKEND, value_parser = backends())]
     pub backend: String,
+    /// The instructions compiled kernels may use: native (all this host has) or sse (on x86-64,
+    /// without AVX, FMA, AVX-512 and BMI, as on hosts without them).
+    #[arg(long, default_value = "native", value_parser = isas())]
+    pub isa: Isa,
+    /// Write each compiled kernel's machine code to DIR/graphc_loop_N.bin (created if need be),
+    /// as `benches/jit_profile.py` reads it.
+    #[arg(long, value_name = "DIR")]
+    pub dump_code: Option<PathBuf>,
     /// Seed of the random data for inputs not given with --input.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
@@ -110,6 +120,14 @@ pub struct OptArgs {
     /// Write the result here (atomically) instead of to standard output ('-').
     #[arg(short, long, value_name = "OUT")]
     pub output: Option<PathBuf>,
+    /// What to print of the module after the passes: its IR; the plan of each kernel the JIT
+    /// backend compiles; each kernel's Cranelift IR as generated (before Cranelift's
+    /// optimizations); or each kernel's machine code as Cranelift prints it.
+    #[arg(long, value_enum, default_value_t = Emit::Ir)]
+    pub emit: Emit,
+    /// The instructions the kernels of --emit clif and --emit asm may use, as for `graphc run`.
+    #[arg(long, default_value = "native", value_parser = isas())]
+    pub isa: Isa,
     /// Verify the IR after every pass (always done in debug builds).
     #[arg(long)]
     pub verify_each: bool,
@@ -128,6 +146,19 @@ pub struct OptArgs {
     /// The devices and profile that the place pass uses.
     #[command(flatten)]
     pub devices: DeviceArgs,
+}
+
+/// What `graphc opt --emit` prints.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Emit {
+    /// The module's IR (canonical, re-parseable).
+    Ir,
+    /// Each kernel's plan: what its loop computes, over which buffers.
+    Plan,
+    /// Each kernel's Cranelift IR as generated, before Cranelift's optimizations.
+    Clif,
+    /// Each kernel's machine code as Cranelift prints it.
+    Asm,
 }
 
 #[derive(clap::Args, Debug)]
@@ -162,6 +193,10 @@ pub struct RunArgs {
     pub out_dir: Option<PathBuf>,
     #[arg(long, default_value = graphc::backend::DEFAULT_BACKEND, value_parser = backends())]
     pub backend: String,
+    /// The instructions compiled kernels may use: native (all this host has) or sse (on x86-64,
+    /// without AVX, FMA, AVX-512 and BMI, as on hosts without them).
+    #[arg(long, default_value = "native", value_parser = isas())]
+    pub isa: Isa,
     /// Run this many steps on one session (variables carry over); outputs are the last step's.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
     pub steps: u64,
@@ -266,4 +301,11 @@ fn backends() -> clap::builder::PossibleValuesParser {
     clap::builder::PossibleValuesParser::new(
         graphc::backend::BACKENDS.iter().map(|b| clap::builder::PossibleValue::new(b.name()).help(b.description())),
     )
+}
+
+/// The instruction sets, as `--isa`'s values.
+fn isas() -> impl clap::builder::TypedValueParser<Value = Isa> {
+    use clap::builder::TypedValueParser;
+    clap::builder::PossibleValuesParser::new(Isa::ALL.map(Isa::name))
+        .map(|s| s.parse::<Isa>().expect("the possible values are the instruction sets' names"))
 }

@@ -2,10 +2,12 @@
 //! partitioning, compilation), then step times and the process's peak memory.
 
 use super::args::BenchArgs;
-use anyhow::anyhow;
+use anyhow::{anyhow, Context};
+use graphc::backend::{CompileOptions, Listing, Listings};
 use graphc::driver::{self, import_options_for, prepare, Inputs, Prepared};
 use graphc_ir::{Module, SourceFile};
 use graphc_runtime::SessionOptions;
+use std::path::Path;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -39,11 +41,18 @@ fn bench_loaded(a: &BenchArgs, file: &SourceFile, module: Module) -> anyhow::Res
         memory_limit: a.memory_limit,
         ..Default::default()
     };
-    let (session, _, warning) = driver::session(backend, module, options)?;
+    // Until `driver::session` takes compile options: the same session, with --isa and
+    // --dump-code.
+    let listings = Listings { code: a.dump_code.is_some(), ..Default::default() };
+    let compile_options = CompileOptions { isa: a.isa, listings };
+    let (session, compiled, warning) = driver::session(backend, module, options, &compile_options)?;
     if let Some(w) = warning {
         eprintln!("warning: {w}");
     }
     let compile = optimized + start.elapsed();
+    if let Some(dir) = &a.dump_code {
+        dump_code(dir, &compiled.listings)?;
+    }
     let mut times = Vec::with_capacity(a.iters.min(1 << 16) as usize);
     let total = a.warmup.saturating_add(a.iters);
     for i in 0..total {
@@ -87,6 +96,18 @@ fn bench_loaded(a: &BenchArgs, file: &SourceFile, module: Module) -> anyhow::Res
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Writes each kernel's machine code to `DIR/NAME.bin` (`--dump-code`).
+fn dump_code(dir: &Path, listings: &[(String, Listing)]) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("--dump-code: cannot create {}", dir.display()))?;
+    for (_, l) in listings {
+        if let Some(code) = &l.code {
+            let path = dir.join(format!("{}.bin", l.name));
+            std::fs::write(&path, code).with_context(|| format!("--dump-code: cannot write {}", path.display()))?;
+        }
+    }
+    Ok(())
 }
 
 /// The process's peak resident set (VmHWM), where /proc says.

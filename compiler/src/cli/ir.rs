@@ -1,6 +1,6 @@
 //! The subcommands over IR text: `check`, `fmt`, `opt`, `dot`, `import`.
 
-use super::args::{CheckArgs, DotArgs, FmtArgs, ImportArgs, OptArgs};
+use super::args::{CheckArgs, DotArgs, Emit, FmtArgs, ImportArgs, OptArgs};
 use super::output::write_output;
 use graphc::driver::{self, plural, Reported};
 use graphc_ir::{print_module, Module};
@@ -58,6 +58,7 @@ pub fn fmt(a: &FmtArgs) -> anyhow::Result<ExitCode> {
 }
 
 pub fn opt(a: &OptArgs) -> anyhow::Result<ExitCode> {
+    use graphc::lower::cpu;
     use graphc::passes::{kernel_count, timing_table, PassManager, PrintAfter};
     let ctx = a.devices.devices().context()?;
     let mut pm = PassManager::with_context(&a.passes, &ctx).map_err(|e| anyhow::anyhow!("--passes: {e}"))?;
@@ -87,7 +88,13 @@ pub fn opt(a: &OptArgs) -> anyhow::Result<ExitCode> {
         let after = count(&m);
         eprintln!("nodes: {} -> {}; kernels: {} -> {}", before.0, after.0, before.1, after.1);
     }
-    write_output(a.output.as_deref(), &print_module(&m))?;
+    let text = match a.emit {
+        Emit::Ir => print_module(&m),
+        Emit::Plan => graphc::lower::plan::print_kernels(&m),
+        Emit::Clif => cpu::listing(&m, a.isa, cpu::Emit::Clif).map_err(|e| anyhow::anyhow!("{}: {e}", file.name))?,
+        Emit::Asm => cpu::listing(&m, a.isa, cpu::Emit::Asm).map_err(|e| anyhow::anyhow!("{}: {e}", file.name))?,
+    };
+    write_output(a.output.as_deref(), &text)?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -5,6 +5,7 @@
 use super::args::RunArgs;
 use super::output::write_file;
 use anyhow::{anyhow, bail, Context};
+use graphc::backend::CompileOptions;
 use graphc::driver::{self, import_options_for, plural, prepare, Inputs, Prepared, Timeline};
 use graphc_ir::{Diagnostic, Module, SourceFile};
 use graphc_runtime::checkpoint::Checkpointer;
@@ -37,7 +38,9 @@ fn run_loaded(a: &RunArgs, file: &SourceFile, module: Module) -> anyhow::Result<
         max_trace_events: None,
         memory_limit: a.memory_limit,
     };
-    let (session, _, warning) = driver::session(backend, module, options)?;
+    // Until `driver::session` takes compile options: the same session, with --isa.
+    let compile_options = CompileOptions { isa: a.isa, ..Default::default() };
+    let (session, _, warning) = driver::session(backend, module, options, &compile_options)?;
     if let Some(w) = warning {
         eprintln!("warning: {w}");
     }

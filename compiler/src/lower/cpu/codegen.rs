@@ -9,10 +9,13 @@
 //! multiply-add of known numbers. `exp`, `tanh`
 //! and `sigmoid` are computed inline on all lanes (Cephes-style range reduction and
 //! polynomials, within SPEC §12's ulp bounds of the reference, through the denormals); `log`, `erf` and `pow` call the Rust (libm)
-//! functions the reference kernels use, lane by lane. `GRAPHC_JIT_CLIF=1` prints each
-//! kernel's optimized Cranelift IR and `GRAPHC_JIT_DISASM=1` its machine code;
-//! `GRAPHC_JIT_DUMP=DIR` writes each kernel's code bytes to `DIR/graphc_loop_N.bin`, which
-//! `benches/jit_profile.py` matches with `perf record` samples, instruction by instruction.
+//! functions the reference kernels use, lane by lane.
+//!
+//! The emitter keeps what [`Listings`] asks of each kernel: its Cranelift IR as generated here
+//! (before Cranelift's optimizations; `graphc opt --emit clif`), its machine code as Cranelift
+//! prints it (`--emit asm`), and its code bytes (`graphc bench --dump-code DIR` writes them to
+//! `DIR/graphc_loop_N.bin`, which `benches/jit_profile.py` matches with `perf record` samples,
+//! instruction by instruction).
 
 use crate::lower::plan::{LoopPlan, Step};
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
@@ -34,6 +37,27 @@ pub enum Isa {
     /// On x86-64, the host's SSE levels (up to SSE4.2) without AVX, FMA, AVX-512 or BMI:
     /// the legacy encodings, whose memory operands must be aligned, as on hosts without AVX.
     Sse,
+}
+
+impl Isa {
+    /// Every instruction set, as `--isa` spells it.
+    pub const ALL: [Isa; 2] = [Isa::Native, Isa::Sse];
+
+    /// The name `--isa` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Isa::Native => "native",
+            Isa::Sse => "sse",
+        }
+    }
+}
+
+impl std::str::FromStr for Isa {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Isa, String> {
+        Isa::ALL.into_iter().find(|i| i.name() == s).ok_or_else(|| format!("expected 'native' or 'sse', got '{s}'"))
+    }
 }
 
 /// The x86-64 Cranelift settings `Isa::Sse` turns off.
@@ -73,13 +97,38 @@ pub fn host_isa(isa: Isa, pic: bool) -> Result<OwnedTargetIsa, String> {
     builder.finish(settings::Flags::new(flags)).map_err(|e| format!("cannot configure Cranelift for this host: {e}"))
 }
 
+/// What to keep of each kernel besides its code.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Listings {
+    /// Its Cranelift IR as generated, before Cranelift's optimizations: target-independent but
+    /// for the pointer type, the calling convention and the FMA the target has or lacks.
+    pub clif: bool,
+    /// Its machine code as Cranelift prints it (the VCode after register allocation).
+    pub asm: bool,
+    /// Its machine code's bytes.
+    pub code: bool,
+}
+
+/// What an emitter kept of one kernel ([`Listings`]); `None` where not asked for.
+#[derive(Clone, Debug, Default)]
+pub struct Listing {
+    /// The function's name, `graphc_loop_N`.
+    pub name: String,
+    pub clif: Option<String>,
+    pub asm: Option<String>,
+    pub code: Option<Vec<u8>>,
+}
+
 /// A Cranelift module (a JIT module, or an object file) being filled with kernels: the
 /// lowering is the same for both.
 pub struct Emitter<M: Module> {
     module: M,
+    listings: Listings,
     /// The target fuses multiply-adds (else Cranelift would make `fma` a library call per lane).
     fma: bool,
-    math: HashMap<&'static str, FuncId>,
+    /// The math functions, in the order of `math::symbols` (each kernel declares them in this
+    /// order, so its IR numbers them alike every time).
+    math: Vec<(&'static str, FuncId)>,
     ctx: cranelift_codegen::Context,
     fctx: FunctionBuilderContext,
     count: u32,
@@ -96,10 +145,10 @@ impl<M: Module> std::fmt::Debug for Emitter<M> {
 
 impl<M: Module> Emitter<M> {
     /// An emitter into `module`, which must resolve the math symbols
-    /// (`graphc_cpu_runtime::math::symbols`).
-    pub fn new(mut module: M) -> Result<Emitter<M>, String> {
+    /// (`graphc_cpu_runtime::math::symbols`), keeping `listings` of each kernel.
+    pub fn new(mut module: M, listings: Listings) -> Result<Emitter<M>, String> {
         let fma = module.isa().isa_flags().iter().any(|f| f.name == "has_fma" && f.as_bool() == Some(true));
-        let mut math = HashMap::new();
+        let mut math = Vec::new();
         for (name, arity, _) in graphc_cpu_runtime::math::symbols() {
             let mut sig = module.make_signature();
             for _ in 0..arity {
@@ -107,14 +156,16 @@ impl<M: Module> Emitter<M> {
             }
             sig.returns.push(AbiParam::new(types::F32));
             let id = module.declare_function(name, Linkage::Import, &sig).map_err(|e| e.to_string())?;
-            math.insert(name, id);
+            math.push((name, id));
         }
         let ctx = module.make_context();
-        Ok(Emitter { module, fma, math, ctx, fctx: FunctionBuilderContext::new(), count: 0, defined: Vec::new() })
+        let fctx = FunctionBuilderContext::new();
+        Ok(Emitter { module, listings, fma, math, ctx, fctx, count: 0, defined: Vec::new() })
     }
 
-    /// Generates and defines the kernel for a plan, as `graphc_loop_N`.
-    pub fn define(&mut self, plan: &LoopPlan) -> Result<FuncId, String> {
+    /// Generates and defines the kernel for a plan, as `graphc_loop_N`; with what the emitter
+    /// keeps of it.
+    pub fn define(&mut self, plan: &LoopPlan) -> Result<(FuncId, Listing), String> {
         let ptr = self.module.target_config().pointer_type();
         let mut sig = self.module.make_signature();
         for t in [ptr, ptr, types::I64, types::I64, ptr] {
@@ -127,7 +178,7 @@ impl<M: Module> Emitter<M> {
         self.ctx.func.signature = sig;
         self.ctx.func.name = UserFuncName::user(0, id.as_u32());
         let mut math = HashMap::new();
-        for (&k, &f) in &self.math {
+        for &(k, f) in &self.math {
             math.insert(k, self.module.declare_func_in_func(f, &mut self.ctx.func));
         }
         {
@@ -136,29 +187,138 @@ impl<M: Module> Emitter<M> {
             b.seal_all_blocks();
             b.finalize();
         }
-        if std::env::var_os("GRAPHC_JIT_DISASM").is_some() {
-            self.ctx.set_disasm(true);
-        }
+        let clif = self.listings.clif.then(|| self.ctx.func.display().to_string());
+        self.ctx.set_disasm(self.listings.asm);
         self.module.define_function(id, &mut self.ctx).map_err(|e| format!("cranelift: {e:?}"))?;
-        if std::env::var_os("GRAPHC_JIT_CLIF").is_some() {
-            eprintln!("{}", self.ctx.func.display());
-        }
-        if let (Some(dir), Some(code)) = (std::env::var_os("GRAPHC_JIT_DUMP"), self.ctx.compiled_code()) {
-            let path = std::path::Path::new(&dir).join(format!("{name}.bin"));
-            if let Err(e) = std::fs::write(&path, code.code_buffer()) {
-                eprintln!("GRAPHC_JIT_DUMP: cannot write {}: {e}", path.display());
-            }
-        }
-        if let Some(vcode) = self.ctx.compiled_code().and_then(|c| c.vcode.as_ref()) {
-            eprintln!("; {name}\n{vcode}");
-        }
+        let compiled = self.ctx.compiled_code();
+        let asm = if self.listings.asm { compiled.and_then(|c| c.vcode.clone()) } else { None };
+        let code = if self.listings.code { compiled.map(|c| c.code_buffer().to_vec()) } else { None };
         self.defined.push((id, super::describe::extents(plan)));
-        Ok(id)
+        Ok((id, Listing { name, clif, asm, code }))
     }
 
     /// The module with every kernel defined, and each kernel with the extents of its plan.
     pub fn finish(self) -> (M, Vec<(FuncId, Extents)>) {
         (self.module, self.defined)
+    }
+}
+
+/// How generated code computes an op of a loop body. Every op of the IR is listed in
+/// [`lowering`], so that a new op does not compile until this backend says how it lowers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Lowering {
+    Unary(Unary),
+    Binary(Binary),
+    Fold(Fold),
+    /// A step of its own kind (`Step::Const`, `Step::Select`), no unary, binary or reduction.
+    Step,
+    /// Never in a loop body: matrix products run in the run half, fusions are kernels, the
+    /// interpreter runs the rest.
+    Elsewhere,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Unary {
+    /// Broadcast and identity: the operand itself (the plan's strides broadcast).
+    Pass,
+    Not,
+    Neg,
+    Abs,
+    Sqrt,
+    Relu,
+    Exp,
+    Log,
+    Tanh,
+    Erf,
+    Sigmoid,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Binary {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Max,
+    Min,
+    Pow,
+    /// A comparison, to a mask.
+    Compare(FloatCC),
+    And,
+    Or,
+}
+
+/// A row reduction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Fold {
+    Sum,
+    Mean,
+    Max,
+    Min,
+}
+
+fn lowering(op: Op) -> Lowering {
+    match op {
+        Op::Broadcast | Op::Identity => Lowering::Unary(Unary::Pass),
+        Op::Not => Lowering::Unary(Unary::Not),
+        Op::Neg => Lowering::Unary(Unary::Neg),
+        Op::Abs => Lowering::Unary(Unary::Abs),
+        Op::Sqrt => Lowering::Unary(Unary::Sqrt),
+        Op::Relu => Lowering::Unary(Unary::Relu),
+        Op::Exp => Lowering::Unary(Unary::Exp),
+        Op::Log => Lowering::Unary(Unary::Log),
+        Op::Tanh => Lowering::Unary(Unary::Tanh),
+        Op::Erf => Lowering::Unary(Unary::Erf),
+        Op::Sigmoid => Lowering::Unary(Unary::Sigmoid),
+        Op::Add => Lowering::Binary(Binary::Add),
+        Op::Sub => Lowering::Binary(Binary::Sub),
+        Op::Mul => Lowering::Binary(Binary::Mul),
+        Op::Div => Lowering::Binary(Binary::Div),
+        Op::Max => Lowering::Binary(Binary::Max),
+        Op::Min => Lowering::Binary(Binary::Min),
+        Op::Pow => Lowering::Binary(Binary::Pow),
+        Op::Less => Lowering::Binary(Binary::Compare(FloatCC::LessThan)),
+        Op::LessEqual => Lowering::Binary(Binary::Compare(FloatCC::LessThanOrEqual)),
+        Op::Greater => Lowering::Binary(Binary::Compare(FloatCC::GreaterThan)),
+        Op::GreaterEqual => Lowering::Binary(Binary::Compare(FloatCC::GreaterThanOrEqual)),
+        Op::Equal => Lowering::Binary(Binary::Compare(FloatCC::Equal)),
+        Op::NotEqual => Lowering::Binary(Binary::Compare(FloatCC::NotEqual)),
+        Op::And => Lowering::Binary(Binary::And),
+        Op::Or => Lowering::Binary(Binary::Or),
+        Op::ReduceSum => Lowering::Fold(Fold::Sum),
+        Op::ReduceMean => Lowering::Fold(Fold::Mean),
+        Op::ReduceMax => Lowering::Fold(Fold::Max),
+        Op::ReduceMin => Lowering::Fold(Fold::Min),
+        Op::Constant | Op::Select => Lowering::Step,
+        Op::MatMul
+        | Op::Fusion
+        | Op::Cast
+        | Op::Reshape
+        | Op::Transpose
+        | Op::Concat
+        | Op::Slice
+        | Op::Split
+        | Op::Gather
+        | Op::Shape
+        | Op::Rank
+        | Op::Conv
+        | Op::Softmax
+        | Op::MaxPool
+        | Op::AvgPool
+        | Op::Variable
+        | Op::Read
+        | Op::Assign
+        | Op::AssignAdd
+        | Op::Queue
+        | Op::Enqueue
+        | Op::Dequeue
+        | Op::QueueClose
+        | Op::QueueSize
+        | Op::NoOp
+        | Op::Cond
+        | Op::While
+        | Op::Send
+        | Op::Recv => Lowering::Elsewhere,
     }
 }
 
@@ -424,9 +584,10 @@ fn reduce_row(
     fma: bool,
 ) -> Value {
     let Step::Reduce(op, arg) = plan.steps[ri] else { unreachable!("reduces point at Reduce steps") };
+    let Lowering::Fold(fold) = lowering(op) else { unreachable!("{op:?} is not a reduction") };
     let cols = plan.cols as i64;
-    let sum = matches!(op, Op::ReduceSum | Op::ReduceMean);
-    let max = op == Op::ReduceMax;
+    let sum = matches!(fold, Fold::Sum | Fold::Mean);
+    let max = fold == Fold::Max;
     // Two of each vector accumulator, one per vector of a loop iteration, so that the two
     // dependency chains overlap. Sums accumulate in f64 (a low and a high half per vector),
     // like the reference kernels. A max or min keeps its NaN lanes apart: the compare-select
@@ -501,10 +662,10 @@ fn reduce_row(
             }
         } else {
             let a = b.use_var(acc_s);
-            let a = match op {
-                Op::ReduceMax => b.ins().fmax(a, x),
-                Op::ReduceMin => b.ins().fmin(a, x),
-                _ => {
+            let a = match fold {
+                Fold::Max => b.ins().fmax(a, x),
+                Fold::Min => b.ins().fmin(a, x),
+                Fold::Sum | Fold::Mean => {
                     let x = b.ins().fpromote(types::F64, x);
                     b.ins().fadd(a, x)
                 }
@@ -529,7 +690,7 @@ fn reduce_row(
         let x1 = b.ins().extractlane(v, 1);
         let t = b.ins().fadd(x0, x1);
         let mut total = b.ins().fadd(t, s);
-        if op == Op::ReduceMean {
+        if fold == Fold::Mean {
             let n = b.ins().f64const(cols as f64);
             total = b.ins().fdiv(total, n);
         }
@@ -651,16 +812,17 @@ fn body(
             }
             Step::Unary(op, a) => {
                 let x = arg(a);
-                match op {
-                    Op::Broadcast | Op::Identity => x,
-                    Op::Not => match lanes {
+                let Lowering::Unary(u) = lowering(op) else { unreachable!("{op:?} is not a unary op of loop bodies") };
+                match u {
+                    Unary::Pass => x,
+                    Unary::Not => match lanes {
                         4 => V::M(b.ins().bnot(x.f())),
                         _ => V::M(b.ins().bxor_imm(x.f(), 1)),
                     },
-                    Op::Neg => V::F(b.ins().fneg(x.f())),
-                    Op::Abs => V::F(b.ins().fabs(x.f())),
-                    Op::Sqrt => V::F(b.ins().sqrt(x.f())),
-                    Op::Relu => {
+                    Unary::Neg => V::F(b.ins().fneg(x.f())),
+                    Unary::Abs => V::F(b.ins().fabs(x.f())),
+                    Unary::Sqrt => V::F(b.ins().sqrt(x.f())),
+                    Unary::Relu => {
                         // The reference's `x > 0 or NaN ? x : +0` (so -0 gives +0): a compare
                         // and a blend instead of x86-64's long NaN-propagating fmax.
                         let z = b.ins().f32const(0.0);
@@ -669,29 +831,30 @@ fn body(
                         V::F(choose(b, keep, x.f(), z, lanes))
                     }
                     // Softmax's exponential of x - max(x) skips the overflow side.
-                    Op::Exp if plan.at_most_zero(a) => V::F(exp_nonpositive(b, x.f(), l).e),
-                    Op::Exp => V::F(exp(b, x.f(), l)),
-                    Op::Log => V::F(call(b, math["graphc_logf"], &[x.f()], lanes)),
-                    Op::Tanh => {
+                    Unary::Exp if plan.at_most_zero(a) => V::F(exp_nonpositive(b, x.f(), l).e),
+                    Unary::Exp => V::F(exp(b, x.f(), l)),
+                    Unary::Log => V::F(call(b, math["graphc_logf"], &[x.f()], lanes)),
+                    Unary::Tanh => {
                         let e = decay(b, &mut decays, a, x.f(), l);
                         V::F(tanh(b, x.f(), e, l))
                     }
-                    Op::Erf => V::F(call(b, math["graphc_erff"], &[x.f()], lanes)),
-                    Op::Sigmoid => {
+                    Unary::Erf => V::F(call(b, math["graphc_erff"], &[x.f()], lanes)),
+                    Unary::Sigmoid => {
                         let e = decay(b, &mut decays, a, x.f(), l);
                         V::F(sigmoid(b, x.f(), e, l))
                     }
-                    _ => unreachable!("the plan admits only supported ops"),
                 }
             }
             Step::Binary(op, a, c) => {
                 let (x, y) = (arg(a).f(), arg(c).f());
-                let cmp = |b: &mut FunctionBuilder<'_>, cc: FloatCC| V::M(b.ins().fcmp(cc, x, y));
-                match op {
-                    Op::Add => V::F(b.ins().fadd(x, y)),
-                    Op::Sub => V::F(b.ins().fsub(x, y)),
-                    Op::Mul => V::F(b.ins().fmul(x, y)),
-                    Op::Div => match row.recip.get(&c) {
+                let Lowering::Binary(bin) = lowering(op) else {
+                    unreachable!("{op:?} is not a binary op of loop bodies")
+                };
+                match bin {
+                    Binary::Add => V::F(b.ins().fadd(x, y)),
+                    Binary::Sub => V::F(b.ins().fsub(x, y)),
+                    Binary::Mul => V::F(b.ins().fmul(x, y)),
+                    Binary::Div => match row.recip.get(&c) {
                         Some(&(r1, r2)) => {
                             let r1 = splat(b, r1);
                             let p = b.ins().fmul(x, r1);
@@ -705,18 +868,12 @@ fn body(
                         }
                         None => V::F(b.ins().fdiv(x, y)),
                     },
-                    Op::Max => V::F(max_min(b, x, y, FloatCC::GreaterThan, lanes)),
-                    Op::Min => V::F(max_min(b, x, y, FloatCC::LessThan, lanes)),
-                    Op::Pow => V::F(call(b, math["graphc_powf"], &[x, y], lanes)),
-                    Op::Less => cmp(b, FloatCC::LessThan),
-                    Op::LessEqual => cmp(b, FloatCC::LessThanOrEqual),
-                    Op::Greater => cmp(b, FloatCC::GreaterThan),
-                    Op::GreaterEqual => cmp(b, FloatCC::GreaterThanOrEqual),
-                    Op::Equal => cmp(b, FloatCC::Equal),
-                    Op::NotEqual => cmp(b, FloatCC::NotEqual),
-                    Op::And => V::M(b.ins().band(x, y)),
-                    Op::Or => V::M(b.ins().bor(x, y)),
-                    _ => unreachable!("the plan admits only supported ops"),
+                    Binary::Max => V::F(max_min(b, x, y, FloatCC::GreaterThan, lanes)),
+                    Binary::Min => V::F(max_min(b, x, y, FloatCC::LessThan, lanes)),
+                    Binary::Pow => V::F(call(b, math["graphc_powf"], &[x, y], lanes)),
+                    Binary::Compare(cc) => V::M(b.ins().fcmp(cc, x, y)),
+                    Binary::And => V::M(b.ins().band(x, y)),
+                    Binary::Or => V::M(b.ins().bor(x, y)),
                 }
             }
             Step::Select(c, t, e) => V::F(choose(b, arg(c).f(), arg(t).f(), arg(e).f(), lanes)),

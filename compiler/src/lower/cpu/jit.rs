@@ -3,21 +3,22 @@
 //! compiler: turning the finalized code into callable functions, and freeing it.
 #![allow(unsafe_code)]
 
-use super::codegen::{host_isa, Emitter, Isa};
+use super::codegen::{host_isa, Emitter};
+use super::CompileOptions;
 use cranelift_jit::{JITBuilder, JITModule};
 use cranelift_module::{default_libcall_names, FuncId};
 use graphc_cpu_runtime::{Entry, KernelFn};
 use std::collections::HashMap;
 use std::sync::Arc;
 
-/// An emitter into a JIT module for the host, with the math symbols resolved to the run
-/// half's functions.
-pub fn emitter(isa: Isa) -> Result<Emitter<JITModule>, String> {
-    let mut jb = JITBuilder::with_isa(host_isa(isa, false)?, default_libcall_names());
+/// An emitter into a JIT module for the host (less what `options.isa` leaves out), with the
+/// math symbols resolved to the run half's functions.
+pub fn emitter(options: &CompileOptions) -> Result<Emitter<JITModule>, String> {
+    let mut jb = JITBuilder::with_isa(host_isa(options.isa, false)?, default_libcall_names());
     for (name, _, ptr) in graphc_cpu_runtime::math::symbols() {
         jb.symbol(name, ptr);
     }
-    Emitter::new(JITModule::new(jb))
+    Emitter::new(JITModule::new(jb), options.listings)
 }
 
 /// Links every kernel the emitter defined; returns each kernel's entry point, with the

@@ -10,101 +10,85 @@ mod codegen;
 mod describe;
 mod jit;
 
-pub use codegen::{host_isa, Emitter, Isa};
+pub use codegen::{host_isa, Emitter, Isa, Listing, Listings};
 
-use crate::lower::plan::{self, LoopPlan, MatMulPlan};
+use crate::lower::plan::{self, KernelPlan};
 use graphc_cpu_runtime::CpuKernel;
 use graphc_ir::{Module, Node};
-use graphc_runtime::{CompiledKernels, Kernel, Operands, Tensor};
-use std::collections::HashMap;
+use graphc_runtime::{CompiledKernels, KernelTable, Operands, Tensor};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// A compiled module: kernels for the nodes the backend took, by graph and node.
 #[derive(Debug)]
 pub struct CpuKernels {
-    /// By graph name, then node: looked up for every node the interpreter runs, so without
-    /// building a key. Each kernel keeps its code alive.
-    kernels: HashMap<String, HashMap<Node, CpuKernel>>,
+    /// The runtime's table of replaceable kernels (a faster tier may swap one while sessions
+    /// run). Each kernel keeps its code alive.
+    table: KernelTable,
     /// How long compilation took.
     pub compile_time: Duration,
+    /// What `CompileOptions::listings` asked to keep of each kernel with code, in the order of
+    /// [`plan::kernels`], each with the line that heads the kernel in every listing
+    /// ([`plan::kernel_header`]).
+    pub listings: Vec<(String, Listing)>,
 }
 
-/// How kernels are compiled.
+/// How kernels are compiled, and what to keep of them besides their code.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CompileOptions {
-    /// The instructions kernels may use.
+    /// The instructions kernels may use (`--isa`).
     pub isa: Isa,
-}
-
-impl CompileOptions {
-    /// The options the environment asks for: `GRAPHC_JIT_ISA=sse` leaves out AVX and the
-    /// extensions after it (as on hosts without them), `native` (the default) uses what the
-    /// host has.
-    pub fn from_env() -> Result<CompileOptions, String> {
-        let isa = match std::env::var("GRAPHC_JIT_ISA").as_deref() {
-            Err(_) | Ok("native") => Isa::Native,
-            Ok("sse") => Isa::Sse,
-            Ok(other) => return Err(format!("GRAPHC_JIT_ISA: expected 'native' or 'sse', got '{other}'")),
-        };
-        Ok(CompileOptions { isa })
-    }
+    pub listings: Listings,
 }
 
 impl CpuKernels {
     /// Compiles every node of the module the backend handles (the whole module's graphs,
-    /// nested regions included), with the options of the environment
-    /// ([`CompileOptions::from_env`]).
+    /// nested regions included), for the host's instruction set.
     pub fn compile(m: &Module) -> Result<Arc<CpuKernels>, String> {
-        CpuKernels::compile_with(m, &CompileOptions::from_env()?)
+        CpuKernels::compile_with(m, &CompileOptions::default())
     }
 
     /// Compiles every node of the module the backend handles, with `options`.
     pub fn compile_with(m: &Module, options: &CompileOptions) -> Result<Arc<CpuKernels>, String> {
         let start = Instant::now();
-        let mut jit = jit::emitter(options.isa)?;
-        enum Planned {
-            Loop(LoopPlan),
-            MatMul(MatMulPlan),
-        }
-        let mut planned: Vec<((String, Node), Planned, Option<cranelift_module::FuncId>)> = Vec::new();
-        for g in &m.graphs {
-            for n in g.walk() {
-                // Nodes inside a fusion run as part of it.
-                let inside_fusion =
-                    g.regions[g.nodes[n].parent].parent.is_some_and(|p| g.nodes[p].op == graphc_ir::Op::Fusion);
-                if inside_fusion {
-                    continue;
+        let mut jit = jit::emitter(options)?;
+        let mut planned: Vec<(plan::Kernel, Option<cranelift_module::FuncId>)> = Vec::new();
+        let mut listings = Vec::new();
+        for (i, k) in plan::kernels(m).into_iter().enumerate() {
+            let id = match k.plan.code() {
+                Some(p) => {
+                    let (id, listing) = jit.define(p)?;
+                    if options.listings != Listings::default() {
+                        listings.push((plan::kernel_header(m, i, &k), listing));
+                    }
+                    Some(id)
                 }
-                if let Some(mp) = plan::matmul_plan(g, n) {
-                    let id = match &mp.epilogue {
-                        Some((lp, _)) => Some(jit.define(lp)?),
-                        None => None,
-                    };
-                    planned.push(((g.name.clone(), n), Planned::MatMul(mp), id));
-                } else if let Some(p) = plan::plan(g, n) {
-                    let id = jit.define(&p)?;
-                    planned.push(((g.name.clone(), n), Planned::Loop(p), Some(id)));
-                }
-            }
+                None => None,
+            };
+            planned.push((k, id));
         }
         let mut entries = jit::link(jit)?;
-        let mut kernels: HashMap<String, HashMap<Node, CpuKernel>> = HashMap::new();
-        for (key, planned, id) in planned {
+        let table = KernelTable::new();
+        for (k, id) in planned {
             let entry = id.and_then(|id| entries.remove(&id));
-            let k = match (planned, entry) {
-                (Planned::Loop(plan), Some(entry)) => CpuKernel::Loop(describe::loop_kernel(&plan, entry)),
-                (Planned::MatMul(plan), epilogue) => CpuKernel::MatMul(describe::matmul_kernel(&plan, epilogue)?),
-                (Planned::Loop(_), None) => return Err("a loop kernel without code".into()),
+            let kernel = match (&k.plan, entry) {
+                (KernelPlan::Loop(plan), Some(entry)) => CpuKernel::Loop(describe::loop_kernel(plan, entry)),
+                (KernelPlan::MatMul(plan), epilogue) => CpuKernel::MatMul(describe::matmul_kernel(plan, epilogue)?),
+                (KernelPlan::Loop(_), None) => return Err("a loop kernel without code".into()),
             };
-            kernels.entry(key.0).or_default().insert(key.1, k);
+            table.replace(&k.graph, k.node, Arc::new(kernel));
         }
-        Ok(Arc::new(CpuKernels { kernels, compile_time: start.elapsed() }))
+        Ok(Arc::new(CpuKernels { table, compile_time: start.elapsed(), listings }))
     }
 
     /// How many nodes run compiled code.
     pub fn len(&self) -> usize {
-        self.kernels.values().map(HashMap::len).sum()
+        self.table.len()
+    }
+
+    /// The table the kernels are looked up in, where a later tier replaces them one at a time.
+    pub fn table(&self) -> &KernelTable {
+        &self.table
     }
 
     pub fn is_empty(&self) -> bool {
@@ -112,9 +96,49 @@ impl CpuKernels {
     }
 }
 
+/// What `graphc opt --emit` prints of each kernel's code.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Emit {
+    /// Its Cranelift IR as generated, before Cranelift's optimizations ([`Listings::clif`]).
+    Clif,
+    /// Its machine code as Cranelift prints it ([`Listings::asm`]).
+    Asm,
+}
+
+/// Every kernel of the module ([`plan::kernels`]) compiled for `isa`, as `what` says: each
+/// headed by `; kernel N: @g: %y = ...` and `; graphc_loop_K` (or a line saying it has no
+/// code of its own: a lone matrix product), a blank line between. With `Isa::Sse` the IR
+/// is the same on every x86-64 host.
+pub fn listing(m: &Module, isa: Isa, what: Emit) -> Result<String, String> {
+    let listings = Listings { clif: what == Emit::Clif, asm: what == Emit::Asm, code: false };
+    let compiled = CpuKernels::compile_with(m, &CompileOptions { isa, listings })?;
+    let mut with_code = compiled.listings.iter();
+    let mut out = String::new();
+    for (i, k) in plan::kernels(m).iter().enumerate() {
+        if i > 0 {
+            out.push('\n');
+        }
+        out.push_str(&format!("; {}\n", plan::kernel_header(m, i, k)));
+        if k.plan.code().is_none() {
+            out.push_str("; no code: a matrix product without an epilogue runs on gemm alone\n");
+            continue;
+        }
+        let (_, l) = with_code.next().ok_or("a kernel without its listing")?;
+        let text = match what {
+            Emit::Clif => l.clif.as_deref(),
+            Emit::Asm => l.asm.as_deref(),
+        }
+        .ok_or_else(|| format!("{}: Cranelift kept no listing", l.name))?;
+        out.push_str(&format!("; {}\n{}", l.name, text));
+        if !text.ends_with('\n') {
+            out.push('\n');
+        }
+    }
+    Ok(out)
+}
+
 impl CompiledKernels for CpuKernels {
     fn run(&self, graph: &str, node: Node, operands: &mut Operands<'_>) -> Option<Result<Vec<Tensor>, String>> {
-        let k = self.kernels.get(graph)?.get(&node)?;
-        Some(k.run(operands))
+        self.table.run(graph, node, operands)
     }
 }

@@ -1,9 +1,13 @@
 //! What a loop kernel computes, decided before any code is generated: which nodes of a graph
 //! lower to one elementwise loop nest, the shape it iterates over, and how each input is
-//! indexed from it. Everything here is plain analysis of the IR; `codegen.rs` turns a plan
-//! into Cranelift IR.
+//! indexed from it. Everything here is plain analysis of the IR; `cpu/codegen.rs` turns a plan
+//! into Cranelift IR. `print.rs` writes plans as text (`graphc opt --emit plan`).
 
-use graphc_ir::{DType, Graph, Node, Op, Region, TensorType, Type, Value};
+mod print;
+
+pub use print::{describe_node, kernel_header, print_kernels};
+
+use graphc_ir::{DType, Graph, Module, Node, Op, Region, TensorType, Type, Value};
 
 /// How a kernel input is read at output row `r`, column `j` (in elements): at
 /// `r * row_stride + j * col_stride`, after the caller materializes it in full when
@@ -133,44 +137,91 @@ impl LoopPlan {
     }
 }
 
+/// What the kernels make of an op. Every op of the IR is listed in [`role`], so that a new op
+/// does not compile until the backend decides what to do with it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Role {
+    /// An f32 (or mask) elementwise op of loop bodies: a unary, binary or select step.
+    Elementwise,
+    /// An elementwise comparison of f32s, yielding a mask.
+    Comparison,
+    /// A reduction, compiled along the last axis only: a pass over each row of its own.
+    Reduction,
+    /// A splat constant: a step of loop bodies, never a kernel alone.
+    Constant,
+    /// The head of a matrix-product kernel.
+    MatMul,
+    /// A kernel of its own, its region's nodes the body.
+    Fusion,
+    /// Not compiled: the interpreter runs it.
+    Interpreted,
+}
+
+fn role(op: Op) -> Role {
+    match op {
+        Op::Add
+        | Op::Sub
+        | Op::Mul
+        | Op::Div
+        | Op::Max
+        | Op::Min
+        | Op::Pow
+        | Op::Neg
+        | Op::Abs
+        | Op::Relu
+        | Op::Sqrt
+        | Op::Exp
+        | Op::Log
+        | Op::Tanh
+        | Op::Sigmoid
+        | Op::Erf
+        | Op::Select
+        | Op::And
+        | Op::Or
+        | Op::Not
+        | Op::Broadcast
+        | Op::Identity => Role::Elementwise,
+        Op::Less | Op::LessEqual | Op::Greater | Op::GreaterEqual | Op::Equal | Op::NotEqual => Role::Comparison,
+        Op::ReduceSum | Op::ReduceMax | Op::ReduceMin | Op::ReduceMean => Role::Reduction,
+        Op::Constant => Role::Constant,
+        Op::MatMul => Role::MatMul,
+        Op::Fusion => Role::Fusion,
+        Op::Cast
+        | Op::Reshape
+        | Op::Transpose
+        | Op::Concat
+        | Op::Slice
+        | Op::Split
+        | Op::Gather
+        | Op::Shape
+        | Op::Rank
+        | Op::Conv
+        | Op::Softmax
+        | Op::MaxPool
+        | Op::AvgPool
+        | Op::Variable
+        | Op::Read
+        | Op::Assign
+        | Op::AssignAdd
+        | Op::Queue
+        | Op::Enqueue
+        | Op::Dequeue
+        | Op::QueueClose
+        | Op::QueueSize
+        | Op::NoOp
+        | Op::Cond
+        | Op::While
+        | Op::Send
+        | Op::Recv => Role::Interpreted,
+    }
+}
+
 /// The f32 ops a loop kernel computes.
 pub fn supported(op: Op) -> bool {
-    matches!(
-        op,
-        Op::Add
-            | Op::Sub
-            | Op::Mul
-            | Op::Div
-            | Op::Max
-            | Op::Min
-            | Op::Pow
-            | Op::Neg
-            | Op::Abs
-            | Op::Relu
-            | Op::Sqrt
-            | Op::Exp
-            | Op::Log
-            | Op::Tanh
-            | Op::Sigmoid
-            | Op::Erf
-            | Op::Select
-            | Op::Less
-            | Op::LessEqual
-            | Op::Greater
-            | Op::GreaterEqual
-            | Op::Equal
-            | Op::NotEqual
-            | Op::And
-            | Op::Or
-            | Op::Not
-            | Op::Broadcast
-            | Op::Identity
-            | Op::Constant
-            | Op::ReduceSum
-            | Op::ReduceMax
-            | Op::ReduceMin
-            | Op::ReduceMean
-    )
+    match role(op) {
+        Role::Elementwise | Role::Comparison | Role::Reduction | Role::Constant => true,
+        Role::MatMul | Role::Fusion | Role::Interpreted => false,
+    }
 }
 
 /// The plan for node `n` of `g`: a `fusion` whose kernel is elementwise (with row
@@ -178,13 +229,13 @@ pub fn supported(op: Op) -> bool {
 /// anything else, which the interpreter keeps.
 pub fn plan(g: &Graph, n: Node) -> Option<LoopPlan> {
     let nd = &g.nodes[n];
-    match nd.op {
-        Op::Fusion => {
+    match role(nd.op) {
+        Role::Fusion => {
             let r: Region = nd.regions[0];
             build(g, &g.regions[r].params, &g.regions[r].nodes, &g.regions[r].yields, false)
         }
-        op if op != Op::Constant && supported(op) => build(g, &nd.operands, &[n], &nd.results, false),
-        _ => None,
+        Role::Elementwise | Role::Comparison | Role::Reduction => build(g, &nd.operands, &[n], &nd.results, false),
+        Role::Constant | Role::MatMul | Role::Interpreted => None,
     }
 }
 
@@ -206,13 +257,13 @@ pub struct MatMulPlan {
 /// The plan for a 2-D f32 matmul, alone or heading an output fusion of elementwise ops.
 pub fn matmul_plan(g: &Graph, node: Node) -> Option<MatMulPlan> {
     let nd = &g.nodes[node];
-    let (operands, nodes, yields): (&[Value], &[Node], &[Value]) = match nd.op {
-        Op::MatMul => (&nd.operands, std::slice::from_ref(&node), &nd.results),
-        Op::Fusion => {
+    let (operands, nodes, yields): (&[Value], &[Node], &[Value]) = match role(nd.op) {
+        Role::MatMul => (&nd.operands, std::slice::from_ref(&node), &nd.results),
+        Role::Fusion => {
             let r = &g.regions[nd.regions[0]];
             (&r.params, &r.nodes, &r.yields)
         }
-        _ => return None,
+        Role::Elementwise | Role::Comparison | Role::Reduction | Role::Constant | Role::Interpreted => return None,
     };
     let (&mm, rest) = nodes.split_first()?;
     let md = &g.nodes[mm];
@@ -258,6 +309,57 @@ pub fn matmul_plan(g: &Graph, node: Node) -> Option<MatMulPlan> {
         Some((p, used))
     };
     Some(MatMulPlan { m, k, n, lhs, rhs, epilogue })
+}
+
+/// What a kernel computes.
+#[derive(Clone, Debug)]
+pub enum KernelPlan {
+    Loop(LoopPlan),
+    MatMul(MatMulPlan),
+}
+
+impl KernelPlan {
+    /// The loop plan code is generated from: the loop's own, or a matmul's epilogue (`None`
+    /// for a lone product, which the run half computes).
+    pub fn code(&self) -> Option<&LoopPlan> {
+        match self {
+            KernelPlan::Loop(p) => Some(p),
+            KernelPlan::MatMul(mp) => mp.epilogue.as_ref().map(|(p, _)| p),
+        }
+    }
+}
+
+/// A node that runs as a kernel, with its plan.
+#[derive(Clone, Debug)]
+pub struct Kernel {
+    /// The name of its graph.
+    pub graph: String,
+    pub node: Node,
+    pub plan: KernelPlan,
+}
+
+/// Every node of the module that becomes a kernel: graph by graph, each in walk order (nested
+/// regions included; the nodes inside a fusion run as part of it), with a matmul plan where
+/// the node has one, else a loop plan. Backends compile them in this order.
+pub fn kernels(m: &Module) -> Vec<Kernel> {
+    let mut out = Vec::new();
+    for g in &m.graphs {
+        for n in g.walk() {
+            let inside_fusion = g.regions[g.nodes[n].parent].parent.is_some_and(|p| g.nodes[p].op == Op::Fusion);
+            if inside_fusion {
+                continue;
+            }
+            let plan = match matmul_plan(g, n) {
+                Some(mp) => KernelPlan::MatMul(mp),
+                None => match plan(g, n) {
+                    Some(p) => KernelPlan::Loop(p),
+                    None => continue,
+                },
+            };
+            out.push(Kernel { graph: g.name.clone(), node: n, plan });
+        }
+    }
+    out
 }
 
 /// A loop plan computing `yields` from `inputs` through `nodes`, all elementwise; with
@@ -409,11 +511,11 @@ fn mask_steps(steps: &[Step]) -> Option<Vec<bool>> {
 }
 
 fn is_reduction(op: Op) -> bool {
-    matches!(op, Op::ReduceSum | Op::ReduceMax | Op::ReduceMin | Op::ReduceMean)
+    role(op) == Role::Reduction
 }
 
 fn is_comparison(op: Op) -> bool {
-    matches!(op, Op::Less | Op::LessEqual | Op::Greater | Op::GreaterEqual | Op::Equal | Op::NotEqual)
+    role(op) == Role::Comparison
 }
 
 fn lower_node(g: &Graph, m: Node, index: &std::collections::HashMap<Value, usize>) -> Option<Step> {
@@ -432,8 +534,8 @@ fn lower_node(g: &Graph, m: Node, index: &std::collections::HashMap<Value, usize
         }
     }
     let arg = |i: usize| md.operands.get(i).and_then(|v| index.get(v).copied());
-    Some(match md.op {
-        Op::Constant => {
+    Some(match role(md.op) {
+        Role::Constant => {
             let lit = match md.attrs.get("value")? {
                 graphc_ir::Attr::Tensor(t) => t,
                 _ => return None,
@@ -444,8 +546,7 @@ fn lower_node(g: &Graph, m: Node, index: &std::collections::HashMap<Value, usize
                 _ => return None,
             }
         }
-        Op::Select => Step::Select(arg(0)?, arg(1)?, arg(2)?),
-        op if is_reduction(op) => {
+        Role::Reduction => {
             // Along the last axis only (the kernel's columns), keeping it, so that the result
             // broadcasts along the row it came from.
             let rank = g.values[md.operands[0]].ty.as_tensor()?.rank() as i64;
@@ -453,13 +554,17 @@ fn lower_node(g: &Graph, m: Node, index: &std::collections::HashMap<Value, usize
                 return None;
             }
             match md.attrs.ints("axes")? {
-                [a] if rank > 0 && (*a == rank - 1 || *a == -1) => Step::Reduce(op, arg(0)?),
+                [a] if rank > 0 && (*a == rank - 1 || *a == -1) => Step::Reduce(md.op, arg(0)?),
                 _ => return None,
             }
         }
-        op if md.operands.len() == 1 => Step::Unary(op, arg(0)?),
-        op if md.operands.len() == 2 => Step::Binary(op, arg(0)?, arg(1)?),
-        _ => return None,
+        Role::Elementwise if md.op == Op::Select => Step::Select(arg(0)?, arg(1)?, arg(2)?),
+        Role::Elementwise | Role::Comparison => match md.operands.len() {
+            1 => Step::Unary(md.op, arg(0)?),
+            2 => Step::Binary(md.op, arg(0)?, arg(1)?),
+            _ => return None,
+        },
+        Role::MatMul | Role::Fusion | Role::Interpreted => return None,
     })
 }
 
