@@ -1,4 +1,5 @@
-//! The only unsafe code of the CPU backend's run half: calling generated code. Generated code
+//! The unsafe code of the CPU backend's run half that matters: calling generated code (the
+//! other is `math.rs`'s `no_mangle`, which only names functions). Generated code
 //! checks nothing, so everything it will touch is checked here against the extents its plan
 //! reads and writes before each call; every function here is safe whatever buffers it is
 //! given, and making an [`Entry`] is the one `unsafe` step (its contract ties the code to the
@@ -24,6 +25,11 @@ pub struct Extents {
     pub outs: Vec<usize>,
     /// Scratch elements (a row per cached step).
     pub scratch: usize,
+    /// The inputs an output may be written over (read element for element in the output's
+    /// layout, each element before it is written): only these may be passed as
+    /// [`In::Output`], since for any other input one row block would read what another is
+    /// writing.
+    pub in_place: Vec<usize>,
 }
 
 /// A kernel's entry point, the extents of the buffers it runs on, and the owner of its code.
@@ -58,7 +64,8 @@ impl Entry {
     /// pointers valid for writes of `extents.outs` elements each and a scratch of
     /// `extents.scratch` elements, touches nothing else (no access beyond those extents, no
     /// reads of output elements it has not written unless that output is also passed as the
-    /// input it overwrites), writes every output element of the rows it runs, and is safe to
+    /// input it overwrites, which it may only be for an input in `extents.in_place`, read
+    /// element for element in the output's layout and each element before it is written), writes every output element of the rows it runs, and is safe to
     /// call from several threads at once on disjoint rows. Its code must stay mapped and
     /// unchanged as long as `code` lives.
     pub unsafe fn new(f: KernelFn, extents: Extents, code: Arc<dyn Any + Send + Sync>) -> Entry {
@@ -101,8 +108,18 @@ impl Entry {
         if blocks.iter().map(|&(r0, r1)| r1 - r0).sum::<usize>() != e.rows {
             return Err(format!("rows {blocks:?} do not cover the kernel's {} rows", e.rows));
         }
-        let in_place: Vec<usize> =
-            ins.iter().filter_map(|i| if let In::Output(k) = i { Some(*k) } else { None }).collect();
+        let mut in_place: Vec<usize> = Vec::new();
+        for (i, x) in ins.iter().enumerate() {
+            if let In::Output(k) = *x {
+                if !e.in_place.contains(&i) {
+                    return Err(format!("input {i} may not be written over in place"));
+                }
+                if e.outs.get(k) != Some(&e.ins[i]) || in_place.contains(&k) {
+                    return Err(format!("input {i} cannot be read from output {k}"));
+                }
+                in_place.push(k);
+            }
+        }
         for (k, v) in outs.iter_mut().enumerate() {
             if in_place.contains(&k) {
                 if v.len() < e.outs[k] {
@@ -142,7 +159,8 @@ impl Entry {
                     // `run` returns), the rows are within the plan's and disjoint between
                     // blocks (checked above), so concurrent calls write disjoint elements;
                     // outputs are distinct vectors, and an input aliases an output only
-                    // where the plan writes over it; the scratch is exclusively borrowed
+                    // where `e.in_place` allows it (checked above, one input per output, of
+                    // the output's extent); the scratch is exclusively borrowed
                     // and long enough.
                     unsafe { (self.f)(bufs.ins.as_ptr(), bufs.outs.as_ptr(), r0 as i64, r1 as i64, s.as_mut_ptr()) };
                     Ok(())
@@ -242,4 +260,42 @@ pub fn matmul(
         *x += 0.0;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Never called: every case below fails its checks first.
+    unsafe extern "C" fn never(_: *const *const f32, _: *const *mut f32, _: i64, _: i64, _: *mut f32) {
+        unreachable!("the checks reject the call")
+    }
+
+    fn entry(in_place: Vec<usize>) -> Entry {
+        let extents = Extents { rows: 2, ins: vec![6, 3], outs: vec![6, 2], scratch: 0, in_place };
+        // SAFETY: the entry is only run with arguments its checks reject, so `never` is not
+        // called.
+        unsafe { Entry::new(never, extents, Arc::new(())) }
+    }
+
+    #[test]
+    fn only_the_inputs_the_plan_allows_are_written_over() {
+        let scratch = |len: usize, f: &mut dyn FnMut(&mut [f32])| f(&mut vec![0.0; len]);
+        let b = [0.0f32; 3];
+        let run = |e: &Entry, ins: &[In<'_>]| {
+            let mut outs = vec![vec![0.0f32; 6], vec![0.0f32; 2]];
+            e.run(ins, &mut outs, &[(0, 2)], scratch)
+        };
+        // Input 1 (a broadcast row) over output 0: other row blocks would read what one writes.
+        let e = entry(vec![0]);
+        let err = run(&e, &[In::Slice(&[0.0; 6]), In::Output(0)]).unwrap_err();
+        assert!(err.contains("input 1 may not be written over"), "{err}");
+        // Input 0 over the per-row output 1, which is shorter than it.
+        let err = run(&e, &[In::Output(1), In::Slice(&b)]).unwrap_err();
+        assert!(err.contains("cannot be read from output 1"), "{err}");
+        // Nothing may be written over in place when the plan allows nothing.
+        let e = entry(vec![]);
+        let err = run(&e, &[In::Output(0), In::Slice(&b)]).unwrap_err();
+        assert!(err.contains("input 0 may not be written over"), "{err}");
+    }
 }

@@ -15,6 +15,7 @@ pub fn extents(p: &LoopPlan) -> Extents {
         ins: p.inputs.iter().map(reach).collect(),
         outs: p.per_row.iter().map(|&r| if r { rows } else { rows * cols }).collect(),
         scratch: p.cached.len() * cols,
+        in_place: p.overwritable(),
     }
 }
 
