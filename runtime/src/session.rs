@@ -312,7 +312,13 @@ impl Session {
         let deadline = self.options.step_timeout.and_then(|t| Some((Instant::now().checked_add(t)?, t)));
         self.activity.enter(plans.len());
         let run_one = |plan: Plan| {
-            let result = self.execute(plan, step, rendezvous, &cancelled, deadline);
+            // An executor that panics (a bug, or a foreign executor's) fails its graph like an
+            // error: the others are cancelled, and the session's count of active runs, which
+            // deadlock detection compares with the blocked ones, stays right.
+            let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                self.execute(plan, step, rendezvous, &cancelled, deadline)
+            }))
+            .unwrap_or_else(|_| Err(RunError::internal("a step's graph panicked")));
             self.activity.leave();
             if let Err(e) = &result {
                 cancelled.store(true, Ordering::Relaxed);
@@ -333,9 +339,7 @@ impl Session {
                 for (plan, slot) in plans.into_iter().zip(&slots) {
                     let run_one = &run_one;
                     s.spawn(move |_| {
-                        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run_one(plan)))
-                            .unwrap_or_else(|_| Err(RunError::internal("a step thread panicked")));
-                        *crate::wait::lock(slot) = Some(r);
+                        *crate::wait::lock(slot) = Some(run_one(plan));
                     });
                 }
             });

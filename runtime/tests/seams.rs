@@ -245,6 +245,41 @@ fn what_an_executor_returns_is_checked_against_the_graph() {
     assert_eq!(out.get("y").unwrap(), &f32t(&[2], &[-1.0, -2.0]));
 }
 
+/// An executor with a bug.
+#[derive(Debug)]
+struct Panicking;
+
+impl Executor for Panicking {
+    fn run(&self, _: ExecContext<'_>) -> Result<ExecOutput, RunError> {
+        panic!("an executor's bug")
+    }
+}
+
+#[test]
+fn an_executor_that_panics_fails_its_step_and_the_session_goes_on() {
+    // With deadlock detection on: a panic that left the session counting a run as active
+    // would leave every later blocked step waiting out its timeout instead of failing at once.
+    let opts =
+        SessionOptions { detect_deadlock: true, wait_timeout: Some(Duration::from_secs(30)), ..Default::default() };
+    let src =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../ir-spec/examples/partitioned.gir")).unwrap();
+    let mut s = Session::new(graphc_ir::parse_module(&src).unwrap(), opts).unwrap();
+    s.set_executor("part_cpu1", Arc::new(Panicking)).unwrap();
+    let e = partitioned_step(&s).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Internal, "{e}");
+    assert!(e.message.contains("panicked"), "{e}");
+    // One graph alone, on the calling thread.
+    let e = s.run(RunRequest::new("part_cpu1")).unwrap_err();
+    assert!(e.message.contains("panicked"), "{e}");
+    // The receiving partition alone blocks in its recv: a deadlock, reported at once.
+    s.set_executor("part_cpu1", Arc::new(InterpExecutor::new())).unwrap();
+    let start = Instant::now();
+    let e = s.run(RunRequest::new("part_cpu1")).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Deadlock, "{e}");
+    assert!(start.elapsed() < Duration::from_secs(10));
+    partitioned_step(&s).unwrap();
+}
+
 /// `x + x` for a node `add %x, %x`, counting its runs: through the reference kernel (a quick
 /// first tier), or by hand (a later one).
 #[derive(Debug, Default)]
