@@ -1,6 +1,7 @@
-//! The graphc compiler: the pass pipeline (canonicalization, folding, CSE, DCE, fusion) over
-//! the IR of `graphc-ir`, and, with later issues, the backends. The `graphc` binary is the
-//! command-line front of this library.
+//! The graphc compiler: the driver (one path from a file to a session), the pass pipeline
+//! (canonicalization, folding, CSE, DCE, fusion), placement and partitioning over the IR of
+//! `graphc-ir`, the plans of kernels, and the backends behind one trait. The `graphc` binary is
+//! the command-line front of this library.
 
 pub mod backend;
 pub mod dot;

@@ -213,7 +213,7 @@ fn filetests() {
             }
             let mut pm = PassManager::with_context(&run, &ctx)?;
             pm.verify_each = true;
-            let ran = pm.run(&mut m, &mut |_| {}).map_err(|e| e.message);
+            let ran = pm.run(&mut m, &mut |_| {}).map_err(|e| e.to_string());
             match (ran, error) {
                 (Err(e), Some(want)) if e.contains(&want) => return Ok(()),
                 (Err(e), Some(want)) => return Err(format!("ERROR: expected '{want}', got: {e}")),

@@ -24,6 +24,7 @@ impl Backend for Jit {
             count: kernels.len(),
             compile_time: kernels.compile_time,
             listings: kernels.listings.clone(),
+            table: Some(kernels.table().clone()),
             kernels: Some(kernels),
         })
     }

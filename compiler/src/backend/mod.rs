@@ -16,7 +16,7 @@ mod jit;
 
 use graphc_ir::DeviceSpec;
 use graphc_ir::Module;
-use graphc_runtime::{CompiledKernels, Executor};
+use graphc_runtime::{CompiledKernels, Executor, KernelTable};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -58,6 +58,9 @@ pub trait Backend: Sync + std::fmt::Debug {
 pub struct Compiled {
     /// Kernels for some nodes; `None` runs every node on the reference kernels.
     pub kernels: Option<Arc<dyn CompiledKernels>>,
+    /// Where those kernels are looked up node by node, when the backend keeps them in the
+    /// runtime's table: a later tier replaces them there, one at a time, while sessions run.
+    pub table: Option<Arc<KernelTable>>,
     /// How many nodes run compiled code.
     pub count: usize,
     pub compile_time: Duration,

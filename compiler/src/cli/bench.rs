@@ -41,8 +41,6 @@ fn bench_loaded(a: &BenchArgs, file: &SourceFile, module: Module) -> anyhow::Res
         memory_limit: a.memory_limit,
         ..Default::default()
     };
-    // Until `driver::session` takes compile options: the same session, with --isa and
-    // --dump-code.
     let listings = Listings { code: a.dump_code.is_some(), ..Default::default() };
     let compile_options = CompileOptions { isa: a.isa, listings };
     let (session, compiled, warning) = driver::session(backend, module, options, &compile_options)?;

@@ -49,8 +49,7 @@ pub fn fmt(a: &FmtArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     if a.in_place && a.file != Path::new("-") {
-        graphc_runtime::fsutil::write_atomically(&a.file, |f| f.write_all(text.as_bytes()))
-            .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", a.file.display()))?;
+        super::output::write_file(&a.file, &text)?;
     } else {
         std::io::stdout().write_all(text.as_bytes())?;
     }

@@ -13,8 +13,22 @@ use args::{Cli, Command};
 use clap::Parser;
 use std::process::ExitCode;
 
+/// The environment variables earlier versions read, and the flags that replace them: set and
+/// silently ignored, they would leave a script believing it got what it asked for.
+const RETIRED: [(&str, &str); 4] = [
+    ("GRAPHC_JIT_ISA", "--isa"),
+    ("GRAPHC_JIT_CLIF", "graphc opt --emit clif"),
+    ("GRAPHC_JIT_DISASM", "graphc opt --emit asm"),
+    ("GRAPHC_JIT_DUMP", "graphc bench --dump-code DIR"),
+];
+
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
+    for (var, instead) in RETIRED {
+        if std::env::var_os(var).is_some() {
+            eprintln!("warning: {var} is no longer read; use {instead}");
+        }
+    }
     let result = match cli.command {
         Command::Check(a) => ir::check(&a),
         Command::Fmt(a) => ir::fmt(&a),

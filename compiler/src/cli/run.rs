@@ -38,7 +38,6 @@ fn run_loaded(a: &RunArgs, file: &SourceFile, module: Module) -> anyhow::Result<
         max_trace_events: None,
         memory_limit: a.memory_limit,
     };
-    // Until `driver::session` takes compile options: the same session, with --isa.
     let compile_options = CompileOptions { isa: a.isa, ..Default::default() };
     let (session, _, warning) = driver::session(backend, module, options, &compile_options)?;
     if let Some(w) = warning {

@@ -66,8 +66,7 @@ pub fn simulate(a: &SimulateArgs) -> anyhow::Result<ExitCode> {
     }
     if let Some(path) = &a.trace {
         let text = graphc::trace::chrome_trace(&tracks, &spans);
-        graphc_runtime::fsutil::write_atomically(path, |f| std::io::Write::write_all(f, text.as_bytes()))
-            .map_err(|e| anyhow!("cannot write {}: {e}", path.display()))?;
+        super::output::write_file(path, &text)?;
         say!("predicted timeline -> {}", path.display());
     }
     Ok(ExitCode::SUCCESS)

@@ -1,9 +1,9 @@
 //! From a loaded module to a session: the lowerings every backend runs and the backend's
 //! pipeline, then the backend's kernels in a session of the runtime.
 
-use crate::backend::{Backend, CompileOptions, Compiled, LOWERINGS};
+use crate::backend::{Backend, CompileOptions, Compiled, Isa, LOWERINGS};
 use crate::passes::PassManager;
-use graphc_ir::{DeviceSpec, Module, SourceFile};
+use graphc_ir::{DeviceSpec, Graph, Module, SourceFile};
 use graphc_runtime::{Session, SessionOptions};
 
 /// The module as `backend` runs it: the lowerings every backend runs, then the backend's
@@ -20,10 +20,11 @@ pub fn optimize(backend: &dyn Backend, mut m: Module, as_written: bool, file: &S
     Ok(m)
 }
 
-/// A session running `m` with `backend`'s kernels, compiled with `compile`, each graph on
-/// the executor the backend gives for its device. When the backend cannot compile (a host
-/// Cranelift cannot target, or a compiler bug) the interpreter runs everything, and the
-/// warning says why.
+/// A session running `m` with `backend`'s kernels, compiled with `compile`, each partition
+/// on the executor the backend gives for its device. When the backend cannot compile with the
+/// default instruction set (a host Cranelift cannot target, or a compiler bug) the interpreter
+/// runs everything, and the warning says why; an instruction set asked for (`--isa`) that
+/// cannot be had is an error.
 pub fn session(
     backend: &dyn Backend,
     m: Module,
@@ -32,20 +33,19 @@ pub fn session(
 ) -> anyhow::Result<(Session, Compiled, Option<String>)> {
     let (compiled, warning) = match backend.compile_with(&m, compile) {
         Ok(c) => (c, None),
+        Err(e) if compile.isa != Isa::Native => anyhow::bail!("cannot compile for --isa {}: {e}", compile.isa.name()),
         Err(e) => (
             Compiled::default(),
             Some(format!("{} compilation failed ({e}); running on the interpreter", backend.name().to_uppercase())),
         ),
     };
-    // Each graph's device: a partition's nodes all carry it.
-    let devices: Vec<(String, DeviceSpec)> = m
-        .graphs
-        .iter()
-        .filter_map(|g| {
-            let device = g.regions[g.body].nodes.iter().find_map(|&n| g.nodes[n].device.clone())?;
-            Some((g.name.clone(), device))
-        })
-        .collect();
+    // Backend executors only for what the backend compiled, and only for partitions: graphs
+    // whose every node is on one device.
+    let devices: Vec<(String, DeviceSpec)> = if warning.is_some() {
+        Vec::new()
+    } else {
+        m.graphs.iter().filter_map(|g| Some((g.name.clone(), partition_device(g)?))).collect()
+    };
     let mut session = match &compiled.kernels {
         Some(k) => Session::with_compiled(m, options, k.clone()),
         None => Session::new(m, options),
@@ -57,4 +57,11 @@ pub fn session(
         }
     }
     Ok((session, compiled, warning))
+}
+
+/// The device every node of the graph's body is on, if there is one.
+fn partition_device(g: &Graph) -> Option<DeviceSpec> {
+    let mut devices = g.regions[g.body].nodes.iter().map(|&n| g.nodes[n].device.clone());
+    let first = devices.next()??;
+    devices.all(|d| d.as_ref() == Some(&first)).then_some(first)
 }

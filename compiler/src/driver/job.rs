@@ -76,9 +76,6 @@ pub struct Prepared {
 }
 
 /// Selects the graphs, makes their inputs (from .npy files or seeded random data), places and
-/// partitions on `--devices`, and builds the requests of one step. `None` when placement
-/// failed (its diagnostics are printed).
-/// Selects the graphs, makes their inputs (from .npy files or seeded random data), places and
 /// partitions on the devices, and builds the requests of one step. A placement failure is
 /// [`super::report::Reported`].
 pub fn prepare(a: &Inputs<'_>, devices: &Devices, file: &SourceFile, module: Module) -> anyhow::Result<Prepared> {

@@ -51,7 +51,8 @@ pub fn place_and_partition(ctx: PassContext, file: &SourceFile, mut module: Modu
             let text: String = e.diagnostics.iter().map(|d| d.render(file)).collect();
             return Err(Reported(text).into());
         }
-        anyhow::bail!("{}: {e}", file.name);
+        // In the pass's own words, as before partitioning was a pass.
+        anyhow::bail!("{}: {}", file.name, e.message);
     }
     let groups = ctx.partitions();
     Ok(Placed { module, groups, ctx })

@@ -25,19 +25,27 @@ pub trait Pass {
 /// diagnostics a front end renders against the source.
 #[derive(Clone, Debug)]
 pub struct PassError {
+    /// What went wrong, in the pass's words.
     pub message: String,
     pub diagnostics: Vec<Diagnostic>,
+    /// The pass that failed, once the manager knows it (it heads the message shown).
+    pub pass: Option<&'static str>,
 }
 
 impl From<String> for PassError {
     fn from(message: String) -> Self {
-        PassError { message, diagnostics: Vec::new() }
+        PassError { message, diagnostics: Vec::new(), pass: None }
     }
 }
 
 impl std::fmt::Display for PassError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.message)
+        match self.pass {
+            // `pass 'fuse' failed on @g: ...`
+            Some(pass) if self.message.starts_with("on @") => write!(f, "pass '{pass}' failed {}", self.message),
+            Some(pass) => write!(f, "pass '{pass}' failed: {}", self.message),
+            None => f.write_str(&self.message),
+        }
     }
 }
 
@@ -90,10 +98,7 @@ impl PassManager {
         for pass in &self.passes {
             let start = Instant::now();
             let changed = pass.run_module(m).map_err(|mut e| {
-                e.message = match e.message.strip_prefix("on @") {
-                    Some(_) => format!("pass '{}' failed {}", pass.name(), e.message),
-                    None => format!("pass '{}' failed: {}", pass.name(), e.message),
-                };
+                e.pass = Some(pass.name());
                 e
             })?;
             timings.push(Timing { pass: pass.name(), time: start.elapsed(), changed });

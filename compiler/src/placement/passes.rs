@@ -51,7 +51,7 @@ impl Pass for Place {
     }
     fn run_module(&self, m: &mut Module) -> Result<bool, PassError> {
         let cost = CostModel::new(&self.0.cluster, self.0.profile.as_ref());
-        place_module(m, &cost).map_err(|d| PassError { message: d.flat_message(), diagnostics: vec![d] })
+        place_module(m, &cost).map_err(|d| PassError { message: d.flat_message(), diagnostics: vec![d], pass: None })
     }
 }
 

@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 pub struct CpuKernels {
     /// The runtime's table of replaceable kernels (a faster tier may swap one while sessions
     /// run). Each kernel keeps its code alive.
-    table: KernelTable,
+    table: Arc<KernelTable>,
     /// How long compilation took.
     pub compile_time: Duration,
     /// What `CompileOptions::listings` asked to keep of each kernel with code, in the order of
@@ -68,7 +68,7 @@ impl CpuKernels {
             planned.push((k, id));
         }
         let mut entries = jit::link(jit)?;
-        let table = KernelTable::new();
+        let table = Arc::new(KernelTable::new());
         for (k, id) in planned {
             let entry = id.and_then(|id| entries.remove(&id));
             let kernel = match (&k.plan, entry) {
@@ -87,7 +87,7 @@ impl CpuKernels {
     }
 
     /// The table the kernels are looked up in, where a later tier replaces them one at a time.
-    pub fn table(&self) -> &KernelTable {
+    pub fn table(&self) -> &Arc<KernelTable> {
         &self.table
     }
 
