@@ -477,8 +477,29 @@ fn rounded_differently(m: &Module, k: u64) -> Module {
                 };
                 let (again, c) = (g.nodes[again].results[0], g.nodes[c].results[0]);
                 let Ok(scaled) = g.insert_node(r, at + 2, NodeSpec::new(Op::Mul, vec![again, c])) else { continue };
-                let scaled = g.nodes[scaled].results[0];
-                g.replace_all_uses(nd.results[0], scaled);
+                let mut result = g.nodes[scaled].results[0];
+                // A sum's bound is also absolute where its terms cancel: 2^-50 of the sum of
+                // their magnitudes, so a sum near zero may come out with either sign.
+                if matches!(nd.op, Op::ReduceSum | Op::ReduceMean) {
+                    let shift = if factor > 1.0 { 1.0 } else { -1.0 } / (1u64 << 50) as f32;
+                    let mut magnitude = NodeSpec::new(nd.op, vec![]);
+                    magnitude.attrs = nd.attrs.clone();
+                    let moved = (|| -> Result<Value, graphc_ir::ops::InferError> {
+                        let abs = g.insert_node(r, at + 3, NodeSpec::new(Op::Abs, vec![nd.operands[0]]))?;
+                        magnitude.operands = vec![g.nodes[abs].results[0]];
+                        let sum = g.insert_node(r, at + 4, magnitude)?;
+                        let c = g.insert_node(r, at + 5, scalar(shift))?;
+                        let (sum, c) = (g.nodes[sum].results[0], g.nodes[c].results[0]);
+                        let d = g.insert_node(r, at + 6, NodeSpec::new(Op::Mul, vec![sum, c]))?;
+                        let d = g.nodes[d].results[0];
+                        let moved = g.insert_node(r, at + 7, NodeSpec::new(Op::Add, vec![result, d]))?;
+                        Ok(g.nodes[moved].results[0])
+                    })();
+                    if let Ok(moved) = moved {
+                        result = moved;
+                    }
+                }
+                g.replace_all_uses(nd.results[0], result);
             }
         }
     }
