@@ -479,7 +479,8 @@ fn rounded_differently(m: &Module, k: u64) -> Module {
                 let Ok(scaled) = g.insert_node(r, at + 2, NodeSpec::new(Op::Mul, vec![again, c])) else { continue };
                 let mut result = g.nodes[scaled].results[0];
                 // A sum's bound is also absolute where its terms cancel: 2^-50 of the sum of
-                // their magnitudes, so a sum near zero may come out with either sign.
+                // their magnitudes, so a sum near zero may come out with either sign, or as
+                // zero.
                 if matches!(nd.op, Op::ReduceSum | Op::ReduceMean) {
                     let shift = if factor > 1.0 { 1.0 } else { -1.0 } / (1u64 << 50) as f32;
                     let mut magnitude = NodeSpec::new(nd.op, vec![]);
@@ -493,7 +494,24 @@ fn rounded_differently(m: &Module, k: u64) -> Module {
                         let d = g.insert_node(r, at + 6, NodeSpec::new(Op::Mul, vec![sum, c]))?;
                         let d = g.nodes[d].results[0];
                         let moved = g.insert_node(r, at + 7, NodeSpec::new(Op::Add, vec![result, d]))?;
-                        Ok(g.nodes[moved].results[0])
+                        let moved = g.nodes[moved].results[0];
+                        if k % 4 != 3 {
+                            return Ok(moved);
+                        }
+                        // And every value in between: zero where the bound reaches it, which a
+                        // later division or logarithm turns into its pole.
+                        let mut at = at + 8;
+                        let mut node = |g: &mut Graph, spec: NodeSpec| {
+                            let n = g.insert_node(r, at, spec)?;
+                            at += 1;
+                            Ok::<Value, graphc_ir::ops::InferError>(g.nodes[n].results[0])
+                        };
+                        let size = node(g, NodeSpec::new(Op::Abs, vec![result]))?;
+                        let reach = node(g, NodeSpec::new(Op::Abs, vec![d]))?;
+                        let within = node(g, NodeSpec::new(Op::LessEqual, vec![size, reach]))?;
+                        let nought = node(g, scalar(0.0))?;
+                        let zero = node(g, NodeSpec::new(Op::Mul, vec![result, nought]))?;
+                        node(g, NodeSpec::new(Op::Select, vec![within, zero, moved]))
                     })();
                     if let Ok(moved) = moved {
                         result = moved;
