@@ -418,7 +418,8 @@ fn close_spec(want: &Tensor, got: &Tensor, floor: f64) -> Result<(), String> {
 /// `close_spec`, where the interpreter's results `nearby` (the same computation with its
 /// inexact ops rounded otherwise, `rounded_differently`) show how far rounding alone moves
 /// each element: within four times their scatter passes, and a NaN or an infinity on one side
-/// only passes where they show the element at such a singularity.
+/// only passes where they show the element at such a singularity (one of them, or a large
+/// value of either sign around the interpreter's: a pole in between).
 fn close_near(want: &Tensor, got: &Tensor, floor: f64, nearby: &[Tensor]) -> Result<(), String> {
     if want.ty() != got.ty() {
         return Err(format!("interpreter gives {}, compiled {}", want.ty(), got.ty()));
@@ -436,7 +437,14 @@ fn close_near(want: &Tensor, got: &Tensor, floor: f64, nearby: &[Tensor]) -> Res
     for (i, (a, b)) in want.to_f64_vec().into_iter().zip(got.to_f64_vec()).enumerate() {
         let mut near = nearby.iter().map(|n| n[i]);
         let ok = if class(a) != 0 || class(b) != 0 {
-            class(a) == class(b) || near.any(|x| class(x) == class(b) || class(x) != class(a))
+            let near: Vec<f64> = near.collect();
+            // Rounding that flips a large result's sign straddles a pole (x / (tanh x - x)
+            // near 0): the compiled side may have landed on it.
+            let pole = class(a) == 0
+                && (class(b) == 1 || class(b) == 2)
+                && near.iter().any(|&x| x >= a.abs())
+                && near.iter().any(|&x| x <= -a.abs());
+            class(a) == class(b) || pole || near.iter().any(|&x| class(x) == class(b) || class(x) != class(a))
         } else {
             let spread = near.map(|x| if x.is_finite() { (x - a).abs() } else { f64::INFINITY }).fold(0.0, f64::max);
             (a - b).abs() <= (1e-4 * a.abs()).max(floor) + 4.0 * spread
