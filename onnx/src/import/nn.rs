@@ -170,7 +170,7 @@ fn lrn(imp: &mut Importer, n: &NodeProto) -> Result<Vec<Value>> {
 fn dropout_identity(imp: &mut Importer, n: &NodeProto, mask_dtype: DType) -> Result<Vec<Value>> {
     let x = imp.input(n, 0)?;
     let y = imp.unary(Op::Identity, x)?;
-    if !n.output.get(1).is_some_and(|o| !o.is_empty()) {
+    if n.output.get(1).is_none_or(|o| o.is_empty()) {
         return Ok(vec![y]);
     }
     let dims = imp.shape(x)?;
