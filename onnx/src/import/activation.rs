@@ -35,6 +35,7 @@ pub(super) const OPS: &[OpEntry] = &[
     OpEntry::since("Selu", 6, |imp, n| activation(imp, n, Act::Selu)),
     OpEntry::since("HardSigmoid", 6, |imp, n| activation(imp, n, Act::HardSigmoid)),
     OpEntry::since("PRelu", 7, prelu),
+    OpEntry::since("Celu", 12, |imp, n| activation(imp, n, Act::Celu)),
 ];
 
 /// The activations of one input that [`activation`] composes.

@@ -64,6 +64,9 @@ pub(super) const OPS: &[OpEntry] = &[
     OpEntry::since("And", 1, |imp, n| legacy_binary(imp, n, Op::And)),
     OpEntry::since("Or", 1, |imp, n| legacy_binary(imp, n, Op::Or)),
     OpEntry::since("Xor", 1, |imp, n| legacy_binary(imp, n, Op::NotEqual)),
+    // Introduced in 12 (16 adds types).
+    OpEntry::since("GreaterOrEqual", 12, |imp, n| binary(imp, n, Op::GreaterEqual)),
+    OpEntry::since("LessOrEqual", 12, |imp, n| binary(imp, n, Op::LessEqual)),
     // Pow 7 broadcasts; its exponent has the base's type (12 lets them differ: a superset).
     OpEntry::since("Pow", 7, pow),
     // Version 6 dropped `consumed_inputs`; later versions only add element types.
