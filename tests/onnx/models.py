@@ -139,13 +139,14 @@ def main():
     models = sorted(
         f[: -len(".onnx")] for f in os.listdir(light) if f.endswith(".onnx") and flt in f
     )
-    work = os.path.join(ROOT, "target", "onnx-models")
-    os.makedirs(work, exist_ok=True)
+    work_root = os.path.join(ROOT, "target", "onnx-models")
 
     failed = {}
     passed = {m: True for m in models}
     for backend in backends:
         total = 0.0
+        work = os.path.join(work_root, backend)  # one per backend: runs may go side by side
+        os.makedirs(work, exist_ok=True)
         print(f"== backend {backend}", flush=True)
         for m in models:
             err, secs = run_model(graphc, os.path.join(light, m + ".onnx"), work, backend)
