@@ -42,8 +42,14 @@ pub struct ImportOptions {
 
 pub(crate) type Result<T> = std::result::Result<T, String>;
 
-/// The oldest version of the default operator set that graphc imports.
+/// The opset version from which the converters of [`entry::OpEntry::new`] rows are checked:
+/// such a row serves this version and later ones. Operators whose earlier versions graphc
+/// also imports have rows of their own for them, with each version's semantics.
 pub(crate) const FIRST_OPSET: i64 = 13;
+
+/// The oldest version of the default operator set a model may import. A model between this and
+/// [`FIRST_OPSET`] imports when each of its operators has an entry for that version.
+pub(crate) const OLDEST_OPSET: i64 = 6;
 
 /// Imports a decoded model. `base` is the model's directory (for external data).
 pub fn import_model(model: &ModelProto, base: &Path, options: &ImportOptions) -> Result<Module> {
@@ -53,8 +59,8 @@ pub fn import_model(model: &ModelProto, base: &Path, options: &ImportOptions) ->
         .find(|o| matches!(o.domain.as_deref(), None | Some("") | Some("ai.onnx")))
         .and_then(|o| o.version)
         .ok_or("the model imports no version of the default ONNX operator set")?;
-    if opset < FIRST_OPSET {
-        return Err(format!("the model uses ONNX opset {opset}; graphc imports opset {FIRST_OPSET} and later"));
+    if opset < OLDEST_OPSET {
+        return Err(format!("the model uses ONNX opset {opset}; graphc imports opset {OLDEST_OPSET} and later"));
     }
     let graph = model.graph.as_ref().ok_or("the model has no graph")?;
     let mut imp = Importer::new(graph, base, opset, options)?;
@@ -78,8 +84,13 @@ fn convert_node(imp: &mut Importer, n: &NodeProto) -> Result<()> {
         return Err(format!("operator domain '{}' is not supported", n.domain.as_deref().unwrap_or("")));
     }
     let op_type = n.op_type.as_deref().unwrap_or_default();
-    let entry = dispatch::lookup(op_type, imp.opset)
-        .ok_or_else(|| format!("operator '{op_type}' is not supported (opset {})", imp.opset))?;
+    let entry = dispatch::lookup(op_type, imp.opset).ok_or_else(|| match dispatch::first_since(op_type) {
+        Some(since) => format!(
+            "operator '{op_type}' is supported from opset {since} on; the version in opset {} is not",
+            imp.opset
+        ),
+        None => format!("operator '{op_type}' is not supported (opset {})", imp.opset),
+    })?;
     let outs = (entry.convert)(imp, n)?;
     imp.bind(n, outs)
 }

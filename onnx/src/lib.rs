@@ -1,7 +1,8 @@
 //! graphc-onnx: the ONNX front end. Reads `.onnx` models (protobuf, with external data) into
 //! graphc IR; the result is ordinary IR that checks, round-trips and runs like any `.gir`.
 //!
-//! Supported: the default operator set from opset 13 on, float32/float64/int32/int64/bool
+//! Supported: the default operator set from opset 6 on (each operator where graphc knows its
+//! version at the model's opset), float32/float64/int32/int64/bool
 //! tensors with static shapes, and the operators MLPs and transformers need. What cannot be
 //! imported is one error naming the node, the operator and the reason.
 

@@ -112,9 +112,13 @@ fn bad_models_give_one_clear_error() {
     let junk = write("junk.onnx", b"\xff\xff\xff not protobuf");
     let e = import_file(&junk, &ImportOptions::default()).unwrap_err();
     assert!(e.contains("is not an ONNX model"), "{e}");
-    let old = write("old.onnx", &model(11, gemm_relu()).encode_to_vec());
+    let old = write("old.onnx", &model(5, gemm_relu()).encode_to_vec());
     let e = import_file(&old, &ImportOptions::default()).unwrap_err();
-    assert!(e.contains("opset 11; graphc imports opset 13 and later"), "{e}");
+    assert!(e.contains("opset 5; graphc imports opset 6 and later"), "{e}");
+    let mut g = gemm_relu();
+    g.node[1].op_type = Some("CastLike".into());
+    let e = import_file(&write("later.onnx", &model(9, g).encode_to_vec()), &ImportOptions::default()).unwrap_err();
+    assert!(e.contains("operator 'CastLike' is supported from opset 13 on; the version in opset 9 is not"), "{e}");
     let mut g = gemm_relu();
     g.node[1].op_type = Some("Frobnicate".into());
     let e = import_file(&write("unk.onnx", &model(17, g).encode_to_vec()), &ImportOptions::default()).unwrap_err();
@@ -157,4 +161,92 @@ fn external_data_is_read_relative_to_the_model() {
     g.initializer[0].external_data[0].value = Some("../../etc/passwd".into());
     let e = import_file(&write("escape.onnx", &model(17, g).encode_to_vec()), &ImportOptions::default()).unwrap_err();
     assert!(e.contains("must stay inside the model's directory"), "{e}");
+}
+
+fn int_attr(name: &str, v: i64) -> AttributeProto {
+    AttributeProto { name: Some(name.into()), i: Some(v), r#type: Some(attribute_type::INT), ..Default::default() }
+}
+
+fn float_attr(name: &str, v: f32) -> AttributeProto {
+    AttributeProto { name: Some(name.into()), f: Some(v), r#type: Some(attribute_type::FLOAT), ..Default::default() }
+}
+
+/// Imports a one-node graph of `x` (with the given initializers) at `opset`, runs it on `x`
+/// and returns every output's values, or the import error.
+fn run_one(
+    opset: i64,
+    n: NodeProto,
+    x: (&[i64], Vec<f32>),
+    inits: Vec<TensorProto>,
+    outs: &[(&str, &[i64])],
+) -> Result<Vec<Vec<f64>>, String> {
+    let g = GraphProto {
+        node: vec![n],
+        name: Some("g".into()),
+        initializer: inits,
+        input: vec![vi("x", data_type::FLOAT, x.0)],
+        output: outs.iter().map(|(name, dims)| vi(name, data_type::FLOAT, dims)).collect(),
+        ..Default::default()
+    };
+    let p = write(&format!("one{}.onnx", std::process::id() ^ opset as u32), &model(opset, g).encode_to_vec());
+    let m = import_file(&p, &ImportOptions::default())?;
+    let s = Session::new(m, SessionOptions::default()).unwrap();
+    let dims: Vec<usize> = x.0.iter().map(|&d| d as usize).collect();
+    let t = Tensor::from_data(&dims, graphc_ir::TensorData::F32(x.1)).unwrap();
+    let out = s.run(RunRequest::new("g").feed("x", t)).unwrap();
+    Ok((0..outs.len()).map(|i| out.tensor(i).unwrap().to_f64_vec()).collect())
+}
+
+fn close(a: &[f64], b: &[f64]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| (x - y).abs() < 1e-5)
+}
+
+#[test]
+fn old_opsets_have_their_versions_semantics() {
+    // Add-6 broadcasts B only with broadcast = 1, lined up with A at `axis`.
+    let add = node("Add", &["x", "b"], &["y"], vec![int_attr("broadcast", 1), int_attr("axis", 1)]);
+    let y = run_one(
+        6,
+        add,
+        (&[1, 2, 2], vec![1.0, 2.0, 3.0, 4.0]),
+        vec![floats("b", &[2], &[10.0, 20.0])],
+        &[("y", &[1, 2, 2])],
+    )
+    .unwrap();
+    assert_eq!(y[0], vec![11.0, 12.0, 23.0, 24.0]);
+    let add = node("Add", &["x", "b"], &["y"], vec![]);
+    let e = run_one(6, add, (&[1, 2], vec![1.0, 2.0]), vec![floats("b", &[2], &[10.0, 20.0])], &[("y", &[1, 2])])
+        .unwrap_err();
+    assert!(e.contains("without broadcast = 1 this version needs operands of one shape"), "{e}");
+
+    // LRN: x / (bias + alpha / size * sum of squares over the size channels around c)^beta.
+    let lrn = node(
+        "LRN",
+        &["x"],
+        &["y"],
+        vec![int_attr("size", 3), float_attr("alpha", 3.0), float_attr("beta", 1.0), float_attr("bias", 1.0)],
+    );
+    let y = run_one(9, lrn, (&[1, 3, 1, 1], vec![1.0, 2.0, 3.0]), vec![], &[("y", &[1, 3, 1, 1])]).unwrap();
+    assert!(close(&y[0], &[1.0 / 6.0, 2.0 / 15.0, 3.0 / 14.0]), "{y:?}");
+
+    // Softmax-11 coerces to a matrix at axis 1: one softmax over all four elements.
+    let sm = node("Softmax", &["x"], &["y"], vec![]);
+    let y = run_one(11, sm, (&[1, 2, 2], vec![0.0, 0.0, 0.0, 0.0]), vec![], &[("y", &[1, 2, 2])]).unwrap();
+    assert!(close(&y[0], &[0.25; 4]), "{y:?}");
+
+    // Dropout-9 at inference is a copy; its mask (of the input's type) keeps everything.
+    let d = node("Dropout", &["x"], &["y", "mask"], vec![float_attr("ratio", 0.5)]);
+    let y = run_one(9, d, (&[2], vec![1.0, 2.0]), vec![], &[("y", &[2]), ("mask", &[2])]).unwrap();
+    assert_eq!(y, vec![vec![1.0, 2.0], vec![1.0, 1.0]]);
+
+    // Clip-6 has its bounds as attributes.
+    let c = node("Clip", &["x"], &["y"], vec![float_attr("min", 0.0), float_attr("max", 1.5)]);
+    let y = run_one(6, c, (&[3], vec![-1.0, 1.0, 2.0]), vec![], &[("y", &[3])]).unwrap();
+    assert_eq!(y[0], vec![0.0, 1.0, 1.5]);
+
+    // BatchNormalization-9 in training mode (more outputs than Y) is refused, by name.
+    let p: Vec<TensorProto> = ["s", "b", "m", "v"].iter().map(|n| floats(n, &[1], &[1.0])).collect();
+    let bn = node("BatchNormalization", &["x", "s", "b", "m", "v"], &["y", "rm"], vec![]);
+    let e = run_one(9, bn, (&[1, 1, 2], vec![1.0, 2.0]), p, &[("y", &[1, 1, 2]), ("rm", &[1])]).unwrap_err();
+    assert!(e.contains("BatchNormalization-9 in training mode"), "{e}");
 }

@@ -24,6 +24,18 @@ pub(super) const OPS: &[OpEntry] = &[
     OpEntry::new("HardSwish", |imp, n| activation(imp, n, Act::HardSwish)),
     OpEntry::new("PRelu", prelu),
     OpEntry::new("Gelu", gelu),
+    // Older versions, where they differ from the later ones only in element types (version 6
+    // dropped `consumed_inputs`; PRelu 7 broadcasts the slope as later versions do).
+    OpEntry::since("Reciprocal", 6, |imp, n| activation(imp, n, Act::Reciprocal)),
+    OpEntry::since("Softplus", 1, |imp, n| activation(imp, n, Act::Softplus)),
+    OpEntry::since("Softsign", 1, |imp, n| activation(imp, n, Act::Softsign)),
+    OpEntry::since("LeakyRelu", 6, |imp, n| activation(imp, n, Act::LeakyRelu)),
+    OpEntry::since("ThresholdedRelu", 10, |imp, n| activation(imp, n, Act::ThresholdedRelu)),
+    OpEntry::since("Elu", 6, |imp, n| activation(imp, n, Act::Elu)),
+    OpEntry::since("Selu", 6, |imp, n| activation(imp, n, Act::Selu)),
+    OpEntry::since("HardSigmoid", 6, |imp, n| activation(imp, n, Act::HardSigmoid)),
+    OpEntry::since("PRelu", 7, prelu),
+    OpEntry::since("Celu", 12, |imp, n| activation(imp, n, Act::Celu)),
 ];
 
 /// The activations of one input that [`activation`] composes.

@@ -9,8 +9,14 @@ use crate::tensor::tensor_from_proto;
 use graphc_ir::{Attr, NodeSpec, Op, Value};
 use graphc_runtime::Tensor;
 
-pub(super) const OPS: &[OpEntry] =
-    &[OpEntry::new("Constant", constant), OpEntry::new("ConstantOfShape", constant_of_shape)];
+pub(super) const OPS: &[OpEntry] = &[
+    OpEntry::new("Constant", constant),
+    OpEntry::new("ConstantOfShape", constant_of_shape),
+    // Constant before 11 has only `value` (11 adds `sparse_value`, 12 the `value_*` forms,
+    // which the converter takes only when present); ConstantOfShape 9 differs in types only.
+    OpEntry::since("Constant", 1, constant),
+    OpEntry::since("ConstantOfShape", 9, constant_of_shape),
+];
 
 /// The value from whichever of `value`, `value_float`, `value_int`, `value_floats` or
 /// `value_ints` is given.

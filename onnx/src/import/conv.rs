@@ -14,6 +14,15 @@ pub(super) const OPS: &[OpEntry] = &[
     OpEntry::new("AveragePool", |imp, n| windowed(imp, n, Window::AveragePool)),
     OpEntry::new("GlobalAveragePool", |imp, n| global_pool(imp, n, Op::ReduceMean)),
     OpEntry::new("GlobalMaxPool", |imp, n| global_pool(imp, n, Op::ReduceMax)),
+    // Older versions take a subset of the later attributes, with the same defaults: Conv 1 is
+    // Conv 11; MaxPool gains `storage_order` and the indices output in 8, `ceil_mode` and
+    // `dilations` in 10; AveragePool gains `count_include_pad` in 7 (default 0 as before) and
+    // `ceil_mode` in 10. An attribute a version lacks is absent and so takes its default.
+    OpEntry::since("Conv", 1, |imp, n| windowed(imp, n, Window::Conv)),
+    OpEntry::since("MaxPool", 1, |imp, n| windowed(imp, n, Window::MaxPool)),
+    OpEntry::since("AveragePool", 1, |imp, n| windowed(imp, n, Window::AveragePool)),
+    OpEntry::since("GlobalAveragePool", 1, |imp, n| global_pool(imp, n, Op::ReduceMean)),
+    OpEntry::since("GlobalMaxPool", 1, |imp, n| global_pool(imp, n, Op::ReduceMax)),
 ];
 
 /// The operators that slide a window over the spatial dims.

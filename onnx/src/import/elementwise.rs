@@ -42,6 +42,55 @@ pub(super) const OPS: &[OpEntry] = &[
     OpEntry::new("Clip", clip),
     OpEntry::new("Cast", cast),
     OpEntry::new("CastLike", cast_like),
+    // Older versions. Arithmetic and comparisons broadcast as numpy does from version 7;
+    // before, they broadcast only with `broadcast = 1`, B aligned with A at `axis`.
+    OpEntry::since("Add", 7, |imp, n| binary(imp, n, Op::Add)),
+    OpEntry::since("Sub", 7, |imp, n| binary(imp, n, Op::Sub)),
+    OpEntry::since("Mul", 7, |imp, n| binary(imp, n, Op::Mul)),
+    OpEntry::since("Div", 7, |imp, n| binary(imp, n, Op::Div)),
+    OpEntry::since("Add", 6, |imp, n| legacy_binary(imp, n, Op::Add)),
+    OpEntry::since("Sub", 6, |imp, n| legacy_binary(imp, n, Op::Sub)),
+    OpEntry::since("Mul", 6, |imp, n| legacy_binary(imp, n, Op::Mul)),
+    OpEntry::since("Div", 6, |imp, n| legacy_binary(imp, n, Op::Div)),
+    OpEntry::since("Equal", 7, |imp, n| binary(imp, n, Op::Equal)),
+    OpEntry::since("Greater", 7, |imp, n| binary(imp, n, Op::Greater)),
+    OpEntry::since("Less", 7, |imp, n| binary(imp, n, Op::Less)),
+    OpEntry::since("And", 7, |imp, n| binary(imp, n, Op::And)),
+    OpEntry::since("Or", 7, |imp, n| binary(imp, n, Op::Or)),
+    OpEntry::since("Xor", 7, |imp, n| binary(imp, n, Op::NotEqual)),
+    OpEntry::since("Equal", 1, |imp, n| legacy_binary(imp, n, Op::Equal)),
+    OpEntry::since("Greater", 1, |imp, n| legacy_binary(imp, n, Op::Greater)),
+    OpEntry::since("Less", 1, |imp, n| legacy_binary(imp, n, Op::Less)),
+    OpEntry::since("And", 1, |imp, n| legacy_binary(imp, n, Op::And)),
+    OpEntry::since("Or", 1, |imp, n| legacy_binary(imp, n, Op::Or)),
+    OpEntry::since("Xor", 1, |imp, n| legacy_binary(imp, n, Op::NotEqual)),
+    // Introduced in 12 (16 adds types).
+    OpEntry::since("GreaterOrEqual", 12, |imp, n| binary(imp, n, Op::GreaterEqual)),
+    OpEntry::since("LessOrEqual", 12, |imp, n| binary(imp, n, Op::LessEqual)),
+    // Pow 7 broadcasts; its exponent has the base's type (12 lets them differ: a superset).
+    OpEntry::since("Pow", 7, pow),
+    // Version 6 dropped `consumed_inputs`; later versions only add element types.
+    OpEntry::since("Neg", 6, |imp, n| unary(imp, n, Op::Neg)),
+    OpEntry::since("Abs", 6, |imp, n| unary(imp, n, Op::Abs)),
+    OpEntry::since("Exp", 6, |imp, n| unary(imp, n, Op::Exp)),
+    OpEntry::since("Log", 6, |imp, n| unary(imp, n, Op::Log)),
+    OpEntry::since("Sqrt", 6, |imp, n| unary(imp, n, Op::Sqrt)),
+    OpEntry::since("Relu", 6, |imp, n| unary(imp, n, Op::Relu)),
+    OpEntry::since("Sigmoid", 6, |imp, n| unary(imp, n, Op::Sigmoid)),
+    OpEntry::since("Tanh", 6, |imp, n| unary(imp, n, Op::Tanh)),
+    OpEntry::since("Erf", 9, |imp, n| unary(imp, n, Op::Erf)),
+    OpEntry::since("Not", 1, |imp, n| unary(imp, n, Op::Not)),
+    OpEntry::since("Identity", 1, |imp, n| unary(imp, n, Op::Identity)),
+    // Max, Min and Sum 6 take equal shapes, 8 broadcasts: the broadcasting converter serves both.
+    OpEntry::since("Max", 6, |imp, n| variadic(imp, n, Op::Max)),
+    OpEntry::since("Min", 6, |imp, n| variadic(imp, n, Op::Min)),
+    OpEntry::since("Sum", 6, |imp, n| variadic(imp, n, Op::Add)),
+    OpEntry::since("Where", 9, select),
+    // Clip 6 has its bounds as attributes; 11 made them inputs (12 adds integer types).
+    OpEntry::since("Clip", 11, clip),
+    OpEntry::since("Clip", 6, clip_v6),
+    // Cast 6 names the target type by number as later versions do (9 adds strings).
+    OpEntry::since("Cast", 6, cast),
 ];
 
 fn binary(imp: &mut Importer, n: &NodeProto, op: Op) -> Result<Vec<Value>> {
@@ -50,6 +99,41 @@ fn binary(imp: &mut Importer, n: &NodeProto, op: Op) -> Result<Vec<Value>> {
 
 fn unary(imp: &mut Importer, n: &NodeProto, op: Op) -> Result<Vec<Value>> {
     Ok(vec![imp.unary(op, imp.input(n, 0)?)?])
+}
+
+/// Versions before 7: without `broadcast` the operands have one shape; with `broadcast = 1`
+/// B's dims line up with A's from `axis` on (by default, with A's last dims).
+fn legacy_binary(imp: &mut Importer, n: &NodeProto, op: Op) -> Result<Vec<Value>> {
+    let a = Attrs(n);
+    let (x, y) = (imp.input(n, 0)?, imp.input(n, 1)?);
+    let (xs, ys) = (imp.shape(x)?, imp.shape(y)?);
+    if a.int("broadcast", 0) == 0 {
+        if xs != ys {
+            return Err(format!(
+                "without broadcast = 1 this version needs operands of one shape, got {xs:?} and {ys:?}"
+            ));
+        }
+        return Ok(vec![imp.binary(op, x, y)?]);
+    }
+    let axis = match a.get("axis").and_then(|v| v.i) {
+        Some(ax) if ax < 0 => ax + xs.len() as i64,
+        Some(ax) => ax,
+        None => xs.len() as i64 - ys.len() as i64,
+    };
+    if axis < 0 || axis as usize + ys.len() > xs.len() {
+        return Err(format!("B of shape {ys:?} does not fit A of shape {xs:?} at axis {axis}"));
+    }
+    let axis = axis as usize;
+    for (i, &d) in ys.iter().enumerate() {
+        if d != 1 && d != xs[axis + i] {
+            return Err(format!("B of shape {ys:?} does not broadcast to A of shape {xs:?} at axis {axis}"));
+        }
+    }
+    let mut shape = vec![1; axis];
+    shape.extend(&ys);
+    shape.resize(xs.len(), 1);
+    let y = if shape == ys { y } else { imp.reshape(y, shape)? };
+    Ok(vec![imp.binary(op, x, y)?])
 }
 
 /// The exponent is cast to the base's element type (ONNX allows them to differ).
@@ -88,6 +172,22 @@ fn clip(imp: &mut Importer, n: &NodeProto) -> Result<Vec<Value>> {
         x = imp.binary(Op::Max, x, lo)?;
     }
     if let Some(hi) = imp.opt_input(n, 2)? {
+        x = imp.binary(Op::Min, x, hi)?;
+    }
+    Ok(vec![imp.unary(Op::Identity, x)?])
+}
+
+/// Clip 6: the bounds are the `min` and `max` attributes (by default the float range).
+fn clip_v6(imp: &mut Importer, n: &NodeProto) -> Result<Vec<Value>> {
+    let a = Attrs(n);
+    let mut x = imp.input(n, 0)?;
+    let dt = imp.ty(x)?.dtype;
+    if let Some(lo) = a.get("min").and_then(|v| v.f) {
+        let lo = imp.scalar(dt, lo as f64)?;
+        x = imp.binary(Op::Max, x, lo)?;
+    }
+    if let Some(hi) = a.get("max").and_then(|v| v.f) {
+        let hi = imp.scalar(dt, hi as f64)?;
         x = imp.binary(Op::Min, x, hi)?;
     }
     Ok(vec![imp.unary(Op::Identity, x)?])

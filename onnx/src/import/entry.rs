@@ -25,8 +25,16 @@ pub(super) struct OpEntry {
 }
 
 impl OpEntry {
-    /// An entry serving every opset graphc imports (from [`FIRST_OPSET`] on).
+    /// An entry whose semantics are checked from [`FIRST_OPSET`] on (it serves that opset and
+    /// later ones); older versions need entries of their own ([`OpEntry::since`]).
     pub(super) const fn new(op_type: &'static str, convert: Convert) -> Self {
         OpEntry { op_type, since: FIRST_OPSET, convert }
+    }
+
+    /// An entry for the operator's version `since` (as the ONNX changelog numbers it), serving
+    /// models from that opset until the next entry's. A version older than
+    /// [`OLDEST_OPSET`](super::OLDEST_OPSET) serves models from that floor on.
+    pub(super) const fn since(op_type: &'static str, since: i64, convert: Convert) -> Self {
+        OpEntry { op_type, since, convert }
     }
 }

@@ -13,6 +13,12 @@ pub(super) const OPS: &[OpEntry] = &[
     OpEntry::new("ReduceMean", |imp, n| reduction(imp, n, Op::ReduceMean)),
     OpEntry::new("ReduceMax", |imp, n| reduction(imp, n, Op::ReduceMax)),
     OpEntry::new("ReduceMin", |imp, n| reduction(imp, n, Op::ReduceMin)),
+    // Before 13 (ReduceSum) or 18 (the others) the axes are the `axes` attribute, which the
+    // converter reads when there is no axes input (11 allows negative axes).
+    OpEntry::since("ReduceSum", 1, |imp, n| reduction(imp, n, Op::ReduceSum)),
+    OpEntry::since("ReduceMean", 1, |imp, n| reduction(imp, n, Op::ReduceMean)),
+    OpEntry::since("ReduceMax", 1, |imp, n| reduction(imp, n, Op::ReduceMax)),
+    OpEntry::since("ReduceMin", 1, |imp, n| reduction(imp, n, Op::ReduceMin)),
 ];
 
 /// No axes reduce over all of them, unless `noop_with_empty_axes` makes the node a copy.

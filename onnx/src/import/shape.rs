@@ -24,6 +24,27 @@ pub(super) const OPS: &[OpEntry] = &[
     OpEntry::new("Expand", expand),
     OpEntry::new("Shape", shape),
     OpEntry::new("Size", size),
+    // Older versions. Reshape 5 takes the shape as an input, as later ones do.
+    OpEntry::since("Reshape", 5, reshape),
+    // Flatten 1 and Gather 1 take no negative axis or indices (a subset of later versions).
+    OpEntry::since("Flatten", 1, flatten),
+    OpEntry::since("Transpose", 1, transpose),
+    // Squeeze and Unsqueeze before 13 have their axes as an attribute (negative from 11).
+    OpEntry::since("Squeeze", 1, |imp, n| squeeze_attr(imp, n, false)),
+    OpEntry::since("Unsqueeze", 1, |imp, n| squeeze_attr(imp, n, true)),
+    // Concat 4 makes `axis` required; Concat 1 defaults it to 1.
+    OpEntry::since("Concat", 4, concat),
+    OpEntry::since("Concat", 1, concat_v1),
+    // Split 2 has the sizes as the `split` attribute only.
+    OpEntry::since("Split", 2, split),
+    // Slice 10 takes its bounds as inputs (11 only allows negative axes); Slice 1 as attributes.
+    OpEntry::since("Slice", 10, slice),
+    OpEntry::since("Slice", 1, slice_v1),
+    OpEntry::since("Gather", 1, gather),
+    OpEntry::since("Expand", 8, expand),
+    // Shape 1 has no `start` and `end` (they default to the whole shape).
+    OpEntry::since("Shape", 1, shape),
+    OpEntry::since("Size", 1, size),
 ];
 
 /// Without `perm`, reverses the dims.
@@ -69,12 +90,25 @@ fn flatten(imp: &mut Importer, n: &NodeProto) -> Result<Vec<Value>> {
 
 /// Squeeze and Unsqueeze as reshapes; the axes come from input 1 (opset 13) or the attribute.
 fn squeeze(imp: &mut Importer, n: &NodeProto, unsqueeze: bool) -> Result<Vec<Value>> {
-    let x = imp.input(n, 0)?;
-    let dims = imp.shape(x)?;
     let axes = match imp.const_ints(n, 1, "axes")? {
         Some(v) => Some(v),
         None => Attrs(n).ints("axes"),
     };
+    squeeze_with(imp, n, unsqueeze, axes)
+}
+
+/// Squeeze and Unsqueeze before 13: the axes are the `axes` attribute.
+fn squeeze_attr(imp: &mut Importer, n: &NodeProto, unsqueeze: bool) -> Result<Vec<Value>> {
+    if n.input.len() > 1 {
+        return Err("axes are an attribute in this version, not an input".into());
+    }
+    let axes = Attrs(n).ints("axes");
+    squeeze_with(imp, n, unsqueeze, axes)
+}
+
+fn squeeze_with(imp: &mut Importer, n: &NodeProto, unsqueeze: bool, axes: Option<Vec<i64>>) -> Result<Vec<Value>> {
+    let x = imp.input(n, 0)?;
+    let dims = imp.shape(x)?;
     let shape = if unsqueeze {
         let axes = axes.ok_or("axes are required")?;
         let rank = dims.len() + axes.len();
@@ -108,8 +142,16 @@ fn squeeze(imp: &mut Importer, n: &NodeProto, unsqueeze: bool) -> Result<Vec<Val
 }
 
 fn concat(imp: &mut Importer, n: &NodeProto) -> Result<Vec<Value>> {
+    concat_on(imp, n, Attrs(n).int("axis", 0))
+}
+
+fn concat_v1(imp: &mut Importer, n: &NodeProto) -> Result<Vec<Value>> {
+    concat_on(imp, n, Attrs(n).int("axis", 1))
+}
+
+fn concat_on(imp: &mut Importer, n: &NodeProto, axis: i64) -> Result<Vec<Value>> {
     let xs = (0..n.input.len()).map(|i| imp.input(n, i)).collect::<Result<Vec<_>>>()?;
-    Ok(vec![imp.emit1(NodeSpec::new(Op::Concat, xs).attr("axis", Attr::Int(Attrs(n).int("axis", 0))))?])
+    Ok(vec![imp.emit1(NodeSpec::new(Op::Concat, xs).attr("axis", Attr::Int(axis)))?])
 }
 
 /// Sizes from input 1, the `split` attribute, or else equal parts (the last smaller), as many
@@ -142,12 +184,33 @@ fn split(imp: &mut Importer, n: &NodeProto) -> Result<Vec<Value>> {
 }
 
 fn slice(imp: &mut Importer, n: &NodeProto) -> Result<Vec<Value>> {
-    let x = imp.input(n, 0)?;
-    let dims = imp.shape(x)?;
     let starts = imp.const_ints(n, 1, "starts")?.ok_or("input 1 (starts) is required")?;
     let ends = imp.const_ints(n, 2, "ends")?.ok_or("input 2 (ends) is required")?;
     let axes = imp.const_ints(n, 3, "axes")?.unwrap_or_else(|| (0..starts.len() as i64).collect());
     let steps = imp.const_ints(n, 4, "steps")?.unwrap_or_else(|| vec![1; starts.len()]);
+    slice_with(imp, n, starts, ends, axes, steps)
+}
+
+/// Slice 1: `starts`, `ends` and `axes` are attributes; the step is 1.
+fn slice_v1(imp: &mut Importer, n: &NodeProto) -> Result<Vec<Value>> {
+    let a = Attrs(n);
+    let starts = a.ints("starts").ok_or("the starts attribute is required")?;
+    let ends = a.ints("ends").ok_or("the ends attribute is required")?;
+    let axes = a.ints("axes").unwrap_or_else(|| (0..starts.len() as i64).collect());
+    let steps = vec![1; starts.len()];
+    slice_with(imp, n, starts, ends, axes, steps)
+}
+
+fn slice_with(
+    imp: &mut Importer,
+    n: &NodeProto,
+    starts: Vec<i64>,
+    ends: Vec<i64>,
+    axes: Vec<i64>,
+    steps: Vec<i64>,
+) -> Result<Vec<Value>> {
+    let x = imp.input(n, 0)?;
+    let dims = imp.shape(x)?;
     let (mut s, mut e, mut st) = (vec![0i64; dims.len()], dims.clone(), vec![1i64; dims.len()]);
     for (k, &ax) in axes.iter().enumerate() {
         let ax = norm_axis(ax, dims.len())?;
