@@ -435,7 +435,7 @@ fn close_near(want: &Tensor, got: &Tensor, floor: f64, nearby: &[Tensor]) -> Res
         }
     };
     for (i, (a, b)) in want.to_f64_vec().into_iter().zip(got.to_f64_vec()).enumerate() {
-        let mut near = nearby.iter().map(|n| n[i]);
+        let near = nearby.iter().map(|n| n[i]);
         let ok = if class(a) != 0 || class(b) != 0 {
             let near: Vec<f64> = near.collect();
             // Rounding that flips a large result's sign straddles a pole (x / (tanh x - x)
