@@ -20,54 +20,9 @@ import os
 import subprocess
 import sys
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
-VENV = os.path.join(HERE, ".venv")
-VENV_PY = os.path.join(VENV, "bin", "python")
+from onnx_common import HERE, ROOT, build_graphc, compare, ensure_venv, sanitize
+
 PASSING = os.path.join(HERE, "passing.txt")
-
-
-def ensure_venv():
-    """Re-runs this script inside the venv, creating it first if needed."""
-    if os.path.realpath(sys.prefix) == os.path.realpath(VENV):
-        return
-    if not os.path.exists(VENV_PY):
-        print("setting up", VENV, "(onnx==1.22.0)", flush=True)
-        subprocess.check_call([sys.executable, "-m", "venv", VENV])
-        subprocess.check_call([VENV_PY, "-m", "pip", "install", "-q", "onnx==1.22.0"])
-    os.execv(VENV_PY, [VENV_PY, os.path.abspath(__file__)] + sys.argv[1:])
-
-
-def build_graphc():
-    graphc = os.environ.get("GRAPHC")
-    if graphc:
-        return graphc
-    subprocess.check_call(["cargo", "build", "-q", "-p", "graphc"], cwd=ROOT)
-    return os.path.join(ROOT, "target", "debug", "graphc")
-
-
-def sanitize(name):
-    return "".join(c if c.isalnum() or c in "._-" else "_" for c in name)
-
-
-def compare(expected, got):
-    import numpy as np
-
-    if expected.shape != got.shape:
-        return f"shape {got.shape}, expected {expected.shape}"
-    if expected.dtype.kind == "f":
-        if got.dtype.kind != "f":
-            return f"dtype {got.dtype}, expected {expected.dtype}"
-        e, g = expected.astype(np.float64), got.astype(np.float64)
-        if not np.allclose(g, e, rtol=1e-3, atol=1e-4, equal_nan=True):
-            bad = np.argmax(~np.isclose(g, e, rtol=1e-3, atol=1e-4, equal_nan=True))
-            return f"values differ (first at flat index {bad}: {g.flat[bad]} vs {e.flat[bad]})"
-        return None
-    if expected.dtype != got.dtype and not (expected.dtype.kind == got.dtype.kind == "b"):
-        return f"dtype {got.dtype}, expected {expected.dtype}"
-    if not np.array_equal(expected, got):
-        return "values differ"
-    return None
 
 
 def run_test(graphc, test_dir, work, backend):
@@ -162,7 +117,7 @@ def run_suite(graphc, node_dir, tests, work, backend, verbose):
 
 
 def main():
-    ensure_venv()
+    ensure_venv(__file__)
     import onnx
 
     args = sys.argv[1:]

@@ -34,36 +34,10 @@ import subprocess
 import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
-VENV = os.path.join(HERE, ".venv")
-VENV_PY = os.path.join(VENV, "bin", "python")
+from onnx_common import HERE, ROOT, build_graphc, compare, ensure_venv, sanitize
+
 PASSING = os.path.join(HERE, "models_passing.txt")
-RTOL, ATOL = 1e-3, 1e-4
 TIMEOUT_S = 900
-
-
-def ensure_venv():
-    """Re-runs this script inside the venv, creating it first if needed."""
-    if os.path.realpath(sys.prefix) == os.path.realpath(VENV):
-        return
-    if not os.path.exists(VENV_PY):
-        print("setting up", VENV, "(onnx==1.22.0)", flush=True)
-        subprocess.check_call([sys.executable, "-m", "venv", VENV])
-        subprocess.check_call([VENV_PY, "-m", "pip", "install", "-q", "onnx==1.22.0"])
-    os.execv(VENV_PY, [VENV_PY, os.path.abspath(__file__)] + sys.argv[1:])
-
-
-def build_graphc():
-    graphc = os.environ.get("GRAPHC")
-    if graphc:
-        return graphc
-    subprocess.check_call(["cargo", "build", "--release", "-q", "-p", "graphc"], cwd=ROOT)
-    return os.path.join(ROOT, "target", "release", "graphc")
-
-
-def sanitize(name):
-    return "".join(c if c.isalnum() or c in "._-" else "_" for c in name)
 
 
 def dummy_input(vi):
@@ -73,18 +47,6 @@ def dummy_input(vi):
     shape = tuple(d.dim_value if d.HasField("dim_value") else 1 for d in vi.type.tensor_type.shape.dim)
     n = np.prod(shape)
     return (np.arange(n).reshape(shape) / n).astype(np.float32)
-
-
-def compare(expected, got):
-    import numpy as np
-
-    if expected.shape != got.shape:
-        return f"shape {got.shape}, expected {expected.shape}"
-    e, g = expected.astype(np.float64), got.astype(np.float64)
-    if not np.allclose(g, e, rtol=RTOL, atol=ATOL, equal_nan=True):
-        bad = np.argmax(~np.isclose(g, e, rtol=RTOL, atol=ATOL, equal_nan=True))
-        return f"values differ (first at flat index {bad}: {g.flat[bad]} vs {e.flat[bad]})"
-    return None
 
 
 def run_model(graphc, path, work, backend):
@@ -132,7 +94,7 @@ def run_model(graphc, path, work, backend):
 
 
 def main():
-    ensure_venv()
+    ensure_venv(__file__)
     import onnx
 
     args = sys.argv[1:]
@@ -141,7 +103,7 @@ def main():
     flt = args[args.index("--filter") + 1] if "--filter" in args else ""
     if update and (flt or len(backends) != 2):
         sys.exit("--update runs every model on both backends (no --filter, no --backend)")
-    graphc = build_graphc()
+    graphc = build_graphc(release=True)
     light = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
     models = sorted(
         f[: -len(".onnx")] for f in os.listdir(light) if f.endswith(".onnx") and flt in f
