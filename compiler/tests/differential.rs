@@ -16,7 +16,8 @@
 //!
 //! Two kinds of disagreement are excused and counted: differences SPEC §12 allows each node,
 //! compounding through later nodes (every compiled node agrees with the reference on its own
-//! operands, and the interpreter agrees on the pipeline's module), and, unless
+//! operands, and the interpreter agrees on the pipeline's module; a fused node agrees where
+//! its result lies within what its members' bounds allow, `differential/interval.rs`), and, unless
 //! `GRAPHC_FUZZ_STRICT=1`, those that go away with inputs capped at 1e6 in magnitude
 //! (`magnitude_only`: huge terms whose sum any order may round or overflow differently).
 //!
@@ -39,6 +40,9 @@ use proptest::test_runner::{Config, RngSeed, TestCaseError, TestRunner};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+#[path = "differential/interval.rs"]
+mod interval;
 
 /// splitmix64: seeds map to graphs the same way on every machine and in every build.
 struct Rng(u64);
@@ -412,15 +416,22 @@ fn generate(seed: u64) -> (Module, Vec<(String, Arc<Tensor>)>) {
 /// product's terms may have cancelled: its bound is relative to the terms, not the result).
 /// Looser than `common/close.rs`'s per-op bounds: it compares whole graphs and fusions.
 fn close_spec(want: &Tensor, got: &Tensor, floor: f64) -> Result<(), String> {
-    close_near(want, got, floor, &[])
+    close_near(want, got, floor, &[], &|_, _| false)
 }
 
 /// `close_spec`, where the interpreter's results `nearby` (the same computation with its
 /// inexact ops rounded otherwise, `rounded_differently`) show how far rounding alone moves
 /// each element: within four times their scatter passes, and a NaN or an infinity on one side
 /// only passes where they show the element at such a singularity (one of them, or a large
-/// value of either sign around the interpreter's: a pole in between).
-fn close_near(want: &Tensor, got: &Tensor, floor: f64, nearby: &[Tensor]) -> Result<(), String> {
+/// value of either sign around the interpreter's: a pole in between). Elements `allowed`
+/// (their flat index, the compiled value) pass too.
+fn close_near(
+    want: &Tensor,
+    got: &Tensor,
+    floor: f64,
+    nearby: &[Tensor],
+    allowed: &dyn Fn(usize, f64) -> bool,
+) -> Result<(), String> {
     if want.ty() != got.ty() {
         return Err(format!("interpreter gives {}, compiled {}", want.ty(), got.ty()));
     }
@@ -449,7 +460,7 @@ fn close_near(want: &Tensor, got: &Tensor, floor: f64, nearby: &[Tensor]) -> Res
             let spread = near.map(|x| if x.is_finite() { (x - a).abs() } else { f64::INFINITY }).fold(0.0, f64::max);
             (a - b).abs() <= (1e-4 * a.abs()).max(floor) + 4.0 * spread
         };
-        if !ok {
+        if !ok && !allowed(i, b) {
             return Err(format!("element {i}: interpreter {a:e}, compiled {b:e}"));
         }
     }
@@ -697,12 +708,15 @@ fn node_disagreement(opt: &Module, feeds: &[(String, Arc<Tensor>)]) -> Option<St
             })
             .flatten()
             .collect();
+        // And what each member's bound allows on the intervals of the members before.
+        let bounds = interval::allowed(&one, &call.inputs);
         let want = run_twice(&Session::new(one.clone(), options()).expect("a session"), &one, &feeds);
         if let Some(Ok(w)) = want.first() {
             let outs = w.len();
             let near_ok = w.iter().zip(&call.got).enumerate().all(|(o, (a, b))| {
                 let near: Vec<Tensor> = rounded.iter().skip(o).step_by(outs.max(1)).cloned().collect();
-                close_near(a, b, floor, &near).is_ok()
+                let bound = bounds.as_ref().and_then(|b| b.get(o));
+                close_near(a, b, floor, &near, &|i, x| bound.is_some_and(|b| b.allows(i, x))).is_ok()
             });
             if near_ok {
                 continue;
