@@ -13,6 +13,8 @@
 
 mod interp;
 mod jit;
+#[cfg(feature = "llvm")]
+mod llvm;
 
 use graphc_ir::DeviceSpec;
 use graphc_ir::Module;
@@ -23,6 +25,8 @@ use std::time::Duration;
 pub use crate::lower::cpu::{CompileOptions, Isa, Listing, Listings};
 pub use interp::Interp;
 pub use jit::Jit;
+#[cfg(feature = "llvm")]
+pub use llvm::Llvm;
 
 /// Lowerings every backend runs before its own pipeline (a pass pipeline; empty: none).
 pub const LOWERINGS: &str = "";
@@ -70,7 +74,11 @@ pub struct Compiled {
 }
 
 /// Every backend; the first is the default.
+#[cfg(not(feature = "llvm"))]
 pub static BACKENDS: &[&dyn Backend] = &[&Jit, &Interp];
+/// Every backend; the first is the default.
+#[cfg(feature = "llvm")]
+pub static BACKENDS: &[&dyn Backend] = &[&Jit, &Llvm, &Interp];
 
 /// The default backend's name.
 pub const DEFAULT_BACKEND: &str = "jit";

@@ -159,6 +159,9 @@ pub enum Emit {
     Clif,
     /// Each kernel's machine code as Cranelift prints it.
     Asm,
+    /// Each kernel as MLIR (scf, arith, math, vector; llvm loads and stores), the host's
+    /// widest vectors (4 lanes with `--isa sse`): what the llvm backend compiles.
+    Mlir,
 }
 
 #[derive(clap::Args, Debug)]

@@ -3,4 +3,5 @@
 //! (its run half is the crate `graphc-cpu-runtime`).
 
 pub mod cpu;
+pub mod mlir;
 pub mod plan;

@@ -7,13 +7,13 @@
 //! inside sessions; other nodes stay with the interpreter.
 
 mod codegen;
-mod describe;
+pub(crate) mod describe;
 mod jit;
 
 pub use codegen::{host_isa, Emitter, Isa, Listing, Listings};
 
 use crate::lower::plan::{self, KernelPlan};
-use graphc_cpu_runtime::CpuKernel;
+use graphc_cpu_runtime::{CpuKernel, Entry};
 use graphc_ir::{Module, Node};
 use graphc_runtime::{CompiledKernels, KernelTable, Operands, Tensor};
 use std::sync::Arc;
@@ -68,15 +68,20 @@ impl CpuKernels {
             planned.push((k, id));
         }
         let mut entries = jit::link(jit)?;
+        let planned = planned.into_iter().map(|(k, id)| (k, id.and_then(|id| entries.remove(&id)))).collect();
+        CpuKernels::assemble(planned, start, listings)
+    }
+
+    /// The kernels of `planned`, each with the entry point of its code where it has code, in
+    /// a table; compiled since `start`.
+    pub(crate) fn assemble(
+        planned: Vec<(plan::Kernel, Option<Entry>)>,
+        start: Instant,
+        listings: Vec<(String, Listing)>,
+    ) -> Result<Arc<CpuKernels>, String> {
         let table = Arc::new(KernelTable::new());
-        for (k, id) in planned {
-            let entry = id.and_then(|id| entries.remove(&id));
-            let kernel = match (&k.plan, entry) {
-                (KernelPlan::Loop(plan), Some(entry)) => CpuKernel::Loop(describe::loop_kernel(plan, entry)),
-                (KernelPlan::MatMul(plan), epilogue) => CpuKernel::MatMul(describe::matmul_kernel(plan, epilogue)?),
-                (KernelPlan::Loop(_), None) => return Err("a loop kernel without code".into()),
-            };
-            table.replace(&k.graph, k.node, Arc::new(kernel));
+        for (k, entry) in planned {
+            table.replace(&k.graph, k.node, Arc::new(kernel(&k.plan, entry)?));
         }
         Ok(Arc::new(CpuKernels { table, compile_time: start.elapsed(), listings }))
     }
@@ -94,6 +99,16 @@ impl CpuKernels {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+}
+
+/// The run half's kernel for `plan`, running `entry` (generated from the plan's loop, where it
+/// has one).
+pub(crate) fn kernel(plan: &KernelPlan, entry: Option<Entry>) -> Result<CpuKernel, String> {
+    Ok(match (plan, entry) {
+        (KernelPlan::Loop(p), Some(entry)) => CpuKernel::Loop(describe::loop_kernel(p, entry)),
+        (KernelPlan::MatMul(p), epilogue) => CpuKernel::MatMul(describe::matmul_kernel(p, epilogue)?),
+        (KernelPlan::Loop(_), None) => return Err("a loop kernel without code".into()),
+    })
 }
 
 /// What `graphc opt --emit` prints of each kernel's code.

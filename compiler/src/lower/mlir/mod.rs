@@ -1,0 +1,82 @@
+//! The LLVM tier of the CPU backend: the loop plans `cpu/codegen.rs` gives Cranelift, emitted
+//! as MLIR (`emit.rs`, plain text, so `graphc opt --emit mlir` needs no MLIR) with the host's
+//! widest vectors, and, with the `llvm` feature, lowered through MLIR's upstream passes to
+//! LLVM and JIT-compiled for the host (`jit.rs`). The kernels have the Cranelift kernels' C
+//! signature and plans, so the run half calls them with the same extent checks, and they
+//! replace Cranelift's one by one in the runtime's kernel table.
+
+pub mod emit;
+#[cfg(feature = "llvm")]
+pub mod jit;
+
+pub use emit::host_lanes;
+
+use crate::lower::plan;
+use graphc_ir::Module;
+
+/// The kernels with code (loops and matmul epilogues) of `m` as one MLIR module, `lanes` wide,
+/// each function headed by a comment naming its kernel ([`plan::kernel_header`]); kernels
+/// the emitter cannot write say why instead (they stay Cranelift's).
+pub fn listing(m: &Module, lanes: usize) -> Result<String, String> {
+    let mut out = String::from("module {\n");
+    out.push_str(emit::MATH_DECLS);
+    for (i, k) in plan::kernels(m).iter().enumerate() {
+        out.push_str(&format!("  // {}\n", plan::kernel_header(m, i, k)));
+        match k.plan.code() {
+            None => out.push_str("  // no code: a matrix product without an epilogue runs on gemm alone\n"),
+            Some(p) => match emit::kernel(p, &kernel_name(i), lanes) {
+                Ok(text) => out.push_str(&text),
+                Err(e) => out.push_str(&format!("  // not emitted ({e}): Cranelift's kernel runs\n")),
+            },
+        }
+    }
+    out.push_str("}\n");
+    Ok(out)
+}
+
+/// The function of kernel `i` (in [`plan::kernels`]' order).
+fn kernel_name(i: usize) -> String {
+    format!("graphc_llvm_{i}")
+}
+
+/// What the LLVM tier made of a module.
+#[cfg(feature = "llvm")]
+#[derive(Debug, Default)]
+pub struct Tier {
+    /// How many kernels it compiled.
+    pub count: usize,
+    pub compile_time: std::time::Duration,
+}
+
+/// Compiles every kernel with code of `m` that the emitter can write, `lanes` wide, and puts
+/// each in `table` in place of the kernel there (a Cranelift kernel of the same plan, which
+/// those it cannot write keep).
+#[cfg(feature = "llvm")]
+pub fn compile_into(m: &Module, table: &graphc_runtime::KernelTable, lanes: usize) -> Result<Tier, String> {
+    let start = std::time::Instant::now();
+    let kernels = plan::kernels(m);
+    let mut text = String::from("module {\n");
+    text.push_str(emit::MATH_DECLS);
+    let mut names = Vec::new();
+    let mut which = Vec::new();
+    for (i, k) in kernels.iter().enumerate() {
+        let Some(p) = k.plan.code() else { continue };
+        if let Ok(f) = emit::kernel(p, &kernel_name(i), lanes) {
+            text.push_str(&f);
+            names.push((kernel_name(i), crate::lower::cpu::describe::extents(p)));
+            which.push(i);
+        }
+    }
+    text.push_str("}\n");
+    if names.is_empty() {
+        return Ok(Tier { count: 0, compile_time: start.elapsed() });
+    }
+    let entries = jit::compile(&text, &names)?;
+    let count = entries.len();
+    for (i, entry) in which.into_iter().zip(entries) {
+        let k = &kernels[i];
+        let kernel = crate::lower::cpu::kernel(&k.plan, Some(entry))?;
+        table.replace(&k.graph, k.node, std::sync::Arc::new(kernel));
+    }
+    Ok(Tier { count, compile_time: start.elapsed() })
+}
