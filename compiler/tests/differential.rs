@@ -41,6 +41,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+mod common;
 #[path = "differential/interval.rs"]
 mod interval;
 
@@ -678,7 +679,7 @@ fn node_module(g: &Graph, n: Node) -> Option<Module> {
 /// The first compiled node of `opt`'s JIT run whose results are not what the reference gives
 /// on the same operands, described.
 fn node_disagreement(opt: &Module, feeds: &[(String, Arc<Tensor>)]) -> Option<String> {
-    let kernels = CpuKernels::compile(opt).ok()?;
+    let kernels = common::cpu_kernels(opt, &Default::default()).ok()?;
     let recording = Arc::new(Recording { kernels, calls: Default::default() });
     let session = Session::with_compiled(opt.clone(), options(), recording.clone()).ok()?;
     run_twice(&session, opt, feeds);
@@ -822,7 +823,7 @@ fn compare(m: &Module, feeds: &[(String, Arc<Tensor>)]) -> Result<(), String> {
     if let Err(e) = PassManager::new(DEFAULT_PIPELINE).unwrap().run(&mut opt, &mut |_| {}) {
         return Err(format!("the default pipeline fails: {e}"));
     }
-    let kernels = match CpuKernels::compile(&opt) {
+    let kernels = match common::cpu_kernels(&opt, &Default::default()) {
         Ok(k) => k,
         Err(e) => return Err(format!("compilation fails: {e}")),
     };
@@ -1051,7 +1052,8 @@ fn fetching_part_of_a_graph_needs_no_more_inputs_compiled() {
     let opt = optimized(&m).expect("the pipeline runs");
     let x = Arc::new(Tensor::F32(ndarray::Array::from_vec(vec![0.5f32, -1.0, 2.0, 0.0]).into_dyn()));
     let interp = Session::new(m.clone(), options()).unwrap();
-    let jit = Session::with_compiled(opt.clone(), options(), CpuKernels::compile(&opt).unwrap()).unwrap();
+    let jit = Session::with_compiled(opt.clone(), options(), common::cpu_kernels(&opt, &Default::default()).unwrap())
+        .unwrap();
     let only_a = |s: &Session| {
         let mut r = RunRequest::new("g").fetch("a");
         r.feeds = vec![("x".to_string(), x.clone())];

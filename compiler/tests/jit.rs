@@ -84,7 +84,7 @@ fn compare_within(
     bnd: Bound,
 ) -> usize {
     let interp = Session::new(m.clone(), options()).unwrap();
-    let kernels = CpuKernels::compile_with(m, opts).unwrap_or_else(|e| panic!("{what}: {e}"));
+    let kernels = common::cpu_kernels(m, opts).unwrap_or_else(|e| panic!("{what}: {e}"));
     let compiled = kernels.len();
     let jit = Session::with_compiled(m.clone(), options(), kernels).unwrap();
     assert_same_within(&run_all(&interp, m, feeds), &run_all(&jit, m, feeds), what, bnd);
@@ -104,7 +104,7 @@ fn compare_per_node(m: &Module, what: &str) -> usize {
         }
     }
     let interp = Session::new(m.clone(), options()).unwrap();
-    let kernels = CpuKernels::compile(&m).unwrap_or_else(|e| panic!("{what}: {e}"));
+    let kernels = common::cpu_kernels(&m, &CompileOptions::default()).unwrap_or_else(|e| panic!("{what}: {e}"));
     let mut checked = 0;
     for g in &m.graphs {
         for &n in &g.regions[g.body].nodes {
@@ -165,7 +165,12 @@ fn every_example_runs_alike_compiled() {
             // relative to terms of magnitude about 1, to 1e-4 at the end, absolute where
             // cancellation made a result small.
             let interp = Session::new(m.clone(), options()).unwrap();
-            let jit = Session::with_compiled(m.clone(), options(), CpuKernels::compile(&m).unwrap()).unwrap();
+            let jit = Session::with_compiled(
+                m.clone(),
+                options(),
+                common::cpu_kernels(&m, &CompileOptions::default()).unwrap(),
+            )
+            .unwrap();
             assert_same_within(&run_all(&interp, &m, None), &run_all(&jit, &m, None), &what, Bound::Rel(1e-4, 1e-4));
         }
     }
@@ -305,7 +310,7 @@ fn softmax_over_extreme_rows_matches_the_interpreter() {
     let text =
         "graph @g(%x: f32[6,11]) -> (y: f32[6,11]) {\n  %y = softmax %x {axis = -1} : f32[6,11]\n  return %y\n}\n";
     let m = optimize(&parse_module(text).unwrap());
-    let kernels = CpuKernels::compile(&m).unwrap();
+    let kernels = common::cpu_kernels(&m, &CompileOptions::default()).unwrap();
     assert_eq!(kernels.len(), 1, "softmax is one kernel");
     let g = &m.graphs[0];
     let p = g.regions[g.body].nodes.iter().find_map(|&n| plan(g, n)).expect("a loop plan");
@@ -397,7 +402,7 @@ fn elementwise_ops_match_the_reference_within_their_bounds() {
     let interp = Session::new(m.clone(), options()).unwrap();
     for isa in [Isa::Native, Isa::Sse] {
         let opts = CompileOptions { isa, ..Default::default() };
-        let kernels = CpuKernels::compile_with(&m, &opts).unwrap();
+        let kernels = common::cpu_kernels(&m, &opts).unwrap();
         assert_eq!(kernels.len(), 10);
         let jit = Session::with_compiled(m.clone(), options(), kernels).unwrap();
         let (want, got) = (run_all(&interp, &m, Some(&feeds)), run_all(&jit, &m, Some(&feeds)));
@@ -540,7 +545,7 @@ fn kernels_check_their_operands_against_the_plan() {
     use graphc_runtime::CompiledKernels;
     let text = "graph @g(%x: f32[4,8], %w: f32[8,8], %b: f32[8]) -> (y: f32[4,8], t: f32[4,8]) {\n  %h = matmul %x, %w : f32[4,8]\n  %y = add %h, %b : f32[4,8]\n  %t = tanh %y : f32[4,8]\n  return %y, %t\n}\n";
     let m = parse_module(text).unwrap();
-    let kernels = CpuKernels::compile(&m).unwrap();
+    let kernels = common::cpu_kernels(&m, &CompileOptions::default()).unwrap();
     let g = &m.graphs[0];
     let node = |n: &str| g.producer(g.value_named(n).unwrap()).unwrap();
     let t = |shape: &[usize]| Arc::new(Tensor::F32(ndarray::ArrayD::zeros(shape)));
@@ -587,7 +592,7 @@ fn leak_probe() {
     let m = optimize(&parse_module(&std::fs::read_to_string(common::example("fused.gir")).unwrap()).unwrap());
     let compile_and_drop = |times: usize| {
         for _ in 0..times {
-            let k = CpuKernels::compile(&m).unwrap();
+            let k = common::cpu_kernels(&m, &CompileOptions::default()).unwrap();
             assert!(k.len() >= 3);
         }
     };
@@ -634,7 +639,8 @@ fn errors_inside_fusions_keep_their_location() {
     let feeds = vec![("x".to_string(), i32s([1, 2, 3, 4])), ("y".to_string(), i32s([1, 0, 3, 4]))];
     let error = |m: &Module, compiled: bool| {
         let s = if compiled {
-            Session::with_compiled(m.clone(), options(), CpuKernels::compile(m).unwrap()).unwrap()
+            Session::with_compiled(m.clone(), options(), common::cpu_kernels(m, &CompileOptions::default()).unwrap())
+                .unwrap()
         } else {
             Session::new(m.clone(), options()).unwrap()
         };
@@ -687,7 +693,7 @@ fn tanh_saturates_exactly_where_the_reference_does() {
     let m = optimize(&parse_module(&text).unwrap());
     let feeds = vec![("x".to_string(), Arc::new(Tensor::F32(ndarray::Array::from_vec(xs.clone()).into_dyn())))];
     for isa in [Isa::Native, Isa::Sse] {
-        let kernels = CpuKernels::compile_with(&m, &CompileOptions { isa, ..Default::default() }).unwrap();
+        let kernels = common::cpu_kernels(&m, &CompileOptions { isa, ..Default::default() }).unwrap();
         let jit = Session::with_compiled(m.clone(), options(), kernels).unwrap();
         let got = run_all(&jit, &m, Some(&feeds));
         let Ok(got) = &got[0] else { panic!("{got:?}") };
@@ -723,7 +729,7 @@ fn zero_products_are_positive_zeros() {
         ];
         for m in [m.clone(), optimize(&m)] {
             assert!(compare(&m, &text, Some(&feeds)) >= 1, "{text}");
-            let kernels = CpuKernels::compile(&m).unwrap();
+            let kernels = common::cpu_kernels(&m, &CompileOptions::default()).unwrap();
             let jit = Session::with_compiled(m.clone(), options(), kernels).unwrap();
             let got = run_all(&jit, &m, Some(&feeds));
             let Ok(got) = &got[0] else { panic!("{got:?}") };

@@ -46,6 +46,9 @@ pub struct Tier {
     /// How many kernels it compiled.
     pub count: usize,
     pub compile_time: std::time::Duration,
+    /// The kernels with code it left to Cranelift, each headed as in listings
+    /// ([`plan::kernel_header`]), with why.
+    pub kept: Vec<String>,
 }
 
 /// Compiles every kernel with code of `m` that the emitter can write, `lanes` wide, and puts
@@ -59,17 +62,21 @@ pub fn compile_into(m: &Module, table: &graphc_runtime::KernelTable, lanes: usiz
     text.push_str(emit::MATH_DECLS);
     let mut names = Vec::new();
     let mut which = Vec::new();
+    let mut kept = Vec::new();
     for (i, k) in kernels.iter().enumerate() {
         let Some(p) = k.plan.code() else { continue };
-        if let Ok(f) = emit::kernel(p, &kernel_name(i), lanes) {
-            text.push_str(&f);
-            names.push((kernel_name(i), crate::lower::cpu::describe::extents(p)));
-            which.push(i);
+        match emit::kernel(p, &kernel_name(i), lanes) {
+            Ok(f) => {
+                text.push_str(&f);
+                names.push((kernel_name(i), crate::lower::cpu::describe::extents(p)));
+                which.push(i);
+            }
+            Err(e) => kept.push(format!("{}: {e}", plan::kernel_header(m, i, k))),
         }
     }
     text.push_str("}\n");
     if names.is_empty() {
-        return Ok(Tier { count: 0, compile_time: start.elapsed() });
+        return Ok(Tier { count: 0, compile_time: start.elapsed(), kept });
     }
     let entries = jit::compile(&text, &names)?;
     let count = entries.len();
@@ -78,5 +85,5 @@ pub fn compile_into(m: &Module, table: &graphc_runtime::KernelTable, lanes: usiz
         let kernel = crate::lower::cpu::kernel(&k.plan, Some(entry))?;
         table.replace(&k.graph, k.node, std::sync::Arc::new(kernel));
     }
-    Ok(Tier { count, compile_time: start.elapsed() })
+    Ok(Tier { count, compile_time: start.elapsed(), kept })
 }
