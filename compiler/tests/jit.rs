@@ -7,7 +7,7 @@ mod common;
 
 use common::close::{assert_close_spec, assert_close_within, bound, Bound};
 use common::examples;
-use graphc::lower::cpu::{CompileOptions, CpuKernels, Isa};
+use graphc::lower::cpu::{CompileOptions, Isa};
 use graphc::lower::plan::{matmul_plan, plan};
 use graphc::passes::{PassManager, DEFAULT_PIPELINE};
 use graphc_ir::{parse_module, print_module, Attr, DType, Graph, Module, NodeSpec, Op, TensorType, Type, Value};
