@@ -7,7 +7,7 @@ Sets up benches/peers/.venv (jax[cpu], onnxruntime, onnx, numpy) on first use. F
 workload it writes the graphc IR and an ONNX model to a temporary directory, builds the same
 function for jax, and times each engine the same way: warm-up runs, then the median of
 --iters runs of one step on the same inputs. graphc is timed by `graphc bench --json`
-(backends jit and interp). Also measured in the same run: a STREAM triad (a = b + s*c on
+(backends jit and interp, and llvm where graphc was built with `--features llvm`). Also measured in the same run: a STREAM triad (a = b + s*c on
 2^25 f32 in C with OpenMP, triad.c) as the machine's memory bandwidth, and XLA's compile
 time.
 Prints a table of milliseconds and the ratios peer / graphc-jit (above 1: graphc is faster).
@@ -178,6 +178,9 @@ def main():
         subprocess.run(["cargo", "build", "--release", "-p", "graphc"], cwd=ROOT, check=True)
     tmp = tempfile.mkdtemp()
     rng = np.random.default_rng(0)
+    # The llvm backend exists where graphc was built with the llvm feature.
+    help_text = subprocess.run([a.graphc, "bench", "--help"], capture_output=True, text=True).stdout
+    backends = ["jit", "interp"] + (["llvm"] if "llvm" in help_text else [])
 
     # The machine's memory bandwidth: a STREAM triad in C with OpenMP (gcc).
     exe = os.path.join(tmp, "triad")
@@ -205,9 +208,9 @@ def main():
             p = os.path.join(tmp, f"{name}_{k}.npy")
             np.save(p, v)
             flags += ["--input", f"{k}={p}"]
-        res = {}
-        for backend in ["jit", "interp"]:
-            iters = a.iters if backend == "jit" else max(3, a.iters // 4)
+        res = {"llvm": (float("nan"), float("nan"))}
+        for backend in backends:
+            iters = max(3, a.iters // 4) if backend == "interp" else a.iters
             out = subprocess.run([a.graphc, "bench", gpath, "--backend", backend, "--iters", str(iters),
                                   "--warmup", str(a.warmup), "--json"] + flags, capture_output=True, text=True)
             if out.returncode != 0:
@@ -227,14 +230,15 @@ def main():
         sess = ort.InferenceSession(onnx_model(name, shapes).SerializeToString(), providers=["CPUExecutionProvider"])
         feed = {k: inputs[k] for k in shapes}
         ortt = median_ms(lambda: sess.run(None, feed), a.warmup, a.iters)
-        rows.append((name, desc, res["jit"][0], res["interp"][0], xla, ortt, res["jit"][1], xla_compile))
+        rows.append((name, desc, res["jit"][0], res["interp"][0], xla, ortt, res["jit"][1], xla_compile, res["llvm"]))
 
     print()
-    print(f"{'':4} {'workload':<44} {'graphc':>9} {'interp':>9} {'XLA':>9} {'ORT':>9} {'XLA/g':>6} {'ORT/g':>6}")
-    for name, desc, g, gi, x, o, gc, xc in rows:
-        print(f"{name:4} {desc:<44} {g:>9.2f} {gi:>9.2f} {x:>9.2f} {o:>9.2f} {x / g:>6.2f} {o / g:>6.2f}")
-    print("(milliseconds per step, medians; ratios above 1 mean graphc is faster)")
-    for name, desc, g, gi, x, o, gc, xc in rows:
+    print(f"{'':4} {'workload':<44} {'graphc':>9} {'llvm':>9} {'interp':>9} {'XLA':>9} {'ORT':>9} {'XLA/g':>6} {'ORT/g':>6} {'XLA/l':>6} {'ORT/l':>6}")
+    for name, desc, g, gi, x, o, gc, xc, (lt, lc) in rows:
+        print(f"{name:4} {desc:<44} {g:>9.2f} {lt:>9.2f} {gi:>9.2f} {x:>9.2f} {o:>9.2f} {x / g:>6.2f} {o / g:>6.2f} {x / lt:>6.2f} {o / lt:>6.2f}")
+    print("(milliseconds per step, medians; graphc is the jit backend (Cranelift), llvm the LLVM tier;")
+    print(" ratios above 1 mean graphc (g) or its LLVM tier (l) is faster)")
+    for name, desc, g, gi, x, o, gc, xc, (lt, lc) in rows:
         if name == "W0":
             gbs = 2 * 4 * N / (g * 1e-3) / 1e9
             print(f"W0 bandwidth: graphc {gbs:.1f} GB/s = {100 * gbs / stream_gbs:.0f}% of the STREAM triad")
@@ -242,7 +246,13 @@ def main():
             gf, xf = 2 * 1024**3 / (g * 1e-3) / 1e9, 2 * 1024**3 / (x * 1e-3) / 1e9
             print(f"W6: graphc {gf:.1f} GFLOP/s ({100 * gf / peak:.0f}% of peak), XLA {xf:.1f} GFLOP/s ({100 * xf / peak:.0f}%)")
         if name == "W4":
-            print(f"W4 compile: graphc {gc:.1f} ms, XLA {xc:.1f} ms ({xc / max(gc, 1e-9):.0f}x)")
+            print(f"W4 compile: graphc {gc:.1f} ms, LLVM tier {lc:.1f} ms, XLA {xc:.1f} ms ({xc / max(gc, 1e-9):.0f}x graphc's)")
+        if name in ("W1", "W2", "W3"):
+            # Each reads its input once and writes its output once: 2 x 4 bytes per element.
+            n = N if name == "W1" else 4096 * 1024
+            best = min(t for t in (g, lt) if t == t)
+            gbs = 2 * 4 * n / (best * 1e-3) / 1e9
+            print(f"{name} bandwidth: graphc's best {gbs:.1f} GB/s = {100 * gbs / stream_gbs:.0f}% of the STREAM triad")
 
 
 if __name__ == "__main__":

@@ -6,14 +6,15 @@ the node tests as files) on first use, builds graphc, then for every test in
 onnx/backend/test/data/node converts the inputs to .npy, runs
 `graphc run model.onnx --backend B --input NAME=PATH ... --out-dir DIR`, and compares each
 output (rtol 1e-3, atol 1e-4 for floats; exact for ints and bools). It does so on every
-backend: the reference interpreter and the JIT (the default users get), each with its own
-per-op table and 'N passed, N failed' line.
+backend the binary has: the reference interpreter, the JIT (the default users get) and, where
+graphc was built with the llvm feature (GRAPHC_FEATURES=llvm), the LLVM tier, each with its
+own per-op table and 'N passed, N failed' line.
 
 tests/onnx/passing.txt lists the tests that passed when it was last updated; a test on that
 list that fails now on any backend makes the run fail (exit 1). `--update` rewrites the list
 (from the interpreter's run: the JIT must then pass the same tests).
 
-Usage: python3 tests/onnx/conformance.py [--update] [--backend interp|jit] [--filter SUBSTRING] [-v]
+Usage: python3 tests/onnx/conformance.py [--update] [--backend interp|jit|llvm] [--filter SUBSTRING] [-v]
 """
 
 import os
@@ -123,11 +124,14 @@ def main():
     args = sys.argv[1:]
     update = "--update" in args
     verbose = "-v" in args
-    backends = [args[args.index("--backend") + 1]] if "--backend" in args else ["interp", "jit"]
     flt = args[args.index("--filter") + 1] if "--filter" in args else ""
+    graphc = build_graphc()
+    # Every backend the binary has (llvm where it was built with that feature).
+    listed = subprocess.run([graphc, "run", "--help"], capture_output=True, text=True).stdout
+    every = ["interp", "jit"] + (["llvm"] if "- llvm:" in listed else [])
+    backends = [args[args.index("--backend") + 1]] if "--backend" in args else every
     if update and (flt or backends[0] != "interp"):
         sys.exit("--update runs the whole suite on the interpreter (no --filter, no --backend)")
-    graphc = build_graphc()
     node_dir = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "node")
     tests = sorted(t for t in os.listdir(node_dir) if flt in t)
     work = os.path.join(ROOT, "target", "onnx-conformance")

@@ -25,11 +25,14 @@ def ensure_venv(script):
 
 
 def build_graphc(release=False):
-    """$GRAPHC, or graphc built by cargo (debug unless `release`)."""
+    """$GRAPHC, or graphc built by cargo (debug unless `release`; with the features
+    $GRAPHC_FEATURES names, such as llvm)."""
     graphc = os.environ.get("GRAPHC")
     if graphc:
         return graphc
     profile = ["--release"] if release else []
+    features = os.environ.get("GRAPHC_FEATURES")
+    profile += ["--features", features] if features else []
     subprocess.check_call(["cargo", "build", "-q", "-p", "graphc"] + profile, cwd=ROOT)
     return os.path.join(ROOT, "target", "release" if release else "debug", "graphc")
 
