@@ -26,6 +26,7 @@ impl Backend for Jit {
             listings: kernels.listings.clone(),
             table: Some(kernels.table().clone()),
             kernels: Some(kernels),
+            background: None,
         })
     }
 }

@@ -1,19 +1,11 @@
 //! The LLVM tier as a backend: the default pipeline, then the Cranelift kernels, each replaced
-//! by its MLIR/LLVM kernel (`crate::lower::mlir`) before the first step; `auto` compiles the
-//! LLVM kernels in the background instead, so no step waits on LLVM.
+//! by its MLIR/LLVM kernel (`crate::lower::mlir`) before the first step (`auto` compiles
+//! them in the background instead).
 
-use super::{Backend, CompileOptions, Compiled, Isa};
+use super::{Backend, CompileOptions, Compiled};
 use crate::lower::cpu::CpuKernels;
 use crate::lower::mlir;
 use graphc_ir::Module;
-
-/// The vector width for `isa`: the host's widest, or SSE's four lanes.
-fn lanes(isa: Isa) -> usize {
-    match isa {
-        Isa::Native => mlir::host_lanes(),
-        Isa::Sse => 4,
-    }
-}
 
 #[derive(Debug)]
 pub struct Llvm;
@@ -30,13 +22,14 @@ impl Backend for Llvm {
     }
     fn compile_with(&self, m: &Module, options: &CompileOptions) -> Result<Compiled, String> {
         let kernels = CpuKernels::compile_with(m, options)?;
-        let tier = mlir::compile_into(m, kernels.table(), lanes(options.isa))?;
+        let tier = mlir::compile_into(m, kernels.table(), mlir::lanes_for(options.isa))?;
         Ok(Compiled {
             count: kernels.len(),
             compile_time: kernels.compile_time + tier.compile_time,
             listings: kernels.listings.clone(),
             table: Some(kernels.table().clone()),
             kernels: Some(kernels),
+            background: None,
         })
     }
 }

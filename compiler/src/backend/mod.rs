@@ -11,10 +11,13 @@
 //! as a `CompiledKernels` for the whole module, looked up node by node, so a later tier can
 //! replace them one kernel at a time in a live session.
 
+#[cfg(feature = "llvm")]
+mod auto;
 mod interp;
 mod jit;
 #[cfg(feature = "llvm")]
 mod llvm;
+mod tier;
 
 use graphc_ir::DeviceSpec;
 use graphc_ir::Module;
@@ -23,10 +26,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use crate::lower::cpu::{CompileOptions, Isa, Listing, Listings};
+#[cfg(feature = "llvm")]
+pub use auto::Auto;
 pub use interp::Interp;
 pub use jit::Jit;
 #[cfg(feature = "llvm")]
 pub use llvm::Llvm;
+pub use tier::{Background, TierDone};
 
 /// Lowerings every backend runs before its own pipeline (a pass pipeline; empty: none).
 pub const LOWERINGS: &str = "";
@@ -71,6 +77,8 @@ pub struct Compiled {
     /// What `CompileOptions::listings` asked to keep of each kernel with code, each with the
     /// line that heads its kernel (`graphc::lower::plan::kernel_header`).
     pub listings: Vec<(String, Listing)>,
+    /// A faster tier still compiling into `table` (`auto`); dropping it waits for it.
+    pub background: Option<Background>,
 }
 
 /// Every backend; the first is the default.
@@ -78,10 +86,14 @@ pub struct Compiled {
 pub static BACKENDS: &[&dyn Backend] = &[&Jit, &Interp];
 /// Every backend; the first is the default.
 #[cfg(feature = "llvm")]
-pub static BACKENDS: &[&dyn Backend] = &[&Jit, &Llvm, &Interp];
+pub static BACKENDS: &[&dyn Backend] = &[&Auto, &Jit, &Llvm, &Interp];
 
-/// The default backend's name.
+/// The default backend's name: tiered where the LLVM tier is built in.
+#[cfg(not(feature = "llvm"))]
 pub const DEFAULT_BACKEND: &str = "jit";
+/// The default backend's name: tiered where the LLVM tier is built in.
+#[cfg(feature = "llvm")]
+pub const DEFAULT_BACKEND: &str = "auto";
 
 /// The backend of this name; an error listing the known ones.
 pub fn backend(name: &str) -> Result<&'static dyn Backend, String> {

@@ -53,7 +53,12 @@ fn bench_loaded(a: &BenchArgs, file: &SourceFile, module: Module) -> anyhow::Res
     }
     let mut times = Vec::with_capacity(a.iters.min(1 << 16) as usize);
     let total = a.warmup.saturating_add(a.iters);
+    // The step from which a background tier's kernels ran (1-based), if it finished.
+    let mut tier_from = None;
     for i in 0..total {
+        if tier_from.is_none() && compiled.background.as_ref().is_some_and(|b| b.poll().is_some()) {
+            tier_from = Some(i + 1);
+        }
         let t = Instant::now();
         let outs = match session.run_step(job.requests.clone()) {
             Ok(outs) => outs,
@@ -70,6 +75,8 @@ fn bench_loaded(a: &BenchArgs, file: &SourceFile, module: Module) -> anyhow::Res
     }
     times.sort();
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    // The background tier: what it compiled and how long it took, once it has finished.
+    let tier = compiled.background.as_ref().map(|b| (b.tier, b.wait()));
     let (median, min, max) = (ms(times[times.len() / 2]), ms(times[0]), ms(times[times.len() - 1]));
     let mean = times.iter().map(|&d| ms(d)).sum::<f64>() / times.len() as f64;
     let rss = peak_rss_bytes();
@@ -80,11 +87,27 @@ fn bench_loaded(a: &BenchArgs, file: &SourceFile, module: Module) -> anyhow::Res
             "file": file.name, "graphs": graphs, "backend": backend,
             "compile_ms": ms(compile), "median_ms": median, "min_ms": min, "max_ms": max, "mean_ms": mean,
             "iters": a.iters, "warmup": a.warmup, "peak_rss_bytes": rss, "placement": placements,
+            "tier": tier.as_ref().map(|(name, r)| match r {
+                Ok(d) => serde_json::json!({"name": name, "kernels": d.count, "compile_ms": ms(d.compile_time), "from_step": tier_from}),
+                Err(e) => serde_json::json!({"name": name, "error": e}),
+            }),
         });
         say!("{j}");
     } else {
         say!("{names} (backend {backend})");
         say!("  compile      {:>10.3} ms", ms(compile));
+        match &tier {
+            Some((name, Ok(d))) => {
+                let from = tier_from.map_or("after the last step".to_string(), |s| format!("from step {s}"));
+                say!(
+                    "  {name} tier    {:>10.3} ms   ({} kernels, in the background; in place {from})",
+                    ms(d.compile_time),
+                    d.count
+                )
+            }
+            Some((name, Err(e))) => say!("  {name} tier    failed: {e} (the first tier's kernels ran)"),
+            None => {}
+        }
         say!("  step median  {median:>10.3} ms   ({} iterations after {} warm-up)", a.iters, a.warmup);
         say!("  step min     {min:>10.3} ms");
         say!("  step max     {max:>10.3} ms");

@@ -11,6 +11,14 @@ pub mod jit;
 
 pub use emit::host_lanes;
 
+/// The vector width for `isa`: the host's widest, or SSE's four lanes.
+pub fn lanes_for(isa: crate::lower::cpu::Isa) -> usize {
+    match isa {
+        crate::lower::cpu::Isa::Native => host_lanes(),
+        crate::lower::cpu::Isa::Sse => 4,
+    }
+}
+
 use crate::lower::plan;
 use graphc_ir::Module;
 

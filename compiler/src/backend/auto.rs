@@ -1,0 +1,39 @@
+//! Tiered compilation: the Cranelift kernels at once, and the LLVM tier's in the background,
+//! each replacing its Cranelift kernel in the table when ready, so no step waits on LLVM.
+
+use super::tier::{Background, TierDone};
+use super::{Backend, CompileOptions, Compiled};
+use crate::lower::cpu::CpuKernels;
+use crate::lower::mlir;
+use graphc_ir::Module;
+
+#[derive(Debug)]
+pub struct Auto;
+
+impl Backend for Auto {
+    fn name(&self) -> &'static str {
+        "auto"
+    }
+    fn description(&self) -> &'static str {
+        "Tiered: Cranelift's kernels at once, replaced one by one by the LLVM tier's as it compiles them in the background"
+    }
+    fn pipeline(&self) -> &'static str {
+        crate::passes::DEFAULT_PIPELINE
+    }
+    fn compile_with(&self, m: &Module, options: &CompileOptions) -> Result<Compiled, String> {
+        let kernels = CpuKernels::compile_with(m, options)?;
+        let (m, table, lanes) = (m.clone(), kernels.table().clone(), mlir::lanes_for(options.isa));
+        let background = Background::spawn("llvm", move || {
+            let tier = mlir::compile_into(&m, &table, lanes)?;
+            Ok(TierDone { count: tier.count, compile_time: tier.compile_time })
+        });
+        Ok(Compiled {
+            count: kernels.len(),
+            compile_time: kernels.compile_time,
+            listings: kernels.listings.clone(),
+            table: Some(kernels.table().clone()),
+            kernels: Some(kernels),
+            background: Some(background),
+        })
+    }
+}
