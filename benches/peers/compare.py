@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
-"""graphc against XLA CPU (jax.jit) and ONNX Runtime on the issue's workloads, in one run.
+"""graphc against XLA CPU (jax.jit), ONNX Runtime and IREE on the issue's workloads, in one run.
 
     python3 benches/peers/compare.py [--iters 20] [--only W0,W1] [--graphc target/release/graphc]
 
-Sets up benches/peers/.venv (jax[cpu], onnxruntime, onnx, numpy) on first use. For each
+Sets up benches/peers/.venv (jax[cpu], onnxruntime, onnx, numpy, iree-base-compiler,
+iree-base-runtime) on first use. IREE compiles the StableHLO jax lowers each workload to. For each
 workload it writes the graphc IR and an ONNX model to a temporary directory, builds the same
 function for jax, and times each engine the same way: warm-up runs, then the median of
 --iters runs of one step on the same inputs. graphc is timed by `graphc bench --json`
@@ -23,7 +24,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 VENV = os.path.join(HERE, ".venv")
-PACKAGES = ["jax[cpu]", "onnxruntime", "onnx", "numpy"]
+PACKAGES = ["jax[cpu]", "onnxruntime", "onnx", "numpy", "iree-base-compiler", "iree-base-runtime"]
 
 
 def ensure_venv():
@@ -34,6 +35,9 @@ def ensure_venv():
         subprocess.run([sys.executable, "-m", "venv", VENV], check=True)
         subprocess.run([py, "-m", "pip", "install", "-q", "--upgrade", "pip"], check=True)
         subprocess.run([py, "-m", "pip", "install", "-q"] + PACKAGES, check=True)
+    elif subprocess.run([py, "-c", "import iree.runtime, iree.compiler"], capture_output=True).returncode != 0:
+        # A venv from before IREE was a peer.
+        subprocess.run([py, "-m", "pip", "install", "-q", "iree-base-compiler", "iree-base-runtime"], check=True)
     env = dict(os.environ, GRAPHC_PEERS_IN_VENV="1")
     sys.exit(subprocess.run([py] + sys.argv, env=env).returncode)
 
@@ -162,6 +166,27 @@ def median_ms(f, warmup, iters):
     return ts[len(ts) // 2]
 
 
+def iree_ms(fn, args, warmup, iters):
+    """IREE (llvm-cpu for the host CPU, the local-task driver on every core) on the StableHLO
+    that jax lowers `fn` to, the inputs on the device first: (median ms, compile ms)."""
+    import iree.compiler as ic
+    import iree.runtime as ir
+    import jax
+
+    text = jax.jit(fn).lower(*args).as_text(dialect="stablehlo")
+    t0 = time.perf_counter()
+    vmfb = ic.compile_str(text, input_type="stablehlo", target_backends=["llvm-cpu"],
+                          extra_args=["--iree-llvmcpu-target-cpu=host"])
+    compile_ms = (time.perf_counter() - t0) * 1e3
+    config = ir.Config("local-task")
+    ctx = ir.SystemContext(config=config)
+    ctx.add_vm_module(ir.VmModule.copy_buffer(ctx.instance, vmfb))
+    module = [m for name, m in ctx.modules.items() if name != "hal"][-1]
+    f = module["main"]
+    dev = [ir.asdevicearray(config.device, x) for x in args]
+    return median_ms(lambda: f(*dev), warmup, iters), compile_ms
+
+
 def main():
     ensure_venv()
     import numpy as np
@@ -230,15 +255,20 @@ def main():
         sess = ort.InferenceSession(onnx_model(name, shapes).SerializeToString(), providers=["CPUExecutionProvider"])
         feed = {k: inputs[k] for k in shapes}
         ortt = median_ms(lambda: sess.run(None, feed), a.warmup, a.iters)
-        rows.append((name, desc, res["jit"][0], res["interp"][0], xla, ortt, res["jit"][1], xla_compile, res["llvm"]))
+        try:
+            iree = iree_ms(jax_fn(name), [inputs[k] for k in shapes], a.warmup, a.iters)[0]
+        except Exception as e:  # a workload IREE cannot compile is reported, not fatal
+            print(f"{name} IREE failed: {str(e).strip()[:300]}")
+            iree = float("nan")
+        rows.append((name, desc, res["jit"][0], res["interp"][0], xla, ortt, res["jit"][1], xla_compile, res["llvm"], iree))
 
     print()
-    print(f"{'':4} {'workload':<44} {'graphc':>9} {'llvm':>9} {'interp':>9} {'XLA':>9} {'ORT':>9} {'XLA/g':>6} {'ORT/g':>6} {'XLA/l':>6} {'ORT/l':>6}")
-    for name, desc, g, gi, x, o, gc, xc, (lt, lc) in rows:
-        print(f"{name:4} {desc:<44} {g:>9.2f} {lt:>9.2f} {gi:>9.2f} {x:>9.2f} {o:>9.2f} {x / g:>6.2f} {o / g:>6.2f} {x / lt:>6.2f} {o / lt:>6.2f}")
+    print(f"{'':4} {'workload':<44} {'graphc':>9} {'llvm':>9} {'interp':>9} {'XLA':>9} {'ORT':>9} {'IREE':>9} {'XLA/g':>6} {'ORT/g':>6} {'IREE/g':>6} {'XLA/l':>6} {'ORT/l':>6} {'IREE/l':>6}")
+    for name, desc, g, gi, x, o, gc, xc, (lt, lc), ie in rows:
+        print(f"{name:4} {desc:<44} {g:>9.2f} {lt:>9.2f} {gi:>9.2f} {x:>9.2f} {o:>9.2f} {ie:>9.2f} {x / g:>6.2f} {o / g:>6.2f} {ie / g:>6.2f} {x / lt:>6.2f} {o / lt:>6.2f} {ie / lt:>6.2f}")
     print("(milliseconds per step, medians; graphc is the jit backend (Cranelift), llvm the LLVM tier;")
     print(" ratios above 1 mean graphc (g) or its LLVM tier (l) is faster)")
-    for name, desc, g, gi, x, o, gc, xc, (lt, lc) in rows:
+    for name, desc, g, gi, x, o, gc, xc, (lt, lc), ie in rows:
         if name == "W0":
             gbs = 2 * 4 * N / (g * 1e-3) / 1e9
             print(f"W0 bandwidth: graphc {gbs:.1f} GB/s = {100 * gbs / stream_gbs:.0f}% of the STREAM triad")
