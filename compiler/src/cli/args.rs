@@ -34,6 +34,38 @@ pub enum Command {
     /// Measure: the time to get a graph ready to run, then the median, min and max step time
     /// over --iters steps after --warmup, and the process's peak memory.
     Bench(BenchArgs),
+    /// Compile a graph's kernels ahead of time for a target: so far NVIDIA GPUs
+    /// (--target nvptx64-nvidia-cuda), as MLIR or PTX.
+    Compile(CompileArgs),
+}
+
+#[derive(clap::Args, Debug)]
+pub struct CompileArgs {
+    /// The .gir or .onnx file ('-' reads standard input).
+    pub file: PathBuf,
+    /// Where to write the result.
+    #[arg(short, long, value_name = "OUT")]
+    pub output: PathBuf,
+    /// The graph to compile (default: the module's only graph).
+    #[arg(short, long = "graph", value_name = "NAME")]
+    pub graph: Option<String>,
+    /// The target triple. Only nvptx64-nvidia-cuda so far.
+    #[arg(long)]
+    pub target: String,
+    /// The GPU's compute capability (sm_80, sm_90, ...).
+    #[arg(long, default_value = "sm_90")]
+    pub gpu_arch: String,
+    /// What to write: the GPU kernels as MLIR (a gpu.module), or their PTX (needs a graphc
+    /// built with the llvm feature).
+    #[arg(long, value_enum, default_value_t = CompileEmit::Ptx)]
+    pub emit: CompileEmit,
+}
+
+/// What `graphc compile --emit` writes.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CompileEmit {
+    Mlir,
+    Ptx,
 }
 
 #[derive(clap::Args, Debug)]

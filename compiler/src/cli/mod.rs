@@ -5,6 +5,7 @@
 mod output;
 mod args;
 mod bench;
+mod compile;
 mod ir;
 mod run;
 mod simulate;
@@ -36,6 +37,7 @@ pub fn main() -> ExitCode {
         Command::Import(a) => ir::import(&a),
         Command::Dot(a) => ir::dot(&a),
         Command::Bench(a) => bench::bench(&a),
+        Command::Compile(a) => compile::compile(&a),
         Command::Simulate(a) => simulate::simulate(&a),
         Command::Run(a) => run::run(&a),
     };

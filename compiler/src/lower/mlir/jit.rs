@@ -24,6 +24,23 @@ pub const PIPELINE: &str = "builtin.module(canonicalize,cse,convert-scf-to-cf,co
 /// point of the kernel of that name, generated from the plan of those extents. The entries
 /// share the code, which is freed when the last of them is dropped.
 pub fn compile(text: &str, kernels: &[(String, Extents)]) -> Result<Vec<Entry>, String> {
+    with_context(|context, said| {
+        let mut module = Module::parse(context, text).ok_or_else(|| said("MLIR does not parse the kernels"))?;
+        let pm = PassManager::new(context);
+        parse_pass_pipeline(pm.as_operation_pass_manager(), PIPELINE).map_err(|e| e.to_string())?;
+        pm.run(&mut module).map_err(|_| said("lowering the kernels to the LLVM dialect failed"))?;
+        if !module.as_operation().verify() {
+            return Err(said("the lowered kernels do not verify"));
+        }
+        let engine = Engine::new(&module).ok_or_else(|| said("LLVM cannot compile the kernels"))?;
+        link(engine, kernels)
+    })
+}
+
+/// Runs `f` with an MLIR context that has every dialect, pass and LLVM translation, and a
+/// function that adds the diagnostics MLIR has reported so far to an error message (MLIR
+/// reports problems as diagnostics, printed to stderr unless handled).
+pub fn with_context<T>(f: impl FnOnce(&Context, &dyn Fn(&str) -> String) -> Result<T, String>) -> Result<T, String> {
     static PASSES: Once = Once::new();
     PASSES.call_once(register_all_passes);
     let registry = DialectRegistry::new();
@@ -32,8 +49,6 @@ pub fn compile(text: &str, kernels: &[(String, Extents)]) -> Result<Vec<Entry>, 
     context.append_dialect_registry(&registry);
     context.load_all_available_dialects();
     register_all_llvm_translations(&context);
-    // MLIR reports problems through diagnostics (printed to stderr unless handled): keep
-    // them for the error.
     let diagnostics = Rc::new(RefCell::new(Vec::<String>::new()));
     let sink = diagnostics.clone();
     let handler = context.attach_diagnostic_handler(move |d| {
@@ -48,17 +63,7 @@ pub fn compile(text: &str, kernels: &[(String, Extents)]) -> Result<Vec<Entry>, 
             format!("{what}: {}", d.join("; "))
         }
     };
-    let result = (|| {
-        let mut module = Module::parse(&context, text).ok_or_else(|| said("MLIR does not parse the kernels"))?;
-        let pm = PassManager::new(&context);
-        parse_pass_pipeline(pm.as_operation_pass_manager(), PIPELINE).map_err(|e| e.to_string())?;
-        pm.run(&mut module).map_err(|_| said("lowering the kernels to the LLVM dialect failed"))?;
-        if !module.as_operation().verify() {
-            return Err(said("the lowered kernels do not verify"));
-        }
-        let engine = Engine::new(&module).ok_or_else(|| said("LLVM cannot compile the kernels"))?;
-        link(engine, kernels)
-    })();
+    let result = f(&context, &said);
     context.detach_diagnostic_handler(handler);
     result
 }

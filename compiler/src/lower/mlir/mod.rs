@@ -8,6 +8,8 @@
 pub mod emit;
 #[cfg(feature = "llvm")]
 pub mod jit;
+#[cfg(feature = "llvm")]
+pub mod ptx;
 
 pub use emit::host_lanes;
 
@@ -94,4 +96,38 @@ pub fn compile_into(m: &Module, table: &graphc_runtime::KernelTable, lanes: usiz
         table.replace(&k.graph, k.node, std::sync::Arc::new(kernel));
     }
     Ok(Tier { count, compile_time: start.elapsed(), kept })
+}
+
+/// The GPU kernels of `m`'s graph `graph`: each loop kernel (in [`plan::kernels`]' order) the
+/// GPU can run, named `graphc_gpu_N`, as one `gpu.module` for `chip`; and those it cannot
+/// (matrix products, the run half's math functions), headed as in listings, with why.
+pub fn gpu_listing(m: &Module, graph: &str, chip: &str) -> Result<(String, Vec<GpuKernel>, Vec<String>), String> {
+    let mut kernels = Vec::new();
+    let mut kept = Vec::new();
+    for (i, k) in plan::kernels(m).into_iter().enumerate() {
+        if k.graph != graph {
+            continue;
+        }
+        let name = format!("graphc_gpu_{i}");
+        match &k.plan {
+            plan::KernelPlan::Loop(p) => match emit::gpu_kernel(p, &name) {
+                Ok(_) => kernels.push(GpuKernel { name, node: k.node, plan: p.clone() }),
+                Err(e) => kept.push(format!("{}: {e}", plan::kernel_header(m, i, &k))),
+            },
+            plan::KernelPlan::MatMul(_) => {
+                kept.push(format!("{}: matrix products have no GPU kernel yet", plan::kernel_header(m, i, &k)))
+            }
+        }
+    }
+    let named: Vec<(String, &plan::LoopPlan)> = kernels.iter().map(|k| (k.name.clone(), &k.plan)).collect();
+    Ok((emit::gpu_module(&named, chip)?, kernels, kept))
+}
+
+/// A loop kernel of a graph as a GPU runs it.
+#[derive(Clone, Debug)]
+pub struct GpuKernel {
+    /// Its function in the `gpu.module` and the PTX.
+    pub name: String,
+    pub node: graphc_ir::Node,
+    pub plan: plan::LoopPlan,
 }
