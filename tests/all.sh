@@ -1,11 +1,21 @@
 #!/usr/bin/env bash
-# Every test: the workspace's (with the LLVM tier built in), the CPU kernels' and the fuzzer's
-# again on the LLVM tier's kernels, and the ONNX node suite on each backend. Installs what it
-# needs on a fresh Debian bookworm machine: MLIR 19 for the llvm feature (apt, as root or
-# through sudo), and the ONNX venv (conformance.py, on first use).
+# Every test: the workspace's (with the LLVM tier and the GPU backend built in; every
+# example's PTX through ptxas), the CPU kernels' and the fuzzer's again on the LLVM tier's
+# kernels, and the ONNX node suite on each backend. Installs what it needs on a fresh Debian
+# bookworm machine: MLIR 19 for the llvm feature (apt, as root or through sudo), ptxas from
+# NVIDIA's PyPI wheel, and the ONNX venv (conformance.py, on first use).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tests/mlir-toolchain.sh
+# ptxas, for the GPU tests' check of every example's PTX, from NVIDIA's wheel (no CUDA needed).
+ptxas=target/ptxas/nvidia/cuda_nvcc/bin/ptxas
+if [ ! -x "$ptxas" ]; then
+    mkdir -p target/ptxas
+    python3 -m pip download -q --no-deps nvidia-cuda-nvcc-cu12==12.9.86 -d target/ptxas
+    python3 -c "import glob, zipfile; zipfile.ZipFile(glob.glob('target/ptxas/*.whl')[0]).extract('nvidia/cuda_nvcc/bin/ptxas', 'target/ptxas')"
+    chmod +x "$ptxas"
+fi
+export GRAPHC_PTXAS="$PWD/$ptxas"
 cargo test --workspace --locked --features graphc/llvm
 GRAPHC_TEST_TIER=llvm cargo test --locked -p graphc --features llvm --test jit --test differential
 GRAPHC_FEATURES=llvm python3 tests/onnx/conformance.py

@@ -13,6 +13,8 @@
 
 #[cfg(feature = "llvm")]
 mod auto;
+#[cfg(feature = "llvm")]
+mod cuda;
 mod interp;
 mod jit;
 #[cfg(feature = "llvm")]
@@ -28,6 +30,8 @@ use std::time::Duration;
 pub use crate::lower::cpu::{CompileOptions, Isa, Listing, Listings};
 #[cfg(feature = "llvm")]
 pub use auto::Auto;
+#[cfg(feature = "llvm")]
+pub use cuda::Cuda;
 pub use interp::Interp;
 pub use jit::Jit;
 #[cfg(feature = "llvm")]
@@ -86,7 +90,7 @@ pub struct Compiled {
 pub static BACKENDS: &[&dyn Backend] = &[&Jit, &Interp];
 /// Every backend; the first is the default.
 #[cfg(feature = "llvm")]
-pub static BACKENDS: &[&dyn Backend] = &[&Auto, &Jit, &Llvm, &Interp];
+pub static BACKENDS: &[&dyn Backend] = &[&Auto, &Jit, &Llvm, &Cuda, &Interp];
 
 /// The default backend's name: tiered where the LLVM tier is built in.
 #[cfg(not(feature = "llvm"))]

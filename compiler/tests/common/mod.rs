@@ -9,29 +9,32 @@ use std::sync::Arc;
 
 /// The CPU kernels of `m` that tests compare with the interpreter: Cranelift's, or with
 /// `GRAPHC_TEST_TIER=llvm` the LLVM tier's in their place (every kernel with code: one the
-/// tier cannot write fails the test). The tier needs the `llvm` feature.
+/// tier cannot write fails the test), or with `GRAPHC_TEST_TIER=cuda` the GPU's where it can
+/// run them (on a machine with an NVIDIA GPU). Both need the `llvm` feature.
 pub fn cpu_kernels(m: &Module, opts: &CompileOptions) -> Result<Arc<CpuKernels>, String> {
     let kernels = CpuKernels::compile_with(m, opts)?;
     match std::env::var("GRAPHC_TEST_TIER").as_deref() {
-        Ok("llvm") => llvm_tier(m, &kernels, opts)?,
+        Ok(tier @ ("llvm" | "cuda")) => llvm_tier(tier, m, &kernels, opts)?,
         Ok("cranelift") | Err(_) => {}
-        Ok(other) => panic!("GRAPHC_TEST_TIER={other}: the tiers are cranelift and llvm"),
+        Ok(other) => panic!("GRAPHC_TEST_TIER={other}: the tiers are cranelift, llvm and cuda"),
     }
     Ok(kernels)
 }
 
 #[cfg(feature = "llvm")]
-fn llvm_tier(m: &Module, kernels: &CpuKernels, opts: &CompileOptions) -> Result<(), String> {
-    use graphc::lower::{cpu::Isa, mlir};
-    let lanes = if opts.isa == Isa::Sse { 4 } else { mlir::host_lanes() };
-    let tier = mlir::compile_into(m, kernels.table(), lanes)?;
+fn llvm_tier(tier: &str, m: &Module, kernels: &CpuKernels, opts: &CompileOptions) -> Result<(), String> {
+    use graphc::lower::mlir;
+    if tier == "cuda" {
+        return mlir::cuda::compile_into(m, kernels.table()).map(|_| ());
+    }
+    let tier = mlir::compile_into(m, kernels.table(), mlir::lanes_for(opts.isa))?;
     assert!(tier.kept.is_empty(), "the LLVM tier left kernels to Cranelift: {:?}", tier.kept);
     Ok(())
 }
 
 #[cfg(not(feature = "llvm"))]
-fn llvm_tier(_: &Module, _: &CpuKernels, _: &CompileOptions) -> Result<(), String> {
-    panic!("GRAPHC_TEST_TIER=llvm needs the llvm feature (cargo test --features graphc/llvm)")
+fn llvm_tier(tier: &str, _: &Module, _: &CpuKernels, _: &CompileOptions) -> Result<(), String> {
+    panic!("GRAPHC_TEST_TIER={tier} needs the llvm feature (cargo test --features graphc/llvm)")
 }
 
 /// Runs the graphc binary.

@@ -5,6 +5,8 @@
 //! signature and plans, so the run half calls them with the same extent checks, and they
 //! replace Cranelift's one by one in the runtime's kernel table.
 
+#[cfg(feature = "llvm")]
+pub mod cuda;
 pub mod emit;
 #[cfg(feature = "llvm")]
 pub mod jit;

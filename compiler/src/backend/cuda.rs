@@ -1,0 +1,35 @@
+//! NVIDIA GPUs as a backend: the default pipeline, then the CPU backend's kernels, each that a
+//! GPU can run replaced by its PTX kernel (`crate::lower::mlir::cuda`). For now a GPU kernel
+//! copies its operands in and its results out on every call; the tensors stay on the host.
+
+use super::{Backend, CompileOptions, Compiled};
+use crate::lower::cpu::CpuKernels;
+use crate::lower::mlir;
+use graphc_ir::Module;
+
+#[derive(Debug)]
+pub struct Cuda;
+
+impl Backend for Cuda {
+    fn name(&self) -> &'static str {
+        "cuda"
+    }
+    fn description(&self) -> &'static str {
+        "The default pass pipeline, then elementwise and row kernels as PTX on the first NVIDIA GPU (through MLIR and the CUDA driver); matrix products and what the GPU cannot run on the CPU backend"
+    }
+    fn pipeline(&self) -> &'static str {
+        crate::passes::DEFAULT_PIPELINE
+    }
+    fn compile_with(&self, m: &Module, options: &CompileOptions) -> Result<Compiled, String> {
+        let kernels = CpuKernels::compile_with(m, options)?;
+        let tier = mlir::cuda::compile_into(m, kernels.table())?;
+        Ok(Compiled {
+            count: kernels.len(),
+            compile_time: kernels.compile_time + tier.compile_time,
+            listings: kernels.listings.clone(),
+            table: Some(kernels.table().clone()),
+            kernels: Some(kernels),
+            background: None,
+        })
+    }
+}
