@@ -35,6 +35,7 @@ fn every_example_gives_ptx_that_ptxas_accepts() {
                 kernels += ks.len();
                 let code = ptx(&text).unwrap_or_else(|e| panic!("{name} @{}: {e}", g.name));
                 assert!(code.contains(&format!(".target {chip}")), "{name} @{}: PTX for another target", g.name);
+                assert!(!code.contains('\0'), "{name} @{}: a NUL byte in the PTX", g.name);
                 for k in &ks {
                     assert!(code.contains(&format!(".entry {}", k.name)), "{name}: no entry {}", k.name);
                 }

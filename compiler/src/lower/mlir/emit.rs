@@ -698,8 +698,11 @@ impl Emitter {
             }
             Op::Neg => V::F(self.unary("arith.negf", x.f()?, l)),
             Op::Abs => V::F(self.abs(x.f()?, l)),
-            // NVVM lowers math.sqrt to libdevice, which the PTX cannot link here.
-            Op::Sqrt if self.gpu => return Err("no GPU code for sqrt yet".into()),
+            // NVVM lowers math.sqrt to libdevice, which the PTX cannot link here: PTX's own
+            // correctly rounded square root instead.
+            Op::Sqrt if self.gpu => {
+                V::F(self.op(&format!("llvm.inline_asm \"sqrt.rn.f32 $0, $1;\", \"=f,f\" {} : (f32) -> f32", x.f()?)))
+            }
             Op::Sqrt => V::F(self.unary("math.sqrt", x.f()?, l)),
             Op::Relu => {
                 // The reference's `x > 0 or NaN ? x : +0` (so -0 gives +0).

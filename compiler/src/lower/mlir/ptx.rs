@@ -18,7 +18,9 @@ pub fn ptx(text: &str) -> Result<String, String> {
         parse_pass_pipeline(pm.as_operation_pass_manager(), PIPELINE).map_err(|e| e.to_string())?;
         pm.run(&mut module).map_err(|_| said("lowering the GPU kernels to PTX failed"))?;
         let printed = module.as_operation().to_string();
-        assembly(&printed).ok_or_else(|| "the lowered GPU module holds no PTX".to_string())
+        // The object is a C string: its NUL terminator is not PTX.
+        let code = assembly(&printed).ok_or_else(|| "the lowered GPU module holds no PTX".to_string())?;
+        Ok(code.trim_end_matches('\0').to_string())
     })
 }
 
