@@ -70,8 +70,15 @@ pub fn allowed(m: &Module, inputs: &[Tensor]) -> Option<Vec<Bounds>> {
             }),
             Op::Relu => increasing(arg(0)?, &shape, 1.0, |x| if x.is_nan() { x } else { x.max(0.0) }),
             Op::Exp => increasing(arg(0)?, &shape, 3.0, f64::exp),
-            Op::Log => increasing(arg(0)?, &shape, 1.0, f64::ln),
-            Op::Sqrt => increasing(arg(0)?, &shape, 1.0, f64::sqrt),
+            // Below zero these are NaN, which no interval excuses: the rest of the operand's
+            // interval still gives values (a product whose bound reaches zero: -inf).
+            Op::Log => map(arg(0)?, &shape, 1.0, |lo, hi| {
+                (if lo < 0.0 && hi >= 0.0 { f64::NEG_INFINITY } else { lo.ln() }, hi.ln())
+            }),
+            Op::Sqrt => {
+                map(arg(0)?, &shape, 1.0, |lo, hi| (if lo < 0.0 && hi >= 0.0 { 0.0 } else { lo.sqrt() }, hi.sqrt()))
+            }
+            Op::MatMul => matmul(arg(0)?, arg(1)?, &shape)?,
             Op::Tanh => increasing(arg(0)?, &shape, 5.0, f64::tanh),
             Op::Sigmoid => increasing(arg(0)?, &shape, 5.0, |x| 1.0 / (1.0 + (-x).exp())),
             Op::Erf => increasing(arg(0)?, &shape, 1.0, libm::erf),
@@ -270,6 +277,32 @@ fn select(c: &Bounds, x: &Bounds, y: &Bounds, shape: &[usize]) -> Bounds {
         (out.lo[k], out.hi[k]) = (from.lo[k], from.hi[k]);
     }
     out
+}
+
+/// A matrix product of rank-2 operands: each term's interval summed, and then 1e-5 of the sum
+/// of the terms' magnitudes either way (SPEC §12's bound for a product, which any summation
+/// order meets).
+fn matmul(a: &Bounds, b: &Bounds, shape: &[usize]) -> Option<Bounds> {
+    let (&[m, k], &[k2, n]) = (a.shape.as_slice(), b.shape.as_slice()) else { return None };
+    if k != k2 || shape != [m, n] {
+        return None;
+    }
+    let (mut lo, mut hi) = (vec![0.0; m * n], vec![0.0; m * n]);
+    for i in 0..m {
+        for j in 0..n {
+            let (mut l, mut h, mut size) = (0.0, 0.0, 0.0);
+            for t in 0..k {
+                let (x, y) = ((a.lo[i * k + t], a.hi[i * k + t]), (b.lo[t * n + j], b.hi[t * n + j]));
+                let (pl, ph) = hull(&[x.0 * y.0, x.0 * y.1, x.1 * y.0, x.1 * y.1]);
+                (l, h) = (l + pl, h + ph);
+                size += nan_max(x.0.abs(), x.1.abs()) * nan_max(y.0.abs(), y.1.abs());
+            }
+            let slack = 1e-5 * size;
+            (lo[i * n + j], hi[i * n + j]) =
+                if l.is_nan() || h.is_nan() { (f64::NAN, f64::NAN) } else { widen((l - slack, h + slack), 1.0) };
+        }
+    }
+    Some(Bounds { shape: shape.to_vec(), lo, hi })
 }
 
 /// A reduction over `axes` (negative from the end), kept as size 1 and then laid out as the
