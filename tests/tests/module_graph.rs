@@ -152,10 +152,11 @@ fn reachable(graph: &Graph, from: &str) -> BTreeSet<String> {
 
 /// Every crate of the workspace, with a module its scan must find (so a moved directory
 /// cannot make the check pass vacuously).
-const CRATES: [(&str, &str); 6] = [
+const CRATES: [(&str, &str); 7] = [
     ("ir-spec", "ops"),
     ("runtime", "session"),
     ("cpu-runtime", "entry"),
+    ("cuda-runtime", "device"),
     ("devices", "cluster"),
     ("onnx", "proto"),
     ("compiler", "driver"),
