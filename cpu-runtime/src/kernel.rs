@@ -67,16 +67,7 @@ impl Kernel for CpuKernel {
 /// an error unless it has the type the kernel was made for.
 fn f32_input<'t>(i: usize, t: &'t Tensor, input: &LoopInput, out: &TensorType) -> Result<Cow<'t, [f32]>, String> {
     check_type(i, t, &input.ty)?;
-    let Tensor::F32(a) = t else { unreachable!("checked to be f32") };
-    Ok(if input.materialize {
-        let shape: Vec<usize> = out.shape.iter().map(|&d| d as usize).collect();
-        let b = a.broadcast(shape).ok_or_else(|| format!("input {i} does not broadcast to {out}"))?;
-        Cow::Owned(b.iter().copied().collect())
-    } else if let Some(s) = a.as_slice() {
-        Cow::Borrowed(s)
-    } else {
-        Cow::Owned(a.iter().copied().collect())
-    })
+    t.f32_elements(input.materialize.then_some(out)).map_err(|e| format!("input {i}: {e}"))
 }
 
 /// Whether operand `i` has the type the kernel was made for (the shapes its strides assume).
@@ -87,13 +78,8 @@ fn check_type(i: usize, t: &Tensor, ty: &TensorType) -> Result<(), String> {
     Ok(())
 }
 
-fn to_tensor(v: Vec<f32>, ty: &TensorType) -> Result<Tensor, String> {
-    let shape: Vec<usize> = ty.shape.iter().map(|&d| d as usize).collect();
-    ndarray::ArrayD::from_shape_vec(shape, v).map(Tensor::F32).map_err(|e| e.to_string())
-}
-
 fn to_tensors(outs: Vec<Vec<f32>>, ty: &TensorType) -> Result<Vec<Tensor>, String> {
-    outs.into_iter().map(|v| to_tensor(v, ty)).collect()
+    outs.into_iter().map(|v| Tensor::from_f32(v, ty)).collect()
 }
 
 impl LoopKernel {
@@ -151,7 +137,7 @@ impl LoopKernel {
             .collect();
         let blocks = row_blocks(self.rows, n >= PARALLEL_ELEMENTS && self.rows > 1);
         self.entry.run(&ins, &mut outs, &blocks, |len, f| with_scratch(len, f))?;
-        outs.into_iter().zip(&self.results).map(|(v, (ty, _))| to_tensor(v, ty)).collect()
+        outs.into_iter().zip(&self.results).map(|(v, (ty, _))| Tensor::from_f32(v, ty)).collect()
     }
 }
 

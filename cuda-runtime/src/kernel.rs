@@ -98,22 +98,13 @@ impl Kernel for GpuLoopKernel {
                 threads,
             })?
         };
-        outs.into_iter().zip(&self.results).map(|(v, (ty, _))| to_tensor(v, ty)).collect()
+        outs.into_iter().zip(&self.results).map(|(v, (ty, _))| Tensor::from_f32(v, ty)).collect()
     }
 }
 
 /// An f32 input as one contiguous buffer, expanded to the output shape when the kernel says.
 fn f32_input<'t>(i: usize, t: &'t Tensor, input: &GpuInput, out: &TensorType) -> Result<Cow<'t, [f32]>, String> {
-    let Tensor::F32(a) = t else { return Err(format!("GPU kernel input {i} is {}, not f32", t.ty())) };
-    Ok(if input.materialize {
-        let shape: Vec<usize> = out.shape.iter().map(|&d| d as usize).collect();
-        let b = a.broadcast(shape).ok_or_else(|| format!("input {i} does not broadcast to {out}"))?;
-        Cow::Owned(b.iter().copied().collect())
-    } else if let Some(s) = a.as_slice() {
-        Cow::Borrowed(s)
-    } else {
-        Cow::Owned(a.iter().copied().collect())
-    })
+    t.f32_elements(input.materialize.then_some(out)).map_err(|e| format!("GPU kernel input {i}: {e}"))
 }
 
 /// Whether operand `i` has the type the kernel was made for (the shapes its indexing assumes).
@@ -127,9 +118,4 @@ fn check_type(i: usize, t: &Tensor, ty: &TensorType) -> Result<(), String> {
 /// A type's element count, when it fits in memory's indices.
 fn elements(ty: &TensorType) -> Option<usize> {
     ty.shape.iter().try_fold(1usize, |acc, &d| acc.checked_mul(usize::try_from(d).ok()?))
-}
-
-fn to_tensor(v: Vec<f32>, ty: &TensorType) -> Result<Tensor, String> {
-    let shape: Vec<usize> = ty.shape.iter().map(|&d| d as usize).collect();
-    ndarray::ArrayD::from_shape_vec(shape, v).map(Tensor::F32).map_err(|e| e.to_string())
 }

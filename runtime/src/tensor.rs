@@ -3,6 +3,7 @@
 use graphc_ir::shape::fmt_shape;
 use graphc_ir::{DType, TensorData, TensorLiteral, TensorType};
 use ndarray::{ArrayD, Dimension, IxDyn};
+use std::borrow::Cow;
 use std::fmt;
 
 /// A dense tensor, row-major, of one of the IR's dtypes.
@@ -46,6 +47,30 @@ macro_rules! map_dtype {
 }
 
 impl Tensor {
+    /// An f32 tensor's elements as one row-major buffer, expanded to `to` by numpy
+    /// broadcasting when given (what a compiled kernel's flat indexing reads); borrowed where
+    /// the tensor already is that buffer.
+    pub fn f32_elements(&self, to: Option<&TensorType>) -> Result<Cow<'_, [f32]>, String> {
+        let Tensor::F32(a) = self else { return Err(format!("{} is not f32", self.ty())) };
+        Ok(match to {
+            Some(ty) => {
+                let shape: Vec<usize> = ty.shape.iter().map(|&d| d as usize).collect();
+                let b = a.broadcast(shape).ok_or_else(|| format!("{} does not broadcast to {ty}", self.ty()))?;
+                Cow::Owned(b.iter().copied().collect())
+            }
+            None => match a.as_slice() {
+                Some(s) => Cow::Borrowed(s),
+                None => Cow::Owned(a.iter().copied().collect()),
+            },
+        })
+    }
+
+    /// The f32 tensor of type `ty` holding `v`, row-major; an error when the lengths differ.
+    pub fn from_f32(v: Vec<f32>, ty: &TensorType) -> Result<Tensor, String> {
+        let shape: Vec<usize> = ty.shape.iter().map(|&d| d as usize).collect();
+        ArrayD::from_shape_vec(shape, v).map(Tensor::F32).map_err(|e| e.to_string())
+    }
+
     pub fn dtype(&self) -> DType {
         match self {
             Tensor::F32(_) => DType::F32,

@@ -27,13 +27,6 @@ impl Backend for Auto {
             let tier = mlir::compile_into(&m, &table, lanes)?;
             Ok(TierDone { count: tier.count, compile_time: tier.compile_time })
         });
-        Ok(Compiled {
-            count: kernels.len(),
-            compile_time: kernels.compile_time,
-            listings: kernels.listings.clone(),
-            table: Some(kernels.table().clone()),
-            kernels: Some(kernels),
-            background: Some(background),
-        })
+        Ok(Compiled::cpu(kernels, std::time::Duration::ZERO, Some(background)))
     }
 }

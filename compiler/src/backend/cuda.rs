@@ -23,13 +23,6 @@ impl Backend for Cuda {
     fn compile_with(&self, m: &Module, options: &CompileOptions) -> Result<Compiled, String> {
         let kernels = CpuKernels::compile_with(m, options)?;
         let tier = mlir::cuda::compile_into(m, kernels.table())?;
-        Ok(Compiled {
-            count: kernels.len(),
-            compile_time: kernels.compile_time + tier.compile_time,
-            listings: kernels.listings.clone(),
-            table: Some(kernels.table().clone()),
-            kernels: Some(kernels),
-            background: None,
-        })
+        Ok(Compiled::cpu(kernels, tier.compile_time, None))
     }
 }

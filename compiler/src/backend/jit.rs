@@ -20,13 +20,6 @@ impl Backend for Jit {
     }
     fn compile_with(&self, m: &Module, options: &CompileOptions) -> Result<Compiled, String> {
         let kernels = CpuKernels::compile_with(m, options)?;
-        Ok(Compiled {
-            count: kernels.len(),
-            compile_time: kernels.compile_time,
-            listings: kernels.listings.clone(),
-            table: Some(kernels.table().clone()),
-            kernels: Some(kernels),
-            background: None,
-        })
+        Ok(Compiled::cpu(kernels, std::time::Duration::ZERO, None))
     }
 }

@@ -85,6 +85,21 @@ pub struct Compiled {
     pub background: Option<Background>,
 }
 
+impl Compiled {
+    /// The CPU backend's kernels, whose table is where a later tier puts its own, with the
+    /// time a tier that replaced some of them before the first step took (`tier`).
+    fn cpu(kernels: Arc<crate::lower::cpu::CpuKernels>, tier: Duration, background: Option<Background>) -> Compiled {
+        Compiled {
+            count: kernels.len(),
+            compile_time: kernels.compile_time + tier,
+            listings: kernels.listings.clone(),
+            table: Some(kernels.table().clone()),
+            kernels: Some(kernels),
+            background,
+        }
+    }
+}
+
 /// Every backend; the first is the default.
 #[cfg(not(feature = "llvm"))]
 pub static BACKENDS: &[&dyn Backend] = &[&Jit, &Interp];
