@@ -69,7 +69,7 @@ pub fn allowed(m: &Module, inputs: &[Tensor]) -> Option<Vec<Bounds>> {
                 }
             }),
             Op::Relu => increasing(arg(0)?, &shape, 1.0, |x| if x.is_nan() { x } else { x.max(0.0) }),
-            Op::Exp => increasing(arg(0)?, &shape, 3.0, f64::exp),
+            Op::Exp => clamped(increasing(arg(0)?, &shape, 3.0, f64::exp), 0.0, f64::INFINITY),
             // Below zero these are NaN, which no interval excuses: the rest of the operand's
             // interval still gives values (a product whose bound reaches zero: -inf).
             Op::Log => map(arg(0)?, &shape, 1.0, |lo, hi| {
@@ -79,20 +79,21 @@ pub fn allowed(m: &Module, inputs: &[Tensor]) -> Option<Vec<Bounds>> {
                 map(arg(0)?, &shape, 1.0, |lo, hi| (if lo < 0.0 && hi >= 0.0 { 0.0 } else { lo.sqrt() }, hi.sqrt()))
             }
             Op::MatMul => matmul(arg(0)?, arg(1)?, &shape)?,
-            Op::Tanh => increasing(arg(0)?, &shape, 5.0, f64::tanh),
-            Op::Sigmoid => increasing(arg(0)?, &shape, 5.0, |x| 1.0 / (1.0 + (-x).exp())),
+            // Within [-1, 1], and exactly ±1 where the reference's f32 tanh is (SPEC §12).
+            Op::Tanh => {
+                let b = clamped(increasing(arg(0)?, &shape, 5.0, f64::tanh), -1.0, 1.0);
+                saturated(arg(0)?, b, |x| f64::from(x.tanh() as f32).abs() == 1.0, |x| x.tanh().signum())
+            }
+            // Within [0, 1], and exactly 0 where the reference's 1 / (1 + e^-x) is.
+            Op::Sigmoid => {
+                let b = clamped(increasing(arg(0)?, &shape, 5.0, |x| 1.0 / (1.0 + (-x).exp())), 0.0, 1.0);
+                saturated(arg(0)?, b, |x| x < -88.722_83, |_| 0.0)
+            }
             Op::Erf => increasing(arg(0)?, &shape, 1.0, libm::erf),
             Op::Add => zip(arg(0)?, arg(1)?, &shape, 1.0, |a, b| (a.0 + b.0, a.1 + b.1)),
             Op::Sub => zip(arg(0)?, arg(1)?, &shape, 1.0, |a, b| (a.0 - b.1, a.1 - b.0)),
             Op::Mul => zip(arg(0)?, arg(1)?, &shape, 1.0, |a, b| hull(&[a.0 * b.0, a.0 * b.1, a.1 * b.0, a.1 * b.1])),
-            Op::Div => zip(arg(0)?, arg(1)?, &shape, 3.0, |a, b| {
-                if b.0 <= 0.0 && b.1 >= 0.0 {
-                    // A pole between: every value, the infinities too.
-                    (f64::NEG_INFINITY, f64::INFINITY)
-                } else {
-                    hull(&[a.0 / b.0, a.0 / b.1, a.1 / b.0, a.1 / b.1])
-                }
-            }),
+            Op::Div => zip(arg(0)?, arg(1)?, &shape, 3.0, div),
             Op::Pow => zip(arg(0)?, arg(1)?, &shape, 1.0, pow),
             Op::Max => zip(arg(0)?, arg(1)?, &shape, 0.0, |a, b| (nan_max(a.0, b.0), nan_max(a.1, b.1))),
             Op::Min => zip(arg(0)?, arg(1)?, &shape, 0.0, |a, b| (nan_min(a.0, b.0), nan_min(a.1, b.1))),
@@ -250,14 +251,54 @@ fn pow(x: (f64, f64), y: (f64, f64)) -> (f64, f64) {
 /// A comparison, as 0 (false), 1 (true) or both: `decide` says whether it is true for every
 /// pair of values and whether it is false for every pair.
 fn compare(a: &Bounds, b: &Bounds, shape: &[usize], decide: impl Fn((f64, f64), (f64, f64)) -> (bool, bool)) -> Bounds {
-    zip(a, b, shape, 0.0, |x, y| {
-        let unknown = [x.0, x.1, y.0, y.1].iter().any(|v| v.is_nan());
-        match decide(x, y) {
-            (true, _) if !unknown => (1.0, 1.0),
-            (_, true) if !unknown => (0.0, 0.0),
-            _ => (0.0, 1.0),
-        }
+    // An operand that may be NaN leaves nothing known, and excuses nothing after.
+    zip(a, b, shape, 0.0, |x, y| match decide(x, y) {
+        _ if [x.0, x.1, y.0, y.1].iter().any(|v| v.is_nan()) => (f64::NAN, f64::NAN),
+        (true, _) => (1.0, 1.0),
+        (_, true) => (0.0, 0.0),
+        _ => (0.0, 1.0),
     })
+}
+
+/// `a / b`: where b's interval holds zero inside, a pole between its ends gives every value;
+/// a zero end divides as the signed zero on its side; 0 / 0 is NaN.
+fn div(a: (f64, f64), b: (f64, f64)) -> (f64, f64) {
+    let zero_in = |x: (f64, f64)| x.0 <= 0.0 && x.1 >= 0.0;
+    if zero_in(a) && zero_in(b) {
+        return (f64::NAN, f64::NAN);
+    }
+    if b.0 < 0.0 && b.1 > 0.0 {
+        return (f64::NEG_INFINITY, f64::INFINITY);
+    }
+    // A zero end of a wider interval is approached from inside; a zero divisor itself keeps
+    // its own sign.
+    let both = b.0 == 0.0 && b.1 == 0.0;
+    let b0 = if b.0 == 0.0 && !both { 0.0 } else { b.0 };
+    let b1 = if b.1 == 0.0 && !both { -0.0 } else { b.1 };
+    hull(&[a.0 / b0, a.0 / b1, a.1 / b0, a.1 / b1])
+}
+
+/// `b` with each element's ends inside `[lo, hi]`.
+fn clamped(mut b: Bounds, lo: f64, hi: f64) -> Bounds {
+    for (l, h) in b.lo.iter_mut().zip(b.hi.iter_mut()) {
+        (*l, *h) = (l.clamp(lo, hi), h.clamp(lo, hi));
+    }
+    b
+}
+
+/// `b` (an op's result on operand `x`) with the value `at` exactly wherever both of x's ends
+/// are where the reference saturates (`saturates`): there SPEC §12 requires its exact value.
+fn saturated(x: &Bounds, mut b: Bounds, saturates: impl Fn(f64) -> bool, at: impl Fn(f64) -> f64) -> Bounds {
+    if x.len() != b.len() {
+        return b;
+    }
+    for i in 0..b.len() {
+        let (lo, hi) = (x.lo[i], x.hi[i]);
+        if saturates(lo) && saturates(hi) && at(lo) == at(hi) {
+            (b.lo[i], b.hi[i]) = (at(lo), at(lo));
+        }
+    }
+    b
 }
 
 fn select(c: &Bounds, x: &Bounds, y: &Bounds, shape: &[usize]) -> Bounds {
@@ -267,7 +308,11 @@ fn select(c: &Bounds, x: &Bounds, y: &Bounds, shape: &[usize]) -> Bounds {
     let Some(ic) = broadcast_index(&c.shape, shape) else { return xy };
     let mut out = xy.clone();
     for (k, &i) in ic.iter().enumerate() {
-        let from = if c.lo[i] == 1.0 {
+        let from = if c.lo[i].is_nan() || c.hi[i].is_nan() {
+            // A condition that may be NaN: nothing is known.
+            (out.lo[k], out.hi[k]) = (f64::NAN, f64::NAN);
+            continue;
+        } else if c.lo[i] == 1.0 {
             &x
         } else if c.hi[i] == 0.0 {
             &y
@@ -295,7 +340,11 @@ fn matmul(a: &Bounds, b: &Bounds, shape: &[usize]) -> Option<Bounds> {
                 let (x, y) = ((a.lo[i * k + t], a.hi[i * k + t]), (b.lo[t * n + j], b.hi[t * n + j]));
                 let (pl, ph) = hull(&[x.0 * y.0, x.0 * y.1, x.1 * y.0, x.1 * y.1]);
                 (l, h) = (l + pl, h + ph);
-                size += nan_max(x.0.abs(), x.1.abs()) * nan_max(y.0.abs(), y.1.abs());
+                let term = nan_max(x.0.abs(), x.1.abs()) * nan_max(y.0.abs(), y.1.abs());
+                // An infinite term is the interval's own business, not the slack's.
+                if term.is_finite() {
+                    size += term;
+                }
             }
             let slack = 1e-5 * size;
             (lo[i * n + j], hi[i * n + j]) =
@@ -331,7 +380,10 @@ fn reduce(op: Op, a: &Bounds, axes: &[i64], shape: &[usize]) -> Option<Bounds> {
             Op::ReduceMin => (lo[o], hi[o]) = (nan_min(lo[o], l), nan_min(hi[o], h)),
             _ => {
                 (lo[o], hi[o]) = (lo[o] + l, hi[o] + h);
-                size[o] += nan_max(l.abs(), h.abs());
+                let term = nan_max(l.abs(), h.abs());
+                if term.is_finite() {
+                    size[o] += term;
+                }
             }
         }
     }
@@ -366,10 +418,25 @@ fn intervals_hold_the_chain_and_little_else() {
         // Well conditioned: the truth, and nothing 1e-4 away.
         assert!(b.allows(i, want) && !b.allows(i, want * (1.0 + 1e-4)) && !b.allows(i, want * (1.0 - 1e-4)));
     }
-    // Nearer 0 the difference cancels: a thousandth either way, not a hundredth; at 0 (and
-    // wherever the tanh's bound reaches x), a pole.
+    // Nearer 0 the difference cancels: a thousandth either way, not a hundredth.
     let want = 0.05f64.tanh() / (0.05f64.tanh() - 0.05);
     assert!(b.allows(2, want * (1.0 + 1e-4)) && b.allows(2, want * (1.0 - 1e-4)));
     assert!(!b.allows(2, want * 1.01) && !b.allows(2, want * 0.99));
-    assert!(b.allows(3, f64::INFINITY) && b.allows(3, 0.0) && !b.allows(3, f64::NAN));
+    // At 0, 0 / 0: NaN, which must match exactly, so no value is allowed.
+    assert!(!b.allows(3, f64::INFINITY) && !b.allows(3, 0.0) && !b.allows(3, 1.0) && !b.allows(3, f64::NAN));
+}
+
+#[test]
+fn intervals_keep_saturation_and_zero_divisors_exact() {
+    let m = graphc_ir::parse_module(
+        "graph @node(%in0: f32[3], %in1: f32[3]) -> (out0: f32[3], out1: f32[3]) {\n  %0 = tanh %in0 : f32[3]\n  %1 = div %in0, %in1 : f32[3]\n  return %0, %1\n}\n",
+    )
+    .expect("parses");
+    let t = |v: [f32; 3]| Tensor::F32(ndarray::ArrayD::from_shape_vec(ndarray::IxDyn(&[3]), v.to_vec()).unwrap());
+    let b = allowed(&m, &[t([20.0, -20.0, 0.5]), t([0.0, 0.0, -0.0])]).expect("every op is bounded");
+    // tanh 20 is exactly 1 in f32: nothing else; tanh 0.5 within a few ulp, never above 1.
+    assert!(b[0].allows(0, 1.0) && !b[0].allows(0, 1.0 - 1e-7) && b[0].allows(1, -1.0) && !b[0].allows(1, -1.0 + 1e-7));
+    // x / 0 is an infinity of x's sign (the zero's too), never a finite value.
+    assert!(b[1].allows(0, f64::INFINITY) && !b[1].allows(0, 1e30) && !b[1].allows(0, f64::NEG_INFINITY));
+    assert!(b[1].allows(2, f64::NEG_INFINITY) && !b[1].allows(2, -1e30));
 }
