@@ -16,6 +16,9 @@ if [ ! -x "$ptxas" ]; then
     chmod +x "$ptxas"
 fi
 export GRAPHC_PTXAS="$PWD/$ptxas"
-cargo test --workspace --locked --features graphc/llvm
+# The default build (what `cargo run -p graphc` gives), then graphc's own tests again with the
+# llvm feature (the other crates do not change with it).
+cargo test --workspace --locked
+cargo test --locked -p graphc --features llvm
 GRAPHC_TEST_TIER=llvm cargo test --locked -p graphc --features llvm --test jit --test differential
 GRAPHC_FEATURES=llvm python3 tests/onnx/conformance.py

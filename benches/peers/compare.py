@@ -200,12 +200,14 @@ def main():
     ap.add_argument("--graphc", default=os.path.join(ROOT, "target", "release", "graphc"))
     a = ap.parse_args()
     if not os.path.exists(a.graphc):
-        subprocess.run(["cargo", "build", "--release", "-p", "graphc"], cwd=ROOT, check=True)
+        # With the LLVM tier where MLIR 19 is installed (tests/mlir-toolchain.sh).
+        llvm = os.path.exists("/usr/lib/llvm-19/bin/llvm-config")
+        subprocess.run(["cargo", "build", "--release", "-p", "graphc"] + (["--features", "llvm"] if llvm else []), cwd=ROOT, check=True)
     tmp = tempfile.mkdtemp()
     rng = np.random.default_rng(0)
     # The llvm backend exists where graphc was built with the llvm feature.
     help_text = subprocess.run([a.graphc, "bench", "--help"], capture_output=True, text=True).stdout
-    backends = ["jit", "interp"] + (["llvm"] if "llvm" in help_text else [])
+    backends = ["jit", "interp"] + (["llvm"] if "- llvm:" in help_text else [])
 
     # The machine's memory bandwidth: a STREAM triad in C with OpenMP (gcc).
     exe = os.path.join(tmp, "triad")

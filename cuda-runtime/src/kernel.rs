@@ -46,6 +46,9 @@ pub struct GpuLoopKernel {
     pub code: Arc<GpuCode>,
     /// The kernel's name in the PTX (its `.entry`).
     pub function: String,
+    /// Per input: one past the last element its code reads over all rows (from its plan's
+    /// strides), checked against the buffer before each launch.
+    pub reach: Vec<usize>,
 }
 
 impl Kernel for GpuLoopKernel {
@@ -89,6 +92,17 @@ impl Kernel for GpuLoopKernel {
                 .map(|(i, (t, input))| f32_input(i, t, input, &self.out))
                 .collect::<Result<Vec<_>, _>>()?;
             let inputs: Vec<&[f32]> = host.iter().map(|c| &**c).collect();
+            if self.reach.len() != inputs.len() {
+                return Err(format!("the kernel knows the reach of {} inputs of {}", self.reach.len(), inputs.len()));
+            }
+            for (i, (buf, &reach)) in inputs.iter().zip(&self.reach).enumerate() {
+                if buf.len() < reach {
+                    return Err(format!(
+                        "GPU kernel input {i} has {} elements where the kernel reads {reach}",
+                        buf.len()
+                    ));
+                }
+            }
             self.code.launch(&Launch {
                 function: &self.function,
                 inputs: &inputs,

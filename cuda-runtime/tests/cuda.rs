@@ -143,6 +143,7 @@ fn add_rows(code: &Arc<GpuCode>, n: u64, materialize_rhs: bool) -> GpuLoopKernel
         threads: Threads::PerElement,
         code: code.clone(),
         function: "add_rows".to_owned(),
+        reach: vec![n as usize, n as usize],
     }
 }
 
@@ -233,6 +234,7 @@ fn sums_rows_on_the_device() {
         threads: Threads::PerRow,
         code,
         function: "sum_rows".to_owned(),
+        reach: vec![rows as usize * 4],
     };
     let a = f32s(&ty, |i| (i as f32).sin() * 10.0);
     let want: Vec<f32> = values(&a).chunks(4).map(|r| ((r[0] + r[1]) + r[2]) + r[3]).collect();

@@ -6,9 +6,10 @@ the node tests as files) on first use, builds graphc, then for every test in
 onnx/backend/test/data/node converts the inputs to .npy, runs
 `graphc run model.onnx --backend B --input NAME=PATH ... --out-dir DIR`, and compares each
 output (rtol 1e-3, atol 1e-4 for floats; exact for ints and bools). It does so on every
-backend the binary has: the reference interpreter, the JIT (the default users get) and, where
-graphc was built with the llvm feature (GRAPHC_FEATURES=llvm), the LLVM tier, each with its
-own per-op table and 'N passed, N failed' line.
+backend the binary has: the reference interpreter, the JIT (Cranelift) and, where graphc was
+built with the llvm feature (GRAPHC_FEATURES=llvm), the LLVM tier (`auto`, the default then,
+runs the one and then the other's kernels), each with its own per-op table and 'N passed,
+N failed' line.
 
 tests/onnx/passing.txt lists the tests that passed when it was last updated; a test on that
 list that fails now on any backend makes the run fail (exit 1). `--update` rewrites the list

@@ -22,11 +22,14 @@ impl Backend for Auto {
     }
     fn compile_with(&self, m: &Module, options: &CompileOptions) -> Result<Compiled, String> {
         let kernels = CpuKernels::compile_with(m, options)?;
-        let (m, table, lanes) = (m.clone(), kernels.table().clone(), mlir::lanes_for(options.isa));
-        let background = Background::spawn("llvm", move || {
-            let tier = mlir::compile_into(&m, &table, lanes)?;
-            Ok(TierDone { count: tier.count, compile_time: tier.compile_time })
+        // An instruction set the LLVM tier cannot keep to (--isa sse): Cranelift's alone.
+        let background = mlir::lanes_for(options.isa).ok().map(|lanes| {
+            let (m, table) = (m.clone(), kernels.table().clone());
+            Background::spawn("llvm", move || {
+                let tier = mlir::compile_into(&m, &table, lanes)?;
+                Ok(TierDone { count: tier.count, compile_time: tier.compile_time })
+            })
         });
-        Ok(Compiled::cpu(kernels, std::time::Duration::ZERO, Some(background)))
+        Ok(Compiled::cpu(kernels, std::time::Duration::ZERO, background))
     }
 }

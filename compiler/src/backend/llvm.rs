@@ -22,7 +22,7 @@ impl Backend for Llvm {
     }
     fn compile_with(&self, m: &Module, options: &CompileOptions) -> Result<Compiled, String> {
         let kernels = CpuKernels::compile_with(m, options)?;
-        let tier = mlir::compile_into(m, kernels.table(), mlir::lanes_for(options.isa))?;
+        let tier = mlir::compile_into(m, kernels.table(), mlir::lanes_for(options.isa)?)?;
         Ok(Compiled::cpu(kernels, tier.compile_time, None))
     }
 }

@@ -17,10 +17,8 @@ pub fn compile(a: &CompileArgs) -> anyhow::Result<ExitCode> {
     if a.target != GPU_TARGET {
         bail!("--target {}: graphc compile supports only {GPU_TARGET} so far", a.target);
     }
-    let arch = a.gpu_arch.strip_prefix("sm_").and_then(|n| n.parse::<u32>().ok());
-    if arch.is_none_or(|n| n < 50) {
-        bail!("--gpu-arch {}: expected a compute capability such as sm_80 or sm_90", a.gpu_arch);
-    }
+    let chip = chip(&a.gpu_arch)
+        .ok_or_else(|| anyhow!("--gpu-arch {}: expected a compute capability such as sm_80 or sm_90", a.gpu_arch))?;
     let (file, m) = load(&a.file)?;
     let backend = graphc::backend::backend("jit").map_err(|e| anyhow!(e))?;
     let m = graphc::driver::optimize(backend, m, false, &file)?;
@@ -35,8 +33,7 @@ pub fn compile(a: &CompileArgs) -> anyhow::Result<ExitCode> {
             bail!("{}: {} graphs ({}); choose one with --graph", file.name, graphs.len(), names.join(", "))
         }
     };
-    let (text, kernels, kept) =
-        mlir::gpu_listing(&m, &graph, &a.gpu_arch).map_err(|e| anyhow!("{}: {e}", file.name))?;
+    let (text, kernels, kept) = mlir::gpu_listing(&m, &graph, &chip).map_err(|e| anyhow!("{}: {e}", file.name))?;
     for k in &kept {
         eprintln!("note: stays on a CPU device: {k}");
     }
@@ -45,8 +42,20 @@ pub fn compile(a: &CompileArgs) -> anyhow::Result<ExitCode> {
         CompileEmit::Ptx => ptx(&file, &text)?,
     };
     write_output(Some(&a.output), &out)?;
-    eprintln!("@{graph}: {} GPU kernel{} for {}", kernels.len(), graphc::driver::plural(kernels.len()), a.gpu_arch);
+    eprintln!("@{graph}: {} GPU kernel{} for {chip}", kernels.len(), graphc::driver::plural(kernels.len()));
     Ok(ExitCode::SUCCESS)
+}
+
+/// `sm_N` (N at least 50, in canonical digits) or `sm_Na` (an architecture-specific
+/// variant), as NVVM spells it; None for anything else.
+fn chip(arch: &str) -> Option<String> {
+    let n = arch.strip_prefix("sm_")?;
+    let (digits, suffix) = n.strip_suffix('a').map_or((n, ""), |d| (d, "a"));
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let n: u32 = digits.parse().ok()?;
+    (n >= 50).then(|| format!("sm_{n}{suffix}"))
 }
 
 #[cfg(feature = "llvm")]

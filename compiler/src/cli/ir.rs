@@ -92,8 +92,11 @@ pub fn opt(a: &OptArgs) -> anyhow::Result<ExitCode> {
         Emit::Plan => graphc::lower::plan::print_kernels(&m),
         Emit::Clif => cpu::listing(&m, a.isa, cpu::Emit::Clif).map_err(|e| anyhow::anyhow!("{}: {e}", file.name))?,
         Emit::Asm => cpu::listing(&m, a.isa, cpu::Emit::Asm).map_err(|e| anyhow::anyhow!("{}: {e}", file.name))?,
-        Emit::Mlir => graphc::lower::mlir::listing(&m, graphc::lower::mlir::lanes_for(a.isa))
-            .map_err(|e| anyhow::anyhow!("{}: {e}", file.name))?,
+        Emit::Mlir => graphc::lower::mlir::listing(
+            &m,
+            graphc::lower::mlir::lanes_for(a.isa).map_err(|e| anyhow::anyhow!("--isa: {e}"))?,
+        )
+        .map_err(|e| anyhow::anyhow!("{}: {e}", file.name))?,
     };
     write_output(a.output.as_deref(), &text)?;
     Ok(ExitCode::SUCCESS)

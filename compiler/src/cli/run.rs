@@ -39,7 +39,8 @@ fn run_loaded(a: &RunArgs, file: &SourceFile, module: Module) -> anyhow::Result<
         memory_limit: a.memory_limit,
     };
     let compile_options = CompileOptions { isa: a.isa, ..Default::default() };
-    let (session, _, warning) = driver::session(backend, module, options, &compile_options)?;
+    // Kept to the end: dropping it waits for a background tier (auto) to finish compiling.
+    let (session, _compiled, warning) = driver::session(backend, module, options, &compile_options)?;
     if let Some(w) = warning {
         eprintln!("warning: {w}");
     }

@@ -61,23 +61,23 @@ pub fn gpu_scratch_per_row(plan: &LoopPlan) -> usize {
     plan.cached.len() * plan.cols
 }
 
-/// Kernels `(name, plan)` as one `gpu.module` for an NVIDIA GPU of compute capability `chip`
-/// (`sm_90`): a `gpu.func` each, taking a pointer per input, per result and for the scratch,
-/// then the row count (i64); thread `t` of the grid computes element `t` or row `t`
-/// ([`gpu_threads_per_element`]) with the CPU kernels' scalar code. Kernels the GPU cannot
-/// run (the run half's scalar math functions: log, erf, pow) are errors.
-pub fn gpu_module(kernels: &[(String, &LoopPlan)], chip: &str) -> Result<String, String> {
+/// GPU kernels ([`gpu_kernel`]'s functions) as one `gpu.module` for an NVIDIA GPU of compute
+/// capability `chip` (`sm_90`).
+pub fn gpu_module(kernels: &[String], chip: &str) -> String {
     let mut out = format!(
         "module attributes {{gpu.container_module}} {{\n  gpu.module @graphc_kernels [#nvvm.target<chip = \"{chip}\", features = \"+ptx80\">] {{\n"
     );
-    for (name, plan) in kernels {
-        out.push_str(&gpu_kernel(plan, name)?);
+    for k in kernels {
+        out.push_str(k);
     }
     out.push_str("  }\n}\n");
-    Ok(out)
+    out
 }
 
-/// One GPU kernel as a `gpu.func` named `name`.
+/// One GPU kernel as a `gpu.func` named `name`: a pointer per input, per result and for the
+/// scratch, then the row count (i64); thread `t` of the grid computes element `t` or row `t`
+/// ([`gpu_threads_per_element`]) with the CPU kernels' scalar code. Plans the GPU cannot run
+/// (the run half's scalar math functions: log, erf, pow) are errors.
 pub fn gpu_kernel(plan: &LoopPlan, name: &str) -> Result<String, String> {
     let mut e = Emitter { out: String::new(), next: 0, depth: 3, lanes: 1, scratch: "%scratch".into(), gpu: true };
     let ins: Vec<String> = (0..plan.inputs.len()).map(|i| format!("%in{i}")).collect();

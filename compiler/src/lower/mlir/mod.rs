@@ -15,11 +15,15 @@ pub mod ptx;
 
 pub use emit::host_lanes;
 
-/// The vector width for `isa`: the host's widest, or SSE's four lanes.
-pub fn lanes_for(isa: crate::lower::cpu::Isa) -> usize {
+/// The vector width for `isa`: the host's widest. The LLVM tier compiles for the host's
+/// CPU and all its features (MLIR's ExecutionEngine), so an instruction set without AVX
+/// (`--isa sse`) is an error: Cranelift's kernels compile for it.
+pub fn lanes_for(isa: crate::lower::cpu::Isa) -> Result<usize, String> {
     match isa {
-        crate::lower::cpu::Isa::Native => host_lanes(),
-        crate::lower::cpu::Isa::Sse => 4,
+        crate::lower::cpu::Isa::Native => Ok(host_lanes()),
+        crate::lower::cpu::Isa::Sse => {
+            Err("the LLVM tier compiles for the host's instruction set only; --isa sse needs --backend jit".into())
+        }
     }
 }
 
@@ -105,6 +109,7 @@ pub fn compile_into(m: &Module, table: &graphc_runtime::KernelTable, lanes: usiz
 /// (matrix products, the run half's math functions), headed as in listings, with why.
 pub fn gpu_listing(m: &Module, graph: &str, chip: &str) -> Result<(String, Vec<GpuKernel>, Vec<String>), String> {
     let mut kernels = Vec::new();
+    let mut texts = Vec::new();
     let mut kept = Vec::new();
     for (i, k) in plan::kernels(m).into_iter().enumerate() {
         if k.graph != graph {
@@ -113,7 +118,10 @@ pub fn gpu_listing(m: &Module, graph: &str, chip: &str) -> Result<(String, Vec<G
         let name = format!("graphc_gpu_{i}");
         match &k.plan {
             plan::KernelPlan::Loop(p) => match emit::gpu_kernel(p, &name) {
-                Ok(_) => kernels.push(GpuKernel { name, node: k.node, plan: p.clone() }),
+                Ok(text) => {
+                    texts.push(text);
+                    kernels.push(GpuKernel { name, node: k.node, plan: p.clone() });
+                }
                 Err(e) => kept.push(format!("{}: {e}", plan::kernel_header(m, i, &k))),
             },
             plan::KernelPlan::MatMul(_) => {
@@ -121,8 +129,7 @@ pub fn gpu_listing(m: &Module, graph: &str, chip: &str) -> Result<(String, Vec<G
             }
         }
     }
-    let named: Vec<(String, &plan::LoopPlan)> = kernels.iter().map(|k| (k.name.clone(), &k.plan)).collect();
-    Ok((emit::gpu_module(&named, chip)?, kernels, kept))
+    Ok((emit::gpu_module(&texts, chip), kernels, kept))
 }
 
 /// A loop kernel of a graph as a GPU runs it.
