@@ -526,14 +526,8 @@ fn hoist_uniform(
     fma: bool,
 ) {
     let zero = b.ins().iconst(types::I64, 0);
-    for (i, step) in plan.steps.iter().enumerate() {
-        // Reductions get their values from their passes.
-        if !plan.row_values[i] || matches!(step, Step::Reduce(..)) || row.uniform.contains_key(&i) {
-            continue;
-        }
-        let ready =
-            step.operands().iter().all(|&a| row.uniform.contains_key(&a) || matches!(plan.steps[a], Step::Const(_)));
-        if ready {
+    for i in 0..plan.steps.len() {
+        if plan.hoistable(i, |a| row.uniform.contains_key(&a)) {
             let v = body(b, plan, row, zero, Lanes { n: 1, fma }, math, &[i])[i].expect("the wanted step is computed");
             row.uniform.insert(i, v);
         }
@@ -770,14 +764,7 @@ fn body(
     let mem = DATA;
     let ty = if lanes == 4 { F32X4 } else { F32 };
     let splat = |b: &mut FunctionBuilder<'_>, x: Value| if lanes == 4 { b.ins().splat(F32X4, x) } else { x };
-    let known = |i: usize| row.uniform.contains_key(&i) || row.stored.contains(&i);
-    let mut need = vec![false; plan.steps.len()];
-    let mut stack = wanted.to_vec();
-    while let Some(i) = stack.pop() {
-        if !std::mem::replace(&mut need[i], true) && !known(i) {
-            stack.extend(plan.steps[i].operands());
-        }
-    }
+    let need = plan.needed(wanted, |i| row.uniform.contains_key(&i) || row.stored.contains(&i));
     let mut vals: Vec<Option<V>> = vec![None; plan.steps.len()];
     // exp(-|x|) by operand step: sigmoid and tanh of one value share it.
     let mut decays: HashMap<usize, Decay> = HashMap::new();

@@ -415,15 +415,8 @@ impl Emitter {
     /// `hoist_uniform`, to the bit).
     fn hoist_uniform(&mut self, plan: &LoopPlan, row: &mut Row) -> Result<(), String> {
         let zero = self.i64c(0);
-        for (i, step) in plan.steps.iter().enumerate() {
-            if !plan.row_values[i] || matches!(step, Step::Reduce(..)) || row.uniform.contains_key(&i) {
-                continue;
-            }
-            let ready = step
-                .operands()
-                .iter()
-                .all(|&a| row.uniform.contains_key(&a) || matches!(plan.steps[a], Step::Const(_)));
-            if ready {
+        for i in 0..plan.steps.len() {
+            if plan.hoistable(i, |a| row.uniform.contains_key(&a)) {
                 let vals = self.body(plan, row, &zero, Lanes(1), &[i])?;
                 let v = vals[i].as_ref().ok_or("the wanted step is computed")?;
                 // A mask with one value per row stays per element (it is cheap).
@@ -627,14 +620,7 @@ impl Emitter {
         l: Lanes,
         wanted: &[usize],
     ) -> Result<Vec<Option<V>>, String> {
-        let known = |i: usize| row.uniform.contains_key(&i) || row.stored.contains(&i);
-        let mut need = vec![false; plan.steps.len()];
-        let mut stack = wanted.to_vec();
-        while let Some(i) = stack.pop() {
-            if !std::mem::replace(&mut need[i], true) && !known(i) {
-                stack.extend(plan.steps[i].operands());
-            }
-        }
+        let need = plan.needed(wanted, |i| row.uniform.contains_key(&i) || row.stored.contains(&i));
         let mut vals: Vec<Option<V>> = vec![None; plan.steps.len()];
         let mut decays: HashMap<usize, Decay> = HashMap::new();
         for (i, step) in plan.steps.iter().enumerate() {

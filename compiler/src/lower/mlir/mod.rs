@@ -34,20 +34,40 @@ use graphc_ir::Module;
 /// each function headed by a comment naming its kernel ([`plan::kernel_header`]); kernels
 /// the emitter cannot write say why instead (they stay Cranelift's).
 pub fn listing(m: &Module, lanes: usize) -> Result<String, String> {
-    let mut out = String::from("module {\n");
-    out.push_str(emit::MATH_DECLS);
-    for (i, k) in plan::kernels(m).iter().enumerate() {
-        out.push_str(&format!("  // {}\n", plan::kernel_header(m, i, k)));
+    Ok(cpu_module(m, &plan::kernels(m), lanes).text)
+}
+
+/// What [`listing`] and `compile_into` write of a module's kernels.
+struct CpuModule {
+    text: String,
+    /// The kernels (indices into [`plan::kernels`]) with a function in the text.
+    emitted: Vec<usize>,
+    /// Those with code left to Cranelift, headed as in listings, with why.
+    kept: Vec<String>,
+}
+
+fn cpu_module(m: &Module, kernels: &[plan::Kernel], lanes: usize) -> CpuModule {
+    let mut out = CpuModule { text: String::from("module {\n"), emitted: Vec::new(), kept: Vec::new() };
+    out.text.push_str(emit::MATH_DECLS);
+    for (i, k) in kernels.iter().enumerate() {
+        let header = plan::kernel_header(m, i, k);
+        out.text.push_str(&format!("  // {header}\n"));
         match k.plan.code() {
-            None => out.push_str("  // no code: a matrix product without an epilogue runs on gemm alone\n"),
+            None => out.text.push_str("  // no code: a matrix product without an epilogue runs on gemm alone\n"),
             Some(p) => match emit::kernel(p, &kernel_name(i), lanes) {
-                Ok(text) => out.push_str(&text),
-                Err(e) => out.push_str(&format!("  // not emitted ({e}): Cranelift's kernel runs\n")),
+                Ok(text) => {
+                    out.text.push_str(&text);
+                    out.emitted.push(i);
+                }
+                Err(e) => {
+                    out.text.push_str(&format!("  // not emitted ({e}): Cranelift's kernel runs\n"));
+                    out.kept.push(format!("{header}: {e}"));
+                }
             },
         }
     }
-    out.push_str("}\n");
-    Ok(out)
+    out.text.push_str("}\n");
+    out
 }
 
 /// The function of kernel `i` (in [`plan::kernels`]' order).
@@ -74,29 +94,17 @@ pub struct Tier {
 pub fn compile_into(m: &Module, table: &graphc_runtime::KernelTable, lanes: usize) -> Result<Tier, String> {
     let start = std::time::Instant::now();
     let kernels = plan::kernels(m);
-    let mut text = String::from("module {\n");
-    text.push_str(emit::MATH_DECLS);
-    let mut names = Vec::new();
-    let mut which = Vec::new();
-    let mut kept = Vec::new();
-    for (i, k) in kernels.iter().enumerate() {
-        let Some(p) = k.plan.code() else { continue };
-        match emit::kernel(p, &kernel_name(i), lanes) {
-            Ok(f) => {
-                text.push_str(&f);
-                names.push((kernel_name(i), crate::lower::cpu::describe::extents(p)));
-                which.push(i);
-            }
-            Err(e) => kept.push(format!("{}: {e}", plan::kernel_header(m, i, k))),
-        }
-    }
-    text.push_str("}\n");
-    if names.is_empty() {
+    let CpuModule { text, emitted, kept } = cpu_module(m, &kernels, lanes);
+    if emitted.is_empty() {
         return Ok(Tier { count: 0, compile_time: start.elapsed(), kept });
     }
+    let names: Vec<(String, graphc_cpu_runtime::Extents)> = emitted
+        .iter()
+        .filter_map(|&i| Some((kernel_name(i), crate::lower::cpu::describe::extents(kernels[i].plan.code()?))))
+        .collect();
     let entries = jit::compile(&text, &names)?;
     let count = entries.len();
-    for (i, entry) in which.into_iter().zip(entries) {
+    for (i, entry) in emitted.into_iter().zip(entries) {
         let k = &kernels[i];
         let kernel = crate::lower::cpu::kernel(&k.plan, Some(entry))?;
         table.replace(&k.graph, k.node, std::sync::Arc::new(kernel));

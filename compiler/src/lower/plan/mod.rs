@@ -106,6 +106,30 @@ impl LoopPlan {
             .collect()
     }
 
+    /// Which steps a loop body computes to get `wanted`: those and their operands, except
+    /// past steps already `known` (row values, steps an earlier pass left in the scratch).
+    pub fn needed(&self, wanted: &[usize], known: impl Fn(usize) -> bool) -> Vec<bool> {
+        let mut need = vec![false; self.steps.len()];
+        let mut stack = wanted.to_vec();
+        while let Some(i) = stack.pop() {
+            if !std::mem::replace(&mut need[i], true) && !known(i) {
+                stack.extend(self.steps[i].operands());
+            }
+        }
+        need
+    }
+
+    /// Whether step `i` can be computed once per row now, given the row values known
+    /// (`known`): a row value, not a reduction (its pass gives it), not known yet, whose
+    /// operands are known or constants.
+    pub fn hoistable(&self, i: usize, known: impl Fn(usize) -> bool) -> bool {
+        let step = &self.steps[i];
+        self.row_values[i]
+            && !matches!(step, Step::Reduce(..))
+            && !known(i)
+            && step.operands().iter().all(|&a| known(a) || matches!(self.steps[a], Step::Const(_)))
+    }
+
     /// Whether step `i` is at least 1 wherever it is not NaN: a row sum of exponentials of
     /// `x - max(x)` (softmax's denominator), which has a term exp(0) = 1 and none below 0.
     pub fn at_least_one(&self, i: usize) -> bool {
