@@ -11,11 +11,19 @@ function for jax, and times each engine the same way: warm-up runs, then the med
 (backends jit and interp, and llvm where graphc was built with `--features llvm`). Also measured in the same run: a STREAM triad (a = b + s*c on
 2^25 f32 in C with OpenMP, triad.c) as the machine's memory bandwidth, and XLA's compile
 time.
+W5 is a training step (W4's MLP: forward, backward, SGD update of every weight and bias in
+place): graphc's `grad` and `apply_sgd` on variables (workloads/w5_train_step.gir),
+jax.value_and_grad jitted with the parameters donated, IREE on that function's StableHLO, a
+forward+backward+update ONNX graph written by hand for ONNX Runtime (which cannot
+differentiate), and numpy. Before timing, every engine's step from the same random weights is
+checked against jax's: the loss and the updated weights and biases (graphc's through
+`graphc run --restore/--checkpoint`); an engine that disagrees is reported and left out.
 Prints a table of milliseconds and the ratios peer / graphc-jit (above 1: graphc is faster).
 """
 import argparse
 import json
 import os
+import struct
 import subprocess
 import sys
 import tempfile

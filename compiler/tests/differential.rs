@@ -3,7 +3,8 @@
 //! written. Graphs mix elementwise DAGs over f32 with broadcasts, reductions along any axes,
 //! matmuls with broadcasting and reducing epilogues, softmax, `cond`, `while` and variables
 //! (each graph runs twice per session, so state written in the first run is read in the
-//! second); inputs hold ±0, ±inf, NaN, denormals and huge and tiny values; shapes have 1s,
+//! second), a quarter of them with gradients of their first output (the `autodiff` lowering's
+//! expansion, so the JIT's gradients are checked against the interpreter's); inputs hold ±0, ±inf, NaN, denormals and huge and tiny values; shapes have 1s,
 //! odd sizes and some above the kernels' parallel threshold. Results must agree: NaN where
 //! NaN, infinities exactly, the rest within `close_spec`.
 //!
@@ -406,10 +407,43 @@ fn generate(seed: u64) -> (Module, Vec<(String, Arc<Tensor>)>) {
             (g.values[v].name.clone().expect("inputs are named"), Arc::new(tensor_of(&mut rng, &t)))
         })
         .collect();
-    let m = Module { graphs: vec![g], end_comments: vec![] };
+    let mut m = Module { graphs: vec![g], end_comments: vec![] };
+    // A quarter of the graphs also return gradients of their first output's sum, expanded by
+    // the autodiff lowering before either side runs: the JIT's gradients against the
+    // interpreter's. (A separate stream, so the rest of each seed's graph stays as it was.)
+    let mut grad_rng = Rng(seed ^ 0x6772_6164);
+    if grad_rng.chance(25) {
+        if let Some(lowered) = with_gradients(&m, &mut grad_rng) {
+            m = lowered;
+        }
+    }
     let diags = verify_module(&m);
     assert!(diags.is_empty(), "seed {seed}: the generated graph does not verify: {diags:?}\n{}", print_module(&m));
     (m, feeds)
+}
+
+/// `m`'s graph with the gradients of the sum of its first output with respect to some of its
+/// inputs as more outputs, `grad` expanded; `None` where the loss depends on an input through
+/// something not differentiable (a variable's assign).
+fn with_gradients(m: &Module, rng: &mut Rng) -> Option<Module> {
+    let mut g = m.graphs[0].clone();
+    let body = g.body;
+    let y = g.output_values()[0];
+    let rank = shape_of(&g, y).len() as i64;
+    let sum = NodeSpec::new(Op::ReduceSum, vec![y]).attr("axes", Attr::Ints((0..rank).collect()));
+    let loss = g.add(body, sum).ok()?[0];
+    let inputs: Vec<Value> = g.inputs().iter().copied().filter(|_| rng.chance(60)).collect();
+    let wrt = if inputs.is_empty() { vec![g.inputs()[0]] } else { inputs };
+    let mut operands = vec![loss];
+    operands.extend(&wrt);
+    let grads = g.add(body, NodeSpec::new(Op::Grad, operands)).ok()?;
+    let mut outputs: Vec<(String, Value)> =
+        g.outputs.iter().map(|o| o.name.clone()).zip(g.output_values().to_vec()).collect();
+    outputs.extend(grads.into_iter().enumerate().map(|(i, v)| (format!("d{i}"), v)));
+    g.set_outputs(outputs);
+    let mut out = Module { graphs: vec![g], end_comments: vec![] };
+    PassManager::new(graphc::backend::LOWERINGS).ok()?.run(&mut out, &mut |_| {}).ok()?;
+    Some(out)
 }
 
 /// Whether `got` is within what SPEC §12 allows of the interpreter's `want`: NaN where NaN,
@@ -1150,4 +1184,10 @@ fn fusions_of_broadcasting_and_reducing_graphs_run_compiled_and_agree() {
             }
         }
     }
+}
+
+#[test]
+fn a_quarter_of_the_graphs_return_gradients() {
+    let with = (0..400u64).filter(|&seed| generate(seed).0.graphs[0].outputs.iter().any(|o| o.name == "d0")).count();
+    assert!((60..=140).contains(&with), "{with} of 400 graphs return gradients");
 }

@@ -801,3 +801,13 @@ fn max_and_min_of_zeros_give_the_first_zero() {
         }
     }
 }
+
+#[test]
+fn products_with_transposed_operands_run_alike() {
+    // matmul's transpose flags, lone and heading an output fusion (after the pipeline), with
+    // the interpreter's results whichever backend takes them.
+    let src = "graph @g(%a: f32[5,3], %b: f32[4,5], %d: f32[5,4], %bias: f32[4]) -> (x: f32[3,4], y: f32[3,4], z: f32[3,3]) {\n  %x = matmul %a, %b {transpose_a = true, transpose_b = true} : f32[3,4]\n  %p = matmul %a, %d {transpose_a = true} : f32[3,4]\n  %q = add %p, %bias : f32[3,4]\n  %y = relu %q : f32[3,4]\n  %z = matmul %x, %y {transpose_b = true} : f32[3,3]\n  return %x, %y, %z\n}\n";
+    let m = parse_module(src).unwrap();
+    compare(&m, "transposed products", None);
+    compare(&optimize(&m), "transposed products after the pipeline", None);
+}

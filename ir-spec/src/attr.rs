@@ -339,6 +339,14 @@ impl Attrs {
         }
     }
 
+    /// A float attribute (the parser reads an integer written for one as a float).
+    pub fn float(&self, name: &str) -> Option<f64> {
+        match self.get(name)? {
+            Attr::Float(x) => Some(*x),
+            _ => None,
+        }
+    }
+
     pub fn ints(&self, name: &str) -> Option<&[i64]> {
         match self.get(name)? {
             Attr::Ints(v) => Some(v),

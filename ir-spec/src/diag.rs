@@ -61,6 +61,10 @@ impl Diagnostic {
         }
     }
 
+    pub fn warning(span: Span, message: impl Into<String>) -> Self {
+        Diagnostic { severity: Severity::Warning, ..Diagnostic::error(span, message) }
+    }
+
     /// An error about the file as a whole (unreadable, not UTF-8, ...).
     pub fn error_unlocated(message: impl Into<String>) -> Self {
         Diagnostic { span: None, ..Diagnostic::error(Span::default(), message) }

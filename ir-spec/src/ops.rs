@@ -254,6 +254,34 @@ fn build_def(op: Op) -> OpDef {
             infer: rules::gather,
         }
         .into(),
+        Op::ScatterAdd => Plain {
+            kind: Opaque,
+            summary: "Adds slices into a tensor at indices along an axis (the gradient of gather).",
+            operands: "base, indices, updates",
+            arity: (3, Some(3)),
+            attrs: vec![
+                attr("axis", K::Int, AttrDefault::Value(Attr::Int(0)), "The axis of `base` that `indices` select along."),
+            ],
+            semantics: "The result is `base` (numeric; the result has its type) with, for every index tuple `i` of `indices`, `result[a..., indices[i...], b...] += updates[a..., i..., b...]`. `updates` has base's dtype and exactly gather's result shape, `base.shape[..axis] ++ indices.shape ++ base.shape[axis+1..]`. Indices are i32 or i64; a negative index counts from the end; an index out of range is a run-time error. Repeated indices accumulate, in the order of the indices (integers wrap).",
+            example: "graph @g(%b: f32[5,3], %i: i64[4], %u: f32[4,3]) -> (y: f32[5,3]) {\n  %0 = scatter_add %b, %i, %u : f32[5,3]\n  return %0\n}\n",
+            infer: rules::scatter_add,
+        }
+        .into(),
+        Op::Pad => Plain {
+            kind: Injective,
+            summary: "Pads each dim at both ends and between elements with a value (the gradient of slice).",
+            operands: "input, value",
+            arity: (2, Some(2)),
+            attrs: vec![
+                required("low", K::Ints, "Padding before each dim, each at least 0."),
+                required("high", K::Ints, "Padding after each dim, each at least 0."),
+                attr("interior", K::Ints, AttrDefault::Optional, "Padding between adjacent elements of each dim, each at least 0; all 0 when left out."),
+            ],
+            semantics: "`value` is a scalar of the input's dtype (any dtype), the fill. Per dim of size d, the result has `low + d + max(d - 1, 0) * interior + high` elements; input element j lands at `low + j * (interior + 1)` and every other position holds `value`. (XLA's Pad with non-negative padding.)",
+            example: "graph @g(%x: f32[2,3], %v: f32[]) -> (y: f32[3,7]) {\n  %0 = pad %x, %v {low = [1, 0], high = [0, 2], interior = [0, 1]} : f32[3,7]\n  return %0\n}\n",
+            infer: rules::pad,
+        }
+        .into(),
         Op::Shape => Plain {
             kind: Source,
             summary: "The operand's shape as a tensor.",
@@ -281,8 +309,11 @@ fn build_def(op: Op) -> OpDef {
             summary: "Matrix product, batched with broadcasting (numpy `matmul`).",
             operands: "lhs, rhs",
             arity: (2, Some(2)),
-            attrs: vec![],
-            semantics: "Both operands have rank at least 2 and the same numeric dtype. `lhs` is `[..., M, K]` and `rhs` `[..., K, N]`; the batch dims `...` broadcast; the result is `[..., M, N]` with `result[b, m, n] = sum_k lhs[b, m, k] * rhs[b, k, n]`.",
+            attrs: vec![
+                attr("transpose_a", K::Bool, AttrDefault::Value(Attr::Bool(false)), "Read `lhs` as its transpose over its last two dims: `lhs` is then `[..., K, M]`."),
+                attr("transpose_b", K::Bool, AttrDefault::Value(Attr::Bool(false)), "Read `rhs` as its transpose over its last two dims: `rhs` is then `[..., N, K]`."),
+            ],
+            semantics: "Both operands have rank at least 2 and the same numeric dtype. `lhs` is `[..., M, K]` and `rhs` `[..., K, N]` (with `transpose_a`, `lhs` is `[..., K, M]` and read as its transpose over the last two dims; with `transpose_b`, `rhs` is `[..., N, K]`, likewise); the batch dims `...` broadcast; the result is `[..., M, N]` with `result[b, m, n] = sum_k A[b, m, k] * B[b, k, n]`, where A and B are the operands as read.",
             example: "graph @g(%a: f32[2,3], %b: f32[3,4]) -> (y: f32[2,4]) {\n  %0 = matmul %a, %b : f32[2,4]\n  return %0\n}\n",
             infer: rules::matmul,
         }
@@ -292,15 +323,32 @@ fn build_def(op: Op) -> OpDef {
             summary: "Convolution over the spatial dims (NCHW layout, ONNX `Conv`).",
             operands: "input, weight",
             arity: (2, Some(2)),
-            attrs: vec![
-                attr("strides", K::Ints, AttrDefault::Optional, "Step per spatial dim, each at least 1; all 1 when left out."),
-                attr("pads", K::Ints, AttrDefault::Optional, "Zero padding: every spatial dim's start, then every one's end; all 0 when left out."),
-                attr("dilations", K::Ints, AttrDefault::Optional, "Spacing of the filter taps per spatial dim; all 1 when left out."),
-                attr("group", K::Int, AttrDefault::Value(Attr::Int(1)), "Number of channel groups; input and output channels are both divisible by it."),
-            ],
+            attrs: conv_attrs(None),
             semantics: "`input` is `[N, C, D1, ..., Dk]` (k at least 1) and `weight` `[M, C/group, K1, ..., Kk]`, both floats of one dtype. Output channel m sees the input channels of its group (`m / (M/group)`). `result[n, m, o...] = sum_{c, k...} input[n, g*C/group + c, o*stride - pad_begin + k*dilation] * weight[m, c, k...]`, positions outside the input counting as 0. Output size per dim: `floor((D + pad_begin + pad_end - dilation*(K-1) - 1) / stride) + 1`.",
             example: "graph @g(%x: f32[1,2,5,5], %w: f32[4,2,3,3]) -> (y: f32[1,4,3,3]) {\n  %0 = conv %x, %w : f32[1,4,3,3]\n  return %0\n}\n",
             infer: rules::conv,
+        }
+        .into(),
+        Op::ConvInputGrad => Plain {
+            kind: Contraction,
+            summary: "The gradient of conv with respect to its input (ONNX `ConvTranspose`).",
+            operands: "grad_output, weight",
+            arity: (2, Some(2)),
+            attrs: conv_attrs(Some("The shape of the conv's input, `[N, C, D1, ..., Dk]`: the result's shape.")),
+            semantics: "The adjoint of `conv` in its input, for the conv with these attributes of an input of shape `shape` by `weight`: `grad_output` is that conv's result `[N, M, O1, ..., Ok]` (its gradient) and `weight` `[M, C/group, K1, ..., Kk]`, floats of one dtype. `result[n, g*C/group + c, i...] = sum over m in group g and o..., k... with i = o*stride - pad_begin + k*dilation of grad_output[n, m, o...] * weight[m, c, k...]`. The conv of `shape` must give grad_output's shape by the output size formula of `conv`, so trailing input positions that no window reaches are allowed (their gradient is 0).",
+            example: "graph @g(%dy: f32[1,4,3,3], %w: f32[4,2,3,3]) -> (dx: f32[1,2,5,5]) {\n  %0 = conv_input_grad %dy, %w {shape = [1, 2, 5, 5]} : f32[1,2,5,5]\n  return %0\n}\n",
+            infer: rules::conv_input_grad,
+        }
+        .into(),
+        Op::ConvFilterGrad => Plain {
+            kind: Contraction,
+            summary: "The gradient of conv with respect to its weight.",
+            operands: "input, grad_output",
+            arity: (2, Some(2)),
+            attrs: conv_attrs(Some("The shape of the conv's weight, `[M, C/group, K1, ..., Kk]`: the result's shape.")),
+            semantics: "The adjoint of `conv` in its weight, for the conv with these attributes of `input` `[N, C, D1, ..., Dk]` by a weight of shape `shape`: `grad_output` is that conv's result `[N, M, O1, ..., Ok]` (its gradient), floats of input's dtype. `result[m, c, k...] = sum_{n, o...} input[n, g*C/group + c, o*stride - pad_begin + k*dilation] * grad_output[n, m, o...]` with `g = m / (M/group)`, positions outside the input counting as 0. The conv must give grad_output's shape.",
+            example: "graph @g(%x: f32[1,2,5,5], %dy: f32[1,4,3,3]) -> (dw: f32[4,2,3,3]) {\n  %0 = conv_filter_grad %x, %dy {shape = [4, 2, 3, 3]} : f32[4,2,3,3]\n  return %0\n}\n",
+            infer: rules::conv_filter_grad,
         }
         .into(),
         Op::Neg => elementwise("Negation.", "input", 1, "`-x`, for numeric dtypes (integers wrap).", unary_example("neg", "f32"), rules::unary_numeric),
@@ -355,18 +403,7 @@ fn build_def(op: Op) -> OpDef {
         .into(),
         Op::MaxPool | Op::AvgPool => {
             let max = op == Op::MaxPool;
-            let mut attrs = vec![
-                required("kernel", K::Ints, "Window size per spatial dim."),
-                attr("strides", K::Ints, AttrDefault::Optional, "Step per spatial dim, each at least 1; all 1 when left out."),
-                attr("pads", K::Ints, AttrDefault::Optional, "Padding: every spatial dim's start, then every one's end; all 0 when left out."),
-                attr("dilations", K::Ints, AttrDefault::Optional, "Spacing of the window taps per spatial dim; all 1 when left out."),
-                attr("ceil_mode", K::Bool, AttrDefault::Value(Attr::Bool(false)), "Round output sizes up: a last, partial window counts if it starts inside the input or its leading padding."),
-            ];
-            if max {
-                attrs.push(attr("indices", K::Bool, AttrDefault::Value(Attr::Bool(false)), "Also return, as a second result of type i64, the row-major flat index into the whole input of each maximum (the first, on ties)."));
-            } else {
-                attrs.push(attr("count_include_pad", K::Bool, AttrDefault::Value(Attr::Bool(false)), "Count padding positions in each window's divisor."));
-            }
+            let attrs = pool_attrs(op);
             Plain {
                 kind: Opaque,
                 summary: if max { "Maximum over sliding windows (ONNX `MaxPool`)." } else { "Mean over sliding windows (ONNX `AveragePool`)." },
@@ -387,6 +424,50 @@ fn build_def(op: Op) -> OpDef {
             }
             .into()
         }
+        Op::AvgPoolGrad => Plain {
+            kind: Opaque,
+            summary: "The gradient of avg_pool with respect to its input.",
+            operands: "grad_output",
+            arity: (1, Some(1)),
+            attrs: pool_attrs(op),
+            semantics: "The adjoint of `avg_pool` with these attributes of an input of shape `shape` (`[N, C, D1, ..., Dk]`, the result's shape): `grad_output` is that pool's result (its gradient), floats. Each element of `grad_output` is divided by its window's divisor (the count avg_pool divided by) and added to every input position of its window. The pool of `shape` must give grad_output's shape.",
+            example: "graph @g(%dy: f32[1,1,4,4]) -> (dx: f32[1,1,4,4]) {\n  %0 = avg_pool_grad %dy {kernel = [3, 3], pads = [1, 1, 1, 1], shape = [1, 1, 4, 4]} : f32[1,1,4,4]\n  return %0\n}\n",
+            infer: rules::avg_pool_grad,
+        }
+        .into(),
+        Op::SoftmaxCrossEntropy => Plain {
+            kind: Opaque,
+            summary: "Softmax cross-entropy of logits against integer class labels (a loss).",
+            operands: "logits, labels",
+            arity: (2, Some(2)),
+            attrs: vec![loss_reduction()],
+            semantics: "`logits` is floats `[..., C]` (rank at least 1) and `labels` i32 or i64 of the logits' shape without its last dim. Each example's loss is `logsumexp(logits[b, :]) - logits[b, labels[b]]`, computed with the row's maximum subtracted and the exponentials summed in f64. With `reduction` \"none\" the result holds the per-example losses (labels' shape); \"sum\" and \"mean\" give a scalar, their sum or mean (the mean of no examples is NaN). A label outside [0, C) is a run-time error naming it.",
+            example: "graph @g(%x: f32[4,10], %l: i64[4]) -> (y: f32[]) {\n  %0 = softmax_cross_entropy %x, %l : f32[]\n  return %0\n}\n",
+            infer: rules::softmax_cross_entropy,
+        }
+        .into(),
+        Op::MeanSquaredError => Plain {
+            kind: Opaque,
+            summary: "Squared differences, summed or averaged (a loss).",
+            operands: "prediction, target",
+            arity: (2, Some(2)),
+            attrs: vec![loss_reduction()],
+            semantics: "`prediction` and `target` have one float type (no broadcasting). The elementwise `(prediction - target)^2`, then with `reduction` \"none\" that tensor, with \"sum\" its sum and with \"mean\" its mean, as scalars (sums accumulate in f64; the mean of no elements is NaN).",
+            example: "graph @g(%p: f32[4,3], %t: f32[4,3]) -> (y: f32[]) {\n  %0 = mean_squared_error %p, %t : f32[]\n  return %0\n}\n",
+            infer: rules::mean_squared_error,
+        }
+        .into(),
+        Op::Grad => Plain {
+            kind: Opaque,
+            summary: "Gradients of a scalar loss with respect to values (expanded by the autodiff lowering).",
+            operands: "loss, wrt...",
+            arity: (2, None),
+            attrs: vec![],
+            semantics: "`loss` is an f32 or f64 scalar and each `wrt` an f32 or f64 tensor; result i, of wrt i's type, is the gradient of `loss` with respect to wrt i (0 where the loss does not depend on it). A placeholder: the `autodiff` lowering replaces it with the ops that compute the gradients before the other passes run, and nothing executes it (one that reaches the interpreter is an internal error).",
+            example: "graph @g(%x: f32[2,3], %w: f32[3,4]) -> (dx: f32[2,3], dw: f32[3,4]) {\n  %0 = matmul %x, %w : f32[2,4]\n  %1 = reduce_sum %0 {axes = [0, 1]} : f32[]\n  %2, %3 = grad %1, %x, %w : f32[2,3], f32[3,4]\n  return %2, %3\n}\n",
+            infer: rules::grad,
+        }
+        .into(),
         Op::Variable => Plain {
             kind: Stateful,
             summary: "Declares a variable: mutable state held by the session.",
@@ -432,6 +513,58 @@ fn build_def(op: Op) -> OpDef {
             semantics: "Atomically replaces the variable's value `v` by `v + delta` (same type, numeric); the result is the new value.",
             example: "graph @g(%d: f32[2]) -> (y: f32[2]) {\n  %w = variable {name = \"w\", init = dense<0.0> : f32[2]} : var<f32[2]>\n  %0 = assign_add %w, %d : f32[2]\n  return %0\n}\n",
             infer: rules::assign_add,
+        }
+        .into(),
+        Op::ApplySgd => Plain {
+            kind: Stateful,
+            summary: "A gradient-descent update of a variable, in place.",
+            operands: "var, lr, grad",
+            arity: (3, Some(3)),
+            attrs: vec![],
+            semantics: leak(format!("`var` is a handle to a variable of a float type T, `lr` a scalar of T's dtype and `grad` of type T. Atomically replaces the variable's value by `var - lr * grad`; the result is the new value. {OPTIMIZER}")),
+            example: "graph @g(%lr: f32[], %dw: f32[2]) -> (y: f32[2]) {\n  %w = variable {name = \"w\", init = dense<0.5> : f32[2]} : var<f32[2]>\n  %0 = apply_sgd %w, %lr, %dw : f32[2]\n  return %0\n}\n",
+            infer: rules::apply_sgd,
+        }
+        .into(),
+        Op::ApplyMomentum => Plain {
+            kind: Stateful,
+            summary: "A momentum update of a variable and its accumulator, in place.",
+            operands: "var, accum, lr, grad, momentum",
+            arity: (5, Some(5)),
+            attrs: vec![attr("use_nesterov", K::Bool, AttrDefault::Value(Attr::Bool(false)), "Nesterov momentum: step along the gradient plus the momentum's look-ahead.")],
+            semantics: leak(format!("`var` and `accum` are handles to variables of one float type T, `lr` and `momentum` scalars of T's dtype and `grad` of type T. Atomically, `accum = accum * momentum + grad`, then `var -= lr * accum`, or with `use_nesterov` `var -= lr * grad + lr * momentum * accum` (TensorFlow's ApplyMomentum); the result is the variable's new value. {OPTIMIZER}")),
+            example: "graph @g(%lr: f32[], %dw: f32[2], %mu: f32[]) -> (y: f32[2]) {\n  %w = variable {name = \"w\", init = dense<0.5> : f32[2]} : var<f32[2]>\n  %a = variable {name = \"w/accum\", init = dense<0.0> : f32[2]} : var<f32[2]>\n  %0 = apply_momentum %w, %a, %lr, %dw, %mu : f32[2]\n  return %0\n}\n",
+            infer: rules::apply_momentum,
+        }
+        .into(),
+        Op::ApplyAdam => Plain {
+            kind: Stateful,
+            summary: "An Adam update of a variable, its moments and its step count, in place.",
+            operands: "var, m, v, step, lr, grad",
+            arity: (6, Some(6)),
+            attrs: vec![
+                attr("beta1", K::Float, AttrDefault::Value(Attr::Float(0.9)), "Decay of the first moment."),
+                attr("beta2", K::Float, AttrDefault::Value(Attr::Float(0.999)), "Decay of the second moment."),
+                attr("epsilon", K::Float, AttrDefault::Value(Attr::Float(1e-7)), "Added to the second moment's square root."),
+            ],
+            semantics: leak(format!("`var`, `m` and `v` are handles to variables of one float type T; `step` a handle to a scalar variable of T's dtype counting the updates (start it at 0); `lr` a scalar of T's dtype and `grad` of type T. Atomically: `t = step + 1` is stored in `step`; `lr_t = lr * sqrt(1 - beta2^t) / (1 - beta1^t)`; `m = beta1 * m + (1 - beta1) * grad`; `v = beta2 * v + (1 - beta2) * grad^2`; `var -= lr_t * m / (sqrt(v) + epsilon)` (TensorFlow's ApplyAdam, with the betas' powers from `step`); the result is the variable's new value. {OPTIMIZER}")),
+            example: "graph @g(%lr: f32[], %dw: f32[2]) -> (y: f32[2]) {\n  %w = variable {name = \"w\", init = dense<0.5> : f32[2]} : var<f32[2]>\n  %m = variable {name = \"w/m\", init = dense<0.0> : f32[2]} : var<f32[2]>\n  %v = variable {name = \"w/v\", init = dense<0.0> : f32[2]} : var<f32[2]>\n  %t = variable {name = \"step\", init = dense<0.0> : f32[]} : var<f32[]>\n  %0 = apply_adam %w, %m, %v, %t, %lr, %dw : f32[2]\n  return %0\n}\n",
+            infer: rules::apply_adam,
+        }
+        .into(),
+        Op::ApplyRmsprop => Plain {
+            kind: Stateful,
+            summary: "An RMSProp update of a variable and its accumulators, in place.",
+            operands: "var, ms, mom, lr, grad",
+            arity: (5, Some(5)),
+            attrs: vec![
+                attr("rho", K::Float, AttrDefault::Value(Attr::Float(0.9)), "Decay of the mean square."),
+                attr("momentum", K::Float, AttrDefault::Value(Attr::Float(0.0)), "Decay of the momentum accumulator."),
+                attr("epsilon", K::Float, AttrDefault::Value(Attr::Float(1e-7)), "Added to the mean square under the square root."),
+            ],
+            semantics: leak(format!("`var`, `ms` and `mom` are handles to variables of one float type T, `lr` a scalar of T's dtype and `grad` of type T. Atomically: `ms = rho * ms + (1 - rho) * grad^2`; `mom = momentum * mom + lr * grad / sqrt(ms + epsilon)`; `var -= mom`; the result is the variable's new value. {OPTIMIZER}")),
+            example: "graph @g(%lr: f32[], %dw: f32[2]) -> (y: f32[2]) {\n  %w = variable {name = \"w\", init = dense<0.5> : f32[2]} : var<f32[2]>\n  %s = variable {name = \"w/ms\", init = dense<0.0> : f32[2]} : var<f32[2]>\n  %m = variable {name = \"w/mom\", init = dense<0.0> : f32[2]} : var<f32[2]>\n  %0 = apply_rmsprop %w, %s, %m, %lr, %dw : f32[2]\n  return %0\n}\n",
+            infer: rules::apply_rmsprop,
         }
         .into(),
         Op::Queue => Plain {
@@ -582,6 +715,80 @@ fn build_def(op: Op) -> OpDef {
         example: d.example,
         infer: d.infer,
     }
+}
+
+/// What every optimizer's semantics end with.
+const OPTIMIZER: &str = "The arithmetic is in the variables' dtype, elementwise, as the same formula written with elementwise ops computes it up to rounding. An accumulator never assigned is an error, as reading it would be (give it `init = dense<0.0>`). Every variable the op writes is locked for the whole update (in the order of their names, so concurrent updates and checkpoints never deadlock and see all of one update or none), and each buffer is updated in place when nothing else holds it.";
+
+/// conv's attributes, and the gradients' (which add the `shape` they produce).
+fn conv_attrs(shape: Option<&'static str>) -> Vec<AttrDef> {
+    let mut attrs = vec![
+        attr(
+            "strides",
+            AttrKind::Ints,
+            AttrDefault::Optional,
+            "Step per spatial dim, each at least 1; all 1 when left out.",
+        ),
+        attr(
+            "pads",
+            AttrKind::Ints,
+            AttrDefault::Optional,
+            "Zero padding: every spatial dim's start, then every one's end; all 0 when left out.",
+        ),
+        attr(
+            "dilations",
+            AttrKind::Ints,
+            AttrDefault::Optional,
+            "Spacing of the filter taps per spatial dim; all 1 when left out.",
+        ),
+        attr(
+            "group",
+            AttrKind::Int,
+            AttrDefault::Value(Attr::Int(1)),
+            "Number of channel groups; input and output channels are both divisible by it.",
+        ),
+    ];
+    attrs.extend(shape.map(|doc| required("shape", AttrKind::Ints, doc)));
+    attrs
+}
+
+/// The attributes of `max_pool`, `avg_pool` and `avg_pool_grad`.
+fn pool_attrs(op: Op) -> Vec<AttrDef> {
+    let mut attrs = vec![
+        required("kernel", AttrKind::Ints, "Window size per spatial dim."),
+        attr("strides", AttrKind::Ints, AttrDefault::Optional, "Step per spatial dim, each at least 1; all 1 when left out."),
+        attr("pads", AttrKind::Ints, AttrDefault::Optional, "Padding: every spatial dim's start, then every one's end; all 0 when left out."),
+        attr("dilations", AttrKind::Ints, AttrDefault::Optional, "Spacing of the window taps per spatial dim; all 1 when left out."),
+        attr("ceil_mode", AttrKind::Bool, AttrDefault::Value(Attr::Bool(false)), "Round output sizes up: a last, partial window counts if it starts inside the input or its leading padding."),
+    ];
+    if op == Op::MaxPool {
+        attrs.push(attr("indices", AttrKind::Bool, AttrDefault::Value(Attr::Bool(false)), "Also return, as a second result of type i64, the row-major flat index into the whole input of each maximum (the first, on ties)."));
+    } else {
+        attrs.push(attr(
+            "count_include_pad",
+            AttrKind::Bool,
+            AttrDefault::Value(Attr::Bool(false)),
+            "Count padding positions in each window's divisor.",
+        ));
+    }
+    if op == Op::AvgPoolGrad {
+        attrs.push(required(
+            "shape",
+            AttrKind::Ints,
+            "The shape of the pool's input, `[N, C, D1, ..., Dk]`: the result's shape.",
+        ));
+    }
+    attrs
+}
+
+/// A loss's `reduction`.
+fn loss_reduction() -> AttrDef {
+    attr(
+        "reduction",
+        AttrKind::Str,
+        AttrDefault::Value(Attr::Str("mean".into())),
+        "How the losses combine: \"none\" (one per example), \"sum\" or \"mean\" (a scalar).",
+    )
 }
 
 /// Example graphs for the many elementwise ops are generated so each stays a complete graph.

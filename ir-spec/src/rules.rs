@@ -378,12 +378,25 @@ pub fn matmul(ctx: &InferCtx) -> R {
             return err(Blame::Operand(i), format!("matmul needs operands of rank 2 or more, but operand {i} is {t}; reshape a vector to [1,K] or [K,1]"));
         }
     }
-    let (m, k1) = (a.shape[a.rank() - 2], a.shape[a.rank() - 1]);
-    let (k2, n) = (b.shape[b.rank() - 2], b.shape[b.rank() - 1]);
+    // The last two dims of each operand as read: transposed where its flag says so.
+    let last_two = |t: &TensorType, flag: &str| {
+        let (r, c) = (t.shape[t.rank() - 2], t.shape[t.rank() - 1]);
+        if matches!(ctx.attr(flag), Some(Attr::Bool(true))) {
+            (c, r)
+        } else {
+            (r, c)
+        }
+    };
+    let ((m, k1), (k2, n)) = (last_two(&a, "transpose_a"), last_two(&b, "transpose_b"));
     if k1 != k2 {
+        let read = |flag: &str| if matches!(ctx.attr(flag), Some(Attr::Bool(true))) { " (transposed)" } else { "" };
         return err(
             Blame::Operand(1),
-            format!("matmul: inner dims differ: lhs {a} has K = {k1} but rhs {b} has K = {k2}"),
+            format!(
+                "matmul: inner dims differ: lhs {a}{} has K = {k1} but rhs {b}{} has K = {k2}",
+                read("transpose_a"),
+                read("transpose_b")
+            ),
         );
     }
     let mut shape = broadcast_shapes(&a.shape[..a.rank() - 2], &b.shape[..b.rank() - 2])
@@ -392,56 +405,105 @@ pub fn matmul(ctx: &InferCtx) -> R {
     one(ctx, a.with_shape(shape))
 }
 
-/// The output of a sliding-window op: `[N, channels, spatial...]`.
-fn windowed(ctx: &InferCtx, t: &TensorType, kernel: Vec<u64>, channels: u64) -> R {
+/// The output of a sliding-window op over `t`: `[N, channels, spatial...]`; an error about the
+/// input's size blames `input`.
+fn windowed(
+    ctx: &InferCtx,
+    t: &TensorType,
+    kernel: Vec<u64>,
+    channels: u64,
+    input: Blame,
+) -> Result<TensorType, InferError> {
     let w = crate::window::Window::from_attrs(ctx.attrs, kernel)
         .map_err(|m| InferError::new(Blame::Op, format!("{}: {m}", ctx.op.name())))?;
-    let spatial = w
-        .output_dims(&t.shape[2..])
-        .map_err(|m| InferError::new(Blame::Operand(0), format!("{}: {m}", ctx.op.name())))?;
+    let spatial =
+        w.output_dims(&t.shape[2..]).map_err(|m| InferError::new(input, format!("{}: {m}", ctx.op.name())))?;
     let mut shape = vec![t.shape[0], channels];
     shape.extend(spatial);
-    one(ctx, t.with_shape(shape))
+    Ok(t.with_shape(shape))
+}
+
+/// The result of conv (with the node's attributes) of an input `x` by a weight `w`; errors
+/// blame `xb` or `wb`, the operands or attributes they come from.
+fn conv_result(ctx: &InferCtx, x: &TensorType, w: &TensorType, xb: Blame, wb: Blame) -> Result<TensorType, InferError> {
+    let op = ctx.op.name();
+    if x.rank() < 3 {
+        return err(xb, format!("{op} needs an input [N, C, spatial...] of rank 3 or more, got {x}"));
+    }
+    if w.rank() != x.rank() {
+        return err(
+            wb,
+            format!("{op}: the weight {w} must have the input's rank {} ([M, C/group, kernel...])", x.rank()),
+        );
+    }
+    let group = ctx.int_attr("group")?;
+    if group < 1 {
+        return err(Blame::Attr("group"), format!("{op}: group must be at least 1, got {group}"));
+    }
+    let (c, m, g) = (x.shape[1], w.shape[0], group as u64);
+    if c % g != 0 || m % g != 0 || w.shape[1].checked_mul(g) != Some(c) {
+        return err(
+            wb,
+            format!("{op}: input {x} and weight {w} do not fit {g} group(s): need C = {c} and M = {m} divisible by {g} and weight dim 1 = C/group"),
+        );
+    }
+    windowed(ctx, x, w.shape[2..].to_vec(), m, xb)
 }
 
 pub fn conv(ctx: &InferCtx) -> R {
     let x = check_dtype(ctx, 0, DType::is_float, "floats (f32, f64)")?;
     let w = check_dtype(ctx, 1, DType::is_float, "floats (f32, f64)")?;
     same_dtype(ctx, 0, 1)?;
-    if x.rank() < 3 {
-        return err(Blame::Operand(0), format!("conv needs an input [N, C, spatial...] of rank 3 or more, got {x}"));
-    }
-    if w.rank() != x.rank() {
-        return err(
-            Blame::Operand(1),
-            format!("conv: the weight {w} must have the input's rank {} ([M, C/group, kernel...])", x.rank()),
-        );
-    }
-    let group = ctx.int_attr("group")?;
-    if group < 1 {
-        return err(Blame::Attr("group"), format!("conv: group must be at least 1, got {group}"));
-    }
-    let (c, m, g) = (x.shape[1], w.shape[0], group as u64);
-    if c % g != 0 || m % g != 0 || w.shape[1].checked_mul(g) != Some(c) {
-        return err(
-            Blame::Operand(1),
-            format!("conv: input {x} and weight {w} do not fit {g} group(s): need C = {c} and M = {m} divisible by {g} and weight dim 1 = C/group"),
-        );
-    }
-    windowed(ctx, &x, w.shape[2..].to_vec(), m)
+    let y = conv_result(ctx, &x, &w, Blame::Operand(0), Blame::Operand(1))?;
+    one(ctx, y)
 }
 
-pub fn pool(ctx: &InferCtx) -> R {
-    let x = if ctx.op == Op::AvgPool {
-        check_dtype(ctx, 0, DType::is_float, "floats (f32, f64)")?
-    } else {
-        check_dtype(ctx, 0, DType::is_numeric, "numbers (f32, f64, i32, i64)")?
-    };
-    if x.rank() < 3 {
+/// The `shape` attribute of a gradient op, as a tensor of `dtype`.
+fn shape_attr(ctx: &InferCtx, dtype: DType) -> Result<TensorType, InferError> {
+    Ok(TensorType::new(dtype, non_negative_shape(ctx, "shape")?))
+}
+
+/// A gradient's operand `dy` is what the forward op of its attributes gives: `got` (computed).
+fn same_as_forward(
+    ctx: &InferCtx,
+    dy_index: usize,
+    dy: &TensorType,
+    got: &TensorType,
+    what: &str,
+) -> Result<(), InferError> {
+    if got.shape != dy.shape {
         return err(
-            Blame::Operand(0),
-            format!("{} needs an input [N, C, spatial...] of rank 3 or more, got {x}", ctx.op.name()),
+            Blame::Operand(dy_index),
+            format!("{}: {what} gives {got}, but the gradient operand is {dy}", ctx.op.name()),
         );
+    }
+    Ok(())
+}
+
+pub fn conv_input_grad(ctx: &InferCtx) -> R {
+    let dy = check_dtype(ctx, 0, DType::is_float, "floats (f32, f64)")?;
+    let w = check_dtype(ctx, 1, DType::is_float, "floats (f32, f64)")?;
+    same_dtype(ctx, 0, 1)?;
+    let x = shape_attr(ctx, dy.dtype)?;
+    let y = conv_result(ctx, &x, &w, Blame::Attr("shape"), Blame::Operand(1))?;
+    same_as_forward(ctx, 0, &dy, &y, &format!("conv of an input {x} by the weight {w}"))?;
+    one(ctx, x)
+}
+
+pub fn conv_filter_grad(ctx: &InferCtx) -> R {
+    let x = check_dtype(ctx, 0, DType::is_float, "floats (f32, f64)")?;
+    let dy = check_dtype(ctx, 1, DType::is_float, "floats (f32, f64)")?;
+    same_dtype(ctx, 0, 1)?;
+    let w = shape_attr(ctx, x.dtype)?;
+    let y = conv_result(ctx, &x, &w, Blame::Operand(0), Blame::Attr("shape"))?;
+    same_as_forward(ctx, 1, &dy, &y, &format!("conv of the input {x} by a weight {w}"))?;
+    one(ctx, w)
+}
+
+/// The result of the pooling op of the node's attributes on an input `x`.
+fn pool_result(ctx: &InferCtx, x: &TensorType, xb: Blame) -> Result<TensorType, InferError> {
+    if x.rank() < 3 {
+        return err(xb, format!("{} needs an input [N, C, spatial...] of rank 3 or more, got {x}", ctx.op.name()));
     }
     let kernel = ctx.ints_attr("kernel")?;
     if kernel.len() != x.rank() - 2 || kernel.iter().any(|&k| k < 1) {
@@ -454,10 +516,160 @@ pub fn pool(ctx: &InferCtx) -> R {
             ),
         );
     }
-    let mut out = windowed(ctx, &x, kernel.iter().map(|&k| k as u64).collect(), x.shape[1])?;
+    windowed(ctx, x, kernel.iter().map(|&k| k as u64).collect(), x.shape[1], xb)
+}
+
+pub fn pool(ctx: &InferCtx) -> R {
+    let x = if ctx.op == Op::AvgPool {
+        check_dtype(ctx, 0, DType::is_float, "floats (f32, f64)")?
+    } else {
+        check_dtype(ctx, 0, DType::is_numeric, "numbers (f32, f64, i32, i64)")?
+    };
+    let mut out = one(ctx, pool_result(ctx, &x, Blame::Operand(0))?)?;
     if matches!(ctx.attr("indices"), Some(Attr::Bool(true))) {
         let values = out[0].as_tensor().cloned().expect("a tensor result");
         out.push(Type::Tensor(values.with_dtype(DType::I64)));
+    }
+    Ok(out)
+}
+
+pub fn avg_pool_grad(ctx: &InferCtx) -> R {
+    let dy = check_dtype(ctx, 0, DType::is_float, "floats (f32, f64)")?;
+    let x = shape_attr(ctx, dy.dtype)?;
+    let y = pool_result(ctx, &x, Blame::Attr("shape"))?;
+    same_as_forward(ctx, 0, &dy, &y, &format!("avg_pool of an input {x}"))?;
+    one(ctx, x)
+}
+
+pub fn scatter_add(ctx: &InferCtx) -> R {
+    let base = check_dtype(ctx, 0, DType::is_numeric, "numbers (f32, f64, i32, i64)")?;
+    let idx = check_dtype(ctx, 1, DType::is_int, "integer indices (i32, i64)")?;
+    let upd = ctx.tensor(2)?;
+    same_dtype(ctx, 0, 2)?;
+    let axis = ctx.axis("axis", base.rank())?;
+    let mut shape = base.shape[..axis].to_vec();
+    shape.extend_from_slice(&idx.shape);
+    shape.extend_from_slice(&base.shape[axis + 1..]);
+    if upd.shape != shape {
+        return err(
+            Blame::Operand(2),
+            format!(
+                "scatter_add: the updates are {upd}, but indices {idx} into axis {axis} of {base} need {} (gather's result shape)",
+                fmt_shape(&shape)
+            ),
+        );
+    }
+    one(ctx, base)
+}
+
+pub fn pad(ctx: &InferCtx) -> R {
+    let x = ctx.tensor(0)?;
+    let v = ctx.tensor(1)?;
+    if v.rank() != 0 || v.dtype != x.dtype {
+        return err(
+            Blame::Operand(1),
+            format!("pad: the fill value must be a scalar of the input's dtype, {}[], not {v}", x.dtype),
+        );
+    }
+    let zeros = vec![0; x.rank()];
+    let lists = [
+        ("low", ctx.ints_attr("low")?),
+        ("high", ctx.ints_attr("high")?),
+        ("interior", ctx.attrs.ints("interior").unwrap_or(&zeros)),
+    ];
+    for (name, list) in lists {
+        if list.len() != x.rank() {
+            return err(
+                Blame::Attr(name),
+                format!("pad: '{name}' has {} entries but {x} has rank {}", list.len(), x.rank()),
+            );
+        }
+        if let Some(p) = list.iter().find(|&&p| p < 0) {
+            return err(Blame::Attr(name), format!("pad: '{name}' holds {p}; padding is at least 0"));
+        }
+    }
+    let [(_, low), (_, high), (_, interior)] = lists;
+    let mut shape = Vec::with_capacity(x.rank());
+    for (i, &d) in x.shape.iter().enumerate() {
+        let padded = (d.saturating_sub(1) as u128) * interior[i] as u128 + d as u128 + low[i] as u128 + high[i] as u128;
+        let dim = u64::try_from(padded).ok().filter(|&p| p <= i64::MAX as u64).ok_or_else(|| {
+            InferError::new(
+                Blame::Op,
+                format!("pad: dim {i} of the result would be {padded}, more than the IR can spell"),
+            )
+        })?;
+        shape.push(dim);
+    }
+    one(ctx, x.with_shape(shape))
+}
+
+/// A loss's `reduction`, checked.
+fn loss_reduction<'a>(ctx: &InferCtx<'a>) -> Result<&'a str, InferError> {
+    let r = match ctx.attrs.get("reduction") {
+        Some(Attr::Str(s)) => s.as_str(),
+        _ => "mean",
+    };
+    if !["none", "sum", "mean"].contains(&r) {
+        return err(
+            Blame::Attr("reduction"),
+            format!("{}: reduction \"{r}\" is not one of \"none\", \"sum\", \"mean\"", ctx.op.name()),
+        );
+    }
+    Ok(r)
+}
+
+pub fn softmax_cross_entropy(ctx: &InferCtx) -> R {
+    let x = check_dtype(ctx, 0, DType::is_float, "floats (f32, f64)")?;
+    let labels = check_dtype(ctx, 1, DType::is_int, "integer labels (i32, i64)")?;
+    if x.rank() < 1 {
+        return err(
+            Blame::Operand(0),
+            format!("softmax_cross_entropy needs logits [..., C] of rank 1 or more, got {x}"),
+        );
+    }
+    let batch = &x.shape[..x.rank() - 1];
+    if labels.shape != batch {
+        return err(
+            Blame::Operand(1),
+            format!(
+                "softmax_cross_entropy: the labels are {labels}, but the logits {x} need labels of shape {} (theirs without the last dim)",
+                fmt_shape(batch)
+            ),
+        );
+    }
+    let r = loss_reduction(ctx)?;
+    one(ctx, if r == "none" { x.with_shape(batch.to_vec()) } else { TensorType::scalar(x.dtype) })
+}
+
+pub fn mean_squared_error(ctx: &InferCtx) -> R {
+    let p = check_dtype(ctx, 0, DType::is_float, "floats (f32, f64)")?;
+    let t = ctx.tensor(1)?;
+    if *t != p {
+        return err(
+            Blame::Operand(1),
+            format!("mean_squared_error: the prediction is {p} but the target is {t}; they must have one type (no broadcasting)"),
+        );
+    }
+    let r = loss_reduction(ctx)?;
+    one(ctx, if r == "none" { p } else { TensorType::scalar(p.dtype) })
+}
+
+pub fn grad(ctx: &InferCtx) -> R {
+    match &ctx.operands[0] {
+        Type::Tensor(t) if t.rank() == 0 && t.dtype.is_float() => {}
+        other => return err(Blame::Operand(0), format!("grad needs a scalar float loss, got {other}")),
+    }
+    let mut out = Vec::with_capacity(ctx.operands.len() - 1);
+    for (i, ty) in ctx.operands.iter().enumerate().skip(1) {
+        match ty {
+            Type::Tensor(t) if t.dtype.is_float() => out.push(ty.clone()),
+            other => return err(
+                Blame::Operand(i),
+                format!(
+                    "grad: operand {i} is {other}, but gradients are taken with respect to float tensors (f32, f64)"
+                ),
+            ),
+        }
     }
     Ok(out)
 }
@@ -552,6 +764,93 @@ pub fn assign_add(ctx: &InferCtx) -> R {
     let r = assign(ctx)?;
     check_dtype(ctx, 1, DType::is_numeric, "numbers (f32, f64, i32, i64)")?;
     Ok(r)
+}
+
+/// An optimizer's variable (operand 0): a handle to a float tensor.
+fn optimized_var<'a>(ctx: &InferCtx<'a>) -> Result<&'a TensorType, InferError> {
+    let v = var_handle(ctx)?;
+    if !v.dtype.is_float() {
+        return err(
+            Blame::Operand(0),
+            format!("{}: the variable holds {v}, but optimizers update floats (f32, f64)", ctx.op.name()),
+        );
+    }
+    Ok(v)
+}
+
+/// Operand `i`, the handle of an optimizer's accumulator or step count, holding `want`.
+fn state_like(ctx: &InferCtx, i: usize, what: &str, want: &TensorType) -> Result<(), InferError> {
+    match &ctx.operands[i] {
+        Type::Var(t) if t == want => Ok(()),
+        Type::Var(t) => err(
+            Blame::Operand(i),
+            format!("{}: {what} (operand {i}) holds {t}, but it must hold {want}", ctx.op.name()),
+        ),
+        other => err(
+            Blame::Operand(i),
+            format!(
+                "{}: {what} (operand {i}) must be a handle var<{want}>, but it is {}",
+                ctx.op.name(),
+                other.kind_word()
+            ),
+        ),
+    }
+}
+
+/// Operand `i`, a scalar hyperparameter of the variable's dtype.
+fn scalar_like(ctx: &InferCtx, i: usize, what: &str, var: &TensorType) -> Result<(), InferError> {
+    let t = ctx.tensor(i)?;
+    if t.rank() != 0 || t.dtype != var.dtype {
+        return err(
+            Blame::Operand(i),
+            format!("{}: {what} (operand {i}) must be a scalar {}[], not {t}", ctx.op.name(), var.dtype),
+        );
+    }
+    Ok(())
+}
+
+/// Operand `i`, the gradient: of the variable's type.
+fn grad_like(ctx: &InferCtx, i: usize, var: &TensorType) -> Result<(), InferError> {
+    let t = ctx.tensor(i)?;
+    if t != var {
+        return err(Blame::Operand(i), format!("{}: the gradient is {t} but the variable holds {var}", ctx.op.name()));
+    }
+    Ok(())
+}
+
+pub fn apply_sgd(ctx: &InferCtx) -> R {
+    let v = optimized_var(ctx)?;
+    scalar_like(ctx, 1, "the learning rate", v)?;
+    grad_like(ctx, 2, v)?;
+    one(ctx, v.clone())
+}
+
+pub fn apply_momentum(ctx: &InferCtx) -> R {
+    let v = optimized_var(ctx)?;
+    state_like(ctx, 1, "the accumulator", v)?;
+    scalar_like(ctx, 2, "the learning rate", v)?;
+    grad_like(ctx, 3, v)?;
+    scalar_like(ctx, 4, "the momentum", v)?;
+    one(ctx, v.clone())
+}
+
+pub fn apply_adam(ctx: &InferCtx) -> R {
+    let v = optimized_var(ctx)?;
+    state_like(ctx, 1, "the first moment m", v)?;
+    state_like(ctx, 2, "the second moment v", v)?;
+    state_like(ctx, 3, "the step count", &TensorType::scalar(v.dtype))?;
+    scalar_like(ctx, 4, "the learning rate", v)?;
+    grad_like(ctx, 5, v)?;
+    one(ctx, v.clone())
+}
+
+pub fn apply_rmsprop(ctx: &InferCtx) -> R {
+    let v = optimized_var(ctx)?;
+    state_like(ctx, 1, "the mean square ms", v)?;
+    state_like(ctx, 2, "the momentum accumulator mom", v)?;
+    scalar_like(ctx, 3, "the learning rate", v)?;
+    grad_like(ctx, 4, v)?;
+    one(ctx, v.clone())
 }
 
 pub fn queue(ctx: &InferCtx) -> R {

@@ -10,6 +10,7 @@ use crate::executor::{ExecContext, ExecOutput, Executor, NodeEvent};
 use crate::kernels;
 use crate::limits::check_tensor_size;
 use crate::liveness::Liveness;
+use crate::optimizer;
 use crate::pool::BufferPool;
 use crate::rendezvous::{rendezvous_key, Rendezvous};
 use crate::state::{Queue, State, Variable};
@@ -341,6 +342,10 @@ impl<'a> Interp<'a> {
                 Ok(vec![value])
             }
             Op::AssignAdd => Ok(vec![RtValue::Tensor(var(&args[0])?.assign_add(tensor(1)?)?)]),
+            Op::ApplySgd | Op::ApplyMomentum | Op::ApplyAdam | Op::ApplyRmsprop => {
+                Ok(vec![RtValue::Tensor(optimizer::apply(nd.op, &nd.attrs, &args)?)])
+            }
+            Op::Grad => Err(RunError::internal(kernels::GRAD_UNEXPANDED)),
             Op::Enqueue => {
                 let item = args[1..]
                     .iter()

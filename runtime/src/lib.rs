@@ -25,6 +25,7 @@ pub mod kernels;
 pub mod limits;
 mod liveness;
 pub mod npy;
+mod optimizer;
 mod pool;
 pub mod random;
 mod rendezvous;

@@ -70,19 +70,25 @@ pub fn seed_for(seed: u64, name: &str) -> u64 {
     SplitMix64::new(seed ^ h).next_u64()
 }
 
-/// The values a graph input should take: integers that feed a gather's indices stay in range,
-/// so any graph runs on random data as it is. Uses are followed into the regions the value
-/// is passed to (fusion kernels, loop and branch bodies).
+/// The values a graph input should take: integers that feed the indices of a gather or a
+/// scatter_add, or the labels of a softmax_cross_entropy, stay in range, so any graph runs on
+/// random data as it is. Uses are followed into the regions the value is passed to (fusion
+/// kernels, loop and branch bodies).
 pub fn input_range(g: &Graph, v: Value) -> Range {
     for u in g.uses(v) {
         let Use::Operand(n, i) = *u else { continue };
         let nd = &g.nodes[n];
-        if nd.op == Op::Gather && i == 1 {
+        if matches!(nd.op, Op::Gather | Op::ScatterAdd) && i == 1 {
             if let Some(data) = g.values[nd.operands[0]].ty.as_tensor() {
                 let axis = nd.attrs.int("axis").unwrap_or(0);
                 if let Ok(ax) = graphc_ir::shape::normalize_axis(axis, data.rank()) {
                     return Range::Below(data.shape[ax]);
                 }
+            }
+        }
+        if nd.op == Op::SoftmaxCrossEntropy && i == 1 {
+            if let Some(&classes) = g.values[nd.operands[0]].ty.as_tensor().and_then(|t| t.shape.last()) {
+                return Range::Below(classes);
             }
         }
         // Region parameters line up with the operands (a cond's predicate has none).

@@ -1,9 +1,10 @@
 //! Session state: variables and queues, created from the module's declarations and shared by
 //! every run (and every thread) of the session.
 //!
-//! A variable's value is an `Arc<Tensor>` replaced on each write, never mutated in place, so a
-//! checkpoint snapshot is a copy of pointers: it costs the running steps nothing and sees each
-//! variable as of one moment.
+//! A variable's value is an `Arc<Tensor>` replaced on each write, so a checkpoint snapshot is a
+//! copy of pointers: it costs the running steps nothing and sees each variable as of one
+//! moment. The optimizer updates alone write a value in place, and only when nothing else holds
+//! it (no snapshot, no read still live), through [`update_together`].
 
 use crate::error::{ErrorKind, RunError};
 use crate::kernels;
@@ -11,7 +12,7 @@ use crate::tensor::Tensor;
 use crate::wait::{lock, WaitCtx};
 use graphc_ir::{Module, Op, TensorType, Type};
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::{Arc, Condvar, Mutex, RwLock};
+use std::sync::{Arc, Condvar, Mutex, RwLock, RwLockWriteGuard};
 
 /// A variable held by a session.
 #[derive(Debug)]
@@ -78,6 +79,38 @@ impl Variable {
             ),
         )
     }
+}
+
+/// Runs `update` on the values of `vars` (in the order given) with every one write-locked for
+/// the whole update, so concurrent reads, updates and snapshots see all of it or none. The
+/// locks are taken in the order of the variables' names, the order [`State::snapshot`] takes its
+/// read locks, so no two updates, nor an update and a snapshot, wait for each other in a
+/// cycle. An uninitialized variable is an error, as reading it is; so is a variable given
+/// twice (it cannot be locked twice). `update` may write a value in place
+/// (`Arc::make_mut`: in place when nothing else holds it, else on a copy).
+pub fn update_together<R>(
+    vars: &[&Variable],
+    update: impl FnOnce(&mut [&mut Arc<Tensor>]) -> Result<R, RunError>,
+) -> Result<R, RunError> {
+    for (i, a) in vars.iter().enumerate() {
+        if vars[..i].iter().any(|b| std::ptr::eq(*a, *b)) {
+            return Err(RunError::invalid(format!("variable \"{}\" is given twice to one update", a.name)));
+        }
+    }
+    let mut order: Vec<usize> = (0..vars.len()).collect();
+    order.sort_by(|&a, &b| vars[a].name.cmp(&vars[b].name));
+    let mut guards: Vec<Option<RwLockWriteGuard<'_, Option<Arc<Tensor>>>>> = vars.iter().map(|_| None).collect();
+    for i in order {
+        guards[i] = Some(vars[i].value.write().unwrap_or_else(|e| e.into_inner()));
+    }
+    let mut slots = Vec::with_capacity(vars.len());
+    for (guard, var) in guards.iter_mut().zip(vars) {
+        match guard.as_mut().and_then(|g| g.as_mut()) {
+            Some(value) => slots.push(value),
+            None => return Err(var.uninitialized()),
+        }
+    }
+    update(&mut slots)
 }
 
 /// A FIFO queue of tensor tuples held by a session.

@@ -203,6 +203,10 @@ fn every_op_runs_in_the_interpreter() {
                 }
                 // Alone, these wait for a producer that never comes.
                 (Op::Dequeue | Op::Recv, Err(e)) if e.kind == ErrorKind::Deadlock => {}
+                // The autodiff lowering (the compiler's) replaces it; nothing runs it.
+                (Op::Grad, Err(e)) if e.message.contains("grad must be expanded by the autodiff lowering") => {
+                    covered.insert(Op::Grad);
+                }
                 (_, Err(e)) => panic!("the example of '{}' failed: {e}", op.name()),
             }
         }

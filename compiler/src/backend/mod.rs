@@ -7,7 +7,7 @@
 //! ([`Backend::executor`]), by default the interpreter with the backend's kernels.
 //!
 //! Every backend runs [`LOWERINGS`] first, the interpreter included: lowerings that are part
-//! of a module's meaning (none yet; gradient expansion will be one). A backend's kernels come
+//! of a module's meaning (`autodiff`: every `grad` expanded into its adjoint graph). A backend's kernels come
 //! as a `CompiledKernels` for the whole module, looked up node by node, so a later tier can
 //! replace them one kernel at a time in a live session.
 
@@ -39,7 +39,7 @@ pub use llvm::Llvm;
 pub use tier::{Background, TierDone};
 
 /// Lowerings every backend runs before its own pipeline (a pass pipeline; empty: none).
-pub const LOWERINGS: &str = "";
+pub const LOWERINGS: &str = "autodiff";
 
 /// A way to run modules.
 pub trait Backend: Sync + std::fmt::Debug {

@@ -37,6 +37,68 @@ pub enum Command {
     /// Compile a graph's kernels ahead of time for a target: so far NVIDIA GPUs
     /// (--target nvptx64-nvidia-cuda), as MLIR or PTX.
     Compile(CompileArgs),
+    /// Train: run a step graph (one with a float scalar output `loss`) for --steps steps on
+    /// one session, fed shuffled batches from --data through an input queue, logging the
+    /// loss; checkpoints keep the data position, so a restored run sees the same batches.
+    Train(TrainArgs),
+}
+
+#[derive(clap::Args, Debug)]
+#[command(
+    after_help = "Without --data, the step graph's inputs get seeded random data (--seed), the same every step, as \
+with `graphc run`. On a terminal a progress bar shows steps/s, the loss and the time left; otherwise a line is \
+printed every max(1, N/20) steps."
+)]
+pub struct TrainArgs {
+    /// The .gir or .onnx file ('-' reads standard input).
+    pub file: PathBuf,
+    /// The step graph: it returns a float scalar `loss` and updates the variables. Default: the
+    /// only graph, else the first.
+    #[arg(short, long = "graph", value_name = "STEP")]
+    pub graph: Option<String>,
+    /// Steps to run in all; a run restored from a checkpoint at step S runs steps S+1..=N.
+    #[arg(long, value_name = "N")]
+    pub steps: u64,
+    /// A directory of .npy arrays: NAME.npy feeds the step graph's input %NAME, one row per
+    /// example (every array the same number of rows, each row an example of the input's shape
+    /// after the batch dim). Each epoch shuffles the examples (from --seed and the epoch) and
+    /// cuts them into batches, dropping a last partial one; a producer thread enqueues them
+    /// ahead of the steps.
+    #[arg(long, value_name = "DIR")]
+    pub data: Option<PathBuf>,
+    /// The batch size, checked against the step inputs' leading dim (shapes are static, so
+    /// that is the batch size).
+    #[arg(long, value_name = "B", requires = "data")]
+    pub batch: Option<u64>,
+    /// Seed of the shuffling (or, without --data, of the random inputs). Default: the
+    /// restored checkpoint's, else 0.
+    #[arg(long, value_name = "S")]
+    pub seed: Option<u64>,
+    /// Write one JSON object per step, {"step": N, "loss": X, "time_s": T} (a NaN or infinite
+    /// loss as null), one a line.
+    #[arg(long, value_name = "OUT.jsonl")]
+    pub log: Option<PathBuf>,
+    /// Draw the loss curve as SVG at the end. Default with --log: the log's path with the
+    /// extension .svg.
+    #[arg(long, value_name = "OUT.svg")]
+    pub plot: Option<PathBuf>,
+    /// Save every variable, the step and the data position to this safetensors file
+    /// (atomically) after the last step.
+    #[arg(long, value_name = "PATH")]
+    pub checkpoint: Option<PathBuf>,
+    /// Also save to --checkpoint every K steps, in the background; a failed save ends the run.
+    #[arg(long, value_name = "K", requires = "checkpoint")]
+    pub checkpoint_every: Option<u64>,
+    /// Take training up from a checkpoint: its variables, step and data position (and seed);
+    /// the run continues to --steps in all.
+    #[arg(long, value_name = "PATH")]
+    pub restore: Option<PathBuf>,
+    /// Write each variable's final value to DIR/NAME.npy.
+    #[arg(short, long, value_name = "DIR")]
+    pub out_dir: Option<PathBuf>,
+    /// The backend, instruction set, limits and devices, as for `graphc run`.
+    #[command(flatten)]
+    pub session: SessionArgs,
 }
 
 #[derive(clap::Args, Debug)]
@@ -87,12 +149,6 @@ pub struct BenchArgs {
     /// Print one JSON object instead of a table.
     #[arg(long)]
     pub json: bool,
-    #[arg(long, default_value = graphc::backend::DEFAULT_BACKEND, value_parser = backends())]
-    pub backend: String,
-    /// The instructions compiled kernels may use: native (all this host has) or sse (on x86-64,
-    /// without AVX, FMA, AVX-512 and BMI, as on hosts without them).
-    #[arg(long, default_value = "native", value_parser = isas())]
-    pub isa: Isa,
     /// Write each compiled kernel's machine code to DIR/graphc_loop_N.bin (created if need be),
     /// as `benches/jit_profile.py` reads it.
     #[arg(long, value_name = "DIR")]
@@ -100,15 +156,10 @@ pub struct BenchArgs {
     /// Seed of the random data for inputs not given with --input.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
-    /// Fail a step (warm-up or timed) that runs longer than this, as for `graphc run`.
-    #[arg(long, value_name = "SECS", value_parser = parse_timeout)]
-    pub timeout: Option<Timeout>,
-    /// The most memory the session's live tensors may take together (e.g. 2GiB); default:
-    /// $GRAPHC_MEMORY_LIMIT, else what the process may still allocate.
-    #[arg(long, value_name = "SIZE", value_parser = graphc_runtime::budget::parse_bytes)]
-    pub memory_limit: Option<u64>,
+    /// The backend, instruction set, limits and devices, as for `graphc run` (a --timeout
+    /// bounds warm-up and timed steps alike).
     #[command(flatten)]
-    pub devices: DeviceArgs,
+    pub session: SessionArgs,
 }
 
 #[derive(clap::Args, Debug)]
@@ -146,7 +197,8 @@ pub struct OptArgs {
     /// The .gir file ('-' reads standard input).
     pub file: PathBuf,
     /// The passes to run, in order, comma-separated (canonicalize, fold, cse, dce, fuse, place,
-    /// partition).
+    /// partition). The lowerings that are part of a module's meaning (autodiff) run first
+    /// unless the list names them.
     #[arg(long, default_value = graphc::passes::DEFAULT_PIPELINE)]
     pub passes: String,
     /// Write the result here (atomically) instead of to standard output ('-').
@@ -226,12 +278,6 @@ pub struct RunArgs {
     /// outputs that would share a file are an error (nothing is written).
     #[arg(short, long, value_name = "DIR")]
     pub out_dir: Option<PathBuf>,
-    #[arg(long, default_value = graphc::backend::DEFAULT_BACKEND, value_parser = backends())]
-    pub backend: String,
-    /// The instructions compiled kernels may use: native (all this host has) or sse (on x86-64,
-    /// without AVX, FMA, AVX-512 and BMI, as on hosts without them).
-    #[arg(long, default_value = "native", value_parser = isas())]
-    pub isa: Isa,
     /// Run this many steps on one session (variables carry over); outputs are the last step's.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
     pub steps: u64,
@@ -252,6 +298,30 @@ pub struct RunArgs {
     /// Seed of the random data for inputs not given with --input.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    /// The backend, instruction set, limits, and the devices to place and partition on (each
+    /// partition runs on its own thread).
+    #[command(flatten)]
+    pub session: SessionArgs,
+    /// Record every node's start and end and write the timeline as Chrome trace / Perfetto
+    /// JSON (one track per device, one for transfers).
+    #[arg(long, value_name = "OUT.json")]
+    pub trace: Option<PathBuf>,
+    /// Write each kind of node's mean time (steps after the first) as a profile for
+    /// --profile.
+    #[arg(long, value_name = "FILE")]
+    pub write_profile: Option<PathBuf>,
+}
+
+/// The flags of every subcommand that runs a session (`run`, `bench`, `train`): the backend,
+/// the instructions its kernels may use, the time and memory limits, and the devices.
+#[derive(clap::Args, Debug, Clone)]
+pub struct SessionArgs {
+    #[arg(long, default_value = graphc::backend::DEFAULT_BACKEND, value_parser = backends())]
+    pub backend: String,
+    /// The instructions compiled kernels may use: native (all this host has) or sse (on x86-64,
+    /// without AVX, FMA, AVX-512 and BMI, as on hosts without them).
+    #[arg(long, default_value = "native", value_parser = isas())]
+    pub isa: Isa,
     /// Fail a step that runs longer than this (a loop that never ends fails at the loop), and
     /// a blocking op (enqueue, dequeue, recv) that waits longer. 'inf', or a value too large
     /// for the clock, means no limit.
@@ -261,17 +331,33 @@ pub struct RunArgs {
     /// $GRAPHC_MEMORY_LIMIT, else what the process may still allocate.
     #[arg(long, value_name = "SIZE", value_parser = graphc_runtime::budget::parse_bytes)]
     pub memory_limit: Option<u64>,
-    /// Place and partition on these devices and run each partition on its own thread.
     #[command(flatten)]
     pub devices: DeviceArgs,
-    /// Record every node's start and end and write the timeline as Chrome trace / Perfetto
-    /// JSON (one track per device, one for transfers).
-    #[arg(long, value_name = "OUT.json")]
-    pub trace: Option<PathBuf>,
-    /// Write each kind of node's mean time (steps after the first) as a profile for
-    /// --profile.
-    #[arg(long, value_name = "FILE")]
-    pub write_profile: Option<PathBuf>,
+}
+
+impl SessionArgs {
+    /// The backend `--backend` names.
+    pub fn backend(&self) -> anyhow::Result<&'static dyn graphc::backend::Backend> {
+        graphc::backend::backend(&self.backend).map_err(|e| anyhow::anyhow!(e))
+    }
+
+    /// The session options the flags ask for: `--timeout` bounds each step and each blocking
+    /// wait, `--memory-limit` the live tensors; deadlocks are detected (a command-line run
+    /// has no other thread that could come along later).
+    pub fn options(&self) -> graphc_runtime::SessionOptions {
+        let limit = self.timeout.and_then(|t| t.0);
+        graphc_runtime::SessionOptions {
+            wait_timeout: limit,
+            step_timeout: limit,
+            detect_deadlock: true,
+            memory_limit: self.memory_limit,
+            ..Default::default()
+        }
+    }
+
+    pub fn compile_options(&self) -> graphc::backend::CompileOptions {
+        graphc::backend::CompileOptions { isa: self.isa, ..Default::default() }
+    }
 }
 
 /// A `--timeout`: `None` is no limit.

@@ -2,11 +2,10 @@
 //! partitioning, compilation), then step times and the process's peak memory.
 
 use super::args::BenchArgs;
-use anyhow::{anyhow, Context};
+use anyhow::Context;
 use graphc::backend::{CompileOptions, Listing, Listings};
 use graphc::driver::{self, import_options_for, prepare, Inputs, Prepared};
 use graphc_ir::{Module, SourceFile};
-use graphc_runtime::SessionOptions;
 use std::path::Path;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -23,26 +22,20 @@ fn bench_loaded(a: &BenchArgs, file: &SourceFile, module: Module) -> anyhow::Res
     // in between is not part of it.
     let start = Instant::now();
     let inputs = Inputs { graphs: &a.graphs, flags: &a.inputs, fetches: &[], seed: a.seed };
-    let backend = graphc::backend::backend(&a.backend).map_err(|e| anyhow!(e))?;
+    let backend = a.session.backend()?;
     let module = driver::optimize(backend, module, false, file)?;
     let optimized = start.elapsed();
-    let Prepared { graphs, module, job, placements, .. } = prepare(&inputs, &a.devices.devices(), file, module)?;
+    let Prepared { graphs, module, job, placements, .. } =
+        prepare(&inputs, &a.session.devices.devices(), file, module)?;
     let start = Instant::now();
     if !a.json {
         for p in &placements {
             say!("{p}");
         }
     }
-    let limit = a.timeout.and_then(|t| t.0);
-    let options = SessionOptions {
-        detect_deadlock: true,
-        wait_timeout: limit,
-        step_timeout: limit,
-        memory_limit: a.memory_limit,
-        ..Default::default()
-    };
+    let options = a.session.options();
     let listings = Listings { code: a.dump_code.is_some(), ..Default::default() };
-    let compile_options = CompileOptions { isa: a.isa, listings };
+    let compile_options = CompileOptions { listings, ..a.session.compile_options() };
     let (session, compiled, warning) = driver::session(backend, module, options, &compile_options)?;
     if let Some(w) = warning {
         eprintln!("warning: {w}");

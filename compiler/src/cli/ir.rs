@@ -60,7 +60,9 @@ pub fn opt(a: &OptArgs) -> anyhow::Result<ExitCode> {
     use graphc::lower::cpu;
     use graphc::passes::{kernel_count, timing_table, PassManager, PrintAfter};
     let ctx = a.devices.devices().context()?;
-    let mut pm = PassManager::with_context(&a.passes, &ctx).map_err(|e| anyhow::anyhow!("--passes: {e}"))?;
+    let lowered = graphc::backend::LOWERINGS.split(',').all(|l| a.passes.split(',').any(|p| p.trim() == l));
+    let pipeline = if lowered { a.passes.clone() } else { format!("{},{}", graphc::backend::LOWERINGS, a.passes) };
+    let mut pm = PassManager::with_context(&pipeline, &ctx).map_err(|e| anyhow::anyhow!("--passes: {e}"))?;
     for name in &a.print_after {
         if !graphc::passes::PASSES.iter().any(|(k, _)| k == name) {
             anyhow::bail!("--print-after: unknown pass '{name}'");
@@ -79,7 +81,16 @@ pub fn opt(a: &OptArgs) -> anyhow::Result<ExitCode> {
         (m.graphs.iter().map(|g| g.node_count()).sum(), m.graphs.iter().map(kernel_count).sum())
     };
     let before = count(&m);
-    let timings = pm.run(&mut m, &mut |text| eprint!("{text}")).map_err(|e| anyhow::anyhow!("{}: {e}", file.name))?;
+    let timings = match pm.run(&mut m, &mut |text| eprint!("{text}")) {
+        Ok(t) => t,
+        Err(e) if !e.diagnostics.is_empty() => {
+            return Err(graphc::driver::Reported(e.diagnostics.iter().map(|d| d.render(&file)).collect()).into())
+        }
+        Err(e) => anyhow::bail!("{}: {e}", file.name),
+    };
+    for w in ctx.take_warnings() {
+        eprint!("{}", w.render(&file));
+    }
     if a.time_passes {
         eprint!("{}", timing_table(&timings));
     }

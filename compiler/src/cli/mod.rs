@@ -9,6 +9,7 @@ mod compile;
 mod ir;
 mod run;
 mod simulate;
+mod train;
 
 use args::{Cli, Command};
 use clap::Parser;
@@ -40,6 +41,7 @@ pub fn main() -> ExitCode {
         Command::Compile(a) => compile::compile(&a),
         Command::Simulate(a) => simulate::simulate(&a),
         Command::Run(a) => run::run(&a),
+        Command::Train(a) => train::train(&a),
     };
     match result {
         Ok(code) => code,

@@ -5,7 +5,6 @@
 use super::args::RunArgs;
 use super::output::write_file;
 use anyhow::{anyhow, bail, Context};
-use graphc::backend::CompileOptions;
 use graphc::driver::{self, import_options_for, plural, prepare, Inputs, Prepared, Timeline};
 use graphc_ir::{Diagnostic, Module, SourceFile};
 use graphc_runtime::checkpoint::Checkpointer;
@@ -23,22 +22,15 @@ pub fn run(a: &RunArgs) -> anyhow::Result<ExitCode> {
 
 fn run_loaded(a: &RunArgs, file: &SourceFile, module: Module) -> anyhow::Result<ExitCode> {
     let inputs = Inputs { graphs: &a.graphs, flags: &a.inputs, fetches: &a.fetches, seed: a.seed };
-    let backend = graphc::backend::backend(&a.backend).map_err(|e| anyhow!(e))?;
+    let backend = a.session.backend()?;
     let module = driver::optimize(backend, module, !a.fetches.is_empty(), file)?;
-    let Prepared { graphs, module, job, random, placements } = prepare(&inputs, &a.devices.devices(), file, module)?;
+    let Prepared { graphs, module, job, random, placements } =
+        prepare(&inputs, &a.session.devices.devices(), file, module)?;
     for p in placements {
         say!("{p}");
     }
-    let options = SessionOptions {
-        wait_timeout: a.timeout.and_then(|t| t.0),
-        step_timeout: a.timeout.and_then(|t| t.0),
-        detect_deadlock: true,
-        max_tensor_bytes: None,
-        trace: a.trace.is_some() || a.write_profile.is_some(),
-        max_trace_events: None,
-        memory_limit: a.memory_limit,
-    };
-    let compile_options = CompileOptions { isa: a.isa, ..Default::default() };
+    let options = SessionOptions { trace: a.trace.is_some() || a.write_profile.is_some(), ..a.session.options() };
+    let compile_options = a.session.compile_options();
     // Kept to the end: dropping it waits for a background tier (auto) to finish compiling.
     let (session, _compiled, warning) = driver::session(backend, module, options, &compile_options)?;
     if let Some(w) = warning {
@@ -169,7 +161,7 @@ fn print_timing(graphs: &[String], outs: &[RunOutput], times: &[Duration], a: &R
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
     let mut sorted = times.to_vec();
     sorted.sort();
-    let backend = &a.backend;
+    let backend = &a.session.backend;
     if sorted.len() == 1 {
         say!("{names}: ran {nodes} node{} in {:.3} ms (backend {backend})", plural(nodes), ms(sorted[0]));
     } else {
@@ -196,7 +188,7 @@ fn print_outputs(named: &[(String, &RtValue)]) {
 /// Writes each tensor output to DIR/FILE.npy ([`output_file_name`]). Two outputs that would
 /// get the same file are refused before anything is written, rather than one silently
 /// overwriting the other.
-fn write_outputs(dir: &Path, named: &[(String, &RtValue)]) -> anyhow::Result<()> {
+pub(super) fn write_outputs(dir: &Path, named: &[(String, &RtValue)]) -> anyhow::Result<()> {
     let mut files: BTreeMap<String, &str> = BTreeMap::new();
     for (name, v) in named {
         if v.as_tensor().is_some() {

@@ -2,7 +2,8 @@
 //! pipeline, then the backend's kernels in a session of the runtime.
 
 use crate::backend::{Backend, CompileOptions, Compiled, Isa, LOWERINGS};
-use crate::passes::PassManager;
+use super::report::Reported;
+use crate::passes::{PassContext, PassManager};
 use graphc_ir::{DeviceSpec, Graph, Module, SourceFile};
 use graphc_runtime::{Session, SessionOptions};
 
@@ -11,11 +12,20 @@ use graphc_runtime::{Session, SessionOptions};
 /// absorb).
 pub fn optimize(backend: &dyn Backend, mut m: Module, as_written: bool, file: &SourceFile) -> anyhow::Result<Module> {
     let pipeline = if as_written { "" } else { backend.pipeline() };
+    let ctx = PassContext::default();
     for p in [LOWERINGS, pipeline] {
         if !p.is_empty() {
-            let pm = PassManager::new(p).map_err(|e| anyhow::anyhow!(e))?;
-            pm.run(&mut m, &mut |_| {}).map_err(|e| anyhow::anyhow!("{}: {e}", file.name))?;
+            let pm = PassManager::with_context(p, &ctx).map_err(|e| anyhow::anyhow!(e))?;
+            if let Err(e) = pm.run(&mut m, &mut |_| {}) {
+                if !e.diagnostics.is_empty() {
+                    return Err(Reported(e.diagnostics.iter().map(|d| d.render(file)).collect()).into());
+                }
+                anyhow::bail!("{}: {e}", file.name);
+            }
         }
+    }
+    for w in ctx.take_warnings() {
+        eprint!("{}", w.render(file));
     }
     Ok(m)
 }

@@ -8,20 +8,25 @@
 //! ```
 //!
 //! `inputs.rs` makes a step's feeds, `job.rs` its requests over the partitions, and
-//! `timeline.rs` records what ran for traces and profiles.
+//! `timeline.rs` records what ran for traces and profiles. `train.rs` runs a training step
+//! graph fed by an input pipeline (a queue in the module) from the data of `dataset.rs`.
 
 mod compile;
+mod dataset;
 mod inputs;
 mod job;
 mod load;
 mod place;
 mod report;
 mod timeline;
+mod train;
 
 pub use compile::{optimize, session};
+pub use dataset::{Dataset, Position};
 pub use inputs::{make_inputs, parse_input_flags, select_graphs, Feeds, Inputs};
 pub use job::{prepare, Job, Prepared};
 pub use load::{import_options_for, is_onnx, load};
 pub use place::{is_partitioned, place_and_partition, placement_summary, Devices, Placed};
 pub use report::{plural, Reported};
 pub use timeline::Timeline;
+pub use train::{plan as plan_training, Resume, StepDone, Steps, TrainJob, TrainSpec, Training, PREFETCH};

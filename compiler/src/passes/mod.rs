@@ -4,6 +4,8 @@
 //! [`crate::placement::passes`]) work on whole modules and take the devices and the cost model
 //! from a [`PassContext`].
 
+use crate::autodiff::Autodiff;
+
 mod canonicalize;
 mod cse;
 mod dce;
@@ -20,6 +22,7 @@ pub use manager::{timing_table, Pass, PassError, PassManager, PrintAfter, Timing
 
 /// Every pass, by name, with a one-line description for `--help` and errors.
 pub const PASSES: &[(&str, &str)] = &[
+    ("autodiff", "reverse-mode differentiation: each grad replaced by the adjoint graph of its loss"),
     ("canonicalize", "algebraic simplification (x*1, x+0, transpose/reshape chains, implicit broadcasts), softmax expansion, static shape queries"),
     ("fold", "constant folding with the reference kernels (results up to 65536 elements)"),
     ("cse", "common subexpression elimination of pure ops"),
@@ -34,6 +37,7 @@ pub const DEFAULT_PIPELINE: &str = "canonicalize,fold,cse,dce,fuse";
 
 fn make(name: &str, ctx: &PassContext) -> Option<Box<dyn Pass>> {
     Some(match name {
+        "autodiff" => Box::new(Autodiff(ctx.clone())),
         "canonicalize" => Box::new(canonicalize::Canonicalize),
         "fold" => Box::new(fold::Fold),
         "cse" => Box::new(cse::Cse),

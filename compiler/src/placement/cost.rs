@@ -212,10 +212,36 @@ impl<'a> CostModel<'a> {
                 let per_out: u64 = w.iter().skip(1).product();
                 2.0 * out * per_out as f64 / reference::CONV_FLOPS
             }
+            Op::ConvInputGrad | Op::ConvFilterGrad => {
+                // conv's multiply-adds, once each: per element of the gradient operand (dy), the
+                // weight's (C/group) x window taps.
+                let dy = if nd.op == Op::ConvInputGrad { input(0) } else { input(1) };
+                let w: Vec<u64> = if nd.op == Op::ConvInputGrad {
+                    g.values[nd.operands[1]].ty.as_tensor().map(|t| t.shape.clone()).unwrap_or_default()
+                } else {
+                    nd.attrs.ints("shape").unwrap_or_default().iter().map(|&d| d.max(0) as u64).collect()
+                };
+                let per_out: u64 = w.iter().skip(1).product();
+                2.0 * dy * per_out as f64 / reference::CONV_FLOPS
+            }
             Op::MaxPool | Op::AvgPool => {
                 let window: i64 = nd.attrs.ints("kernel").map(|k| k.iter().product()).unwrap_or(1);
                 out * window as f64 * reference::POOL
             }
+            Op::AvgPoolGrad => {
+                let window: i64 = nd.attrs.ints("kernel").map(|k| k.iter().product()).unwrap_or(1);
+                input(0) * window as f64 * reference::POOL
+            }
+            // A softmax's work per logit, then one value per row.
+            Op::SoftmaxCrossEntropy => input(0) * reference::SOFTMAX,
+            Op::MeanSquaredError => input(0) * 2.0 * reference::ELEM,
+            // Never runs: the autodiff lowering replaces it.
+            Op::Grad => 0.0,
+            // A few multiply-adds per element, a square root for the adaptive ones.
+            Op::ApplySgd => out * 2.0 * reference::ELEM,
+            Op::ApplyMomentum => out * 4.0 * reference::ELEM,
+            Op::ApplyAdam => out * (6.0 * reference::ELEM + reference::ELEM_TRANSCENDENTAL),
+            Op::ApplyRmsprop => out * (5.0 * reference::ELEM + reference::ELEM_TRANSCENDENTAL),
             Op::Cond => region(0).max(region(1)),
             Op::While => ASSUMED_TRIPS * (region(0) + region(1)) + region(0),
             Op::Fusion => region(0),
@@ -256,6 +282,8 @@ impl<'a> CostModel<'a> {
             | Op::Slice
             | Op::Split
             | Op::Gather
+            | Op::ScatterAdd
+            | Op::Pad
             | Op::Send
             | Op::Recv => out * reference::MOVE,
         };

@@ -7,7 +7,7 @@ use super::cost::{CostModel, Profile};
 use super::partition::{partition_module, Partitioned};
 use super::place::place_module;
 use crate::passes::manager::{Pass, PassError};
-use graphc_ir::{Graph, Module};
+use graphc_ir::{Diagnostic, Graph, Module};
 use std::sync::{Arc, Mutex};
 
 /// What the module-level passes need: the devices to place on and measured node times; and
@@ -19,11 +19,23 @@ pub struct PassContext {
     /// Each original graph's partitions, from the last partition pass run with this context
     /// (shared between the context's clones, so the pass's copy fills the caller's).
     pub partitions: Arc<Mutex<Vec<Partitioned>>>,
+    /// Warnings of the passes run with this context (shared like `partitions`), for the
+    /// driver to show.
+    pub warnings: Arc<Mutex<Vec<Diagnostic>>>,
 }
 
 impl PassContext {
     pub fn new(cluster: Cluster, profile: Option<Profile>) -> Self {
-        PassContext { cluster, profile, partitions: Arc::default() }
+        PassContext { cluster, profile, partitions: Arc::default(), warnings: Arc::default() }
+    }
+
+    pub fn warn(&self, warnings: Vec<Diagnostic>) {
+        self.warnings.lock().unwrap_or_else(|p| p.into_inner()).extend(warnings);
+    }
+
+    /// The warnings passes gave since the last call.
+    pub fn take_warnings(&self) -> Vec<Diagnostic> {
+        std::mem::take(&mut *self.warnings.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
     /// What the last partition pass made of each graph.

@@ -224,10 +224,14 @@ fn expand(g: &graphc_ir::Graph, nodes: &[Node], iterations: &[u64], out: &mut Ve
             | Op::Slice
             | Op::Split
             | Op::Gather
+            | Op::ScatterAdd
+            | Op::Pad
             | Op::Shape
             | Op::Rank
             | Op::MatMul
             | Op::Conv
+            | Op::ConvInputGrad
+            | Op::ConvFilterGrad
             | Op::Neg
             | Op::Abs
             | Op::Exp
@@ -261,10 +265,18 @@ fn expand(g: &graphc_ir::Graph, nodes: &[Node], iterations: &[u64], out: &mut Ve
             | Op::Softmax
             | Op::MaxPool
             | Op::AvgPool
+            | Op::AvgPoolGrad
+            | Op::SoftmaxCrossEntropy
+            | Op::MeanSquaredError
+            | Op::Grad
             | Op::Variable
             | Op::Read
             | Op::Assign
             | Op::AssignAdd
+            | Op::ApplySgd
+            | Op::ApplyMomentum
+            | Op::ApplyAdam
+            | Op::ApplyRmsprop
             | Op::Queue
             | Op::Enqueue
             | Op::Dequeue

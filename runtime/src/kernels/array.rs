@@ -1,5 +1,7 @@
-//! Data-movement kernels: reshape, broadcast, transpose, concat, slice, split, gather.
+//! Data-movement kernels: reshape, broadcast, transpose, concat, slice, split, gather, and the
+//! adjoints of the last two: pad (of slice) and scatter_add (of gather).
 
+use super::elem::Num;
 use super::error::KernelError;
 use crate::map_dtype;
 use crate::tensor::ix;
@@ -96,25 +98,32 @@ pub fn split(x: &Tensor, axis: i64, sizes: &[i64]) -> Result<Vec<Tensor>, Kernel
     Ok(out)
 }
 
-/// numpy `take`: the result shape is `data[..axis] ++ indices ++ data[axis+1..]`.
-pub fn gather(data: &Tensor, indices: &Tensor, axis: i64) -> Result<Tensor, KernelError> {
-    let axis = normalize_axis(axis, data.shape().len()).map_err(KernelError::new)?;
-    let dim = data.shape()[axis];
+/// The indices of a gather or scatter_add, resolved (negative counts from the end) and checked
+/// against the axis' size: an index out of range is an error naming it and its position.
+fn resolve_indices(op: &str, indices: &Tensor, axis: usize, dim: usize) -> Result<Vec<usize>, KernelError> {
     let raw: Vec<i64> = match indices {
         Tensor::I32(a) => a.iter().map(|&i| i as i64).collect(),
         Tensor::I64(a) => a.iter().copied().collect(),
-        other => return Err(KernelError::new(format!("gather indices must be i32 or i64, got {}", other.dtype()))),
+        other => return Err(KernelError::new(format!("{op} indices must be i32 or i64, got {}", other.dtype()))),
     };
     let mut flat = Vec::with_capacity(raw.len());
     for (pos, &i) in raw.iter().enumerate() {
         let j = if i < 0 { i + dim as i64 } else { i };
         if j < 0 || j >= dim as i64 {
             return Err(KernelError::new(format!(
-                "gather index {i} (element {pos} of the indices) is out of range for axis {axis} of size {dim}; valid indices are -{dim}..{dim}"
+                "{op} index {i} (element {pos} of the indices) is out of range for axis {axis} of size {dim}; valid indices are -{dim}..{dim}"
             )));
         }
         flat.push(j as usize);
     }
+    Ok(flat)
+}
+
+/// numpy `take`: the result shape is `data[..axis] ++ indices ++ data[axis+1..]`.
+pub fn gather(data: &Tensor, indices: &Tensor, axis: i64) -> Result<Tensor, KernelError> {
+    let axis = normalize_axis(axis, data.shape().len()).map_err(KernelError::new)?;
+    let dim = data.shape()[axis];
+    let flat = resolve_indices("gather", indices, axis, dim)?;
     let mut shape = data.shape()[..axis].to_vec();
     shape.extend_from_slice(indices.shape());
     shape.extend_from_slice(&data.shape()[axis + 1..]);
@@ -128,6 +137,109 @@ pub fn gather(data: &Tensor, indices: &Tensor, axis: i64) -> Result<Tensor, Kern
             .expect("gather result holds the picked elements")
     }
     Ok(map_dtype!(data, a => take(a, axis, &flat, &shape)))
+}
+
+/// `base` with `updates[a..., i..., b...]` added at `[a..., indices[i...], b...]` for every
+/// index tuple `i`, repeated indices accumulating in index order: gather's adjoint.
+pub fn scatter_add(base: &Tensor, indices: &Tensor, updates: &Tensor, axis: i64) -> Result<Tensor, KernelError> {
+    let shape = base.shape().to_vec();
+    let axis = normalize_axis(axis, shape.len()).map_err(KernelError::new)?;
+    let dim = shape[axis];
+    let flat = resolve_indices("scatter_add", indices, axis, dim)?;
+    let mut want = shape[..axis].to_vec();
+    want.extend_from_slice(indices.shape());
+    want.extend_from_slice(&shape[axis + 1..]);
+    if updates.shape() != want.as_slice() {
+        return Err(KernelError::new(format!(
+            "scatter_add updates of shape {:?} do not have gather's result shape {want:?}",
+            updates.shape()
+        )));
+    }
+    let outer: usize = shape[..axis].iter().product();
+    let inner: usize = shape[axis + 1..].iter().product();
+    fn add<T: Num>(base: &ArrayD<T>, updates: &ArrayD<T>, flat: &[usize], dims: (usize, usize, usize)) -> ArrayD<T> {
+        let (outer, dim, inner) = dims;
+        let mut out = base.as_standard_layout().into_owned();
+        let updates = updates.as_standard_layout();
+        let (dst, src) = (out.as_slice_mut().expect("standard layout"), updates.as_slice().expect("standard layout"));
+        let n = flat.len();
+        for o in 0..outer {
+            for (p, &j) in flat.iter().enumerate() {
+                let (to, from) = ((o * dim + j) * inner, (o * n + p) * inner);
+                for i in 0..inner {
+                    dst[to + i] = dst[to + i].add(src[from + i]);
+                }
+            }
+        }
+        out
+    }
+    let dims = (outer, dim, inner);
+    Ok(match (base, updates) {
+        (Tensor::F32(b), Tensor::F32(u)) => Tensor::F32(add(b, u, &flat, dims)),
+        (Tensor::F64(b), Tensor::F64(u)) => Tensor::F64(add(b, u, &flat, dims)),
+        (Tensor::I32(b), Tensor::I32(u)) => Tensor::I32(add(b, u, &flat, dims)),
+        (Tensor::I64(b), Tensor::I64(u)) => Tensor::I64(add(b, u, &flat, dims)),
+        _ => return Err(KernelError::new(format!("scatter_add of {} updates into {}", updates.dtype(), base.dtype()))),
+    })
+}
+
+/// XLA's Pad with non-negative padding: input element `j` of each dim lands at
+/// `low + j * (interior + 1)`; every other position holds `fill`.
+pub fn pad(
+    x: &Tensor,
+    fill: &Tensor,
+    low: &[i64],
+    high: &[i64],
+    interior: Option<&[i64]>,
+    result: &TensorType,
+) -> Result<Tensor, KernelError> {
+    let shape = x.shape().to_vec();
+    let rank = shape.len();
+    let zeros = vec![0; rank];
+    let interior = interior.unwrap_or(&zeros);
+    if low.len() != rank || high.len() != rank || interior.len() != rank {
+        return Err(KernelError::new(format!("pad lists do not match rank {rank}")));
+    }
+    if let Some(p) = low.iter().chain(high).chain(interior).find(|&&p| p < 0) {
+        return Err(KernelError::new(format!("pad by {p}: padding is at least 0")));
+    }
+    // Where the input's elements land, per dim: a strided box of the result.
+    let mut out = Vec::with_capacity(rank);
+    let mut boxes = Vec::with_capacity(rank);
+    for d in 0..rank {
+        let (n, lo, hi, step) = (shape[d] as u128, low[d] as u128, high[d] as u128, interior[d] as u128 + 1);
+        let size = lo + hi + n + n.saturating_sub(1) * (step - 1);
+        out.push(u64::try_from(size).map_err(|_| KernelError::new(format!("pad: dim {d} of the result overflows")))?);
+        let end = if n == 0 { lo } else { lo + (n - 1) * step + 1 };
+        boxes.push(Slice::new(lo as isize, Some(end as isize), step as isize));
+    }
+    if out != result.shape {
+        return Err(KernelError::new(format!("pad of {shape:?} gives {out:?}, not the result {}", result)));
+    }
+    fn place<T: Clone>(
+        a: &ArrayD<T>,
+        fill: &ArrayD<T>,
+        boxes: &[Slice],
+        result: &TensorType,
+    ) -> Result<ArrayD<T>, KernelError> {
+        let v = fill.iter().next().cloned().filter(|_| fill.len() == 1).ok_or_else(|| {
+            KernelError::new(format!("pad's fill value must be a scalar, not of shape {:?}", fill.shape()))
+        })?;
+        let n = result.num_elements().unwrap_or(u64::MAX);
+        let data = crate::tensor::filled(n, v, result).map_err(KernelError)?;
+        let mut out = ArrayD::from_shape_vec(ix(&result.shape), data)
+            .map_err(|e| KernelError::new(format!("pad result: {e}")))?;
+        out.slice_each_axis_mut(|ad| boxes[ad.axis.index()]).assign(a);
+        Ok(out)
+    }
+    Ok(match (x, fill) {
+        (Tensor::F32(a), Tensor::F32(v)) => Tensor::F32(place(a, v, &boxes, result)?),
+        (Tensor::F64(a), Tensor::F64(v)) => Tensor::F64(place(a, v, &boxes, result)?),
+        (Tensor::I32(a), Tensor::I32(v)) => Tensor::I32(place(a, v, &boxes, result)?),
+        (Tensor::I64(a), Tensor::I64(v)) => Tensor::I64(place(a, v, &boxes, result)?),
+        (Tensor::Bool(a), Tensor::Bool(v)) => Tensor::Bool(place(a, v, &boxes, result)?),
+        _ => return Err(KernelError::new(format!("pad of {} with a {} value", x.dtype(), fill.dtype()))),
+    })
 }
 
 #[cfg(test)]

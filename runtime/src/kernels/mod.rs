@@ -9,6 +9,7 @@ mod array;
 pub mod elem;
 mod elementwise;
 mod error;
+mod loss;
 mod matmul;
 mod reduce;
 mod window;
@@ -19,10 +20,13 @@ use graphc_ir::{Attrs, Op, OpKind, TensorType};
 pub use elementwise::cast;
 pub use error::KernelError;
 
+/// What running a `grad` says: the autodiff lowering replaces every one before a graph runs.
+pub const GRAD_UNEXPANDED: &str = "grad must be expanded by the autodiff lowering";
+
 /// Whether [`eval`] computes this op: every op that neither touches state, communicates nor
-/// holds regions.
+/// holds regions, except `grad`, which nothing computes.
 pub fn is_kernel(op: Op) -> bool {
-    !op.is_stateful() && !matches!(op.kind(), OpKind::Control) && op != Op::Fusion
+    !op.is_stateful() && !matches!(op.kind(), OpKind::Control) && op != Op::Fusion && op != Op::Grad
 }
 
 /// Evaluates a pure op on its operands. `results` are the node's result types (from the
@@ -56,7 +60,10 @@ pub fn eval(op: Op, attrs: &Attrs, inputs: &[&Tensor], results: &[TensorType]) -
             one(Tensor::I64(ndarray::Array1::from(dims).into_dyn()))
         }
         Op::Rank => one(Tensor::I64(ndarray::arr0(inputs[0].shape().len() as i64).into_dyn())),
-        Op::MatMul => one(matmul::matmul(inputs[0], inputs[1], result(0)?)?),
+        Op::MatMul => {
+            let flag = |name: &str| attrs.bool(name).unwrap_or(false);
+            one(matmul::matmul(inputs[0], inputs[1], result(0)?, flag("transpose_a"), flag("transpose_b"))?)
+        }
         Op::Conv => one(window::conv(inputs[0], inputs[1], attrs, result(0)?)?),
         Op::MaxPool if attrs.bool("indices") == Some(true) => {
             window::max_pool_with_indices(inputs[0], attrs, result(0)?)
@@ -85,10 +92,29 @@ pub fn eval(op: Op, attrs: &Attrs, inputs: &[&Tensor], results: &[TensorType]) -
             one(reduce::reduce(op, inputs[0], ints("axes")?, result(0)?)?)
         }
         Op::Softmax => one(reduce::softmax(inputs[0], attrs.int("axis").unwrap_or(-1))?),
+        Op::ScatterAdd => one(array::scatter_add(inputs[0], inputs[1], inputs[2], attrs.int("axis").unwrap_or(0))?),
+        Op::Pad => {
+            one(array::pad(inputs[0], inputs[1], ints("low")?, ints("high")?, attrs.ints("interior"), result(0)?)?)
+        }
+        Op::ConvInputGrad => one(window::conv_input_grad(inputs[0], inputs[1], attrs, result(0)?)?),
+        Op::ConvFilterGrad => one(window::conv_filter_grad(inputs[0], inputs[1], attrs, result(0)?)?),
+        Op::AvgPoolGrad => one(window::avg_pool_grad(inputs[0], attrs, result(0)?)?),
+        Op::SoftmaxCrossEntropy => {
+            let reduction = loss::Reduction::parse(attrs.str("reduction"))?;
+            one(loss::softmax_cross_entropy(inputs[0], inputs[1], reduction)?)
+        }
+        Op::MeanSquaredError => {
+            one(loss::mean_squared_error(inputs[0], inputs[1], loss::Reduction::parse(attrs.str("reduction"))?)?)
+        }
+        Op::Grad => Err(KernelError::new(GRAD_UNEXPANDED)),
         Op::Variable
         | Op::Read
         | Op::Assign
         | Op::AssignAdd
+        | Op::ApplySgd
+        | Op::ApplyMomentum
+        | Op::ApplyAdam
+        | Op::ApplyRmsprop
         | Op::Queue
         | Op::Enqueue
         | Op::Dequeue

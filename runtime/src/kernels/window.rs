@@ -244,3 +244,200 @@ fn pool_avg<T: Float>(
         T::from_f64(if count == 0 { f64::NAN } else { sum / count as f64 })
     })
 }
+
+/// The sizes a gradient kernel works with, checked against each other: `x` (the forward op's
+/// input shape), `y` (its output, the gradient operand's shape), and the window's output size
+/// for `x`, so loops never index out of their buffers.
+fn check_forward(op: &str, win: &Window, x: &[usize], y: &[usize], channels: usize) -> Result<(), KernelError> {
+    let bad = || KernelError::new(format!("{op}: an input of shape {x:?} does not give an output of shape {y:?}"));
+    if x.len() < 3 || y.len() != x.len() || win.kernel.len() != x.len() - 2 || x[0] != y[0] || y[1] != channels {
+        return Err(bad());
+    }
+    let spatial: Vec<u64> = x[2..].iter().map(|&d| d as u64).collect();
+    let out = win.output_dims(&spatial).map_err(|e| KernelError::new(format!("{op}: {e}")))?;
+    if out.iter().zip(&y[2..]).any(|(&o, &d)| o != d as u64) {
+        return Err(bad());
+    }
+    Ok(())
+}
+
+/// The channel counts of a conv of `x` by `w` in `group` groups: `(C/group, M/group)`, checked.
+fn conv_groups(op: &str, x: &[usize], w: &[usize], group: i64) -> Result<(usize, usize), KernelError> {
+    let g = usize::try_from(group).ok().filter(|&g| g >= 1);
+    match g {
+        Some(g)
+            if w.len() == x.len()
+                && x.len() >= 3
+                && x[1].is_multiple_of(g)
+                && w[0].is_multiple_of(g)
+                && w[1].checked_mul(g) == Some(x[1]) =>
+        {
+            Ok((x[1] / g, w[0] / g))
+        }
+        _ => Err(KernelError::new(format!("{op}: an input {x:?} and a weight {w:?} do not fit {group} group(s)"))),
+    }
+}
+
+fn shape_of(result: &TensorType) -> Vec<usize> {
+    result.shape.iter().map(|&d| d as usize).collect()
+}
+
+/// Visits every (output position, tap) pair of a conv of an input `[N, C, dims...]` by a
+/// weight `[M, C/group, kdims...]` whose tap lies inside the input, with the flat offsets of the
+/// input element, the weight element and the output element: the conv's multiply-adds, each
+/// once, in the same order as `conv`.
+fn each_product(
+    win: &Window,
+    x: &[usize],
+    w: &[usize],
+    y: &[usize],
+    c_per: usize,
+    m_per: usize,
+    mut visit: impl FnMut(usize, usize, usize),
+) {
+    let (dims, kdims, odims) = (&x[2..], &w[2..], &y[2..]);
+    let taps: usize = kdims.iter().product();
+    let positions: usize = odims.iter().product();
+    let (mut o, mut k, mut pos) = (vec![0; odims.len()], vec![0; kdims.len()], vec![0; dims.len()]);
+    for n in 0..x[0] {
+        for m in 0..w[0] {
+            let g = m / m_per;
+            for op in 0..positions {
+                unravel(op, odims, &mut o);
+                let yi = (n * w[0] + m) * positions + op;
+                for c in 0..c_per {
+                    for t in 0..taps {
+                        unravel(t, kdims, &mut k);
+                        if tap(win, &o, &k, dims, &mut pos) == TapKind::Inside {
+                            visit(offset(n, g * c_per + c, x[1], &pos, dims), offset(m, c, c_per, &k, kdims), yi);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn conv_window(attrs: &Attrs, w: &[usize]) -> Result<Window, KernelError> {
+    geometry(attrs, w.get(2..).unwrap_or_default().iter().map(|&k| k as u64).collect())
+}
+
+/// conv's adjoint in its input: every product `x[xi] * w[wi]` that made `y[yi]` sends
+/// `dy[yi] * w[wi]` back to `dx[xi]` (sums in f64).
+pub fn conv_input_grad(dy: &Tensor, w: &Tensor, attrs: &Attrs, result: &TensorType) -> Result<Tensor, KernelError> {
+    fn run<T: Float>(
+        dy: &ArrayD<T>,
+        w: &ArrayD<T>,
+        attrs: &Attrs,
+        result: &TensorType,
+    ) -> Result<ArrayD<T>, KernelError> {
+        let (x, ws, ys) = (shape_of(result), w.shape().to_vec(), dy.shape().to_vec());
+        let win = conv_window(attrs, &ws)?;
+        let (c_per, m_per) = conv_groups("conv_input_grad", &x, &ws, attrs.int("group").unwrap_or(1))?;
+        check_forward("conv_input_grad", &win, &x, &ys, ws[0])?;
+        let (dy, w) = (dy.as_standard_layout(), w.as_standard_layout());
+        let (dyv, wv) = (dy.as_slice().expect("standard layout"), w.as_slice().expect("standard layout"));
+        let n = result.num_elements().unwrap_or(u64::MAX);
+        let mut acc = crate::tensor::filled(n, 0.0f64, result).map_err(KernelError)?;
+        each_product(&win, &x, &ws, &ys, c_per, m_per, |xi, wi, yi| acc[xi] += dyv[yi].to_f64() * wv[wi].to_f64());
+        finish(acc, &x)
+    }
+    match (dy, w) {
+        (Tensor::F32(a), Tensor::F32(b)) => Ok(Tensor::F32(run(a, b, attrs, result)?)),
+        (Tensor::F64(a), Tensor::F64(b)) => Ok(Tensor::F64(run(a, b, attrs, result)?)),
+        _ => Err(KernelError::new(format!("conv_input_grad of {} and {}", dy.dtype(), w.dtype()))),
+    }
+}
+
+/// conv's adjoint in its weight: every product `x[xi] * w[wi]` that made `y[yi]` sends
+/// `x[xi] * dy[yi]` back to `dw[wi]` (sums in f64).
+pub fn conv_filter_grad(x: &Tensor, dy: &Tensor, attrs: &Attrs, result: &TensorType) -> Result<Tensor, KernelError> {
+    fn run<T: Float>(
+        x: &ArrayD<T>,
+        dy: &ArrayD<T>,
+        attrs: &Attrs,
+        result: &TensorType,
+    ) -> Result<ArrayD<T>, KernelError> {
+        let (xs, ws, ys) = (x.shape().to_vec(), shape_of(result), dy.shape().to_vec());
+        let win = conv_window(attrs, &ws)?;
+        let (c_per, m_per) = conv_groups("conv_filter_grad", &xs, &ws, attrs.int("group").unwrap_or(1))?;
+        check_forward("conv_filter_grad", &win, &xs, &ys, ws[0])?;
+        let (x, dy) = (x.as_standard_layout(), dy.as_standard_layout());
+        let (xv, dyv) = (x.as_slice().expect("standard layout"), dy.as_slice().expect("standard layout"));
+        let n = result.num_elements().unwrap_or(u64::MAX);
+        let mut acc = crate::tensor::filled(n, 0.0f64, result).map_err(KernelError)?;
+        each_product(&win, &xs, &ws, &ys, c_per, m_per, |xi, wi, yi| acc[wi] += xv[xi].to_f64() * dyv[yi].to_f64());
+        finish(acc, &ws)
+    }
+    match (x, dy) {
+        (Tensor::F32(a), Tensor::F32(b)) => Ok(Tensor::F32(run(a, b, attrs, result)?)),
+        (Tensor::F64(a), Tensor::F64(b)) => Ok(Tensor::F64(run(a, b, attrs, result)?)),
+        _ => Err(KernelError::new(format!("conv_filter_grad of {} and {}", x.dtype(), dy.dtype()))),
+    }
+}
+
+/// avg_pool's adjoint: each window's gradient, divided by the count avg_pool divided by, goes
+/// to every input position of the window (sums in f64).
+pub fn avg_pool_grad(dy: &Tensor, attrs: &Attrs, result: &TensorType) -> Result<Tensor, KernelError> {
+    let kernel: Vec<u64> = attrs.ints("kernel").unwrap_or_default().iter().map(|&k| k as u64).collect();
+    let win = geometry(attrs, kernel)?;
+    let include_pad = attrs.bool("count_include_pad").unwrap_or(false);
+    fn run<T: Float>(
+        dy: &ArrayD<T>,
+        win: &Window,
+        include_pad: bool,
+        result: &TensorType,
+    ) -> Result<ArrayD<T>, KernelError> {
+        let (xs, ys) = (shape_of(result), dy.shape().to_vec());
+        check_forward("avg_pool_grad", win, &xs, &ys, xs.get(1).copied().unwrap_or(0))?;
+        let dy = dy.as_standard_layout();
+        let dyv = dy.as_slice().expect("standard layout");
+        let (dims, odims) = (&xs[2..], &ys[2..]);
+        let kdims: Vec<usize> = win.kernel.iter().map(|&k| k as usize).collect();
+        let taps: usize = kdims.iter().product();
+        let positions: usize = odims.iter().product();
+        let n = result.num_elements().unwrap_or(u64::MAX);
+        let mut acc = crate::tensor::filled(n, 0.0f64, result).map_err(KernelError)?;
+        let (mut o, mut k, mut pos) = (vec![0; odims.len()], vec![0; kdims.len()], vec![0; dims.len()]);
+        let mut inside = Vec::with_capacity(taps);
+        for b in 0..xs[0] {
+            for c in 0..xs[1] {
+                for op in 0..positions {
+                    unravel(op, odims, &mut o);
+                    inside.clear();
+                    let mut count = 0usize;
+                    for t in 0..taps {
+                        unravel(t, &kdims, &mut k);
+                        match tap(win, &o, &k, dims, &mut pos) {
+                            TapKind::Inside => {
+                                inside.push(offset(b, c, xs[1], &pos, dims));
+                                count += 1;
+                            }
+                            TapKind::Padding if include_pad => count += 1,
+                            _ => {}
+                        }
+                    }
+                    // A window with nothing counted (avg_pool's NaN) reaches no input.
+                    if count > 0 {
+                        let share = dyv[(b * xs[1] + c) * positions + op].to_f64() / count as f64;
+                        for &i in &inside {
+                            acc[i] += share;
+                        }
+                    }
+                }
+            }
+        }
+        finish(acc, &xs)
+    }
+    match dy {
+        Tensor::F32(a) => Ok(Tensor::F32(run(a, &win, include_pad, result)?)),
+        Tensor::F64(a) => Ok(Tensor::F64(run(a, &win, include_pad, result)?)),
+        _ => Err(KernelError::new(format!("avg_pool_grad is defined on floats, not {}", dy.dtype()))),
+    }
+}
+
+/// f64 sums rounded once to the result's dtype.
+fn finish<T: Float>(acc: Vec<f64>, shape: &[usize]) -> Result<ArrayD<T>, KernelError> {
+    ArrayD::from_shape_vec(IxDyn(shape), acc.into_iter().map(T::from_f64).collect())
+        .map_err(|e| KernelError::new(format!("gradient result: {e}")))
+}

@@ -299,16 +299,28 @@ fn lowering(op: Op) -> Lowering {
         | Op::Slice
         | Op::Split
         | Op::Gather
+        | Op::ScatterAdd
+        | Op::Pad
         | Op::Shape
         | Op::Rank
         | Op::Conv
+        | Op::ConvInputGrad
+        | Op::ConvFilterGrad
         | Op::Softmax
         | Op::MaxPool
         | Op::AvgPool
+        | Op::AvgPoolGrad
+        | Op::SoftmaxCrossEntropy
+        | Op::MeanSquaredError
+        | Op::Grad
         | Op::Variable
         | Op::Read
         | Op::Assign
         | Op::AssignAdd
+        | Op::ApplySgd
+        | Op::ApplyMomentum
+        | Op::ApplyAdam
+        | Op::ApplyRmsprop
         | Op::Queue
         | Op::Enqueue
         | Op::Dequeue

@@ -217,16 +217,28 @@ fn role(op: Op) -> Role {
         | Op::Slice
         | Op::Split
         | Op::Gather
+        | Op::ScatterAdd
+        | Op::Pad
         | Op::Shape
         | Op::Rank
         | Op::Conv
+        | Op::ConvInputGrad
+        | Op::ConvFilterGrad
         | Op::Softmax
         | Op::MaxPool
         | Op::AvgPool
+        | Op::AvgPoolGrad
+        | Op::SoftmaxCrossEntropy
+        | Op::MeanSquaredError
+        | Op::Grad
         | Op::Variable
         | Op::Read
         | Op::Assign
         | Op::AssignAdd
+        | Op::ApplySgd
+        | Op::ApplyMomentum
+        | Op::ApplyAdam
+        | Op::ApplyRmsprop
         | Op::Queue
         | Op::Enqueue
         | Op::Dequeue
@@ -292,6 +304,11 @@ pub fn matmul_plan(g: &Graph, node: Node) -> Option<MatMulPlan> {
     let (&mm, rest) = nodes.split_first()?;
     let md = &g.nodes[mm];
     if md.op != Op::MatMul {
+        return None;
+    }
+    // A product of transposed operands stays with the interpreter until the run half's driver
+    // takes the flags.
+    if ["transpose_a", "transpose_b"].iter().any(|&f| md.attrs.bool(f) == Some(true)) {
         return None;
     }
     let t = |v: Value| g.values[v].ty.as_tensor().cloned();

@@ -37,10 +37,14 @@ fn resident_bytes(g: &Graph, n: Node) -> u64 {
         | Op::Slice
         | Op::Split
         | Op::Gather
+        | Op::ScatterAdd
+        | Op::Pad
         | Op::Shape
         | Op::Rank
         | Op::MatMul
         | Op::Conv
+        | Op::ConvInputGrad
+        | Op::ConvFilterGrad
         | Op::Neg
         | Op::Abs
         | Op::Exp
@@ -74,9 +78,17 @@ fn resident_bytes(g: &Graph, n: Node) -> u64 {
         | Op::Softmax
         | Op::MaxPool
         | Op::AvgPool
+        | Op::AvgPoolGrad
+        | Op::SoftmaxCrossEntropy
+        | Op::MeanSquaredError
+        | Op::Grad
         | Op::Read
         | Op::Assign
         | Op::AssignAdd
+        | Op::ApplySgd
+        | Op::ApplyMomentum
+        | Op::ApplyAdam
+        | Op::ApplyRmsprop
         | Op::Queue
         | Op::Enqueue
         | Op::Dequeue

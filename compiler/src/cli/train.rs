@@ -1,0 +1,342 @@
+//! `graphc train`: a step graph run for --steps steps, fed by the driver's input pipeline;
+//! this shows the progress (a bar on a terminal, lines otherwise), writes the JSON-lines log,
+//! the loss curve (SVG), checkpoints and the final variables, and prints a summary.
+
+use super::args::TrainArgs;
+use super::output::write_file;
+use anyhow::{anyhow, bail};
+use graphc::driver::{self, import_options_for, plural, Resume, StepDone, Steps, TrainSpec, Training};
+use graphc_runtime::{RtValue, SessionOptions};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use std::io::{BufWriter, IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+pub fn train(a: &TrainArgs) -> anyhow::Result<ExitCode> {
+    if a.steps == 0 {
+        bail!("--steps 0: there is nothing to train; give the number of steps in all (at least 1)");
+    }
+    if a.batch == Some(0) {
+        bail!("--batch 0: a batch holds at least one example");
+    }
+    if a.checkpoint_every == Some(0) {
+        bail!("--checkpoint-every 0: give a number of steps (at least 1)");
+    }
+    // The checkpoint first: its seed decides the data.
+    let resume = a.restore.as_deref().map(Resume::read).transpose()?;
+    let seed = Resume::seed(resume.as_ref(), a.seed)?;
+    if let Some(r) = &resume {
+        if r.step > a.steps {
+            bail!(
+                "--restore {}: the checkpoint is at step {}, past --steps {} (the steps in all, the checkpoint's included)",
+                r.path.display(),
+                r.step,
+                a.steps
+            );
+        }
+    }
+    let (file, module) = driver::load(&a.file, &import_options_for(&a.file, &[]))?;
+    let spec = TrainSpec { graph: a.graph.as_deref(), data: a.data.as_deref(), batch: a.batch, seed };
+    let (module, training) = driver::plan_training(&spec, &file, module)?;
+    // Where to take up, checked before anything is restored.
+    let (from, position) = training.start(resume.as_ref())?;
+    let backend = a.session.backend()?;
+    let module = driver::optimize(backend, module, false, &file)?;
+    let (module, job) = training.prepare(&a.session.devices.devices(), &file, module)?;
+    for p in &job.placements {
+        say!("{p}");
+    }
+    // The producer thread blocks on the queue between steps, which deadlock detection would
+    // take for a deadlock (see the driver's train.rs).
+    let options = SessionOptions { detect_deadlock: training.pipeline.is_none(), ..a.session.options() };
+    // Kept to the end: dropping it waits for a background tier (auto) to finish compiling.
+    let (session, _compiled, warning) = driver::session(backend, module, options, &a.session.compile_options())?;
+    if let Some(w) = warning {
+        eprintln!("warning: {w}");
+    }
+    if let Some(r) = &resume {
+        r.apply(&session)?;
+        let n = session.state().variables.len();
+        say!("restored {n} variable{} from {} (step {})", plural(n), r.path.display(), r.step);
+    }
+    describe_data(&training, a, from, position, resume.as_ref());
+
+    let mut log = a.log.as_deref().map(Log::create).transpose()?;
+    let plot = a.plot.clone().or_else(|| a.log.as_ref().map(|p| p.with_extension("svg")));
+    let mut curve: Vec<(u64, f64)> = Vec::with_capacity((a.steps - from).min(1 << 20) as usize);
+    let mut nonfinite = 0u64;
+    let mut progress = Progress::new(from, a.steps);
+    let steps = Steps { from, to: a.steps, position, periodic: a.checkpoint.as_deref().zip(a.checkpoint_every) };
+    let started = Instant::now();
+    let ran = if from < a.steps {
+        training.run(&session, &job, &file, &steps, |d: &StepDone| {
+            if !d.loss.is_finite() {
+                nonfinite += 1;
+                if nonfinite == 1 {
+                    progress.warn(&format!(
+                        "warning: step {}: the loss is {}{}",
+                        d.step,
+                        d.loss,
+                        if log.is_some() { "; the log has null for it" } else { "" }
+                    ));
+                }
+            }
+            if let Some(l) = &mut log {
+                l.write(d)?;
+            }
+            curve.push((d.step, d.loss));
+            progress.step(d);
+            Ok(())
+        })
+    } else {
+        say!("the checkpoint is at step {from} of {}: no steps to run", a.steps);
+        Ok(position)
+    };
+    let elapsed = started.elapsed();
+    progress.finish(ran.is_ok());
+    let log_done = log.map(Log::finish).transpose();
+    let end = ran?;
+    log_done?;
+    if nonfinite > 1 {
+        eprintln!("warning: {nonfinite} steps had a NaN or infinite loss");
+    }
+
+    if let Some(path) = &a.checkpoint {
+        training.save(&session, path, a.steps, end)?;
+        let n = session.state().variables.len();
+        say!("saved {n} variable{}, the step and the data position to {}", plural(n), path.display());
+    }
+    if let Some(path) = &a.log {
+        say!("log of {} step{} -> {}", curve.len(), plural(curve.len()), path.display());
+    }
+    if let Some(path) = &plot {
+        let name = Path::new(&file.name).file_name().map_or(file.name.clone(), |n| n.to_string_lossy().into_owned());
+        if plot_loss(path, &curve, &format!("{name}: loss of @{}", training.graph))? {
+            say!("loss curve -> {}", path.display());
+        } else {
+            eprintln!("warning: no finite loss to plot; {} not written", path.display());
+        }
+    }
+    if let Some(dir) = &a.out_dir {
+        let snapshot = session.snapshot();
+        let named: Vec<(String, RtValue)> =
+            snapshot.into_iter().filter_map(|(n, v)| Some((n, RtValue::Tensor(v?)))).collect();
+        let refs: Vec<(String, &RtValue)> = named.iter().map(|(n, v)| (n.clone(), v)).collect();
+        super::run::write_outputs(dir, &refs)?;
+    }
+    summary(&training, from, a.steps, &curve, elapsed, &a.session.backend);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// One line on where the batches come from.
+fn describe_data(t: &Training, a: &TrainArgs, from: u64, position: Option<driver::Position>, resume: Option<&Resume>) {
+    match (&t.dataset, &a.data) {
+        (Some(d), Some(dir)) => {
+            let dropped = d.examples % d.batch;
+            let dropped =
+                if dropped > 0 { format!(", the last {dropped} of each epoch dropped") } else { String::new() };
+            say!(
+                "@{}: {} examples from {} in batches of {} ({} per epoch{dropped}), shuffled with seed {}; the input queue holds {} batches",
+                t.graph,
+                d.examples,
+                dir.display(),
+                d.batch,
+                d.batches_per_epoch(),
+                t.seed,
+                driver::PREFETCH
+            );
+            if let (Some(r), Some(p)) = (resume, position) {
+                let how = if r.data.is_some() {
+                    "the checkpoint's data position"
+                } else {
+                    "no data position in the checkpoint: where a run from step 0 would be"
+                };
+                say!("taking up at step {}: epoch {}, batch {} ({how})", from + 1, p.epoch, p.batch);
+            }
+        }
+        _ if !t.random.is_empty() => {
+            say!("random inputs (seed {}, the same every step): {}", t.seed, t.random.join(", "));
+        }
+        _ => {}
+    }
+}
+
+/// The final line: steps, final loss, speed.
+fn summary(t: &Training, from: u64, to: u64, curve: &[(u64, f64)], elapsed: Duration, backend: &str) {
+    let Some(&(_, last)) = curve.last() else { return };
+    let n = curve.len() as u64;
+    let rate = n as f64 / elapsed.as_secs_f64().max(1e-9);
+    let range = if from > 0 { format!("steps {}..={to}", from + 1) } else { format!("{n} step{}", plural(n as usize)) };
+    let first = curve[0].1;
+    say!(
+        "trained @{} for {range} in {:.3} s ({} steps/s, backend {backend}); loss {} at step {}, {} at step {to}",
+        t.graph,
+        elapsed.as_secs_f64(),
+        fmt_rate(rate),
+        fmt_loss(first),
+        from + 1,
+        fmt_loss(last)
+    );
+}
+
+fn fmt_loss(x: f64) -> String {
+    if !x.is_finite() || x == 0.0 || (1e-3..1e5).contains(&x.abs()) {
+        format!("{x:.4}")
+    } else {
+        format!("{x:.4e}")
+    }
+}
+
+fn fmt_rate(r: f64) -> String {
+    if r >= 100.0 {
+        format!("{r:.0}")
+    } else {
+        format!("{r:.1}")
+    }
+}
+
+/// How progress shows: a bar on a terminal, else a line every max(1, N/20) steps.
+enum Progress {
+    Bar(ProgressBar),
+    Lines { every: u64, to: u64, since: Instant, since_step: u64 },
+}
+
+impl Progress {
+    fn new(from: u64, to: u64) -> Progress {
+        if std::io::stderr().is_terminal() {
+            let style =
+                ProgressStyle::with_template("{bar:30} step {pos}/{len}  {rate} steps/s  loss {msg}  ETA {eta}")
+                    .expect("the template is valid")
+                    .with_key("rate", |s: &indicatif::ProgressState, w: &mut dyn std::fmt::Write| {
+                        let _ = w.write_str(&fmt_rate(s.per_sec()));
+                    });
+            let bar = ProgressBar::with_draw_target(Some(to), ProgressDrawTarget::stderr())
+                .with_style(style)
+                .with_position(from);
+            Progress::Bar(bar)
+        } else {
+            Progress::Lines { every: (to / 20).max(1), to, since: Instant::now(), since_step: from }
+        }
+    }
+
+    fn step(&mut self, d: &StepDone) {
+        match self {
+            Progress::Bar(bar) => {
+                bar.set_position(d.step);
+                bar.set_message(fmt_loss(d.loss));
+            }
+            Progress::Lines { every, to, since, since_step } => {
+                if d.step.is_multiple_of(*every) || d.step == *to {
+                    let rate = (d.step - *since_step) as f64 / since.elapsed().as_secs_f64().max(1e-9);
+                    say!("step {}/{to} loss {} ({} steps/s)", d.step, fmt_loss(d.loss), fmt_rate(rate));
+                    *since = Instant::now();
+                    *since_step = d.step;
+                }
+            }
+        }
+    }
+
+    /// A warning to standard error, around the bar.
+    fn warn(&self, message: &str) {
+        match self {
+            Progress::Bar(bar) => bar.suspend(|| eprintln!("{message}")),
+            Progress::Lines { .. } => eprintln!("{message}"),
+        }
+    }
+
+    fn finish(&self, ok: bool) {
+        if let Progress::Bar(bar) = self {
+            if ok {
+                bar.finish();
+            } else {
+                bar.abandon();
+            }
+            // The bar's last line ends without a newline; what follows starts below it.
+            eprintln!();
+        }
+    }
+}
+
+/// The `--log` file: one JSON object a line, written as the steps go.
+struct Log {
+    path: PathBuf,
+    out: BufWriter<std::fs::File>,
+}
+
+impl Log {
+    fn create(path: &Path) -> anyhow::Result<Log> {
+        let file = std::fs::File::create(path).map_err(|e| anyhow!("--log: cannot write {}: {e}", path.display()))?;
+        Ok(Log { path: path.to_path_buf(), out: BufWriter::new(file) })
+    }
+
+    fn write(&mut self, d: &StepDone) -> anyhow::Result<()> {
+        // serde_json writes the shortest text that reads back as the same number; an f32 loss
+        // as an f32, so it reads 0.1 rather than 0.10000000149011612.
+        let loss = match (d.loss.is_finite(), d.single) {
+            (false, _) => Ok("null".to_string()),
+            (true, true) => serde_json::to_string(&(d.loss as f32)),
+            (true, false) => serde_json::to_string(&d.loss),
+        }
+        .map_err(|e| anyhow!("{e}"))?;
+        writeln!(self.out, "{{\"step\": {}, \"loss\": {loss}, \"time_s\": {}}}", d.step, d.elapsed.as_secs_f64())
+            .map_err(|e| anyhow!("--log: cannot write {}: {e}", self.path.display()))
+    }
+
+    fn finish(mut self) -> anyhow::Result<()> {
+        self.out.flush().map_err(|e| anyhow!("--log: cannot write {}: {e}", self.path.display()))
+    }
+}
+
+/// Draws the loss over the steps as SVG (a log scale when the finite losses are positive and
+/// span more than two decades); false, writing nothing, when no loss is finite.
+fn plot_loss(path: &Path, curve: &[(u64, f64)], title: &str) -> anyhow::Result<bool> {
+    use plotters::prelude::*;
+    let points: Vec<(u64, f64)> = curve.iter().copied().filter(|(_, l)| l.is_finite()).collect();
+    let Some(&(x0, _)) = points.first() else { return Ok(false) };
+    let x1 = points.last().map_or(x0, |p| p.0).max(x0 + 1);
+    let lo = points.iter().map(|p| p.1).fold(f64::INFINITY, f64::min);
+    let hi = points.iter().map(|p| p.1).fold(f64::NEG_INFINITY, f64::max);
+    let log_scale = lo > 0.0 && hi / lo > 100.0;
+    let pad = if hi > lo { (hi - lo) * 0.05 } else { lo.abs().max(1.0) * 0.1 };
+    let mut svg = String::new();
+    let draw = |svg: &mut String| -> Result<(), Box<dyn std::error::Error + '_>> {
+        let root = SVGBackend::with_string(svg, (800, 480)).into_drawing_area();
+        root.fill(&WHITE)?;
+        let mut chart = ChartBuilder::on(&root);
+        chart.caption(title, ("sans-serif", 18)).margin(16).x_label_area_size(40).y_label_area_size(90);
+        let line = LineSeries::new(points.iter().copied(), BLUE.stroke_width(2));
+        let tick = |y: &f64| fmt_tick(*y);
+        if log_scale {
+            let mut c = chart.build_cartesian_2d(x0..x1, (lo * 0.9..hi * 1.1).log_scale())?;
+            c.configure_mesh().x_desc("step").y_desc("loss (log scale)").y_label_formatter(&tick).draw()?;
+            c.draw_series(line)?;
+        } else {
+            let mut c = chart.build_cartesian_2d(x0..x1, lo - pad..hi + pad)?;
+            c.configure_mesh().x_desc("step").y_desc("loss").y_label_formatter(&tick).draw()?;
+            c.draw_series(line)?;
+        }
+        root.present()?;
+        Ok(())
+    };
+    draw(&mut svg).map_err(|e| anyhow!("--plot: cannot draw the loss curve: {e}"))?;
+    write_file(path, &svg)?;
+    Ok(true)
+}
+
+/// An axis label: at most four decimals, or three significant digits in exponent form for
+/// the very small and very large.
+fn fmt_tick(y: f64) -> String {
+    if y == 0.0 {
+        return "0".to_string();
+    }
+    if (1e-3..1e5).contains(&y.abs()) {
+        let s = format!("{y:.4}");
+        return s.trim_end_matches('0').trim_end_matches('.').to_string();
+    }
+    let s = format!("{y:.2e}");
+    match s.split_once('e') {
+        Some((m, e)) => format!("{}e{e}", m.trim_end_matches('0').trim_end_matches('.')),
+        None => s,
+    }
+}

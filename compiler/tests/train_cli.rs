@@ -1,0 +1,365 @@
+//! `graphc train`: the loss of the hand-written linear regression falls on generated data; the
+//! log is JSON lines; a run restored from a mid-training checkpoint ends with the same weights,
+//! bit for bit, as the uninterrupted run; bad data is a one-line error; without a terminal,
+//! progress is plain lines.
+
+use graphc_ir::TensorData;
+use graphc_runtime::{npy, Tensor};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn graphc(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_graphc")).args(args).output().expect("graphc runs")
+}
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+}
+
+fn train_step() -> String {
+    root().join("ir-spec/examples/train_step.gir").display().to_string()
+}
+
+fn tmpdir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("graphc-train-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn text(o: &Output) -> (String, String) {
+    (String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned())
+}
+
+/// Runs `graphc train` and returns its standard output; fails the test if it fails.
+fn ok(args: &[&str]) -> String {
+    let mut all = vec!["train"];
+    all.extend_from_slice(args);
+    let o = graphc(&all);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "graphc {all:?} failed:\n{out}\n{err}");
+    out
+}
+
+/// Runs `graphc train`, which must fail with one line on standard error (no panic); returns it.
+fn one_line_error(args: &[&str]) -> String {
+    let mut all = vec!["train"];
+    all.extend_from_slice(args);
+    let o = graphc(&all);
+    let (out, err) = text(&o);
+    assert_eq!(o.status.code(), Some(1), "graphc {all:?} should fail:\n{out}\n{err}");
+    let lines: Vec<&str> = err.lines().filter(|l| !l.starts_with("note: ")).collect();
+    assert_eq!(lines.len(), 1, "graphc {all:?}: one line of error expected, got:\n{err}");
+    assert!(lines[0].starts_with("error: "), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    lines[0].to_string()
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+/// A small deterministic generator, so the data are the same on every run.
+struct Lcg(u64);
+
+impl Lcg {
+    /// Roughly uniform in [-1, 1).
+    fn next(&mut self) -> f32 {
+        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        ((self.0 >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+    }
+}
+
+fn write(dir: &Path, name: &str, shape: &[usize], data: TensorData) {
+    npy::write_npy(&dir.join(name), &Tensor::from_data(shape, data).unwrap()).unwrap();
+}
+
+/// `n` examples of t = x w + b + noise, with x of 4 features: `dir/x.npy` f32[n,4] and
+/// `dir/t.npy` f32[n,1].
+fn regression_data(dir: &Path, n: usize) {
+    std::fs::create_dir_all(dir).unwrap();
+    let mut rng = Lcg(7);
+    let w = [1.5f32, -2.0, 0.5, 3.0];
+    let x: Vec<f32> = (0..n * 4).map(|_| rng.next() * 2.0).collect();
+    let t: Vec<f32> =
+        (0..n).map(|i| (0..4).map(|j| x[i * 4 + j] * w[j]).sum::<f32>() + 0.25 + 0.01 * rng.next()).collect();
+    write(dir, "x.npy", &[n, 4], TensorData::F32(x));
+    write(dir, "t.npy", &[n, 1], TensorData::F32(t));
+}
+
+/// The lines of a `--log` file, each parsed: (step, loss or None for null, time_s).
+fn read_log(path: &Path) -> Vec<(u64, Option<f64>, f64)> {
+    let text = std::fs::read_to_string(path).unwrap();
+    text.lines()
+        .map(|line| {
+            let v: serde_json::Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON: {line:?}: {e}"));
+            let o = v.as_object().unwrap_or_else(|| panic!("not an object: {line}"));
+            assert_eq!(o.len(), 3, "{line}");
+            let loss = match &o["loss"] {
+                serde_json::Value::Null => None,
+                l => Some(l.as_f64().unwrap_or_else(|| panic!("loss is no number: {line}"))),
+            };
+            (o["step"].as_u64().unwrap(), loss, o["time_s"].as_f64().unwrap())
+        })
+        .collect()
+}
+
+#[test]
+fn the_loss_falls_and_the_log_is_json_lines_with_a_plot_beside_it() {
+    let dir = tmpdir("falls");
+    regression_data(&dir.join("data"), 64);
+    let log = dir.join("loss.jsonl");
+    let out =
+        ok(&[&train_step(), "--graph", "step", "--steps", "60", "--data", s(&dir.join("data")), "--log", s(&log)]);
+    let lines = read_log(&log);
+    assert_eq!(lines.len(), 60);
+    for (i, (step, loss, _)) in lines.iter().enumerate() {
+        assert_eq!(*step, i as u64 + 1);
+        assert!(loss.is_some_and(f64::is_finite), "{lines:?}");
+    }
+    assert!(lines.windows(2).all(|w| w[0].2 <= w[1].2), "time_s never goes back");
+    let (first, last) = (lines[0].1.unwrap(), lines[59].1.unwrap());
+    assert!(last < first / 100.0, "the loss falls: {first} -> {last}");
+    // The curve, beside the log by default.
+    let svg = std::fs::read_to_string(dir.join("loss.svg")).unwrap();
+    assert!(svg.starts_with("<svg") && svg.contains("loss"), "{}", &svg[..200.min(svg.len())]);
+    // The summary: steps, the final loss, the speed.
+    let summary = out.lines().last().unwrap();
+    assert!(summary.starts_with("trained @step for 60 steps in "), "{out}");
+    assert!(summary.contains("steps/s"), "{out}");
+    assert!(out.contains("64 examples") && out.contains("batches of 8"), "{out}");
+}
+
+#[test]
+fn without_a_terminal_progress_is_a_line_every_twentieth_of_the_steps() {
+    let dir = tmpdir("lines");
+    regression_data(&dir.join("data"), 32);
+    let out = ok(&[&train_step(), "-g", "step", "--steps", "40", "--data", s(&dir.join("data"))]);
+    let steps: Vec<&str> = out.lines().filter(|l| l.starts_with("step ")).collect();
+    assert_eq!(steps.len(), 20, "{out}");
+    for (i, line) in steps.iter().enumerate() {
+        // step 2/40 loss 1.2345 (812 steps/s)
+        let rest = line.strip_prefix(&format!("step {}/40 loss ", (i + 1) * 2)).unwrap_or_else(|| panic!("{line}"));
+        let (loss, rate) = rest.split_once(" (").unwrap();
+        assert!(loss.parse::<f64>().is_ok(), "{line}");
+        assert!(rate.ends_with(" steps/s)"), "{line}");
+    }
+    // Fewer than 20 steps: every one.
+    let out = ok(&[&train_step(), "-g", "step", "--steps", "3", "--data", s(&dir.join("data"))]);
+    assert_eq!(out.lines().filter(|l| l.starts_with("step ")).count(), 3, "{out}");
+}
+
+#[test]
+fn a_restored_run_ends_with_the_weights_of_the_uninterrupted_one_bit_for_bit() {
+    let dir = tmpdir("restore");
+    let data = dir.join("data");
+    // 60 examples in batches of 8: 7 batches an epoch, 4 examples dropped; 30 steps cross
+    // four epochs, each shuffled anew.
+    regression_data(&data, 60);
+    let common =
+        [train_step(), "-g".into(), "step".into(), "--data".into(), s(&data).into(), "--seed".into(), "5".into()];
+    let run = |extra: &[&str]| {
+        let mut args: Vec<&str> = common.iter().map(String::as_str).collect();
+        args.extend_from_slice(extra);
+        ok(&args)
+    };
+    let (whole, first, second) = (dir.join("whole"), dir.join("first"), dir.join("second"));
+    run(&["--steps", "30", "--out-dir", s(&whole), "--log", s(&dir.join("whole.jsonl"))]);
+    // Interrupted after step 13 (mid-epoch: the second epoch's sixth batch), with periodic
+    // saves before that.
+    let ck = dir.join("ck.safetensors");
+    run(&["--steps", "13", "--checkpoint", s(&ck), "--checkpoint-every", "4", "--out-dir", s(&first)]);
+    // The checkpoint knows the step, the seed and the data position.
+    let header = std::fs::read(&ck).unwrap();
+    let len = u64::from_le_bytes(header[..8].try_into().unwrap()) as usize;
+    let meta: serde_json::Value = serde_json::from_slice(&header[8..8 + len]).unwrap();
+    let meta = &meta["__metadata__"];
+    assert_eq!(meta["graphc.step"], "13");
+    assert_eq!(meta["graphc.train.seed"], "5");
+    assert_eq!((&meta["graphc.train.epoch"], &meta["graphc.train.batch"]), (&"1".into(), &"6".into()));
+
+    // Taken up without --seed: the checkpoint's is used.
+    let mut args: Vec<&str> = vec![&common[0], "-g", "step", "--data", s(&data)];
+    args.extend_from_slice(&["--steps", "30", "--restore", s(&ck), "--out-dir", s(&second)]);
+    let second_log = dir.join("second.jsonl");
+    args.extend_from_slice(&["--log", s(&second_log)]);
+    let out = ok(&args);
+    assert!(out.contains("restored 2 variables") && out.contains("taking up at step 14: epoch 1, batch 6"), "{out}");
+    for name in ["w.npy", "b.npy"] {
+        let (a, b) = (std::fs::read(whole.join(name)).unwrap(), std::fs::read(second.join(name)).unwrap());
+        assert_eq!(a, b, "{name}: the restored run's final weights differ from the uninterrupted run's");
+    }
+    // The same batches: the same losses, step for step.
+    let (whole_log, second_log) = (read_log(&dir.join("whole.jsonl")), read_log(&second_log));
+    assert_eq!(second_log.len(), 17);
+    for (a, b) in whole_log[13..].iter().zip(&second_log) {
+        assert_eq!((a.0, a.1.map(f64::to_bits)), (b.0, b.1.map(f64::to_bits)));
+    }
+    // The comparison means something: after 13 steps the weights were elsewhere, and another
+    // seed (other batches) ends elsewhere too.
+    assert_ne!(std::fs::read(first.join("w.npy")).unwrap(), std::fs::read(whole.join("w.npy")).unwrap());
+    let other = dir.join("other");
+    ok(&[&common[0], "-g", "step", "--data", s(&data), "--seed", "6", "--steps", "30", "--out-dir", s(&other)]);
+    assert_ne!(std::fs::read(other.join("w.npy")).unwrap(), std::fs::read(whole.join("w.npy")).unwrap());
+
+    // The checkpoint's seed or data cannot be changed under it.
+    let e = one_line_error(&[
+        &common[0],
+        "-g",
+        "step",
+        "--data",
+        s(&data),
+        "--steps",
+        "30",
+        "--restore",
+        s(&ck),
+        "--seed",
+        "1",
+    ]);
+    assert!(e.contains("--seed 1") && e.contains("seed 5"), "{e}");
+    let fewer = dir.join("fewer");
+    regression_data(&fewer, 40);
+    let e = one_line_error(&[&common[0], "-g", "step", "--data", s(&fewer), "--steps", "30", "--restore", s(&ck)]);
+    assert!(e.contains("60 examples") && e.contains("40"), "{e}");
+    let e = one_line_error(&[&common[0], "-g", "step", "--data", s(&data), "--steps", "10", "--restore", s(&ck)]);
+    assert!(e.contains("step 13") && e.contains("--steps 10"), "{e}");
+}
+
+#[test]
+fn the_pipeline_runs_across_partitions_with_the_same_result() {
+    let dir = tmpdir("devices");
+    let data = dir.join("data");
+    regression_data(&data, 32);
+    // The forward and backward products on a second CPU: the step's dequeue and the producer
+    // stay with the queue, the batch crosses by send/recv.
+    let text = std::fs::read_to_string(train_step()).unwrap();
+    let placed = text
+        .replace("%xw = matmul %x, %wv : f32[8,1]", "%xw = matmul %x, %wv device \"/device:cpu:1\" : f32[8,1]")
+        .replace("%dw = matmul %xt, %gy : f32[4,1]", "%dw = matmul %xt, %gy device \"/device:cpu:1\" : f32[4,1]");
+    assert_ne!(placed, text);
+    let gir = dir.join("placed.gir");
+    std::fs::write(&gir, placed).unwrap();
+    let devices = root().join("ir-spec/examples/two_cpus.devices.toml");
+    let (one, two) = (dir.join("one"), dir.join("two"));
+    ok(&[&train_step(), "-g", "step", "--steps", "20", "--data", s(&data), "--out-dir", s(&one)]);
+    let out = ok(&[
+        s(&gir),
+        "-g",
+        "step",
+        "--steps",
+        "20",
+        "--data",
+        s(&data),
+        "--out-dir",
+        s(&two),
+        "--devices",
+        s(&devices),
+    ]);
+    assert!(out.contains("placed @step on 2 devices"), "{out}");
+    assert_eq!(std::fs::read(one.join("w.npy")).unwrap(), std::fs::read(two.join("w.npy")).unwrap());
+}
+
+#[test]
+fn bad_data_and_flags_are_one_line_errors() {
+    let dir = tmpdir("errors");
+    let good = dir.join("good");
+    regression_data(&good, 16);
+    let gir = train_step();
+    let base = |data: &Path| {
+        vec![
+            gir.clone(),
+            "-g".into(),
+            "step".into(),
+            "--steps".into(),
+            "5".into(),
+            "--data".into(),
+            s(data).to_string(),
+        ]
+    };
+    let fail = |args: Vec<String>| one_line_error(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    let with = |data: &Path, extra: &[&str]| {
+        let mut a = base(data);
+        a.extend(extra.iter().map(|s| s.to_string()));
+        a
+    };
+
+    // The batch size is the inputs' leading dim.
+    let e = fail(with(&good, &["--batch", "16"]));
+    assert!(e.contains("--batch 16") && e.contains("'x'") && e.contains("8"), "{e}");
+    // A wrong per-example shape, a wrong dtype: the file is named.
+    let shape = dir.join("shape");
+    regression_data(&shape, 16);
+    write(&shape, "t.npy", &[16, 2], TensorData::F32(vec![0.0; 32]));
+    let e = fail(base(&shape));
+    assert!(e.contains("t.npy") && e.contains("f32[16,2]") && e.contains("f32[N,1]"), "{e}");
+    let dtype = dir.join("dtype");
+    regression_data(&dtype, 16);
+    write(&dtype, "x.npy", &[16, 4], TensorData::F64(vec![0.0; 64]));
+    let e = fail(base(&dtype));
+    assert!(e.contains("x.npy") && e.contains("f64[16,4]"), "{e}");
+    // Arrays of different lengths.
+    let uneven = dir.join("uneven");
+    regression_data(&uneven, 16);
+    write(&uneven, "t.npy", &[12, 1], TensorData::F32(vec![0.0; 12]));
+    let e = fail(base(&uneven));
+    assert!(e.contains("t.npy") && e.contains("12") && e.contains("16"), "{e}");
+    // A missing array, an empty data set, fewer examples than a batch.
+    let missing = dir.join("missing");
+    regression_data(&missing, 16);
+    std::fs::remove_file(missing.join("t.npy")).unwrap();
+    let e = fail(base(&missing));
+    assert!(e.contains("'t'") && e.contains("f32[8,1]"), "{e}");
+    let empty = dir.join("empty");
+    regression_data(&empty, 0);
+    let e = fail(base(&empty));
+    assert!(e.contains("no examples"), "{e}");
+    let small = dir.join("small");
+    regression_data(&small, 5);
+    let e = fail(base(&small));
+    assert!(e.contains("larger than the data set") && e.contains("5 examples"), "{e}");
+    // Not a directory, not an .npy file.
+    let e = fail(base(&dir.join("nowhere")));
+    assert!(e.contains("nowhere"), "{e}");
+    let broken = dir.join("broken");
+    regression_data(&broken, 16);
+    std::fs::write(broken.join("x.npy"), b"not numpy").unwrap();
+    let e = fail(base(&broken));
+    assert!(e.contains("x.npy"), "{e}");
+    // No steps; no loss to log; a checkpoint that is not one.
+    let mut a = base(&good);
+    a[4] = "0".into();
+    assert!(fail(a).contains("--steps 0"));
+    let mut a = base(&good);
+    a[2] = "predict".into();
+    let e = fail(a);
+    assert!(e.contains("no output named 'loss'") && e.contains("y"), "{e}");
+    std::fs::write(dir.join("bogus.safetensors"), b"bogus").unwrap();
+    let e = fail(with(&good, &["--restore", s(&dir.join("bogus.safetensors"))]));
+    assert!(e.contains("bogus.safetensors"), "{e}");
+}
+
+#[test]
+fn a_nan_loss_is_null_in_the_log_with_a_warning() {
+    let dir = tmpdir("nan");
+    let data = dir.join("data");
+    regression_data(&data, 16);
+    write(&data, "t.npy", &[16, 1], TensorData::F32(vec![f32::NAN; 16]));
+    let log = dir.join("nan.jsonl");
+    let o = graphc(&["train", &train_step(), "-g", "step", "--steps", "4", "--data", s(&data), "--log", s(&log)]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{out}\n{err}");
+    assert!(err.contains("warning: step 1: the loss is NaN"), "{err}");
+    let lines = read_log(&log);
+    assert_eq!(lines.len(), 4);
+    assert!(lines.iter().all(|l| l.1.is_none()), "{lines:?}");
+}
+
+#[test]
+fn without_data_the_inputs_are_seeded_random_and_variables_are_written() {
+    let dir = tmpdir("random");
+    let out = ok(&[&train_step(), "-g", "step", "--steps", "5", "--seed", "3", "--out-dir", s(&dir.join("vars"))]);
+    assert!(out.contains("random inputs (seed 3, the same every step): x f32[8,4], t f32[8,1]"), "{out}");
+    let w = npy::read_npy(&dir.join("vars/w.npy")).unwrap();
+    assert_eq!(w.ty().to_string(), "f32[4,1]");
+    assert!(w.to_f64_vec().iter().any(|&v| v != 0.0), "trained away from the initial zeros");
+}
