@@ -195,6 +195,286 @@ def iree_ms(fn, args, warmup, iters):
     return median_ms(lambda: f(*dev), warmup, iters), compile_ms
 
 
+# ---- W5: one SGD training step of W4's MLP ----------------------------------------------
+
+W5_BATCH = 256
+W5_LR = 0.01
+W5_PARAMS = {"w1": (784, 1024), "b1": (1024,), "w2": (1024, 1024), "b2": (1024,), "w3": (1024, 10), "b3": (10,)}
+# Three matrix products per layer (forward, input gradient, weight gradient).
+W5_FLOPS = 2 * 3 * W5_BATCH * (784 * 1024 + 1024 * 1024 + 1024 * 10)
+
+
+def w5_jax_step(w1, b1, w2, b2, w3, b3, x, label):
+    """(new w1, b1, w2, b2, w3, b3, loss): the mean softmax cross-entropy of the MLP's logits
+    against integer labels, its gradients by jax.value_and_grad, and p -= lr * dp."""
+    import jax
+    import jax.numpy as jnp
+
+    def loss_fn(p):
+        w1, b1, w2, b2, w3, b3 = p
+        h = jax.nn.relu(x @ w1 + b1)
+        h = jax.nn.relu(h @ w2 + b2)
+        logits = h @ w3 + b3
+        picked = jnp.take_along_axis(logits, label[:, None], axis=-1)[:, 0]
+        return jnp.mean(jax.nn.logsumexp(logits, axis=-1) - picked)
+
+    params = (w1, b1, w2, b2, w3, b3)
+    loss, grads = jax.value_and_grad(loss_fn)(params)
+    return tuple(p - W5_LR * g for p, g in zip(params, grads)) + (loss,)
+
+
+def w5_numpy_step(p, x, label):
+    """The same step in numpy (matrix products through its BLAS), updating the arrays of the
+    dict `p` in place; returns the loss. In the dtype of the arrays given (f32 when timed)."""
+    import numpy as np
+
+    n = x.shape[0]
+    rows = np.arange(n)
+    a1 = x @ p["w1"] + p["b1"]
+    r1 = np.maximum(a1, 0)
+    a2 = r1 @ p["w2"] + p["b2"]
+    r2 = np.maximum(a2, 0)
+    logits = r2 @ p["w3"] + p["b3"]
+    m = logits.max(axis=1, keepdims=True)
+    e = np.exp(logits - m)
+    s = e.sum(axis=1, keepdims=True)
+    loss = np.mean(np.log(s[:, 0]) + m[:, 0] - logits[rows, label])
+    dl = e / s
+    dl[rows, label] -= 1
+    dl /= n
+    dw3, db3 = r2.T @ dl, dl.sum(axis=0)
+    da2 = (dl @ p["w3"].T) * (a2 > 0)
+    dw2, db2 = r1.T @ da2, da2.sum(axis=0)
+    da1 = (da2 @ p["w2"].T) * (a1 > 0)
+    dw1, db1 = x.T @ da1, da1.sum(axis=0)
+    for k, g in (("w1", dw1), ("b1", db1), ("w2", dw2), ("b2", db2), ("w3", dw3), ("b3", db3)):
+        p[k] -= W5_LR * g
+    return loss
+
+
+def w5_onnx_model():
+    """The step as an ONNX graph written by hand (ONNX Runtime's inference sessions cannot
+    differentiate): inputs x, label (i32) and the six parameters; outputs the loss and the six
+    updated parameters (w1_new, ...). The one-hot is `label == [0..10)`, relu's gradient a
+    Where on the pre-activation > 0, the weight gradients Gemm with transA, the input
+    gradients Gemm with transB."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    n = helper.make_node
+    consts = {
+        "classes": np.arange(10, dtype=np.int32),
+        "inv_n": np.array(1.0 / W5_BATCH, dtype=np.float32),
+        "neg_inv_n": np.array(-1.0 / W5_BATCH, dtype=np.float32),
+        "zero": np.array(0.0, dtype=np.float32),
+        "lr": np.array(W5_LR, dtype=np.float32),
+        "ax0": np.array([0], dtype=np.int64),
+        "ax1": np.array([1], dtype=np.int64),
+        "ax01": np.array([0, 1], dtype=np.int64),
+    }
+    nodes = [
+        # Forward.
+        n("MatMul", ["x", "w1"], ["h1"]), n("Add", ["h1", "b1"], ["a1"]), n("Relu", ["a1"], ["r1"]),
+        n("MatMul", ["r1", "w2"], ["h2"]), n("Add", ["h2", "b2"], ["a2"]), n("Relu", ["a2"], ["r2"]),
+        n("MatMul", ["r2", "w3"], ["h3"]), n("Add", ["h3", "b3"], ["logits"]),
+        # Loss: -mean(sum(onehot * log_softmax(logits), axis 1)).
+        n("Unsqueeze", ["label", "ax1"], ["label_col"]),
+        n("Equal", ["label_col", "classes"], ["onehot_b"]),
+        n("Cast", ["onehot_b"], ["onehot"], to=TensorProto.FLOAT),
+        n("LogSoftmax", ["logits"], ["logp"], axis=-1),
+        n("Mul", ["onehot", "logp"], ["picked"]),
+        n("ReduceSum", ["picked", "ax01"], ["picked_sum"], keepdims=0),
+        n("Mul", ["picked_sum", "neg_inv_n"], ["loss"]),
+        # Backward: dlogits = (softmax - onehot) / n.
+        n("Exp", ["logp"], ["prob"]), n("Sub", ["prob", "onehot"], ["dl_n"]), n("Mul", ["dl_n", "inv_n"], ["dl"]),
+        n("Gemm", ["r2", "dl"], ["dw3"], transA=1), n("ReduceSum", ["dl", "ax0"], ["db3"], keepdims=0),
+        n("Gemm", ["dl", "w3"], ["dr2"], transB=1),
+        n("Greater", ["a2", "zero"], ["m2"]), n("Where", ["m2", "dr2", "zero"], ["da2"]),
+        n("Gemm", ["r1", "da2"], ["dw2"], transA=1), n("ReduceSum", ["da2", "ax0"], ["db2"], keepdims=0),
+        n("Gemm", ["da2", "w2"], ["dr1"], transB=1),
+        n("Greater", ["a1", "zero"], ["m1"]), n("Where", ["m1", "dr1", "zero"], ["da1"]),
+        n("Gemm", ["x", "da1"], ["dw1"], transA=1), n("ReduceSum", ["da1", "ax0"], ["db1"], keepdims=0),
+    ]
+    for k in W5_PARAMS:  # SGD: p_new = p - lr * dp
+        nodes += [n("Mul", [f"d{k}", "lr"], [f"step_{k}"]), n("Sub", [k, f"step_{k}"], [f"{k}_new"])]
+    f32 = TensorProto.FLOAT
+    ins = [helper.make_tensor_value_info("x", f32, [W5_BATCH, 784]),
+           helper.make_tensor_value_info("label", TensorProto.INT32, [W5_BATCH])]
+    ins += [helper.make_tensor_value_info(k, f32, list(s)) for k, s in W5_PARAMS.items()]
+    outs = [helper.make_tensor_value_info("loss", f32, [])]
+    outs += [helper.make_tensor_value_info(f"{k}_new", f32, list(s)) for k, s in W5_PARAMS.items()]
+    inits = [numpy_helper.from_array(v, name=k) for k, v in consts.items()]
+    g = helper.make_graph(nodes, "w5_train_step", ins, outs, initializer=inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.checker.check_model(m)
+    return m
+
+
+def write_safetensors(path, tensors):
+    """f32 arrays as a safetensors file (what `graphc run --restore` reads)."""
+    import numpy as np
+
+    header, blobs, off = {}, [], 0
+    for k in sorted(tensors):
+        b = np.ascontiguousarray(tensors[k], dtype="<f4").tobytes()
+        header[k] = {"dtype": "F32", "shape": list(np.shape(tensors[k])), "data_offsets": [off, off + len(b)]}
+        blobs.append(b)
+        off += len(b)
+    h = json.dumps(header, separators=(",", ":")).encode()
+    h += b" " * (-len(h) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+
+
+def read_safetensors(path):
+    """The f32 tensors of a safetensors file (what `graphc run --checkpoint` writes)."""
+    import numpy as np
+
+    data = open(path, "rb").read()
+    (hlen,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8:8 + hlen])
+    out = {}
+    for k, meta in header.items():
+        if k == "__metadata__":
+            continue
+        if meta["dtype"] != "F32":
+            raise ValueError(f"{path}: {k} is {meta['dtype']}, not F32")
+        s, e = meta["data_offsets"]
+        out[k] = np.frombuffer(data[8 + hlen + s:8 + hlen + e], dtype="<f4").reshape(meta["shape"])
+    return out
+
+
+def w5_check(engine, got, ref, init):
+    """Compares one step's loss and updated parameters with jax's from the same weights and
+    inputs: the loss within 1e-4 relative; each updated tensor within 1e-4 of its largest
+    magnitude; and its update (new - init, which rounding of the weights perturbs by an ulp of
+    the weight) within 1e-3 of the largest update, so a wrong gradient cannot hide behind the
+    small step. Prints the errors; returns whether all held."""
+    import numpy as np
+
+    problems = []
+    loss_err = abs(float(got["loss"]) - float(ref["loss"])) / abs(float(ref["loss"]))
+    if not loss_err <= 1e-4:
+        problems.append(f"loss {float(got['loss']):.7g} vs jax {float(ref['loss']):.7g}")
+    worst_p, worst_d = 0.0, 0.0
+    for k in W5_PARAMS:
+        g, r = np.asarray(got[k], dtype=np.float64), np.asarray(ref[k], dtype=np.float64)
+        if g.shape != r.shape:
+            problems.append(f"{k} has shape {g.shape}, jax's {r.shape}")
+            continue
+        ep = np.max(np.abs(g - r)) / np.max(np.abs(r))
+        dr = r - init[k]
+        ed = np.max(np.abs((g - init[k]) - dr)) / np.max(np.abs(dr))
+        worst_p, worst_d = max(worst_p, ep), max(worst_d, ed)
+        if not ep <= 1e-4:
+            problems.append(f"updated {k} off by {ep:.2e} of its largest value")
+        if not ed <= 1e-3:
+            problems.append(f"{k}'s update off by {ed:.2e} of the largest update")
+    print(f"W5 check {engine:<14} loss {float(got['loss']):.6f} (rel. err. {loss_err:.1e}); updated weights "
+          f"rel. err. {worst_p:.1e}, updates rel. err. {worst_d:.1e}: {'ok' if not problems else 'FAILED'}")
+    for p in problems:
+        print(f"    {p}")
+    return not problems
+
+
+def run_w5(a, backends, tmp, rng):
+    """Checks every engine's training step against jax's, then times it. Returns the table row."""
+    import numpy as np
+    import jax
+    import onnxruntime as ort
+
+    name = "W5"
+    desc = "MLP 784-1024-1024-10 SGD step, batch 256"
+    x = rng.standard_normal((W5_BATCH, 784), dtype=np.float32)
+    label = rng.integers(0, 10, W5_BATCH).astype(np.int32)
+    # Random weights (He) and biases, so that the check sees distinct hidden units.
+    init = {k: (rng.standard_normal(s, dtype=np.float32) * np.float32(np.sqrt(2.0 / s[0]) if len(s) == 2 else 0.1))
+            for k, s in W5_PARAMS.items()}
+    xp, lp = os.path.join(tmp, "W5_x.npy"), os.path.join(tmp, "W5_label.npy")
+    np.save(xp, x)
+    np.save(lp, label)
+    feeds = ["--input", f"x={xp}", "--input", f"label={lp}"]
+    gpath = os.path.join(HERE, "workloads", "w5_train_step.gir")
+
+    # The reference: jax, not donated, on copies.
+    ref_out = jax.jit(w5_jax_step)(*[init[k].copy() for k in W5_PARAMS], x, label)
+    ref = dict(zip(list(W5_PARAMS) + ["loss"], [np.asarray(v) for v in ref_out]))
+
+    ok = {}
+    # numpy.
+    p = {k: v.copy() for k, v in init.items()}
+    loss = w5_numpy_step(p, x, label)
+    ok["numpy"] = w5_check("numpy", dict(p, loss=loss), ref, init)
+    # ONNX Runtime.
+    sess = ort.InferenceSession(w5_onnx_model().SerializeToString(), providers=["CPUExecutionProvider"])
+    outs = sess.run(None, {"x": x, "label": label, **{k: v.copy() for k, v in init.items()}})
+    ok["ORT"] = w5_check("ORT", dict(zip(["loss"] + list(W5_PARAMS), outs)), ref, init)
+    # graphc: one step from the same weights (restored from a safetensors file), the updated
+    # variables saved to a checkpoint.
+    init_ck = os.path.join(tmp, "W5_init.safetensors")
+    write_safetensors(init_ck, init)
+    for backend in backends:
+        out_ck, out_dir = os.path.join(tmp, f"W5_{backend}.safetensors"), os.path.join(tmp, f"W5_{backend}_out")
+        r = subprocess.run([a.graphc, "run", gpath, "--backend", backend, "--restore", init_ck, "--checkpoint", out_ck,
+                            "--out-dir", out_dir] + feeds, capture_output=True, text=True)
+        if r.returncode != 0:
+            print(f"W5 check graphc {backend} failed to run: {r.stderr.strip()[:300]}")
+            ok[backend] = False
+            continue
+        got = dict(read_safetensors(out_ck), loss=np.load(os.path.join(out_dir, "loss.npy")))
+        ok[backend] = w5_check(f"graphc {backend}", got, ref, init)
+
+    # graphc, timed from the .gir's splat initial values (the step's time does not depend on them).
+    res = {"llvm": (float("nan"), float("nan"))}
+    for backend in backends:
+        res[backend] = graphc_bench(a, name, backend, gpath, feeds) if ok[backend] else (float("nan"), float("nan"))
+    # XLA CPU: the parameters donated, each step's new ones fed to the next.
+    step = jax.jit(w5_jax_step, donate_argnums=tuple(range(len(W5_PARAMS))))
+    xd, ld = jax.device_put(x), jax.device_put(label)
+    state = [jax.device_put(init[k].copy()) for k in W5_PARAMS]
+    t0 = time.perf_counter()
+    compiled = step.lower(*state, xd, ld).compile()
+    xla_compile = (time.perf_counter() - t0) * 1e3
+
+    def xla_step():
+        out = compiled(*state, xd, ld)
+        state[:] = out[:-1]
+        jax.block_until_ready(out)
+
+    xla = median_ms(xla_step, a.warmup, a.iters)
+    # ONNX Runtime: each step's updated parameters fed to the next.
+    ort_state = {k: v.copy() for k, v in init.items()}
+
+    def ort_step():
+        outs = sess.run(None, {"x": x, "label": label, **ort_state})
+        ort_state.update(zip(W5_PARAMS, outs[1:]))
+
+    ortt = median_ms(ort_step, a.warmup, a.iters) if ok["ORT"] else float("nan")
+    # numpy, updating its arrays in place.
+    np_state = {k: v.copy() for k, v in init.items()}
+    npt = median_ms(lambda: w5_numpy_step(np_state, x, label), a.warmup, a.iters) if ok["numpy"] else float("nan")
+    # IREE, on the StableHLO of the (undonated) jax step.
+    try:
+        iree = iree_ms(w5_jax_step, [init[k] for k in W5_PARAMS] + [x, label], a.warmup, a.iters)[0]
+    except Exception as e:  # reported, not fatal, as for the other workloads
+        print(f"{name} IREE failed: {str(e).strip()[:300]}")
+        iree = float("nan")
+    return (name, desc, res["jit"][0], res["interp"][0], xla, ortt, res["jit"][1], xla_compile, res["llvm"], iree, npt)
+
+
+def graphc_bench(a, name, backend, gpath, flags):
+    """`graphc bench --json` of one backend: (median ms, compile ms), NaNs when it fails."""
+    iters = max(3, a.iters // 4) if backend == "interp" else a.iters
+    out = subprocess.run([a.graphc, "bench", gpath, "--backend", backend, "--iters", str(iters),
+                          "--warmup", str(a.warmup), "--json"] + flags, capture_output=True, text=True)
+    if out.returncode != 0:
+        print(f"{name} graphc {backend} failed: {out.stderr.strip()[:300]}")
+        return float("nan"), float("nan")
+    j = json.loads(out.stdout.strip().splitlines()[-1])
+    return j["median_ms"], j["compile_ms"]
+
+
 def main():
     ensure_venv()
     import numpy as np

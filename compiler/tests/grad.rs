@@ -176,6 +176,20 @@ fn unary_ops() {
 }
 
 #[test]
+fn cast_passes_the_adjoint_back_in_the_operand_dtype() {
+    // d/dx sum(f64(f32(x)) * W) = W, rounded through f32 on the way back.
+    let inputs = [f64_input(&[3], vec![0.5, -1.25, 2.0])];
+    let m = module(&inputs, &[0], &|g, x| {
+        let narrow = op(g, Op::Cast, &[x[0]], &[("to", Attr::DType(DType::F32))]);
+        op(g, Op::Cast, &[narrow], &[("to", Attr::DType(DType::F64))])
+    });
+    let s = Session::new(m, SessionOptions::default()).unwrap();
+    let out = run(&s, "grad", &inputs);
+    let want: Vec<f64> = (0..3).map(|i| (0.5 + (1.3 * i as f64 + 0.2).sin()) as f32 as f64).collect();
+    assert_eq!(out[1], want);
+}
+
+#[test]
 fn binary_ops_broadcast() {
     let shapes: &[(&[u64], &[u64])] = &[(&[3, 4], &[3, 4]), (&[3, 4], &[4]), (&[2, 1, 3], &[4, 1]), (&[], &[2, 3])];
     for &(a, b) in shapes {
