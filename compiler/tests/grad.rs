@@ -9,7 +9,9 @@ mod common;
 
 use graphc::backend::LOWERINGS;
 use graphc::passes::PassManager;
-use graphc_ir::{verify_module, Attr, DType, Graph, Module, NodeSpec, Op, TensorData, TensorLiteral, TensorType, Type, Value};
+use graphc_ir::{
+    verify_module, Attr, DType, Graph, Module, NodeSpec, Op, TensorData, TensorLiteral, TensorType, Type, Value,
+};
 use graphc_runtime::{RunRequest, Session, SessionOptions, Tensor};
 use proptest::prelude::*;
 use std::sync::Arc;
@@ -92,8 +94,11 @@ fn weighted_sum(g: &mut Graph, out: Value) -> Value {
 fn module(inputs: &[Input], wrt: &[usize], build: &Build) -> Module {
     let make = |name: &str, with_grad: bool| {
         let mut g = Graph::new(name);
-        let xs: Vec<Value> =
-            inputs.iter().enumerate().map(|(i, inp)| g.add_input(&format!("x{i}"), Type::Tensor(inp.ty.clone()))).collect();
+        let xs: Vec<Value> = inputs
+            .iter()
+            .enumerate()
+            .map(|(i, inp)| g.add_input(&format!("x{i}"), Type::Tensor(inp.ty.clone())))
+            .collect();
         let out = build(&mut g, &xs);
         let loss = weighted_sum(&mut g, out);
         let mut outputs = vec![("loss".to_string(), loss)];
@@ -112,7 +117,8 @@ fn module(inputs: &[Input], wrt: &[usize], build: &Build) -> Module {
     let diags = verify_module(&m);
     assert!(diags.is_empty(), "autodiff's output does not verify: {:?}\n{}", diags, graphc_ir::print_module(&m));
     let text = graphc_ir::print_module(&m);
-    let again = graphc_ir::parse_module(&text).unwrap_or_else(|d| panic!("autodiff's output does not re-parse: {d:?}\n{text}"));
+    let again =
+        graphc_ir::parse_module(&text).unwrap_or_else(|d| panic!("autodiff's output does not re-parse: {d:?}\n{text}"));
     assert_eq!(graphc_ir::print_module(&again), text, "autodiff's output round-trips");
     m
 }
@@ -135,7 +141,7 @@ fn check(inputs: Vec<Input>, wrt: &[usize], build: &Build) {
     for (k, &i) in wrt.iter().enumerate() {
         let ad = &got[k + 1];
         assert_eq!(ad.len(), inputs[i].data.len(), "gradient {k} has the input's size");
-        for j in 0..ad.len() {
+        for (j, &want) in ad.iter().enumerate() {
             let x = inputs[i].data[j];
             let h = 1e-6 * x.abs().max(1.0);
             inputs[i].data[j] = x + h;
@@ -144,11 +150,10 @@ fn check(inputs: Vec<Input>, wrt: &[usize], build: &Build) {
             let down = run(&s, "loss", &inputs)[0][0];
             inputs[i].data[j] = x;
             let fd = (up - down) / (2.0 * h);
-            let tol = 1e-5 * (1.0 + fd.abs().max(ad[j].abs()));
+            let tol = 1e-5 * (1.0 + fd.abs().max(want.abs()));
             assert!(
-                (fd - ad[j]).abs() <= tol,
-                "d loss / d x{i}[{j}]: autodiff {} but finite differences {fd}\n{}",
-                ad[j],
+                (fd - want).abs() <= tol,
+                "d loss / d x{i}[{j}]: autodiff {want} but finite differences {fd}\n{}",
                 graphc_ir::print_module(&m)
             );
         }
@@ -209,11 +214,9 @@ fn binary_ops_broadcast() {
 #[test]
 fn pow_at_non_positive_base_gives_zero_exponent_gradient() {
     // d/db of a^b where a <= 0 is 0 by definition (TensorFlow's rule), not NaN.
-    let m = module(
-        &[f64_input(&[2], vec![0.0, -2.0]), f64_input(&[2], vec![2.0, 2.0])],
-        &[0, 1],
-        &|g, x| op(g, Op::Pow, &[x[0], x[1]], &[]),
-    );
+    let m = module(&[f64_input(&[2], vec![0.0, -2.0]), f64_input(&[2], vec![2.0, 2.0])], &[0, 1], &|g, x| {
+        op(g, Op::Pow, &[x[0], x[1]], &[])
+    });
     let s = Session::new(m, SessionOptions::default()).unwrap();
     let out = run(&s, "grad", &[f64_input(&[2], vec![0.0, -2.0]), f64_input(&[2], vec![2.0, 2.0])]);
     let w0 = 0.5 + 0.2f64.sin();
@@ -241,7 +244,9 @@ fn lit_f64(shape: &[u64], v: Vec<f64>) -> TensorLiteral {
 #[test]
 fn reductions() {
     for o in [Op::ReduceSum, Op::ReduceMean, Op::ReduceMax, Op::ReduceMin] {
-        for (axes, keep) in [(vec![1], false), (vec![0, 2], true), (vec![-1], false), (vec![0, 1, 2], false), (vec![], false)] {
+        for (axes, keep) in
+            [(vec![1], false), (vec![0, 2], true), (vec![-1], false), (vec![0, 1, 2], false), (vec![], false)]
+        {
             check(vec![rand_input(&[2, 3, 4], -2.0, 2.0, 11)], &[0], &move |g, x| {
                 op(g, o, &[x[0]], &[("axes", ints(&axes)), ("keep_dims", Attr::Bool(keep))])
             });
@@ -332,12 +337,18 @@ fn array_ops() {
 #[test]
 fn gather_with_repeated_indices_and_scatter_add() {
     for axis in [0i64, 1] {
-        check(vec![rand_input(&[4, 3], -1.0, 1.0, 28), i64_input(&[2, 3], vec![1, 0, 1, 2, 1, 1])], &[0], &move |g, x| {
-            op(g, Op::Gather, &[x[0], x[1]], &[("axis", Attr::Int(axis))])
-        });
+        check(
+            vec![rand_input(&[4, 3], -1.0, 1.0, 28), i64_input(&[2, 3], vec![1, 0, 1, 2, 1, 1])],
+            &[0],
+            &move |g, x| op(g, Op::Gather, &[x[0], x[1]], &[("axis", Attr::Int(axis))]),
+        );
     }
     check(
-        vec![rand_input(&[4, 3], -1.0, 1.0, 29), i64_input(&[5], vec![1, 3, 1, 0, 1]), rand_input(&[5, 3], -1.0, 1.0, 30)],
+        vec![
+            rand_input(&[4, 3], -1.0, 1.0, 29),
+            i64_input(&[5], vec![1, 3, 1, 0, 1]),
+            rand_input(&[5, 3], -1.0, 1.0, 30),
+        ],
         &[0, 2],
         &|g, x| op(g, Op::ScatterAdd, &[x[0], x[1], x[2]], &[("axis", Attr::Int(0))]),
     );
@@ -391,9 +402,11 @@ fn conv_out(x: &[u64], w: &[u64], strides: [i64; 2], pads: [i64; 4], dil: [i64; 
 #[test]
 fn pooling() {
     let x = vec![2u64, 3, 5, 6];
-    for (kernel, strides, pads, ceil) in
-        [([2, 2], [2, 2], [0, 0, 0, 0], false), ([3, 2], [1, 2], [1, 0, 1, 1], false), ([2, 3], [2, 2], [0, 0, 0, 0], true)]
-    {
+    for (kernel, strides, pads, ceil) in [
+        ([2, 2], [2, 2], [0, 0, 0, 0], false),
+        ([3, 2], [1, 2], [1, 0, 1, 1], false),
+        ([2, 3], [2, 2], [0, 0, 0, 0], true),
+    ] {
         let mut attrs = vec![("kernel", ints(&kernel)), ("strides", ints(&strides)), ("pads", ints(&pads))];
         attrs.push(("ceil_mode", Attr::Bool(ceil)));
         let a = attrs.clone();

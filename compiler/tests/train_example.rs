@@ -39,7 +39,8 @@ fn s(p: &Path) -> String {
 
 /// Trains the example for `steps` with extra flags, the final variables written to `out`.
 fn train(steps: u32, out: &Path, extra: &[&str]) -> String {
-    let (file, data, steps, out) = (path("ir-spec/examples/mlp_train.gir"), path("ir-spec/examples/data/spirals"), steps.to_string(), s(out));
+    let (file, data, steps, out) =
+        (path("ir-spec/examples/mlp_train.gir"), path("ir-spec/examples/data/spirals"), steps.to_string(), s(out));
     let mut args = vec!["train", &file, "--graph", "step", "--steps", &steps, "--data", &data, "--out-dir", &out];
     args.extend_from_slice(extra);
     ok(&args)
@@ -54,7 +55,11 @@ fn files(dir: &Path) -> Vec<(String, Vec<u8>)> {
         .map(|p| (p.file_name().unwrap().to_string_lossy().into_owned(), std::fs::read(&p).unwrap()))
         .collect();
     out.sort();
-    assert!(out.len() >= 6, "the weights and biases are written: {out:?}", out = out.iter().map(|f| &f.0).collect::<Vec<_>>());
+    assert!(
+        out.len() >= 6,
+        "the weights and biases are written: {out:?}",
+        out = out.iter().map(|f| &f.0).collect::<Vec<_>>()
+    );
     out
 }
 
@@ -130,7 +135,12 @@ fn grad_through_an_assign_names_the_op_and_the_path() {
         let err = String::from_utf8_lossy(&o.stderr);
         assert_eq!(o.status.code(), Some(1), "{err}");
         assert!(!err.contains("panicked"), "{err}");
-        assert!(err.contains("assign.gir:3:3: error: 'assign' is not differentiable, but the loss depends on %x through it"), "{err}");
+        assert!(
+            err.contains(
+                "assign.gir:3:3: error: 'assign' is not differentiable, but the loss depends on %x through it"
+            ),
+            "{err}"
+        );
         assert!(err.contains("%x -> 'assign %a'"), "the path is named: {err}");
         assert!(err.contains("in the gradient asked for here"), "{err}");
     }

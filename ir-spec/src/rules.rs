@@ -663,12 +663,14 @@ pub fn grad(ctx: &InferCtx) -> R {
     for (i, ty) in ctx.operands.iter().enumerate().skip(1) {
         match ty {
             Type::Tensor(t) if t.dtype.is_float() => out.push(ty.clone()),
-            other => return err(
-                Blame::Operand(i),
-                format!(
+            other => {
+                return err(
+                    Blame::Operand(i),
+                    format!(
                     "grad: operand {i} is {other}, but gradients are taken with respect to float tensors (f32, f64)"
                 ),
-            ),
+                )
+            }
         }
     }
     Ok(out)

@@ -86,15 +86,10 @@ fn expand(g: &mut Graph, n: Node, warnings: &mut Vec<Diagnostic>) -> Result<(), 
             out.push(match a {
                 Some(a) => a,
                 None => {
-                    warnings.push(
-                        Diagnostic::warning(
-                            span,
-                            format!(
-                                "the loss does not depend on {}; its gradient is zero",
-                                reverse::value_name(e.g, w)
-                            ),
-                        ),
-                    );
+                    warnings.push(Diagnostic::warning(
+                        span,
+                        format!("the loss does not depend on {}; its gradient is zero", reverse::value_name(e.g, w)),
+                    ));
                     e.zeros_like(w)?
                 }
             });

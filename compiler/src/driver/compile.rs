@@ -1,8 +1,8 @@
 //! From a loaded module to a session: the lowerings every backend runs and the backend's
 //! pipeline, then the backend's kernels in a session of the runtime.
 
-use crate::backend::{Backend, CompileOptions, Compiled, Isa, LOWERINGS};
 use super::report::Reported;
+use crate::backend::{Backend, CompileOptions, Compiled, Isa, LOWERINGS};
 use crate::passes::{PassContext, PassManager};
 use graphc_ir::{DeviceSpec, Graph, Module, SourceFile};
 use graphc_runtime::{Session, SessionOptions};

@@ -23,7 +23,8 @@ fn is_float(g: &Graph, v: Value) -> bool {
 /// params standing for `params`; returns what its yields became.
 fn copy_region(e: &mut Emit<'_>, src: &Graph, from: Region, to: Region, params: &[Value]) -> Result<Vec<Value>> {
     let rd = &src.regions[from];
-    let mut map: std::collections::HashMap<Value, Value> = rd.params.iter().copied().zip(params.iter().copied()).collect();
+    let mut map: std::collections::HashMap<Value, Value> =
+        rd.params.iter().copied().zip(params.iter().copied()).collect();
     for &n in &rd.nodes {
         let nd = &src.nodes[n];
         let ops = nd.operands.iter().map(|v| map[v]).collect();
