@@ -150,6 +150,10 @@ fn producers_of(g: &Graph, n: Node) -> impl Iterator<Item = Node> + '_ {
     nd.operands.iter().chain(&nd.control_deps).filter_map(|&v| g.producer(v))
 }
 
+fn float_results(g: &Graph, n: Node) -> bool {
+    g.nodes[n].results.iter().all(|&v| g.values[v].ty.as_tensor().is_some_and(|t| t.dtype.is_float()))
+}
+
 /// A constant cheap enough to copy into every kernel that reads it.
 fn inlinable(g: &Graph, v: Value) -> bool {
     constant_of(g, v).is_some_and(|lit| lit.is_splat() || lit.data().len() <= 1)
@@ -195,7 +199,10 @@ fn fuse_region(g: &mut Graph, r: Region) -> Result<bool, String> {
                 (Kind::Loop, OpKind::Reduction) => Some(Kind::Input),
                 (Kind::Input, OpKind::Reduction) if grp.rows.as_ref() == Some(&row_key(g, n)) => Some(Kind::Input),
                 (_, OpKind::Reduction) => None,
-                (Kind::Output, OpKind::Elementwise) => Some(Kind::Output),
+                // An epilogue yields floats: a mask computed from the product (a comparison
+                // for a gradient's `select`) is left to the kernel that reads it, so the
+                // matmul's kernel keeps float results only.
+                (Kind::Output, OpKind::Elementwise) if float_results(g, n) => Some(Kind::Output),
                 (Kind::Output, _) => None,
                 (k, _) => Some(k),
             };

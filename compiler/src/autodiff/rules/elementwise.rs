@@ -42,10 +42,12 @@ pub fn unary(e: &mut Emit<'_>, s: &Site) -> Grads {
             let yd = e.mul(y, d)?;
             e.mul(dy, yd)?
         }
-        // dy where x > 0 (TensorFlow's ReluGrad)
+        // dy where y > 0, which is where x > 0 (TensorFlow's ReluGrad). Reading the result
+        // rather than the operand lets the forward kernel keep its one float result and the
+        // backward kernel compute the mask itself.
         Op::Relu => {
-            let zero = e.scalar(e.dtype(x), 0.0)?;
-            let pos = e.op(Op::Greater, &[x, zero], &[])?;
+            let zero = e.scalar(e.dtype(y), 0.0)?;
+            let pos = e.op(Op::Greater, &[y, zero], &[])?;
             e.mask(pos, dy, true)?
         }
         // dy 2/sqrt(pi) exp(-x^2)
