@@ -378,6 +378,32 @@ def w5_check(engine, got, ref, init):
     return not problems
 
 
+def w5_data(rng):
+    """Inputs, labels and random initial weights for W5's check, on grids that make the
+    forward pass exact in f32 whatever the order of the sums: x on a 1/4 grid, the weights on a
+    1/64 grid (He-scaled), so that every product in x @ w1 is a multiple of 2^-8 and every
+    partial sum far below 2^24 of them; b1 an odd multiple of 2^-9, so no pre-activation of
+    the first layer is 0; likewise r1 @ w2 on a 2^-15 grid and b2 an odd multiple of 2^-16.
+    Every engine then takes the same side of each relu's kink (a pre-activation within an
+    ulp of 0 would otherwise flip between summation orders and change whole gradient
+    entries), and the check compares only the rounding of the backward pass."""
+    import numpy as np
+
+    def grid(v, bits):
+        return np.round(v * 2.0**bits) / 2.0**bits
+
+    def odd(v, bits):  # an odd multiple of 2^-bits near v
+        return (2 * np.round(v * 2.0 ** (bits - 1)) + 1) / 2.0**bits
+
+    x = grid(rng.standard_normal((W5_BATCH, 784)), 2)
+    label = rng.integers(0, 10, W5_BATCH).astype(np.int32)
+    init = {}
+    for k, s in W5_PARAMS.items():
+        v = rng.standard_normal(s)
+        init[k] = grid(v * np.sqrt(2.0 / s[0]), 6) if len(s) == 2 else {"b1": odd(0.1 * v, 9), "b2": odd(0.1 * v, 16), "b3": 0.1 * v}[k]
+    return x.astype(np.float32), label, {k: v.astype(np.float32) for k, v in init.items()}
+
+
 def run_w5(a, backends, tmp, rng):
     """Checks every engine's training step against jax's, then times it. Returns the table row."""
     import numpy as np
@@ -386,11 +412,7 @@ def run_w5(a, backends, tmp, rng):
 
     name = "W5"
     desc = "MLP 784-1024-1024-10 SGD step, batch 256"
-    x = rng.standard_normal((W5_BATCH, 784), dtype=np.float32)
-    label = rng.integers(0, 10, W5_BATCH).astype(np.int32)
-    # Random weights (He) and biases, so that the check sees distinct hidden units.
-    init = {k: (rng.standard_normal(s, dtype=np.float32) * np.float32(np.sqrt(2.0 / s[0]) if len(s) == 2 else 0.1))
-            for k, s in W5_PARAMS.items()}
+    x, label, init = w5_data(rng)
     xp, lp = os.path.join(tmp, "W5_x.npy"), os.path.join(tmp, "W5_label.npy")
     np.save(xp, x)
     np.save(lp, label)
@@ -510,9 +532,17 @@ def main():
     print(f"peak fp32 FMA rate (C, {width}-bit vectors, all cores): {peak:.1f} GFLOP/s")
 
     rows = []
-    for name, (desc, gir, shapes) in workloads().items():
+    wl = workloads()
+    order = list(wl)
+    order.insert(order.index("W6"), "W5")
+    for name in order:
         if a.only and name not in a.only.split(","):
             continue
+        if name == "W5":
+            # Its own generator, so its inputs do not depend on --only.
+            rows.append(run_w5(a, backends, tmp, np.random.default_rng(5)))
+            continue
+        desc, gir, shapes = wl[name]
         inputs = {k: rng.standard_normal(s, dtype=np.float32) if s else np.float32(rng.standard_normal()) for k, s in shapes.items()}
         inputs = {k: np.asarray(v, dtype=np.float32) for k, v in inputs.items()}
         # graphc, fed the same inputs from .npy files.
@@ -525,15 +555,7 @@ def main():
             flags += ["--input", f"{k}={p}"]
         res = {"llvm": (float("nan"), float("nan"))}
         for backend in backends:
-            iters = max(3, a.iters // 4) if backend == "interp" else a.iters
-            out = subprocess.run([a.graphc, "bench", gpath, "--backend", backend, "--iters", str(iters),
-                                  "--warmup", str(a.warmup), "--json"] + flags, capture_output=True, text=True)
-            if out.returncode != 0:
-                print(f"{name} graphc {backend} failed: {out.stderr.strip()[:300]}")
-                res[backend] = (float("nan"), float("nan"))
-                continue
-            j = json.loads(out.stdout.strip().splitlines()[-1])
-            res[backend] = (j["median_ms"], j["compile_ms"])
+            res[backend] = graphc_bench(a, name, backend, gpath, flags)
         # XLA CPU.
         f = jax.jit(jax_fn(name))
         args = [jax.device_put(inputs[k]) for k in shapes]
@@ -550,15 +572,28 @@ def main():
         except Exception as e:  # a workload IREE cannot compile is reported, not fatal
             print(f"{name} IREE failed: {str(e).strip()[:300]}")
             iree = float("nan")
-        rows.append((name, desc, res["jit"][0], res["interp"][0], xla, ortt, res["jit"][1], xla_compile, res["llvm"], iree))
+        # numpy: W5 only so far.
+        rows.append((name, desc, res["jit"][0], res["interp"][0], xla, ortt, res["jit"][1], xla_compile, res["llvm"], iree, float("nan")))
+
+    def cell(v, width, places=2):
+        """A number, or '-' for one not measured (NaN)."""
+        return f"{v:>{width}.{places}f}" if v == v else f"{'-':>{width}}"
 
     print()
-    print(f"{'':4} {'workload':<44} {'graphc':>9} {'llvm':>9} {'interp':>9} {'XLA':>9} {'ORT':>9} {'IREE':>9} {'XLA/g':>6} {'ORT/g':>6} {'IREE/g':>6} {'XLA/l':>6} {'ORT/l':>6} {'IREE/l':>6}")
-    for name, desc, g, gi, x, o, gc, xc, (lt, lc), ie in rows:
-        print(f"{name:4} {desc:<44} {g:>9.2f} {lt:>9.2f} {gi:>9.2f} {x:>9.2f} {o:>9.2f} {ie:>9.2f} {x / g:>6.2f} {o / g:>6.2f} {ie / g:>6.2f} {x / lt:>6.2f} {o / lt:>6.2f} {ie / lt:>6.2f}")
+    print(f"{'':4} {'workload':<44} {'graphc':>9} {'llvm':>9} {'interp':>9} {'XLA':>9} {'ORT':>9} {'IREE':>9} {'numpy':>9} "
+          f"{'XLA/g':>6} {'ORT/g':>6} {'IREE/g':>6} {'np/g':>6} {'XLA/l':>6} {'ORT/l':>6} {'IREE/l':>6} {'np/l':>6}")
+    for name, desc, g, gi, x, o, gc, xc, (lt, lc), ie, npt in rows:
+        times = "".join(" " + cell(t, 9) for t in (g, lt, gi, x, o, ie, npt))
+        ratios = "".join(" " + cell(p / base, 6) for base in (g, lt) for p in (x, o, ie, npt))
+        print(f"{name:4} {desc:<44}{times}{ratios}")
     print("(milliseconds per step, medians; graphc is the jit backend (Cranelift), llvm the LLVM tier;")
-    print(" ratios above 1 mean graphc (g) or its LLVM tier (l) is faster)")
-    for name, desc, g, gi, x, o, gc, xc, (lt, lc), ie in rows:
+    print(" ratios above 1 mean graphc (g) or its LLVM tier (l) is faster; '-': not measured or failed)")
+    for name, desc, g, gi, x, o, gc, xc, (lt, lc), ie, npt in rows:
+        if name == "W5":
+            gf = {k: W5_FLOPS / (t * 1e-3) / 1e9 for k, t in (("graphc", g), ("llvm", lt), ("XLA", x), ("numpy", npt))}
+            print(f"W5: {W5_FLOPS / 1e9:.2f} GFLOP per step; graphc {gf['graphc']:.1f} GFLOP/s ({100 * gf['graphc'] / peak:.0f}% of peak), "
+                  f"LLVM tier {gf['llvm']:.1f}, XLA {gf['XLA']:.1f}, numpy {gf['numpy']:.1f} GFLOP/s")
+            print(f"W5 compile: graphc {gc:.1f} ms, LLVM tier {lc:.1f} ms, XLA {xc:.1f} ms")
         if name == "W0":
             gbs = 2 * 4 * N / (g * 1e-3) / 1e9
             print(f"W0 bandwidth: graphc {gbs:.1f} GB/s = {100 * gbs / stream_gbs:.0f}% of the STREAM triad")

@@ -783,12 +783,15 @@ fn node_agrees_capped(kernels: &CpuKernels, call: &Call, one: &Module, floor: f6
 }
 
 /// 1e-5 of a bound on a product's terms, `k max|a| max|b|`, from a node's two largest inputs
-/// (k at most the longest last axis).
+/// (k at most the longest of the inputs' last two axes).
 fn product_scale(inputs: &[Tensor]) -> f64 {
     let largest = |t: &Tensor| t.to_f64_vec().into_iter().filter(|x| x.is_finite()).fold(1.0f64, |m, x| m.max(x.abs()));
     let mut maxes: Vec<f64> = inputs.iter().map(largest).collect();
     maxes.sort_by(|a, b| b.total_cmp(a));
-    let k = inputs.iter().filter_map(|t| t.ty().shape.last().copied()).max().unwrap_or(1) as f64;
+    // The summed dim is one of each factor's last two (the second to last of a factor read
+    // transposed, `transpose_a`): the largest of those bounds it.
+    let last_two = |t: &Tensor| t.ty().shape.iter().rev().take(2).max().copied();
+    let k = inputs.iter().filter_map(last_two).max().unwrap_or(1) as f64;
     1e-5 * k * maxes.first().unwrap_or(&1.0) * maxes.get(1).unwrap_or(&1.0)
 }
 

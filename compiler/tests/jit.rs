@@ -124,13 +124,21 @@ fn compare_per_node(m: &Module, what: &str) -> usize {
             let Some(got) = kernels.run(&g.name, n, &mut operands) else { continue };
             let got = got.unwrap_or_else(|e| panic!("{what}: node {:?}: {e}", nd.op));
             // A product's sums may run in another order: its error is relative to the sum of
-            // the terms' magnitudes, (|A||B|)_ij, not to the (possibly cancelled) result.
+            // the terms' magnitudes, (|A||B|)_ij, not to the (possibly cancelled) result, A and
+            // B the factors as the product reads them (a flagged one transposed).
             let scale = matmul_plan(g, n).map(|mp| {
-                let f = |t: &Tensor| match t {
-                    Tensor::F32(a) => a.clone().into_dimensionality::<ndarray::Ix2>().unwrap().mapv(f32::abs),
+                let f = |t: &Tensor, transposed: bool| match t {
+                    Tensor::F32(a) => {
+                        let a = a.clone().into_dimensionality::<ndarray::Ix2>().unwrap().mapv(f32::abs);
+                        if transposed {
+                            a.reversed_axes()
+                        } else {
+                            a
+                        }
+                    }
                     _ => panic!("f32 factors"),
                 };
-                f(inputs[mp.lhs]).dot(&f(inputs[mp.rhs]))
+                f(inputs[mp.lhs], mp.transpose_a).dot(&f(inputs[mp.rhs], mp.transpose_b))
             });
             for (k, t) in got.iter().enumerate() {
                 let want = out.values[nd.operands.len() + k].as_tensor().expect("kernel results are tensors");
@@ -564,6 +572,41 @@ fn kernels_check_their_operands_against_the_plan() {
     }
 }
 
+/// A flagged product's kernel checks each factor against the shape it is stored in: a
+/// transposed factor handed over untransposed (as many elements, other strides) is an
+/// error, not a product of the wrong elements.
+#[test]
+fn flagged_products_check_their_factors_stored_shapes() {
+    use graphc_runtime::CompiledKernels;
+    let text = "graph @g(%x: f32[8,4], %w: f32[6,8], %v: f32[6,8], %b: f32[6]) -> (p: f32[4,6], y: f32[4,6]) {\n  %p = matmul %x, %w {transpose_a = true, transpose_b = true} : f32[4,6]\n  %q = matmul %x, %v {transpose_a = true, transpose_b = true} : f32[4,6]\n  %h = add %q, %b : f32[4,6]\n  %y = relu %h : f32[4,6]\n  return %p, %y\n}\n";
+    let m = optimize(&parse_module(text).unwrap());
+    let kernels = common::cpu_kernels(&m, &CompileOptions::default()).unwrap();
+    let g = &m.graphs[0];
+    let t = |shape: &[usize]| Arc::new(Tensor::F32(ndarray::ArrayD::zeros(shape)));
+    let pool = graphc_runtime::BufferPool::default();
+    for name in ["p", "y"] {
+        let node = g.producer(g.value_named(name).unwrap()).unwrap();
+        // The node's operands by name, the factors stored as given.
+        let operands = |x: &[usize], w: &[usize]| {
+            let by_name = |v: &graphc_ir::Value| match g.values[*v].name.as_deref() {
+                Some("x") => t(x),
+                Some("w" | "v") => t(w),
+                Some("b") => t(&[6]),
+                other => panic!("operand {other:?}"),
+            };
+            graphc_runtime::Operands::new(g.nodes[node].operands.iter().map(by_name).collect(), &pool)
+        };
+        assert!(matmul_plan(g, node).is_some_and(|mp| mp.transpose_a && mp.transpose_b), "{}", print_module(&m));
+        for (x, w) in [([4, 8], [6, 8]), ([8, 4], [8, 6])] {
+            let got = kernels.run("g", node, &mut operands(&x, &w)).expect("a compiled kernel");
+            let e = got.expect_err(name);
+            assert!(e.contains("compiled for f32[8,4]") || e.contains("compiled for f32[6,8]"), "{name}: {e}");
+        }
+        let got = kernels.run("g", node, &mut operands(&[8, 4], &[6, 8])).expect("a compiled kernel");
+        assert_eq!(got.expect(name)[0].shape(), &[4, 6], "{name}");
+    }
+}
+
 /// The process's resident pages, from /proc/self/statm (not its mapped size, which counts
 /// the allocator's reserved arenas whole).
 fn mapped_pages() -> Option<u64> {
@@ -802,12 +845,121 @@ fn max_and_min_of_zeros_give_the_first_zero() {
     }
 }
 
+/// A product `[m,k] x [k,n]` with the flags `(transpose_a, transpose_b)`, its factors
+/// stored as they say, alone or (with `epilogue`) followed by a bias and relu.
+fn flagged_product(m: u64, k: u64, n: u64, (ta, tb): (bool, bool), epilogue: bool) -> Module {
+    let a = if ta { format!("{k},{m}") } else { format!("{m},{k}") };
+    let b = if tb { format!("{n},{k}") } else { format!("{k},{n}") };
+    let flags: Vec<&str> = [(ta, "transpose_a = true"), (tb, "transpose_b = true")]
+        .into_iter()
+        .filter_map(|(on, f)| on.then_some(f))
+        .collect();
+    let attrs = if flags.is_empty() { String::new() } else { format!(" {{{}}}", flags.join(", ")) };
+    let body = if epilogue {
+        format!("  %h = add %p, %bias : f32[{m},{n}]\n  %y = relu %h : f32[{m},{n}]\n  return %y\n")
+    } else {
+        "  return %p\n".to_string()
+    };
+    let y = if epilogue { "y" } else { "p" };
+    let text = format!(
+        "graph @g(%a: f32[{a}], %b: f32[{b}], %bias: f32[{n}]) -> ({y}: f32[{m},{n}]) {{\n  %p = matmul %a, %b{attrs} : f32[{m},{n}]\n{body}}}\n"
+    );
+    parse_module(&text).unwrap_or_else(|d| panic!("{d:?}\n{text}"))
+}
+
+/// Runs `m` (one graph, after the pipeline) compiled against the interpreter, asserting that
+/// every matmul of it, lone or heading an output fusion, has a matmul plan with `flags` and a
+/// compiled kernel (not the reference kernel's fallback); returns how many it checked.
+fn assert_flagged_products_compiled(m: &Module, k: u64, flags: Option<(bool, bool)>) -> usize {
+    let what = print_module(m);
+    let g = &m.graphs[0];
+    let kernels = common::cpu_kernels(m, &CompileOptions::default()).unwrap_or_else(|e| panic!("{what}: {e}"));
+    let mut products = 0;
+    for &node in &g.regions[g.body].nodes {
+        let nd = &g.nodes[node];
+        let head = match nd.op {
+            Op::MatMul => node,
+            Op::Fusion => g.regions[nd.regions[0]].nodes[0],
+            _ => continue,
+        };
+        if g.nodes[head].op != Op::MatMul {
+            continue;
+        }
+        let mp = matmul_plan(g, node).unwrap_or_else(|| panic!("no matmul plan for {:?}: {what}", nd.op));
+        let attr = |f: &str| g.nodes[head].attrs.bool(f).unwrap_or(false);
+        assert_eq!((mp.transpose_a, mp.transpose_b), (attr("transpose_a"), attr("transpose_b")), "{what}");
+        if let Some(flags) = flags {
+            assert_eq!((mp.transpose_a, mp.transpose_b), flags, "{what}");
+        }
+        assert!(kernels.table().get(&g.name, node).is_some(), "{:?} runs on the reference kernel: {what}", nd.op);
+        products += 1;
+    }
+    assert_eq!(compare_per_node(m, &what), kernels.len(), "every compiled node checked on its operands: {what}");
+    // End to end: within 1e-5 of the terms (inputs in [-1, 1), at most k), which the
+    // epilogue (bias, relu) does not amplify.
+    let bnd = Bound::Rel(1e-5, 1e-5 * k as f64);
+    let interp = Session::new(m.clone(), options()).unwrap();
+    let jit = Session::with_compiled(m.clone(), options(), kernels).unwrap();
+    assert_same_within(&run_all(&interp, m, None), &run_all(&jit, m, None), &what, bnd);
+    products
+}
+
+/// The flagged products the gradients of every matmul are made of (`dA = dC B^T`, `dB = A^T
+/// dC`), all four combinations of the flags, alone and heading an output fusion, run compiled
+/// (on gemm, the factors read through their strides) and agree with the interpreter: odd
+/// sizes, 1s, and products above the parallel threshold (`PARALLEL_FLOPS`), which gemm splits
+/// across threads and the epilogue runs by row blocks.
+#[test]
+fn products_with_transposed_operands_run_compiled() {
+    const { assert!(130 * 129 * 65 >= graphc_cpu_runtime::PARALLEL_FLOPS) };
+    let mut shapes =
+        vec![(1, 1, 1), (1, 7, 1), (7, 1, 9), (3, 5, 4), (1, 13, 6), (17, 33, 1), (64, 9, 130), (130, 129, 65)];
+    // And random shapes, from a seeded splitmix64 (the same on every run).
+    let mut state = 0x5eed_u64;
+    let mut next = |below: u64| {
+        state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        (z ^ (z >> 31)) % below
+    };
+    let sizes = [1u64, 2, 3, 5, 8, 11, 16, 31, 64, 97];
+    for _ in 0..6 {
+        let mut pick = || sizes[next(sizes.len() as u64) as usize];
+        shapes.push((pick(), pick(), pick()));
+    }
+    for (m, k, n) in shapes {
+        for flags in [(false, false), (true, false), (false, true), (true, true)] {
+            for epilogue in [false, true] {
+                let module = flagged_product(m, k, n, flags, epilogue);
+                // As written (the epilogue's ops as kernels of their own) and after the
+                // pipeline (the product heading an output fusion).
+                assert_eq!(assert_flagged_products_compiled(&module, k, Some(flags)), 1);
+                let fused = optimize(&module);
+                assert_eq!(assert_flagged_products_compiled(&fused, k, Some(flags)), 1);
+                if epilogue {
+                    let g = &fused.graphs[0];
+                    let fusion = g.regions[g.body].nodes.iter().find(|&&x| g.nodes[x].op == Op::Fusion);
+                    let mp = fusion.and_then(|&x| matmul_plan(g, x)).expect("an output fusion");
+                    assert!(mp.epilogue.is_some(), "{}", print_module(&fused));
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn products_with_transposed_operands_run_alike() {
-    // matmul's transpose flags, lone and heading an output fusion (after the pipeline), with
-    // the interpreter's results whichever backend takes them.
+    // matmul's transpose flags, lone and heading an output fusion (after the pipeline), each
+    // product compiled; and transposes of the last two dims, which canonicalization folds
+    // into the flags.
     let src = "graph @g(%a: f32[5,3], %b: f32[4,5], %d: f32[5,4], %bias: f32[4]) -> (x: f32[3,4], y: f32[3,4], z: f32[3,3]) {\n  %x = matmul %a, %b {transpose_a = true, transpose_b = true} : f32[3,4]\n  %p = matmul %a, %d {transpose_a = true} : f32[3,4]\n  %q = add %p, %bias : f32[3,4]\n  %y = relu %q : f32[3,4]\n  %z = matmul %x, %y {transpose_b = true} : f32[3,3]\n  return %x, %y, %z\n}\n";
     let m = parse_module(src).unwrap();
-    compare(&m, "transposed products", None);
-    compare(&optimize(&m), "transposed products after the pipeline", None);
+    assert_eq!(assert_flagged_products_compiled(&m, 5, None), 3);
+    assert_eq!(assert_flagged_products_compiled(&optimize(&m), 5, None), 3);
+    let src = "graph @g(%a: f32[5,3], %b: f32[4,5]) -> (y: f32[3,4]) {\n  %at = transpose %a {perm = [1, 0]} : f32[3,5]\n  %bt = transpose %b {perm = [1, 0]} : f32[5,4]\n  %y = matmul %at, %bt : f32[3,4]\n  return %y\n}\n";
+    let m = optimize(&parse_module(src).unwrap());
+    let g = &m.graphs[0];
+    assert!(g.regions[g.body].nodes.iter().all(|&x| g.nodes[x].op != Op::Transpose), "{}", print_module(&m));
+    assert_eq!(assert_flagged_products_compiled(&m, 5, Some((true, true))), 1);
 }

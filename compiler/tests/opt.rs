@@ -31,7 +31,9 @@ fn print_after_all_dumps_valid_ir_after_each_pass() {
     let (_, stderr) = text(&o);
     assert!(o.status.success());
     let dumps: Vec<&str> = stderr.split("// ----- IR after ").skip(1).collect();
-    assert_eq!(dumps.len(), 5, "{stderr}");
+    // The lowerings (autodiff), then the five passes of the default pipeline.
+    assert_eq!(dumps.len(), 6, "{stderr}");
+    assert!(dumps[0].starts_with("autodiff"), "{stderr}");
     let dir = std::env::temp_dir().join(format!("graphc-dumps-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     for (i, d) in dumps.iter().enumerate() {

@@ -210,25 +210,96 @@ struct Pointers {
 unsafe impl Send for Pointers {}
 unsafe impl Sync for Pointers {}
 
-/// `c = a b` for row-major `a: [m, k]`, `b: [k, n]`, `c: [m, n]`; `c` is cleared and
-/// filled. The lengths are checked, so this is safe to call with any buffers.
-pub fn matmul(
-    a: &[f32],
-    b: &[f32],
-    c: &mut Vec<f32>,
-    (m, k, n): (usize, usize, usize),
-    threads: usize,
-) -> Result<(), String> {
-    let mn = m.checked_mul(n).ok_or("a product too large to index")?;
-    if Some(a.len()) != m.checked_mul(k) || Some(b.len()) != k.checked_mul(n) {
-        return Err(format!("factors of {} and {} elements for a [{m},{k}] x [{k},{n}] product", a.len(), b.len()));
+/// A matrix product `[m, k] x [k, n]` and how its factors are stored: each row-major, the
+/// lhs as `[k, m]` when `transpose_a` and the rhs as `[n, k]` when `transpose_b` (the
+/// product reads a transposed factor through swapped strides, never a copy).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Product {
+    pub m: usize,
+    pub k: usize,
+    pub n: usize,
+    pub transpose_a: bool,
+    pub transpose_b: bool,
+}
+
+impl Product {
+    /// The lhs as stored: `[m, k]`, or `[k, m]` when transposed.
+    pub fn lhs_shape(&self) -> [usize; 2] {
+        if self.transpose_a {
+            [self.k, self.m]
+        } else {
+            [self.m, self.k]
+        }
     }
+
+    /// The rhs as stored: `[k, n]`, or `[n, k]` when transposed.
+    pub fn rhs_shape(&self) -> [usize; 2] {
+        if self.transpose_b {
+            [self.n, self.k]
+        } else {
+            [self.k, self.n]
+        }
+    }
+
+    /// The strides (row, column) at which the product reads its `[m, k]` lhs from the stored
+    /// buffer.
+    pub fn lhs_strides(&self) -> (usize, usize) {
+        if self.transpose_a {
+            (1, self.m)
+        } else {
+            (self.k, 1)
+        }
+    }
+
+    /// The strides (row, column) at which the product reads its `[k, n]` rhs from the stored
+    /// buffer.
+    pub fn rhs_strides(&self) -> (usize, usize) {
+        if self.transpose_b {
+            (1, self.k)
+        } else {
+            (self.n, 1)
+        }
+    }
+}
+
+/// `c = a b` for `a`, `b` stored row-major as `p` says (`[m, k]` or, transposed, `[k, m]`;
+/// `[k, n]` or `[n, k]`) and `c: [m, n]` row-major; `c` is cleared and filled. The lengths
+/// are checked against the stored shapes, so this is safe to call with any buffers.
+pub fn matmul(a: &[f32], b: &[f32], c: &mut Vec<f32>, p: Product, threads: usize) -> Result<(), String> {
+    let Product { m, k, n, .. } = p;
+    let mn = m.checked_mul(n).ok_or("a product too large to index")?;
+    let elements = |[r, c]: [usize; 2]| r.checked_mul(c);
+    let (sa, sb) = (p.lhs_shape(), p.rhs_shape());
+    if Some(a.len()) != elements(sa) || Some(b.len()) != elements(sb) {
+        return Err(format!(
+            "factors of {} and {} elements for a product of f32[{},{}]{} and f32[{},{}]{}",
+            a.len(),
+            b.len(),
+            sa[0],
+            sa[1],
+            if p.transpose_a { " (transposed)" } else { "" },
+            sb[0],
+            sb[1],
+            if p.transpose_b { " (transposed)" } else { "" },
+        ));
+    }
+    // Every stride and extent as gemm's isize (the buffers' lengths bound them, but a zero
+    // dimension leaves the others unbounded).
+    let signed =
+        |x: usize| isize::try_from(x).map_err(|_| format!("a [{m},{k}] x [{k},{n}] product too large to index"));
+    let (a_rs, a_cs) = p.lhs_strides();
+    let (b_rs, b_cs) = p.rhs_strides();
+    let (a_rs, a_cs, b_rs, b_cs, c_rs) = (signed(a_rs)?, signed(a_cs)?, signed(b_rs)?, signed(b_cs)?, signed(n)?);
+    signed(m)?;
+    signed(k)?;
     c.clear();
     c.reserve(mn);
-    // SAFETY: `a` holds m*k and `b` k*n elements and `c` has capacity m*n (checked and
-    // reserved just above), all row-major with the strides given; with read_dst false
-    // gemm does not read `c` (dst = alpha dst + beta a b, alpha unused) and writes every
-    // element of it, so its length can then be m*n.
+    // SAFETY: gemm reads lhs element (i, p), i < m, p < k, at `a + i*a_rs + p*a_cs`, at most
+    // (m-1)k + (k-1) = mk - 1 untransposed and (m-1) + (k-1)m = mk - 1 transposed, within
+    // `a`'s m*k elements (checked above); rhs element (p, j) likewise within `b`'s k*n; `c`
+    // has capacity m*n (reserved just above), row-major. With read_dst false gemm does not
+    // read `c` (dst = alpha dst + beta a b, alpha unused) and writes every element of it, so
+    // its length can then be m*n.
     unsafe {
         gemm::gemm(
             m,
@@ -236,14 +307,14 @@ pub fn matmul(
             k,
             c.as_mut_ptr(),
             1,
-            n as isize,
+            c_rs,
             false,
             a.as_ptr(),
-            1,
-            k as isize,
+            a_cs,
+            a_rs,
             b.as_ptr(),
-            1,
-            n as isize,
+            b_cs,
+            b_rs,
             0.0,
             1.0,
             false,
@@ -297,5 +368,47 @@ mod tests {
         let e = entry(vec![]);
         let err = run(&e, &[In::Output(0), In::Slice(&b)]).unwrap_err();
         assert!(err.contains("input 0 may not be written over"), "{err}");
+    }
+
+    /// `a b` summed in f64 from the stored buffers, each read through its flag.
+    fn naive(a: &[f32], b: &[f32], p: Product) -> Vec<f32> {
+        let Product { m, k, n, transpose_a, transpose_b } = p;
+        let at = |i: usize, t: usize| if transpose_a { a[t * m + i] } else { a[i * k + t] };
+        let bt = |t: usize, j: usize| if transpose_b { b[j * k + t] } else { b[t * n + j] };
+        (0..m * n)
+            .map(|x| (0..k).map(|t| f64::from(at(x / n, t)) * f64::from(bt(t, x % n))).sum::<f64>() as f32)
+            .collect()
+    }
+
+    #[test]
+    fn transposed_factors_are_read_through_their_strides() {
+        for (m, k, n) in [(1, 1, 1), (3, 5, 4), (7, 1, 9), (1, 13, 1), (65, 33, 17)] {
+            for (transpose_a, transpose_b) in [(false, false), (true, false), (false, true), (true, true)] {
+                let p = Product { m, k, n, transpose_a, transpose_b };
+                let a: Vec<f32> = (0..m * k).map(|i| ((i * 7 % 11) as f32 - 5.0) / 4.0).collect();
+                let b: Vec<f32> = (0..k * n).map(|i| ((i * 5 % 13) as f32 - 6.0) / 8.0).collect();
+                for threads in [1, 4] {
+                    let mut c = vec![9.0; 3];
+                    matmul(&a, &b, &mut c, p, threads).unwrap();
+                    let want = naive(&a, &b, p);
+                    assert_eq!(c.len(), m * n);
+                    for (i, (x, y)) in c.iter().zip(&want).enumerate() {
+                        assert!((x - y).abs() <= 1e-5 * k as f32, "{p:?}, element {i}: {x} vs {y}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn factors_are_checked_against_their_stored_shapes() {
+        let p = Product { m: 2, k: 3, n: 4, transpose_a: true, transpose_b: false };
+        assert_eq!((p.lhs_shape(), p.rhs_shape()), ([3, 2], [3, 4]));
+        let mut c = Vec::new();
+        let err = matmul(&[0.0; 6], &[0.0; 11], &mut c, p, 1).unwrap_err();
+        assert!(err.contains("f32[3,2] (transposed) and f32[3,4]"), "{err}");
+        let p = Product { transpose_a: false, transpose_b: true, ..p };
+        let err = matmul(&[0.0; 5], &[0.0; 12], &mut c, p, 1).unwrap_err();
+        assert!(err.contains("f32[2,3] and f32[4,3] (transposed)"), "{err}");
     }
 }

@@ -1,7 +1,7 @@
 //! Compiled kernels as sessions run them: what each reads and writes, described by the
 //! compile half from its plan, and the driver that feeds it its operands' buffers.
 
-use crate::entry::{self, Entry, In};
+use crate::entry::{self, Entry, In, Product};
 use crate::rows::{row_blocks, with_scratch, PARALLEL_ELEMENTS, PARALLEL_FLOPS};
 use graphc_ir::{DType, TensorType};
 use graphc_runtime::{Kernel, Operands, Tensor};
@@ -34,7 +34,9 @@ pub struct LoopKernel {
 
 /// A matrix product `[m, k] x [k, n]` of operands `lhs` and `rhs`, and its elementwise
 /// epilogue: a loop kernel whose input 0 is the product, and whose other inputs are the
-/// operands listed.
+/// operands listed. With `transpose_a` the lhs operand is stored `[k, m]`, with
+/// `transpose_b` the rhs `[n, k]` (the IR's matmul flags): the product reads them through
+/// swapped strides, and each operand is checked against its stored shape.
 #[derive(Debug)]
 pub struct MatMulKernel {
     pub m: usize,
@@ -42,6 +44,8 @@ pub struct MatMulKernel {
     pub n: usize,
     pub lhs: usize,
     pub rhs: usize,
+    pub transpose_a: bool,
+    pub transpose_b: bool,
     pub epilogue: Option<(LoopKernel, Vec<usize>)>,
 }
 
@@ -142,9 +146,14 @@ impl LoopKernel {
 }
 
 impl MatMulKernel {
+    /// The product's sizes and how its factors are stored.
+    pub fn product(&self) -> Product {
+        Product { m: self.m, k: self.k, n: self.n, transpose_a: self.transpose_a, transpose_b: self.transpose_b }
+    }
+
     pub fn run(&self, operands: &Operands<'_>) -> Result<Vec<Tensor>, String> {
         let inputs = operands.all();
-        let contiguous = |i: usize, rows: usize, cols: usize| -> Result<Cow<'_, [f32]>, String> {
+        let contiguous = |i: usize, [rows, cols]: [usize; 2]| -> Result<Cow<'_, [f32]>, String> {
             let ty = TensorType::new(DType::F32, [rows as u64, cols as u64]);
             match inputs.get(i) {
                 Some(t @ Tensor::F32(a)) => {
@@ -156,7 +165,10 @@ impl MatMulKernel {
             }
         };
         let (m, k, n) = (self.m, self.k, self.n);
-        let (a, b) = (contiguous(self.lhs, m, k)?, contiguous(self.rhs, k, n)?);
+        let product = self.product();
+        // Each factor as stored (a transposed one too: the product reads it through its
+        // strides), checked against the shape the plan stored it in.
+        let (a, b) = (contiguous(self.lhs, product.lhs_shape())?, contiguous(self.rhs, product.rhs_shape())?);
         let size = m * n;
         // The epilogue's other inputs, and its outputs: in place over the product when it has
         // one.
@@ -181,7 +193,7 @@ impl MatMulKernel {
         };
         let parallel = m * n * k >= PARALLEL_FLOPS && m > 1 && rayon::current_thread_index().is_none();
         let mut c: Vec<f32> = operands.alloc_f32(size)?;
-        entry::matmul(&a, &b, &mut c, (m, k, n), if parallel { rayon::current_num_threads() } else { 1 })?;
+        entry::matmul(&a, &b, &mut c, product, if parallel { rayon::current_num_threads() } else { 1 })?;
         let out = TensorType::new(DType::F32, [m as u64, n as u64]);
         let Some((lk, _)) = &self.epilogue else { return to_tensors(vec![c], &out) };
         let blocks = row_blocks(m, parallel);

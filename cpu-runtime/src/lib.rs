@@ -14,6 +14,6 @@ mod kernel;
 pub mod math;
 mod rows;
 
-pub use entry::{matmul, Entry, Extents, In, KernelFn};
+pub use entry::{matmul, Entry, Extents, In, KernelFn, Product};
 pub use kernel::{CpuKernel, LoopInput, LoopKernel, MatMulKernel};
 pub use rows::{row_blocks, PARALLEL_ELEMENTS, PARALLEL_FLOPS};

@@ -16,6 +16,7 @@ mod dispatch;
 mod elementwise;
 mod entry;
 mod graph;
+mod loss;
 mod nn;
 mod reduce;
 mod shape;

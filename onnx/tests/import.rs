@@ -250,3 +250,92 @@ fn old_opsets_have_their_versions_semantics() {
     let e = run_one(9, bn, (&[1, 1, 2], vec![1.0, 2.0]), p, &[("y", &[1, 1, 2]), ("rm", &[1])]).unwrap_err();
     assert!(e.contains("BatchNormalization-9 in training mode"), "{e}");
 }
+
+fn str_attr(name: &str, v: &str) -> AttributeProto {
+    AttributeProto {
+        name: Some(name.into()),
+        s: Some(v.as_bytes().to_vec()),
+        r#type: Some(attribute_type::STRING),
+        ..Default::default()
+    }
+}
+
+fn int64s(name: &str, dims: &[i64], v: &[i64]) -> TensorProto {
+    TensorProto {
+        name: Some(name.into()),
+        dims: dims.to_vec(),
+        data_type: Some(data_type::INT64),
+        int64_data: v.to_vec(),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn losses_with_weights_and_ignore_index_match_hand_computation() {
+    let (ln2, ln3, ln4, ln5) = (2f64.ln(), 3f64.ln(), 4f64.ln(), 5f64.ln());
+    // Scores [N = 2, C = 3, d1 = 2]; per example (n, d) over the classes:
+    // (0, 0): [0, 0, 0]        softmax [1/3, 1/3, 1/3]
+    // (0, 1): [0, ln 2, 0]     softmax [1/4, 1/2, 1/4]
+    // (1, 0): [ln 3, 0, 0]     softmax [3/5, 1/5, 1/5]
+    // (1, 1): [100, -100, 5]   (its label is ignored; large, so log-softmax must be stable)
+    let x = |inf: f32| vec![0.0, inf, 0.0, ln2 as f32, 0.0, 0.0, ln3 as f32, 100.0, 0.0, -100.0, 0.0, 5.0];
+    let weights = || floats("w", &[3], &[1.0, 2.0, 3.0]);
+
+    // SoftmaxCrossEntropyLoss, labels [[0, 2], [1, -1]], ignore_index -1, mean: the weighted
+    // losses over the sum of the weights applied (the ignored example's weight is 0):
+    // (1 ln 3 + 3 ln 4 + 2 ln 5) / (1 + 3 + 2).
+    let labels = int64s("y", &[2, 2], &[0, 2, 1, -1]);
+    let sce = node(
+        "SoftmaxCrossEntropyLoss",
+        &["x", "y", "w"],
+        &["z", "log_prob"],
+        vec![int_attr("ignore_index", -1), str_attr("reduction", "mean")],
+    );
+    let out = run_one(
+        13,
+        sce,
+        (&[2, 3, 2], x(0.0)),
+        vec![labels.clone(), weights()],
+        &[("z", &[]), ("log_prob", &[2, 3, 2])],
+    )
+    .unwrap();
+    assert!(close(&out[0], &[(ln3 + 3.0 * ln4 + 2.0 * ln5) / 6.0]), "{out:?}");
+    // log_prob keeps the scores' layout [N, C, d1].
+    let log_prob = [-ln3, -ln4, -ln3, -ln2, -ln3, -ln4, -ln5 + ln3, 0.0, -ln5, -200.0, -ln5, -95.0];
+    assert!(close(&out[1], &log_prob), "{out:?}");
+
+    // The same with reduction "sum" and opset 12.
+    let sce = node(
+        "SoftmaxCrossEntropyLoss",
+        &["x", "y", "w"],
+        &["z"],
+        vec![int_attr("ignore_index", -1), str_attr("reduction", "sum")],
+    );
+    let out = run_one(12, sce, (&[2, 3, 2], x(0.0)), vec![labels, weights()], &[("z", &[])]).unwrap();
+    assert!(close(&out[0], &[ln3 + 3.0 * ln4 + 2.0 * ln5]), "{out:?}");
+
+    // NegativeLogLikelihoodLoss reads the scores as log-probabilities: loss = -x[label] *
+    // weights[label], 0 where ignored. Labels [[1, 1], [0, 7]] with ignore_index 7 (out of
+    // range: it must not index anything); a -inf log-probability of a class that is not the
+    // label (class 0 of example (0, 1)) leaves the loss finite.
+    let labels = int64s("y", &[2, 2], &[1, 1, 0, 7]);
+    let per_example = [0.0, -2.0 * ln2, -ln3, 0.0];
+    for (reduction, expected) in [
+        ("none", per_example.to_vec()),
+        ("sum", vec![-2.0 * ln2 - ln3]),
+        // Divided by the applied weights 2 + 2 + 1 (the ignored example's is 0).
+        ("mean", vec![(-2.0 * ln2 - ln3) / 5.0]),
+    ] {
+        let nll = node(
+            "NegativeLogLikelihoodLoss",
+            &["x", "y", "w"],
+            &["z"],
+            vec![int_attr("ignore_index", 7), str_attr("reduction", reduction)],
+        );
+        let shape: &[i64] = if reduction == "none" { &[2, 2] } else { &[] };
+        let out =
+            run_one(13, nll, (&[2, 3, 2], x(f32::NEG_INFINITY)), vec![labels.clone(), weights()], &[("z", shape)])
+                .unwrap();
+        assert!(close(&out[0], &expected), "{reduction}: {out:?}");
+    }
+}

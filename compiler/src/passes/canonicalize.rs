@@ -6,7 +6,9 @@
 //!   broadcasts to the operand's own shape, identity transposes, empty reductions, full slices,
 //!   `select` on a constant condition.
 //! - Chains: transpose of transpose composes (vanishing when the composition is the identity),
-//!   reshape of reshape and broadcast of broadcast keep only the last.
+//!   reshape of reshape and broadcast of broadcast keep only the last; a `matmul` factor that
+//!   is a `transpose` swapping its last two dims (the others in place) becomes the matmul's
+//!   `transpose_a`/`transpose_b` flag, toggled (the transpose stays if others use it).
 //! - Implicit broadcasts: an elementwise op whose operand is an explicit `broadcast` takes the
 //!   broadcast's input when numpy broadcasting gives the same result type.
 //! - Composites: `softmax` expands to reduce_max, sub, exp, reduce_sum and div, so fusion sees
@@ -190,6 +192,27 @@ fn rule(g: &Graph, n: Node) -> Option<Rewrite> {
                 NewNode::of(Op::Transpose, &[inner.operands[0]]).attr("perm", Attr::Ints(composed))
             ]))
         }
+        Op::MatMul => {
+            // A factor that is a transpose of its last two dims is the product's flag: the
+            // product reads the transpose's operand with the flag toggled (the transpose
+            // stays while something else uses it).
+            let mut operands = ops.clone();
+            let mut attrs = nd.attrs.clone();
+            for (i, flag) in [(0, "transpose_a"), (1, "transpose_b")] {
+                let Some(t) = def(ops[i]).filter(|p| p.op == Op::Transpose && swaps_last_two(p.attrs.ints("perm")))
+                else {
+                    continue;
+                };
+                operands[i] = t.operands[0];
+                attrs.set(flag, Attr::Bool(!nd.attrs.bool(flag).unwrap_or(false)));
+            }
+            if operands == *ops {
+                return None;
+            }
+            let mut new = NewNode::of(Op::MatMul, &operands);
+            new.attrs = attrs;
+            Some(Rewrite::Nodes(vec![new]))
+        }
         Op::Reshape | Op::Broadcast => {
             let inner = def(ops[0]).filter(|p| p.op == nd.op)?;
             let shape = nd.attrs.ints("shape")?.to_vec();
@@ -229,4 +252,21 @@ fn rule(g: &Graph, n: Node) -> Option<Rewrite> {
         }
         _ => None,
     }
+}
+
+/// Whether `perm` swaps the last two dims and keeps every other in place (a matrix transpose
+/// of each batch element: a matmul's flag).
+fn swaps_last_two(perm: Option<&[i64]>) -> bool {
+    let Some(perm) = perm else { return false };
+    let r = perm.len() as i64;
+    let swapped = |i: i64| {
+        if i == r - 2 {
+            r - 1
+        } else if i == r - 1 {
+            r - 2
+        } else {
+            i
+        }
+    };
+    r >= 2 && perm.iter().zip(0..).all(|(&p, i)| p == swapped(i))
 }

@@ -122,12 +122,22 @@ fn fusible(g: &Graph, n: Node) -> bool {
         matches!(nd.op.kind(), OpKind::Elementwise | OpKind::Injective | OpKind::Reduction | OpKind::Contraction);
     kind_ok
         && nd.op != Op::Identity
+        && (nd.op.kind() != OpKind::Reduction || along_last_axis(g, n))
         && nd.control_deps.is_empty()
         && nd.regions.is_empty()
         && nd.results.iter().all(|&v| {
             matches!(g.values[v].ty, Type::Tensor(_))
                 && g.uses(v).iter().all(|u| !matches!(u, graphc_ir::Use::Control(..)))
         })
+}
+
+/// Whether a reduction reduces its operand's last axis alone: what a kernel's row reductions
+/// are. Others (a bias gradient's sum over the batch) run alone, and the elementwise ops
+/// around them fuse into kernels of their own.
+fn along_last_axis(g: &Graph, n: Node) -> bool {
+    let nd = &g.nodes[n];
+    let rank = g.values[nd.operands[0]].ty.as_tensor().map_or(0, |t| t.rank() as i64);
+    matches!(nd.attrs.ints("axes"), Some([a]) if rank > 0 && a.rem_euclid(rank) == rank - 1)
 }
 
 /// What a reduction reduces: the operand's type, the axes (normalized, sorted) and whether it

@@ -78,7 +78,10 @@ pub fn allowed(m: &Module, inputs: &[Tensor]) -> Option<Vec<Bounds>> {
             Op::Sqrt => {
                 map(arg(0)?, &shape, 1.0, |lo, hi| (if lo < 0.0 && hi >= 0.0 { 0.0 } else { lo.sqrt() }, hi.sqrt()))
             }
-            Op::MatMul => matmul(arg(0)?, arg(1)?, &shape)?,
+            Op::MatMul => {
+                let flag = |f: &str| matches!(nd.attrs.get(f), Some(Attr::Bool(true)));
+                matmul(arg(0)?, arg(1)?, (flag("transpose_a"), flag("transpose_b")), &shape)?
+            }
             // Within [-1, 1], and exactly ±1 where the reference's f32 tanh is (SPEC §12).
             Op::Tanh => {
                 let b = clamped(increasing(arg(0)?, &shape, 5.0, f64::tanh), -1.0, 1.0);
@@ -324,20 +327,25 @@ fn select(c: &Bounds, x: &Bounds, y: &Bounds, shape: &[usize]) -> Bounds {
     out
 }
 
-/// A matrix product of rank-2 operands: each term's interval summed, and then 1e-5 of the sum
-/// of the terms' magnitudes either way (SPEC §12's bound for a product, which any summation
-/// order meets).
-fn matmul(a: &Bounds, b: &Bounds, shape: &[usize]) -> Option<Bounds> {
-    let (&[m, k], &[k2, n]) = (a.shape.as_slice(), b.shape.as_slice()) else { return None };
+/// A matrix product of rank-2 operands, each read as its transpose where its flag says
+/// (`transpose_a`: `a` is `[k, m]`; `transpose_b`: `b` is `[n, k]`): each term's interval
+/// summed, and then 1e-5 of the sum of the terms' magnitudes either way (SPEC §12's bound for
+/// a product, which any summation order meets).
+fn matmul(a: &Bounds, b: &Bounds, (ta, tb): (bool, bool), shape: &[usize]) -> Option<Bounds> {
+    let (&[a0, a1], &[b0, b1]) = (a.shape.as_slice(), b.shape.as_slice()) else { return None };
+    let ((m, k), (k2, n)) = (if ta { (a1, a0) } else { (a0, a1) }, if tb { (b1, b0) } else { (b0, b1) });
     if k != k2 || shape != [m, n] {
         return None;
     }
+    // Where the factors' elements (i, t) and (t, j) are stored.
+    let at = |i: usize, t: usize| if ta { t * m + i } else { i * k + t };
+    let bt = |t: usize, j: usize| if tb { j * k + t } else { t * n + j };
     let (mut lo, mut hi) = (vec![0.0; m * n], vec![0.0; m * n]);
     for i in 0..m {
         for j in 0..n {
             let (mut l, mut h, mut size) = (0.0, 0.0, 0.0);
             for t in 0..k {
-                let (x, y) = ((a.lo[i * k + t], a.hi[i * k + t]), (b.lo[t * n + j], b.hi[t * n + j]));
+                let (x, y) = ((a.lo[at(i, t)], a.hi[at(i, t)]), (b.lo[bt(t, j)], b.hi[bt(t, j)]));
                 let (pl, ph) = hull(&[x.0 * y.0, x.0 * y.1, x.1 * y.0, x.1 * y.1]);
                 (l, h) = (l + pl, h + ph);
                 let term = nan_max(x.0.abs(), x.1.abs()) * nan_max(y.0.abs(), y.1.abs());

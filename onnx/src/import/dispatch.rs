@@ -3,13 +3,13 @@
 //! slice; the table is their union, indexed by operator type on first use.
 
 use super::entry::OpEntry;
-use super::{activation, constant, conv, elementwise, nn, reduce, shape};
+use super::{activation, constant, conv, elementwise, loss, nn, reduce, shape};
 use std::collections::HashMap;
 use std::sync::LazyLock;
 
 /// Every family's operators.
 const FAMILIES: &[&[OpEntry]] =
-    &[elementwise::OPS, activation::OPS, constant::OPS, shape::OPS, reduce::OPS, nn::OPS, conv::OPS];
+    &[elementwise::OPS, activation::OPS, constant::OPS, shape::OPS, reduce::OPS, nn::OPS, conv::OPS, loss::OPS];
 
 /// Operator type to its entries, latest `since` first.
 static TABLE: LazyLock<HashMap<&'static str, Vec<&'static OpEntry>>> = LazyLock::new(|| {
@@ -109,6 +109,7 @@ mod tests {
             "Mish",
             "Mul",
             "Neg",
+            "NegativeLogLikelihoodLoss",
             "Not",
             "Or",
             "PRelu",
@@ -126,6 +127,7 @@ mod tests {
             "Size",
             "Slice",
             "Softmax",
+            "SoftmaxCrossEntropyLoss",
             "Softplus",
             "Softsign",
             "Split",

@@ -37,7 +37,8 @@ pub fn loop_kernel(p: &LoopPlan, entry: Entry) -> LoopKernel {
     }
 }
 
-/// The matrix-product kernel of `p`, with `epilogue` generated from its epilogue's plan.
+/// The matrix-product kernel of `p`, with `epilogue` generated from its epilogue's plan; its
+/// factors stored as the plan's flags say (the run half checks each against that shape).
 pub fn matmul_kernel(p: &MatMulPlan, epilogue: Option<Entry>) -> Result<MatMulKernel, String> {
     let epilogue = match (&p.epilogue, epilogue) {
         (Some((lp, used)), Some(e)) => Some((loop_kernel(lp, e), used.clone())),
@@ -45,5 +46,14 @@ pub fn matmul_kernel(p: &MatMulPlan, epilogue: Option<Entry>) -> Result<MatMulKe
         (Some(_), None) => return Err("a matmul epilogue without code".into()),
         (None, Some(_)) => return Err("code for a matmul without an epilogue".into()),
     };
-    Ok(MatMulKernel { m: p.m, k: p.k, n: p.n, lhs: p.lhs, rhs: p.rhs, epilogue })
+    Ok(MatMulKernel {
+        m: p.m,
+        k: p.k,
+        n: p.n,
+        lhs: p.lhs,
+        rhs: p.rhs,
+        transpose_a: p.transpose_a,
+        transpose_b: p.transpose_b,
+        epilogue,
+    })
 }

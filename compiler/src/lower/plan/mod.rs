@@ -285,6 +285,10 @@ pub struct MatMulPlan {
     /// Which kernel operands are the two factors.
     pub lhs: usize,
     pub rhs: usize,
+    /// The matmul's flags: the lhs operand is stored `[k, m]` and read as its transpose, the
+    /// rhs `[n, k]` likewise (through swapped strides; nothing is transposed in memory).
+    pub transpose_a: bool,
+    pub transpose_b: bool,
     /// The epilogue over `[m, n]` rows: its input 0 is the product, input i > 0 is kernel
     /// operand `epilogue_operands[i - 1]`. `None`: the product is the result.
     pub epilogue: Option<(LoopPlan, Vec<usize>)>,
@@ -306,17 +310,20 @@ pub fn matmul_plan(g: &Graph, node: Node) -> Option<MatMulPlan> {
     if md.op != Op::MatMul {
         return None;
     }
-    // A product of transposed operands stays with the interpreter until the run half's driver
-    // takes the flags.
-    if ["transpose_a", "transpose_b"].iter().any(|&f| md.attrs.bool(f) == Some(true)) {
-        return None;
-    }
+    // A flagged factor is read as its transpose: `[k, m]` for the lhs, `[n, k]` for the rhs.
+    let transpose_a = md.attrs.bool("transpose_a").unwrap_or(false);
+    let transpose_b = md.attrs.bool("transpose_b").unwrap_or(false);
     let t = |v: Value| g.values[v].ty.as_tensor().cloned();
     let (a, b, c) = (t(md.operands[0])?, t(md.operands[1])?, t(md.results[0])?);
-    if [&a, &b, &c].iter().any(|x| x.dtype != DType::F32 || x.rank() != 2) || a.shape[1] != b.shape[0] {
+    if [&a, &b, &c].iter().any(|x| x.dtype != DType::F32 || x.rank() != 2) {
         return None;
     }
-    let (m, k, n) = (a.shape[0] as usize, a.shape[1] as usize, b.shape[1] as usize);
+    let read = |s: &[u64], transpose: bool| if transpose { (s[1], s[0]) } else { (s[0], s[1]) };
+    let ((m, k), (kb, n)) = (read(&a.shape, transpose_a), read(&b.shape, transpose_b));
+    if k != kb || c.shape != [m, n] {
+        return None;
+    }
+    let (m, k, n) = (m as usize, k as usize, n as usize);
     // Generated code addresses bytes with i64 strides: sizes past that (which no allocation
     // could hold anyway) stay with the interpreter, which fails them as too large.
     let fits =
@@ -349,7 +356,47 @@ pub fn matmul_plan(g: &Graph, node: Node) -> Option<MatMulPlan> {
         }
         Some((p, used))
     };
-    Some(MatMulPlan { m, k, n, lhs, rhs, epilogue })
+    Some(MatMulPlan { m, k, n, lhs, rhs, transpose_a, transpose_b, epilogue })
+}
+
+impl MatMulPlan {
+    /// The lhs operand's shape as stored: `[m, k]`, or `[k, m]` when transposed.
+    pub fn lhs_shape(&self) -> [usize; 2] {
+        if self.transpose_a {
+            [self.k, self.m]
+        } else {
+            [self.m, self.k]
+        }
+    }
+
+    /// The rhs operand's shape as stored: `[k, n]`, or `[n, k]` when transposed.
+    pub fn rhs_shape(&self) -> [usize; 2] {
+        if self.transpose_b {
+            [self.n, self.k]
+        } else {
+            [self.k, self.n]
+        }
+    }
+
+    /// The strides (row, column), in elements of the stored lhs, at which the product reads
+    /// its `[m, k]` lhs.
+    pub fn lhs_strides(&self) -> (usize, usize) {
+        if self.transpose_a {
+            (1, self.m)
+        } else {
+            (self.k, 1)
+        }
+    }
+
+    /// The strides (row, column), in elements of the stored rhs, at which the product reads
+    /// its `[k, n]` rhs.
+    pub fn rhs_strides(&self) -> (usize, usize) {
+        if self.transpose_b {
+            (1, self.k)
+        } else {
+            (self.n, 1)
+        }
+    }
 }
 
 /// What a kernel computes.

@@ -23,7 +23,9 @@
 //! Steps are numbered `sN` in order (inputs first); a step computed once per row says `row
 //! value`, a reduction its pass, a step kept in the scratch row its slot. Results are `outK`,
 //! `per row` when one value per row. A matmul plan names the kernel operands it multiplies
-//! (`opN`) and its epilogue's inputs, then the epilogue's loop plan, indented.
+//! (`opN`), each factor as stored with the strides the product reads it with (`transposed`
+//! where the matmul's flag says so: `lhs: f32[K,M] transposed, row stride 1, col stride M`),
+//! and its epilogue's inputs, then the epilogue's loop plan, indented.
 
 use super::{InputMap, Kernel, KernelPlan, LoopPlan, MatMulPlan, Step};
 use graphc_ir::{Graph, Module, Node};
@@ -123,6 +125,16 @@ fn write_matmul(f: &mut impl Write, p: &MatMulPlan, indent: &str) -> fmt::Result
         k = p.k,
         n = p.n
     )?;
+    // Each factor as stored, and the strides the product reads it with as `[m,k]` and
+    // `[k,n]`: a transposed one (the matmul's flag) through swapped strides.
+    let factors = [
+        ("lhs", p.lhs_shape(), p.lhs_strides(), p.transpose_a),
+        ("rhs", p.rhs_shape(), p.rhs_strides(), p.transpose_b),
+    ];
+    for (name, [r, c], (row, col), transposed) in factors {
+        let transposed = if transposed { " transposed" } else { "" };
+        writeln!(f, "{indent}  {name}: f32[{r},{c}]{transposed}, row stride {row}, col stride {col}")?;
+    }
     match &p.epilogue {
         None => writeln!(f, "{indent}  epilogue: none"),
         Some((lp, used)) => {
