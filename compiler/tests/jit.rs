@@ -963,3 +963,65 @@ fn products_with_transposed_operands_run_alike() {
     assert!(g.regions[g.body].nodes.iter().all(|&x| g.nodes[x].op != Op::Transpose), "{}", print_module(&m));
     assert_eq!(assert_flagged_products_compiled(&m, 5, Some((true, true))), 1);
 }
+
+/// Lone sums and means over leading axes (a bias gradient's sum over the batch) run on the run
+/// half's column kernel, which sums each column in order in f64 as the reference does: the
+/// same results, bit for bit, NaN and infinities included.
+#[test]
+fn column_reductions_run_compiled_and_equal_the_reference_bit_for_bit() {
+    let cases: &[(&[u64], &[i64], bool)] = &[
+        (&[1, 1], &[0], true),
+        (&[3, 5], &[0], true),
+        (&[3, 5], &[0], false),
+        (&[7, 3, 4], &[0, 1], true),
+        (&[7, 3, 4], &[1, 0], false),
+        (&[9], &[0], false),
+        (&[2, 3, 4], &[0, 1, 2], false),
+        (&[256, 1024], &[0], true),
+        (&[40, 2000], &[-2], false),
+    ];
+    for &(shape, axes, keep) in cases {
+        for op in ["reduce_sum", "reduce_mean"] {
+            let dims: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
+            let out: Vec<String> = (0..shape.len() as i64)
+                .filter_map(|i| {
+                    let reduced = axes.iter().any(|&a| a.rem_euclid(shape.len() as i64) == i);
+                    match (reduced, keep) {
+                        (true, true) => Some("1".to_string()),
+                        (true, false) => None,
+                        (false, _) => Some(shape[i as usize].to_string()),
+                    }
+                })
+                .collect();
+            let axes_text: Vec<String> = axes.iter().map(|a| a.to_string()).collect();
+            let text = format!(
+                "graph @g(%x: f32[{}]) -> (y: f32[{}]) {{\n  %y = {op} %x {{axes = [{}]{}}} : f32[{}]\n  return %y\n}}\n",
+                dims.join(","),
+                out.join(","),
+                axes_text.join(", "),
+                if keep { ", keep_dims = true" } else { "" },
+                out.join(",")
+            );
+            let m = parse_module(&text).unwrap_or_else(|e| panic!("{e:?}\n{text}"));
+            let kernels = common::cpu_kernels(&m, &CompileOptions::default()).unwrap();
+            assert_eq!(kernels.len(), 1, "compiled:\n{text}");
+            let interp = Session::new(m.clone(), options()).unwrap();
+            let jit = Session::with_compiled(m.clone(), options(), kernels).unwrap();
+            for seed in [1, 2] {
+                let mut req = random_request(&m.graphs[0], seed).unwrap();
+                if seed == 2 {
+                    // Specials: NaN, both infinities, -0 and huge values in the first row.
+                    let n: usize = shape.iter().product::<u64>() as usize;
+                    let specials = [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, -0.0, 3e38, -3e38, 1e-45];
+                    let v: Vec<f32> =
+                        (0..n).map(|i| if i < 7 { specials[i] } else { (i as f32 * 0.37).sin() }).collect();
+                    let t = Tensor::from_f32(v, &TensorType::new(DType::F32, shape.to_vec())).unwrap();
+                    req.feeds = vec![("x".to_string(), Arc::new(t))];
+                }
+                let want = interp.run(req.clone()).unwrap().values[0].as_tensor().cloned().unwrap();
+                let got = jit.run(req).unwrap().values[0].as_tensor().cloned().unwrap();
+                assert!(got.bit_identical(&want), "{op} {shape:?} {axes:?}: {got:?} vs {want:?}");
+            }
+        }
+    }
+}

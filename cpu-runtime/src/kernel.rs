@@ -49,11 +49,24 @@ pub struct MatMulKernel {
     pub epilogue: Option<(LoopKernel, Vec<usize>)>,
 }
 
+/// A sum (or mean) of an f32 input viewed as `[rows, cols]` down its rows: one result per
+/// column, each summed in row order in f64 from -0, as the reference kernel sums, so the
+/// results are the reference's bit for bit.
+#[derive(Debug)]
+pub struct ColumnKernel {
+    pub mean: bool,
+    pub rows: usize,
+    pub cols: usize,
+    pub input: TensorType,
+    pub out: TensorType,
+}
+
 /// A compiled node.
 #[derive(Debug)]
 pub enum CpuKernel {
     Loop(LoopKernel),
     MatMul(MatMulKernel),
+    Columns(ColumnKernel),
 }
 
 impl Kernel for CpuKernel {
@@ -63,6 +76,7 @@ impl Kernel for CpuKernel {
         match self {
             CpuKernel::Loop(k) => k.run(operands),
             CpuKernel::MatMul(k) => k.run(operands),
+            CpuKernel::Columns(k) => k.run(operands),
         }
     }
 }
@@ -211,5 +225,45 @@ impl MatMulKernel {
         lk.entry.run(&ins, &mut outs, &blocks, scratch)?;
         operands.recycle_f32(c);
         to_tensors(outs, &out)
+    }
+}
+
+impl ColumnKernel {
+    pub fn run(&self, operands: &Operands<'_>) -> Result<Vec<Tensor>, String> {
+        let (rows, cols) = (self.rows, self.cols);
+        if operands.len() != 1 {
+            return Err(format!("{} operands where the kernel takes 1", operands.len()));
+        }
+        let all = operands.all();
+        let t = all.first().ok_or("compiled kernel input 0 is missing")?;
+        check_type(0, t, &self.input)?;
+        let x = t.f32_elements(None).map_err(|e| format!("input 0: {e}"))?;
+        if Some(x.len()) != rows.checked_mul(cols) {
+            return Err(format!("input 0 has {} elements where the kernel reads {rows} x {cols}", x.len()));
+        }
+        let mut out = operands.alloc_f32(cols)?;
+        out.resize(cols, 0.0);
+        let sum_columns = |c0: usize, dst: &mut [f32]| {
+            let mut acc = vec![-0.0f64; dst.len()];
+            for r in 0..rows {
+                let row = &x[r * cols + c0..r * cols + c0 + dst.len()];
+                for (a, &v) in acc.iter_mut().zip(row) {
+                    *a += f64::from(v);
+                }
+            }
+            for (d, a) in dst.iter_mut().zip(acc) {
+                *d = if self.mean { (a / rows as f64) as f32 } else { a as f32 };
+            }
+        };
+        // Column blocks across the threads: each column is still summed by one thread, in order.
+        const BLOCK: usize = 256;
+        let parallel = rows * cols >= PARALLEL_ELEMENTS && cols > BLOCK && rayon::current_thread_index().is_none();
+        if parallel {
+            use rayon::prelude::*;
+            out.par_chunks_mut(BLOCK).enumerate().for_each(|(b, dst)| sum_columns(b * BLOCK, dst));
+        } else {
+            out.chunks_mut(BLOCK).enumerate().for_each(|(b, dst)| sum_columns(b * BLOCK, dst));
+        }
+        to_tensors(vec![out], &self.out)
     }
 }

@@ -15,5 +15,5 @@ pub mod math;
 mod rows;
 
 pub use entry::{matmul, Entry, Extents, In, KernelFn, Product};
-pub use kernel::{CpuKernel, LoopInput, LoopKernel, MatMulKernel};
+pub use kernel::{ColumnKernel, CpuKernel, LoopInput, LoopKernel, MatMulKernel};
 pub use rows::{row_blocks, PARALLEL_ELEMENTS, PARALLEL_FLOPS};

@@ -18,7 +18,7 @@ mod rules;
 use crate::passes::manager::{Pass, PassError};
 use crate::placement::passes::PassContext;
 use emit::Emit;
-use graphc_ir::{Diagnostic, Graph, Module, Node, Op};
+use graphc_ir::{Diagnostic, Graph, Module, Node, NodeSpec, Op};
 
 /// The `autodiff` pass. Warnings (a gradient that is zero because the loss does not depend on
 /// the value) go to the context's warnings.
@@ -67,6 +67,7 @@ fn expand(g: &mut Graph, n: Node, warnings: &mut Vec<Diagnostic>) -> Result<(), 
     let (span, region) = (nd.span, nd.parent);
     let (loss, wrts) = (nd.operands[0], nd.operands[1..].to_vec());
     let results = nd.results.clone();
+    let deps = nd.control_deps.clone();
     let at = g.regions[region].nodes.iter().position(|&m| m == n).expect("a node is in its region");
     let mut e = Emit::new(g, region, at, n);
     let located = |f: emit::Failure, g: &Graph| {
@@ -93,6 +94,13 @@ fn expand(g: &mut Graph, n: Node, warnings: &mut Vec<Diagnostic>) -> Result<(), 
                     e.zeros_like(w)?
                 }
             });
+        }
+        // The grad's `after` list: each gradient waits for those nodes, as the grad did, so a
+        // node ordered after a gradient still orders (and, when pruning, needs) them.
+        if !deps.is_empty() {
+            for d in &mut out {
+                *d = e.node(NodeSpec::new(Op::Identity, vec![*d]).after(deps.clone()))?[0];
+            }
         }
         Ok(out)
     })();

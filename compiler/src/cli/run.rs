@@ -189,18 +189,8 @@ fn print_outputs(named: &[(String, &RtValue)]) {
 /// get the same file are refused before anything is written, rather than one silently
 /// overwriting the other.
 pub(super) fn write_outputs(dir: &Path, named: &[(String, &RtValue)]) -> anyhow::Result<()> {
-    let mut files: BTreeMap<String, &str> = BTreeMap::new();
-    for (name, v) in named {
-        if v.as_tensor().is_some() {
-            let file = format!("{}.npy", output_file_name(name));
-            if let Some(other) = files.insert(file.clone(), name) {
-                bail!(
-                    "outputs '{other}' and '{name}' would both be written to {}; rename one of them",
-                    dir.join(file).display()
-                );
-            }
-        }
-    }
+    let tensors: Vec<&str> = named.iter().filter(|(_, v)| v.as_tensor().is_some()).map(|(n, _)| n.as_str()).collect();
+    check_output_names(dir, &tensors)?;
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create the output directory {}", dir.display()))?;
     for (name, v) in named {
         let path = dir.join(format!("{}.npy", output_file_name(name)));
@@ -210,6 +200,22 @@ pub(super) fn write_outputs(dir: &Path, named: &[(String, &RtValue)]) -> anyhow:
                 say!("{name}: {} -> {}", t.ty(), path.display());
             }
             other => say!("{name}: {} (not written: not a tensor)", other.ty()),
+        }
+    }
+    Ok(())
+}
+
+/// An error when two of `names` would be written to the same file of `dir` (so `graphc train`
+/// can tell before it trains, not after).
+pub(super) fn check_output_names(dir: &Path, names: &[&str]) -> anyhow::Result<()> {
+    let mut files: BTreeMap<String, &str> = BTreeMap::new();
+    for name in names {
+        let file = format!("{}.npy", output_file_name(name));
+        if let Some(other) = files.insert(file.clone(), name) {
+            bail!(
+                "outputs '{other}' and '{name}' would both be written to {}; rename one of them",
+                dir.join(file).display()
+            );
         }
     }
     Ok(())

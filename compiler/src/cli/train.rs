@@ -55,6 +55,10 @@ pub fn train(a: &TrainArgs) -> anyhow::Result<ExitCode> {
     if let Some(w) = warning {
         eprintln!("warning: {w}");
     }
+    if let Some(dir) = &a.out_dir {
+        let names: Vec<&str> = session.state().variables.keys().map(String::as_str).collect();
+        super::run::check_output_names(dir, &names)?;
+    }
     if let Some(r) = &resume {
         r.apply(&session)?;
         let n = session.state().variables.len();
@@ -292,8 +296,13 @@ impl Log {
 /// span more than two decades); false, writing nothing, when no loss is finite.
 fn plot_loss(path: &Path, curve: &[(u64, f64)], title: &str) -> anyhow::Result<bool> {
     use plotters::prelude::*;
-    let points: Vec<(u64, f64)> = curve.iter().copied().filter(|(_, l)| l.is_finite()).collect();
-    let Some(&(x0, _)) = points.first() else { return Ok(false) };
+    let finite: Vec<(u64, f64)> = curve.iter().copied().filter(|(_, l)| l.is_finite()).collect();
+    let Some(&(x0, _)) = finite.first() else { return Ok(false) };
+    // Losses near f64's largest are drawn scaled down, labelled as they are: plotters' tick
+    // computation works with the range's width and multiples of it, and where those overflow
+    // it never ends.
+    let scale = if finite.iter().any(|p| p.1.abs() > 1e300) { 1e-10 } else { 1.0 };
+    let points: Vec<(u64, f64)> = finite.iter().map(|&(x, y)| (x, y * scale)).collect();
     let x1 = points.last().map_or(x0, |p| p.0).max(x0 + 1);
     let lo = points.iter().map(|p| p.1).fold(f64::INFINITY, f64::min);
     let hi = points.iter().map(|p| p.1).fold(f64::NEG_INFINITY, f64::max);
@@ -306,7 +315,7 @@ fn plot_loss(path: &Path, curve: &[(u64, f64)], title: &str) -> anyhow::Result<b
         let mut chart = ChartBuilder::on(&root);
         chart.caption(title, ("sans-serif", 18)).margin(16).x_label_area_size(40).y_label_area_size(90);
         let line = LineSeries::new(points.iter().copied(), BLUE.stroke_width(2));
-        let tick = |y: &f64| fmt_tick(*y);
+        let tick = |y: &f64| fmt_tick(*y / scale);
         if log_scale {
             let mut c = chart.build_cartesian_2d(x0..x1, (lo * 0.9..hi * 1.1).log_scale())?;
             c.configure_mesh().x_desc("step").y_desc("loss (log scale)").y_label_formatter(&tick).draw()?;

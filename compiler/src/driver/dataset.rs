@@ -179,10 +179,11 @@ impl Dataset {
         Position { epoch: step / per, batch: step % per }
     }
 
-    /// The position after `p`.
+    /// The position after `p`. Epochs count modulo 2^64: a checkpoint may say any epoch (its
+    /// permutation is drawn from the epoch alone), and the one after the last is 0.
     pub fn next(&self, p: Position) -> Position {
         if p.batch + 1 >= self.batches_per_epoch() {
-            Position { epoch: p.epoch + 1, batch: 0 }
+            Position { epoch: p.epoch.wrapping_add(1), batch: 0 }
         } else {
             Position { epoch: p.epoch, batch: p.batch + 1 }
         }
@@ -248,6 +249,8 @@ mod tests {
             p = d.next(p);
         }
         assert_eq!(d.position_of(13), Position { epoch: 2, batch: 1 });
+        // A checkpoint's epoch may be any u64 (it came from a file): the next one wraps.
+        assert_eq!(d.next(Position { epoch: u64::MAX, batch: 5 }), Position { epoch: 0, batch: 0 });
         // A batch is the epoch's order cut at the position, row by row.
         let order = d.permutation(0, 2);
         let b = d.batch(&order, Position { epoch: 2, batch: 1 });

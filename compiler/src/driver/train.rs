@@ -92,6 +92,18 @@ pub fn plan(spec: &TrainSpec<'_>, file: &SourceFile, mut module: Module) -> anyh
     let graph = select_graphs(&wanted, file, &module)?.remove(0);
     let g = module.graph(&graph).expect("selected graphs exist");
     check_loss(g)?;
+    for n in unreached_updates(g) {
+        let name = g.nodes[n].results.first().and_then(|&v| g.values[v].name.clone());
+        let example = match &name {
+            Some(name) => format!(" (`%out = identity %loss after(%{name})`, returning %out as loss)"),
+            None => String::new(),
+        };
+        let message = format!(
+            "no output of @{graph} depends on {}, so it never runs and its variable is never updated; make the loss output depend on it{example}",
+            g.describe(n)
+        );
+        eprint!("{}", Diagnostic::warning(g.nodes[n].span, message).render(file));
+    }
     let Some(dir) = spec.data else {
         let inputs = Inputs { graphs: std::slice::from_ref(&graph), flags: &[], fetches: &[], seed: spec.seed };
         let made = make_inputs(&inputs, file, &module)?;
@@ -130,6 +142,29 @@ fn check_loss(g: &Graph) -> anyhow::Result<()> {
         Some(t) if t.dtype.is_float() && t.num_elements() == Some(1) => Ok(()),
         _ => bail!("output 'loss' of @{} is {ty}; graphc train logs a float scalar (f32[] or f64[])", g.name),
     }
+}
+
+/// The step graph's nodes that write a variable (themselves or inside their regions) but that
+/// no output reaches through operands and `after` lists: a step runs only what its outputs
+/// need, so they would never run.
+fn unreached_updates(g: &Graph) -> Vec<graphc_ir::Node> {
+    fn writes(g: &Graph, n: graphc_ir::Node) -> bool {
+        let nd = &g.nodes[n];
+        matches!(
+            nd.op,
+            Op::Assign | Op::AssignAdd | Op::ApplySgd | Op::ApplyMomentum | Op::ApplyAdam | Op::ApplyRmsprop
+        ) || nd.regions.iter().any(|&r| g.regions[r].nodes.iter().any(|&m| writes(g, m)))
+    }
+    let mut reached = std::collections::HashSet::new();
+    let mut stack: Vec<Value> = g.output_values().to_vec();
+    while let Some(v) = stack.pop() {
+        if let Some(p) = g.producer(v) {
+            if reached.insert(p) {
+                stack.extend(g.nodes[p].operands.iter().chain(&g.nodes[p].control_deps).copied());
+            }
+        }
+    }
+    g.regions[g.body].nodes.iter().copied().filter(|&n| !reached.contains(&n) && writes(g, n)).collect()
 }
 
 /// `base`, or `base_N` for the first N that `taken` does not refuse.

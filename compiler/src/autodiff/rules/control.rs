@@ -9,9 +9,16 @@
 //!   recomputes the state before the k-th iteration from the initial values (an inner loop of
 //!   k-1 body runs), then applies the body's gradient to the adjoints of the carried values.
 //!   That is O(n^2) body runs and O(1) memory beyond the carried values.
+//!
+//! A recomputation copies only the nodes the values it needs depend on, so the region's
+//! effects (an `assign_add` counting iterations, an `enqueue`) are not repeated; a needed node
+//! with an effect (a `dequeue`, a `recv`, a write whose result is used) is an error, since
+//! running it again would not give the value it gave, and so is a `read` in a region that
+//! also writes a variable (the copy would read it after the writes).
 
 use crate::autodiff::emit::{Emit, Result, Site};
-use graphc_ir::{DType, Graph, NodeSpec, Op, Region, Type, Value};
+use graphc_ir::{DType, Graph, Node, NodeSpec, Op, Region, Type, Value};
+use std::collections::{HashMap, HashSet};
 
 type Grads = Result<Vec<Option<Value>>>;
 
@@ -19,23 +26,90 @@ fn is_float(g: &Graph, v: Value) -> bool {
     g.value_type(v).as_tensor().is_some_and(|t| t.dtype.is_float())
 }
 
-/// Copies `from`'s nodes (a region of `src`, a snapshot of `e.g`) to the end of `to`, its
-/// params standing for `params`; returns what its yields became.
-fn copy_region(e: &mut Emit<'_>, src: &Graph, from: Region, to: Region, params: &[Value]) -> Result<Vec<Value>> {
+/// Ops that write a variable.
+fn writes_variable(op: Op) -> bool {
+    matches!(op, Op::Assign | Op::AssignAdd | Op::ApplySgd | Op::ApplyMomentum | Op::ApplyAdam | Op::ApplyRmsprop)
+}
+
+/// Whether a recomputation may run `op` again and get what the forward run got: pure ops,
+/// the stateful ops without effects (handles, `no_op`), and `read` when the control-flow node
+/// being differentiated writes no variable itself.
+fn rerunnable(op: Op, writes: bool) -> bool {
+    !op.is_stateful() || matches!(op, Op::Variable | Op::Queue | Op::NoOp) || (op == Op::Read && !writes)
+}
+
+/// `n` and every node nested in its regions.
+fn nested(g: &Graph, n: Node, out: &mut Vec<Node>) {
+    out.push(n);
+    for &r in &g.nodes[n].regions {
+        for &m in &g.regions[r].nodes {
+            nested(g, m, out);
+        }
+    }
+}
+
+/// Copies to the end of `to` the nodes of `from` (a region of `src`, a snapshot of `e.g`)
+/// that its yields at `needed` depend on, its params standing for `params`; returns what each
+/// yield became (`None` for one not needed and not copied). Control dependencies on nodes not
+/// copied are dropped: they order effects, and the copy has none. A needed node that cannot be
+/// run again (see [`rerunnable`]) is an error.
+fn copy_region(
+    e: &mut Emit<'_>,
+    src: &Graph,
+    from: Region,
+    to: Region,
+    params: &[Value],
+    needed: &[usize],
+) -> Result<Vec<Option<Value>>> {
     let rd = &src.regions[from];
-    let mut map: std::collections::HashMap<Value, Value> =
-        rd.params.iter().copied().zip(params.iter().copied()).collect();
-    for &n in &rd.nodes {
+    let mut live: HashSet<Value> = needed.iter().map(|&i| rd.yields[i]).collect();
+    let mut keep = vec![false; rd.nodes.len()];
+    for (k, &n) in rd.nodes.iter().enumerate().rev() {
+        let nd = &src.nodes[n];
+        if nd.results.iter().any(|r| live.contains(r)) {
+            keep[k] = true;
+            live.extend(nd.operands.iter().copied());
+        }
+    }
+    // Whether the control-flow node whose region this is writes a variable anywhere inside.
+    let owner = rd.parent;
+    let mut inside = Vec::new();
+    if let Some(p) = owner {
+        nested(src, p, &mut inside);
+    }
+    let writes = inside.iter().any(|&m| writes_variable(src.nodes[m].op));
+    let mut map: HashMap<Value, Value> = rd.params.iter().copied().zip(params.iter().copied()).collect();
+    for (&n, _) in rd.nodes.iter().zip(&keep).filter(|(_, &k)| k) {
+        let mut deep = Vec::new();
+        nested(src, n, &mut deep);
+        if let Some(&m) = deep.iter().find(|&&m| !rerunnable(src.nodes[m].op, writes)) {
+            let why = if src.nodes[m].op == Op::Read {
+                "would read its variable after the writes this region makes"
+            } else {
+                "has an effect, which running it again would repeat"
+            };
+            let of = owner.map_or("region", |p| src.nodes[p].op.name());
+            return e.fail(format!(
+                "cannot differentiate through this '{of}': its gradient runs the '{}' region again, and {} there {why}; compute the value outside and pass it in as an operand",
+                rd.label,
+                src.describe(m)
+            ));
+        }
         let nd = &src.nodes[n];
         let ops = nd.operands.iter().map(|v| map[v]).collect();
-        let deps = nd.control_deps.iter().map(|v| map[v]).collect();
+        let deps = nd.control_deps.iter().filter_map(|v| map.get(v).copied()).collect();
         let results = match e.g.import_node(to, src, n, ops, deps) {
             Ok(r) => r,
             Err(err) => return e.fail(format!("internal error: copying a region for its gradient: {err}")),
         };
         map.extend(nd.results.iter().copied().zip(results));
     }
-    Ok(rd.yields.iter().map(|v| map[v]).collect())
+    Ok(rd.yields.iter().map(|v| map.get(v).copied()).collect())
+}
+
+/// The copied yields at `needed`, each present by construction.
+fn pick(ys: &[Option<Value>], needed: &[usize]) -> Vec<Value> {
+    needed.iter().map(|&i| ys[i].expect("a needed yield is copied")).collect()
 }
 
 /// A new region labelled `label` whose params have `types`.
@@ -89,8 +163,8 @@ pub fn cond(e: &mut Emit<'_>, s: &Site) -> Grads {
     for &r in &regions {
         let (nr, params) = region(e, &src.regions[r].label, &param_types);
         let (xs, gs) = params.split_at(args.len());
-        let ys = copy_region(e, &src, r, nr, xs)?;
-        let seeds: Vec<(Value, Value)> = float_results.iter().zip(gs).map(|(&i, &g)| (ys[i], g)).collect();
+        let ys = copy_region(e, &src, r, nr, xs, &float_results)?;
+        let seeds: Vec<(Value, Value)> = pick(&ys, &float_results).into_iter().zip(gs.iter().copied()).collect();
         let wrts: Vec<Value> = float_args.iter().map(|&i| xs[i]).collect();
         let grads = sweep(e, s, nr, &seeds, &wrts)?;
         e.g.set_yields(nr, grads);
@@ -117,11 +191,12 @@ pub fn while_loop(e: &mut Emit<'_>, s: &Site) -> Grads {
     // The trip count: the loop again, with a counter.
     let mut counted = carried.clone();
     counted.push(i64t.clone());
+    let every: Vec<usize> = (0..init.len()).collect();
     let (c, cp) = region(e, "cond", &counted);
-    let stop = copy_region(e, &src, cond_r, c, &cp[..init.len()])?;
-    e.g.set_yields(c, stop);
+    let stop = copy_region(e, &src, cond_r, c, &cp[..init.len()], &[0])?;
+    e.g.set_yields(c, pick(&stop, &[0]));
     let (b, bp) = region(e, "body", &counted);
-    let mut next = copy_region(e, &src, body_r, b, &bp[..init.len()])?;
+    let mut next = pick(&copy_region(e, &src, body_r, b, &bp[..init.len()], &every)?, &every);
     next.push(increment(e, b, bp[init.len()], 1.0)?);
     e.g.set_yields(b, next);
     let mut operands = init.clone();
@@ -147,8 +222,8 @@ pub fn while_loop(e: &mut Emit<'_>, s: &Site) -> Grads {
     let gs = rbp[init.len() + 1..].to_vec();
     let km1 = increment(e, rb, k, -1.0)?;
     let state = replay(e, &src, body_r, rb, km1, &init_p, &carried)?;
-    let ys = copy_region(e, &src, body_r, rb, &state)?;
-    let seeds: Vec<(Value, Value)> = float.iter().zip(&gs).map(|(&i, &g)| (ys[i], g)).collect();
+    let ys = copy_region(e, &src, body_r, rb, &state, &float)?;
+    let seeds: Vec<(Value, Value)> = pick(&ys, &float).into_iter().zip(gs.iter().copied()).collect();
     let wrts: Vec<Value> = float.iter().map(|&i| state[i]).collect();
     let grads = sweep(e, s, rb, &seeds, &wrts)?;
     let mut yields = vec![km1];
@@ -195,7 +270,8 @@ fn replay(
     };
     e.g.set_yields(c, vec![less]);
     let (b, bp) = region(e, "body", &tys);
-    let next = copy_region(e, src, body, b, &bp[2..])?;
+    let every: Vec<usize> = (0..init.len()).collect();
+    let next = pick(&copy_region(e, src, body, b, &bp[2..], &every)?, &every);
     let mut yields = vec![increment(e, b, bp[0], 1.0)?, bp[1]];
     yields.extend(next);
     e.g.set_yields(b, yields);

@@ -23,15 +23,17 @@ pub fn reduce(e: &mut Emit<'_>, s: &Site) -> Grads {
             let count: u64 = axes.iter().map(|&a| shape[a]).product();
             e.scale(spread, 1.0 / count as f64)?
         }
-        // Split among the elements equal to the extreme (TensorFlow's rule for ties).
+        // Split among the elements equal to the extreme, TensorFlow's `indicators /
+        // num_selected * grad`: where the extreme is NaN no element equals it, and the
+        // gradient is NaN (0 / 0), as TensorFlow's and JAX's, rather than a silent 0.
         Op::ReduceMax | Op::ReduceMin => {
             let ext = e.unreduce(y, &shape, &axes)?;
             let hit = e.op(Op::Equal, &[x, ext], &[])?;
             let ones = e.cast(hit, e.dtype(x))?;
             let ties = e.reduce_sum(ones, &axes, true)?;
             let per = e.unreduce(ties, &shape, &axes)?;
-            let share = e.div(spread, per)?;
-            e.mask(hit, share, true)?
+            let share = e.div(ones, per)?;
+            e.mul(share, spread)?
         }
         other => return e.fail(format!("internal error: '{}' is not a reduction", other.name())),
     };
@@ -89,7 +91,10 @@ pub fn softmax_cross_entropy(e: &mut Emit<'_>, s: &Site) -> Grads {
     let onehot = e.cast(hit, lt.dtype)?;
     let diff = e.sub(p, onehot)?;
     let scale = loss_scale(e, s, examples, lt.shape.len())?;
-    Ok(vec![Some(e.mul(diff, scale)?), None])
+    // After the loss itself, which checks the labels: a label out of range is the forward's
+    // error even when only the gradient is fetched (the one-hot would silently be all zeros).
+    let spec = graphc_ir::NodeSpec::new(Op::Mul, vec![diff, scale]).after(vec![s.y[0]]);
+    Ok(vec![Some(e.node(spec)?[0]), None])
 }
 
 /// `mean_squared_error %pred, %target`: `2 (pred - target) dy`, and its negation.

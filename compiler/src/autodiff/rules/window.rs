@@ -59,10 +59,18 @@ pub fn avg_pool_grad(e: &mut Emit<'_>, s: &Site) -> Grads {
 }
 
 /// The adjoint of each output goes to the input position its maximum came from (the first,
-/// on ties), found by a pool with indices over the same input.
+/// on ties), found by a pool with indices over the same input. A window that lies wholly in
+/// the padding has no maximum (its index is -1, its value the lowest number): its output is a
+/// constant, so its adjoint reaches no input.
 pub fn max_pool(e: &mut Emit<'_>, s: &Site) -> Grads {
     let x = s.x[0];
     let Some(dy) = s.dy[0] else { return Ok(vec![None]) };
+    let xs = e.shape(x);
+    let n: u64 = xs.iter().product();
+    if n == 0 {
+        // Every window is padding.
+        return Ok(vec![Some(e.zeros_like(x)?)]);
+    }
     let idx = match s.y.get(1) {
         Some(&i) => i,
         None => {
@@ -73,11 +81,15 @@ pub fn max_pool(e: &mut Emit<'_>, s: &Site) -> Grads {
             e.node(spec.attr("indices", Attr::Bool(true)))?[1]
         }
     };
-    let xs = e.shape(x);
-    let n: u64 = xs.iter().product();
     let m: u64 = e.shape(dy).iter().product();
     let flat_dy = e.reshape(dy, &[m])?;
     let flat_idx = e.reshape(idx, &[m])?;
+    // Empty windows (index -1, which a scatter would read as the last element) send 0 to
+    // element 0 instead.
+    let first = e.scalar(e.dtype(flat_idx), 0.0)?;
+    let found = e.op(Op::GreaterEqual, &[flat_idx, first], &[])?;
+    let flat_idx = e.op(Op::Select, &[found, flat_idx, first], &[])?;
+    let flat_dy = e.mask(found, flat_dy, true)?;
     let ty = e.ty(x).with_shape(vec![n]);
     let zeros = e.splat(&ty, 0.0)?;
     let flat = e.op(Op::ScatterAdd, &[zeros, flat_idx, flat_dy], &[("axis", Attr::Int(0))])?;

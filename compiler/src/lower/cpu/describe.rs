@@ -1,7 +1,7 @@
 //! Plans as the run half sees them: the buffers each kernel reads and writes, from its plan.
 
-use crate::lower::plan::{InputMap, LoopPlan, MatMulPlan};
-use graphc_cpu_runtime::{Entry, Extents, LoopInput, LoopKernel, MatMulKernel};
+use crate::lower::plan::{ColumnPlan, InputMap, LoopPlan, MatMulPlan};
+use graphc_cpu_runtime::{ColumnKernel, Entry, Extents, LoopInput, LoopKernel, MatMulKernel};
 
 /// The elements a loop kernel touches in each buffer, from its plan.
 pub fn extents(p: &LoopPlan) -> Extents {
@@ -56,4 +56,15 @@ pub fn matmul_kernel(p: &MatMulPlan, epilogue: Option<Entry>) -> Result<MatMulKe
         transpose_b: p.transpose_b,
         epilogue,
     })
+}
+
+/// The column-reduction kernel of `p` (no generated code: the run half's loop).
+pub fn column_kernel(p: &ColumnPlan) -> ColumnKernel {
+    ColumnKernel {
+        mean: p.op == graphc_ir::Op::ReduceMean,
+        rows: p.rows,
+        cols: p.cols,
+        input: p.input.clone(),
+        out: p.out.clone(),
+    }
 }

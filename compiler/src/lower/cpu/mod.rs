@@ -107,7 +107,9 @@ pub(crate) fn kernel(plan: &KernelPlan, entry: Option<Entry>) -> Result<CpuKerne
     Ok(match (plan, entry) {
         (KernelPlan::Loop(p), Some(entry)) => CpuKernel::Loop(describe::loop_kernel(p, entry)),
         (KernelPlan::MatMul(p), epilogue) => CpuKernel::MatMul(describe::matmul_kernel(p, epilogue)?),
+        (KernelPlan::Columns(p), None) => CpuKernel::Columns(describe::column_kernel(p)),
         (KernelPlan::Loop(_), None) => return Err("a loop kernel without code".into()),
+        (KernelPlan::Columns(_), Some(_)) => return Err("code for a column reduction".into()),
     })
 }
 

@@ -53,7 +53,9 @@ fn cpu_module(m: &Module, kernels: &[plan::Kernel], lanes: usize) -> CpuModule {
         let header = plan::kernel_header(m, i, k);
         out.text.push_str(&format!("  // {header}\n"));
         match k.plan.code() {
-            None => out.text.push_str("  // no code: a matrix product without an epilogue runs on gemm alone\n"),
+            None => out
+                .text
+                .push_str("  // no code: the run half computes it (a matrix product on gemm, a column reduction)\n"),
             Some(p) => match emit::kernel(p, &kernel_name(i), lanes) {
                 Ok(text) => {
                     out.text.push_str(&text);
@@ -134,6 +136,9 @@ pub fn gpu_listing(m: &Module, graph: &str, chip: &str) -> Result<(String, Vec<G
             },
             plan::KernelPlan::MatMul(_) => {
                 kept.push(format!("{}: matrix products have no GPU kernel yet", plan::kernel_header(m, i, &k)))
+            }
+            plan::KernelPlan::Columns(_) => {
+                kept.push(format!("{}: column reductions have no GPU kernel yet", plan::kernel_header(m, i, &k)))
             }
         }
     }

@@ -399,11 +399,47 @@ impl MatMulPlan {
     }
 }
 
+/// A lone sum or mean over leading axes of an f32 tensor (a bias gradient's sum over the
+/// batch, a loss's mean): the operand viewed as `[rows, cols]`, the reduced dims then the kept
+/// ones, and one result per column. The run half sums each column in order in f64 from -0, as
+/// the reference kernel does, so the results are the reference's, bit for bit.
+#[derive(Clone, Debug)]
+pub struct ColumnPlan {
+    /// `ReduceSum` or `ReduceMean`.
+    pub op: Op,
+    pub rows: usize,
+    pub cols: usize,
+    pub input: TensorType,
+    pub out: TensorType,
+}
+
+/// The plan for a lone `reduce_sum` or `reduce_mean` of an f32 tensor over its first `j`
+/// axes (every axis included), or `None`.
+pub fn column_plan(g: &Graph, node: Node) -> Option<ColumnPlan> {
+    let nd = &g.nodes[node];
+    if !matches!(nd.op, Op::ReduceSum | Op::ReduceMean) {
+        return None;
+    }
+    let input = g.values[nd.operands[0]].ty.as_tensor()?.clone();
+    let out = g.values[nd.results[0]].ty.as_tensor()?.clone();
+    let rank = input.rank() as i64;
+    let mut axes: Vec<i64> = nd.attrs.ints("axes")?.iter().map(|&a| a.rem_euclid(rank.max(1))).collect();
+    axes.sort_unstable();
+    let leading = !axes.is_empty() && axes.iter().enumerate().all(|(i, &a)| a == i as i64);
+    let elements = input.num_elements()?;
+    if input.dtype != DType::F32 || !leading || elements == 0 || elements.checked_mul(4)? > isize::MAX as u64 {
+        return None;
+    }
+    let rows: u64 = input.shape[..axes.len()].iter().product();
+    Some(ColumnPlan { op: nd.op, rows: rows as usize, cols: (elements / rows) as usize, input, out })
+}
+
 /// What a kernel computes.
 #[derive(Clone, Debug)]
 pub enum KernelPlan {
     Loop(LoopPlan),
     MatMul(MatMulPlan),
+    Columns(ColumnPlan),
 }
 
 impl KernelPlan {
@@ -413,6 +449,7 @@ impl KernelPlan {
         match self {
             KernelPlan::Loop(p) => Some(p),
             KernelPlan::MatMul(mp) => mp.epilogue.as_ref().map(|(p, _)| p),
+            KernelPlan::Columns(_) => None,
         }
     }
 }
@@ -428,7 +465,7 @@ pub struct Kernel {
 
 /// Every node of the module that becomes a kernel: graph by graph, each in walk order (nested
 /// regions included; the nodes inside a fusion run as part of it), with a matmul plan where
-/// the node has one, else a loop plan. Backends compile them in this order.
+/// the node has one, else a loop plan, else a column plan. Backends compile them in this order.
 pub fn kernels(m: &Module) -> Vec<Kernel> {
     let mut out = Vec::new();
     for g in &m.graphs {
@@ -437,12 +474,14 @@ pub fn kernels(m: &Module) -> Vec<Kernel> {
             if inside_fusion {
                 continue;
             }
-            let plan = match matmul_plan(g, n) {
-                Some(mp) => KernelPlan::MatMul(mp),
-                None => match plan(g, n) {
-                    Some(p) => KernelPlan::Loop(p),
-                    None => continue,
-                },
+            let plan = if let Some(mp) = matmul_plan(g, n) {
+                KernelPlan::MatMul(mp)
+            } else if let Some(p) = plan(g, n) {
+                KernelPlan::Loop(p)
+            } else if let Some(cp) = column_plan(g, n) {
+                KernelPlan::Columns(cp)
+            } else {
+                continue;
             };
             out.push(Kernel { graph: g.name.clone(), node: n, plan });
         }

@@ -27,7 +27,7 @@
 //! where the matmul's flag says so: `lhs: f32[K,M] transposed, row stride 1, col stride M`),
 //! and its epilogue's inputs, then the epilogue's loop plan, indented.
 
-use super::{InputMap, Kernel, KernelPlan, LoopPlan, MatMulPlan, Step};
+use super::{ColumnPlan, InputMap, Kernel, KernelPlan, LoopPlan, MatMulPlan, Step};
 use graphc_ir::{Graph, Module, Node};
 use std::fmt::{self, Write};
 
@@ -43,11 +43,26 @@ impl fmt::Display for MatMulPlan {
     }
 }
 
+impl fmt::Display for ColumnPlan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "columns {} {}: {} rows x {} cols, f64 sums down each column -> {}",
+            self.op.name(),
+            self.input,
+            self.rows,
+            self.cols,
+            self.out
+        )
+    }
+}
+
 impl fmt::Display for KernelPlan {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             KernelPlan::Loop(p) => write_loop(f, p, ""),
             KernelPlan::MatMul(p) => write_matmul(f, p, ""),
+            KernelPlan::Columns(p) => write!(f, "{p}"),
         }
     }
 }
