@@ -265,32 +265,79 @@ impl Product {
 /// Transposed factors of at least this many elements are packed row-major before the product.
 const REPACK_ELEMENTS: usize = 4096;
 
-/// `src` stored row-major `[rows, cols]`, transposed into a new row-major `[cols, rows]`, by
-/// tiles that stay in cache, the tile columns split across `threads`.
+/// `src` stored row-major `[rows, cols]`, transposed into a new row-major `[cols, rows]`:
+/// 8 x 8 blocks moved through registers (whole 32-byte row pieces read and written), a band of
+/// 8 destination rows at a time, the bands split across `threads`.
+#[cfg(test)]
 fn transposed(src: &[f32], rows: usize, cols: usize, threads: usize) -> Vec<f32> {
-    use rayon::prelude::*;
-    const TILE: usize = 8;
     let mut dst = vec![0.0f32; rows * cols];
-    let fill = |(tile, out): (usize, &mut [f32])| {
-        // `out` is dst rows [tile*TILE, ..): source columns of this tile.
-        let c0 = tile * TILE;
-        let width = out.len() / rows.max(1);
-        for r0 in (0..rows).step_by(TILE) {
-            for r in r0..(r0 + TILE).min(rows) {
-                let row = &src[r * cols + c0..r * cols + c0 + width];
-                for (j, &x) in row.iter().enumerate() {
-                    out[j * rows + r] = x;
-                }
+    transpose_into(src, rows, cols, threads, &mut dst);
+    dst
+}
+
+/// `src` transposed (see above) into `dst` (of `rows * cols` elements).
+fn transpose_into(src: &[f32], rows: usize, cols: usize, threads: usize, dst: &mut [f32]) {
+    use rayon::prelude::*;
+    const B: usize = 8;
+    // `out`: destination rows [c0, c0 + its height), that is source columns c0.. .
+    let band = |(band, out): (usize, &mut [f32])| {
+        let c0 = band * B;
+        let h = out.len() / rows.max(1);
+        let mut r0 = 0;
+        while r0 + B <= rows && h == B {
+            let mut block = [[0.0f32; B]; B];
+            for (i, line) in block.iter_mut().enumerate() {
+                line.copy_from_slice(&src[(r0 + i) * cols + c0..(r0 + i) * cols + c0 + B]);
+            }
+            for j in 0..B {
+                let piece: [f32; B] = std::array::from_fn(|i| block[i][j]);
+                out[j * rows + r0..j * rows + r0 + B].copy_from_slice(&piece);
+            }
+            r0 += B;
+        }
+        // The last rows, and a last band narrower than a block.
+        for r in r0..rows {
+            for j in 0..h {
+                out[j * rows + r] = src[r * cols + c0 + j];
             }
         }
     };
-    let chunks = dst.chunks_mut(TILE * rows.max(1)).enumerate();
+    let bands = dst.chunks_mut(B * rows.max(1)).enumerate();
     if threads > 1 && rows * cols >= 1 << 16 {
-        chunks.collect::<Vec<_>>().into_par_iter().for_each(fill);
+        bands.collect::<Vec<_>>().into_par_iter().for_each(band);
     } else {
-        chunks.for_each(fill);
+        bands.for_each(band);
     }
-    dst
+}
+
+/// The factors packed row-major (see [`transposed`]) where `p` says they are stored transposed
+/// and `repack` asks, each into a buffer of this thread's, which lives as long as the thread:
+/// a product after the first touches no fresh pages for them; then `f` on them.
+fn with_packed<R>(
+    a: &[f32],
+    b: &[f32],
+    p: Product,
+    repack: [bool; 2],
+    threads: usize,
+    f: impl FnOnce(&[f32], &[f32]) -> R,
+) -> R {
+    use std::cell::RefCell;
+    thread_local! {
+        static PACKED: [RefCell<Vec<f32>>; 2] = const { [RefCell::new(Vec::new()), RefCell::new(Vec::new())] };
+    }
+    PACKED.with(|[pa, pb]| {
+        let (mut pa, mut pb) = (pa.borrow_mut(), pb.borrow_mut());
+        let [sa, sb] = [p.lhs_shape(), p.rhs_shape()];
+        if repack[0] {
+            pa.resize(a.len(), 0.0);
+            transpose_into(a, sa[0], sa[1], threads, &mut pa);
+        }
+        if repack[1] {
+            pb.resize(b.len(), 0.0);
+            transpose_into(b, sb[0], sb[1], threads, &mut pb);
+        }
+        f(if repack[0] { &pa } else { a }, if repack[1] { &pb } else { b })
+    })
 }
 
 /// `c = a b` for `a`, `b` stored row-major as `p` says (`[m, k]` or, transposed, `[k, m]`;
@@ -318,13 +365,10 @@ pub fn matmul(a: &[f32], b: &[f32], c: &mut Vec<f32>, p: Product, threads: usize
     // [256,1024] x [1024,1024]^T product at half the plain one's, a [256,10] x [1024,10]^T one
     // at a twentieth); packing it row-major first costs one pass over it, as BLAS's own
     // packing does.
-    if p.transpose_b && k * n >= REPACK_ELEMENTS {
-        let packed = transposed(b, n, k, threads);
-        return matmul(a, &packed, c, Product { transpose_b: false, ..p }, threads);
-    }
-    if p.transpose_a && m * k >= REPACK_ELEMENTS {
-        let packed = transposed(a, k, m, threads);
-        return matmul(&packed, b, c, Product { transpose_a: false, ..p }, threads);
+    let repack = [p.transpose_a && m * k >= REPACK_ELEMENTS, p.transpose_b && k * n >= REPACK_ELEMENTS];
+    if repack.contains(&true) {
+        let plain = Product { transpose_a: p.transpose_a && !repack[0], transpose_b: p.transpose_b && !repack[1], ..p };
+        return with_packed(a, b, p, repack, threads, |a, b| matmul(a, b, c, plain, threads));
     }
     // Every stride and extent as gemm's isize (the buffers' lengths bound them, but a zero
     // dimension leaves the others unbounded).
