@@ -265,17 +265,9 @@ impl Product {
 /// Transposed factors of at least this many elements are packed row-major before the product.
 const REPACK_ELEMENTS: usize = 4096;
 
-/// `src` stored row-major `[rows, cols]`, transposed into a new row-major `[cols, rows]`:
+/// `src` stored row-major `[rows, cols]`, transposed into `dst`, row-major `[cols, rows]`:
 /// 8 x 8 blocks moved through registers (whole 32-byte row pieces read and written), a band of
 /// 8 destination rows at a time, the bands split across `threads`.
-#[cfg(test)]
-fn transposed(src: &[f32], rows: usize, cols: usize, threads: usize) -> Vec<f32> {
-    let mut dst = vec![0.0f32; rows * cols];
-    transpose_into(src, rows, cols, threads, &mut dst);
-    dst
-}
-
-/// `src` transposed (see above) into `dst` (of `rows * cols` elements).
 fn transpose_into(src: &[f32], rows: usize, cols: usize, threads: usize, dst: &mut [f32]) {
     use rayon::prelude::*;
     const B: usize = 8;
@@ -310,7 +302,7 @@ fn transpose_into(src: &[f32], rows: usize, cols: usize, threads: usize, dst: &m
     }
 }
 
-/// The factors packed row-major (see [`transposed`]) where `p` says they are stored transposed
+/// The factors packed row-major (see [`transpose_into`]) where `p` says they are stored transposed
 /// and `repack` asks, each into a buffer of this thread's, which lives as long as the thread:
 /// a product after the first touches no fresh pages for them; then `f` on them.
 fn with_packed<R>(
@@ -338,6 +330,25 @@ fn with_packed<R>(
         }
         f(if repack[0] { &pa } else { a }, if repack[1] { &pb } else { b })
     })
+}
+
+#[cfg(test)]
+mod transpose_tests {
+    #[test]
+    fn transposes_every_shape() {
+        for (rows, cols) in [(1, 1), (1, 9), (9, 1), (8, 8), (13, 17), (16, 24), (33, 7), (300, 260)] {
+            let src: Vec<f32> = (0..rows * cols).map(|i| i as f32).collect();
+            for threads in [1, 2] {
+                let mut t = vec![0.0; rows * cols];
+                super::transpose_into(&src, rows, cols, threads, &mut t);
+                for r in 0..rows {
+                    for c in 0..cols {
+                        assert_eq!(t[c * rows + r], src[r * cols + c], "[{rows},{cols}] at ({r},{c})");
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// `c = a b` for `a`, `b` stored row-major as `p` says (`[m, k]` or, transposed, `[k, m]`;
