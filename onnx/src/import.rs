@@ -9,6 +9,7 @@
 //! the converters live in one module per operator family.
 
 mod activation;
+mod attention;
 mod attrs;
 mod constant;
 mod conv;
@@ -16,9 +17,12 @@ mod dispatch;
 mod elementwise;
 mod entry;
 mod graph;
+mod index;
 mod loss;
 mod nn;
+mod normalize;
 mod reduce;
+mod resize;
 mod shape;
 
 use crate::proto::{ModelProto, NodeProto};

@@ -3,13 +3,25 @@
 //! slice; the table is their union, indexed by operator type on first use.
 
 use super::entry::OpEntry;
-use super::{activation, constant, conv, elementwise, loss, nn, reduce, shape};
+use super::{activation, attention, constant, conv, elementwise, index, loss, nn, normalize, reduce, resize, shape};
 use std::collections::HashMap;
 use std::sync::LazyLock;
 
 /// Every family's operators.
-const FAMILIES: &[&[OpEntry]] =
-    &[elementwise::OPS, activation::OPS, constant::OPS, shape::OPS, reduce::OPS, nn::OPS, conv::OPS, loss::OPS];
+const FAMILIES: &[&[OpEntry]] = &[
+    elementwise::OPS,
+    activation::OPS,
+    constant::OPS,
+    shape::OPS,
+    reduce::OPS,
+    nn::OPS,
+    conv::OPS,
+    loss::OPS,
+    normalize::OPS,
+    index::OPS,
+    resize::OPS,
+    attention::OPS,
+];
 
 /// Operator type to its entries, latest `since` first.
 static TABLE: LazyLock<HashMap<&'static str, Vec<&'static OpEntry>>> = LazyLock::new(|| {
