@@ -69,9 +69,10 @@ pub fn load(path: &Path, options: &graphc_onnx::ImportOptions) -> Result<(Source
     }
 }
 
-/// For an ONNX model: the integer inputs given on the command line (`NAME=PATH.npy`), which
-/// the importer may need as constants (shapes, axes, slice bounds). Unreadable files are
-/// reported later, when the inputs are fed.
+/// For an ONNX model: the inputs given on the command line (`NAME=PATH.npy`), which the
+/// importer may need as constants (shapes, axes, slice bounds, a Range's float bounds); it
+/// uses one only where it needs a constant, so the graph keeps every other input as an input.
+/// Unreadable files are reported later, when the inputs are fed.
 pub fn import_options_for(model: &Path, input_flags: &[String]) -> graphc_onnx::ImportOptions {
     let mut options = graphc_onnx::ImportOptions::default();
     if !is_onnx(model) {
@@ -80,7 +81,7 @@ pub fn import_options_for(model: &Path, input_flags: &[String]) -> graphc_onnx::
     for flag in input_flags {
         if let Some((name, path)) = flag.split_once('=') {
             if let Ok(t) = graphc_runtime::npy::read_npy(Path::new(path)) {
-                if matches!(t.dtype(), graphc_ir::DType::I32 | graphc_ir::DType::I64) && t.len() <= 1 << 16 {
+                if t.len() <= 1 << 16 {
                     options.known_inputs.insert(name.to_string(), t);
                 }
             }

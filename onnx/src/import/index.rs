@@ -1,5 +1,200 @@
-//! (being written)
+//! Operators about positions: ArgMax and ArgMin (an index along an axis, composed from a
+//! reduction, a comparison and a select of an iota constant), Trilu (a constant triangular
+//! mask and a select), Range (a constant: its bounds must be known at import, its length being
+//! the result's shape) and Tile (singleton axes interleaved by a reshape, broadcast, and
+//! reshaped back). Inputs that decide shapes (Trilu's `k`, Range's bounds, Tile's repeats)
+//! must be known at import time.
 
+use super::attrs::Attrs;
 use super::entry::OpEntry;
+use super::graph::{norm_axis, Importer};
+use super::Result;
+use crate::proto::NodeProto;
+use graphc_ir::{Attr, DType, NodeSpec, Op, Value};
+use graphc_runtime::Tensor;
 
-pub(super) const OPS: &[OpEntry] = &[];
+pub(super) const OPS: &[OpEntry] = &[
+    // ArgMax/ArgMin 12 add `select_last_index` (13 adds only bfloat16, which graphc lacks);
+    // 1 and 11 (11 allows a negative axis, a superset of 1) have no such attribute.
+    OpEntry::since("ArgMax", 12, |imp, n| arg_extreme(imp, n, Op::ReduceMax, true)),
+    OpEntry::since("ArgMin", 12, |imp, n| arg_extreme(imp, n, Op::ReduceMin, true)),
+    OpEntry::since("ArgMax", 1, |imp, n| arg_extreme(imp, n, Op::ReduceMax, false)),
+    OpEntry::since("ArgMin", 1, |imp, n| arg_extreme(imp, n, Op::ReduceMin, false)),
+    OpEntry::since("Trilu", 14, trilu),
+    OpEntry::since("Range", 11, range),
+    // Tile 6 takes `repeats` as an input, as 13 does (which adds types only); Tile 1, with
+    // `tiles` and `axis` inputs, is older than the oldest opset graphc imports.
+    OpEntry::since("Tile", 6, tile),
+];
+
+/// The index of the first (or, with `select_last_index`, the last) extreme element along
+/// `axis`, as int64: where `x` equals its `reduce` (max or min) along the axis, an iota along
+/// the axis, elsewhere a sentinel (the axis length, or -1), reduced by min (or max).
+///
+/// NaN: a slice holding a NaN has a NaN extreme, which equals nothing; graphc then takes the
+/// first (or last) NaN's index, as numpy's argmax/argmin and ONNX Runtime do (NaN counts as
+/// the extreme in both directions).
+fn arg_extreme(imp: &mut Importer, n: &NodeProto, reduce: Op, has_select_last: bool) -> Result<Vec<Value>> {
+    let a = Attrs(n);
+    let name = if reduce == Op::ReduceMax { "ArgMax" } else { "ArgMin" };
+    if !has_select_last && a.get("select_last_index").is_some() {
+        return Err(format!("{name} before version 12 has no select_last_index attribute (opset {})", imp.opset));
+    }
+    let last = match a.int("select_last_index", 0) {
+        0 => false,
+        1 => true,
+        v => return Err(format!("select_last_index must be 0 or 1, got {v}")),
+    };
+    let keep = a.int("keepdims", 1) != 0;
+    let mut x = imp.input(n, 0)?;
+    let ty = imp.ty(x)?;
+    let dims = imp.shape(x)?;
+    let axis = norm_axis(a.int("axis", 0), dims.len())?;
+    let d = dims[axis];
+    if d == 0 {
+        return Err(format!("{name} over axis {axis} of length 0 has no index to return"));
+    }
+    if ty.dtype == DType::Bool {
+        x = imp.emit1(NodeSpec::new(Op::Cast, vec![x]).attr("to", Attr::DType(DType::I32)))?;
+    }
+    let extreme = imp.reduce(reduce, x, vec![axis as i64], true)?;
+    let mut hit = imp.binary(Op::Equal, x, extreme)?;
+    if ty.dtype.is_float() {
+        let nan = imp.binary(Op::NotEqual, x, x)?;
+        hit = imp.binary(Op::Or, hit, nan)?;
+    }
+    let mut iota_shape = vec![1usize; dims.len()];
+    iota_shape[axis] = d as usize;
+    let iota = ndarray::Array1::from_iter(0..d).into_shape_with_order(ndarray::IxDyn(&iota_shape));
+    let iota = imp.constant(Tensor::I64(iota.map_err(|e| e.to_string())?))?;
+    let sentinel = imp.constant(Tensor::I64(ndarray::arr0(if last { -1 } else { d }).into_dyn()))?;
+    let idx = imp.emit1(NodeSpec::new(Op::Select, vec![hit, iota, sentinel]))?;
+    let pick = if last { Op::ReduceMax } else { Op::ReduceMin };
+    Ok(vec![imp.reduce(pick, idx, vec![axis as i64], keep)?])
+}
+
+/// Keeps the elements on and above (`upper`, the default) or below the `k`-th diagonal of the
+/// last two dims: a constant bool mask of those dims selects between `x` and zero.
+fn trilu(imp: &mut Importer, n: &NodeProto) -> Result<Vec<Value>> {
+    let upper = match Attrs(n).int("upper", 1) {
+        0 => false,
+        1 => true,
+        v => return Err(format!("upper must be 0 or 1, got {v}")),
+    };
+    let x = imp.input(n, 0)?;
+    let dtype = imp.ty(x)?.dtype;
+    let dims = imp.shape(x)?;
+    if dims.len() < 2 {
+        return Err(format!("the input must have rank 2 or more, got rank {}", dims.len()));
+    }
+    let k = match imp.const_ints(n, 1, "k")? {
+        None => 0,
+        Some(v) if v.len() == 1 => v[0],
+        Some(v) => return Err(format!("k must hold one value, got {}", v.len())),
+    };
+    let (rows, cols) = (dims[dims.len() - 2] as usize, dims[dims.len() - 1] as usize);
+    let mask = ndarray::Array2::from_shape_fn((rows, cols), |(i, j)| {
+        let diag = j as i64 - i as i64;
+        if upper {
+            diag >= k
+        } else {
+            diag <= k
+        }
+    });
+    let mask = imp.constant(Tensor::Bool(mask.into_dyn()))?;
+    let zero = imp.scalar(dtype, 0.0)?;
+    Ok(vec![imp.emit1(NodeSpec::new(Op::Select, vec![mask, x, zero]))?])
+}
+
+/// `start`, `start + delta`, ... up to (not including) `limit`: a constant of the inputs'
+/// dtype and `max(ceil((limit - start) / delta), 0)` elements. Integers are computed exactly;
+/// floats as `start + i * delta` in f64, rounded to the dtype.
+fn range(imp: &mut Importer, n: &NodeProto) -> Result<Vec<Value>> {
+    let mut scalars = Vec::new();
+    for (i, what) in ["start", "limit", "delta"].into_iter().enumerate() {
+        let t = imp.const_input(n, i, what)?.ok_or(format!("input {i} ({what}) is required"))?;
+        if t.len() != 1 {
+            return Err(format!("{what} must be a scalar, got shape {:?}", t.shape()));
+        }
+        scalars.push(t.clone());
+    }
+    let dtype = scalars[0].dtype();
+    if scalars.iter().any(|t| t.dtype() != dtype) {
+        return Err("start, limit and delta must have the same type".into());
+    }
+    const MAX_LEN: u64 = 1 << 28;
+    let too_long = |len: u64| format!("the range would hold {len} elements (at most {MAX_LEN} are supported)");
+    let t = match dtype {
+        DType::I32 | DType::I64 => {
+            let v: Vec<i64> = scalars
+                .iter()
+                .map(|t| match t {
+                    Tensor::I32(a) => a.iter().next().map(|&x| x as i64),
+                    Tensor::I64(a) => a.iter().next().copied(),
+                    _ => None,
+                })
+                .collect::<Option<_>>()
+                .ok_or("start, limit and delta must be integers")?;
+            let (start, limit, delta) = (v[0] as i128, v[1] as i128, v[2] as i128);
+            if delta == 0 {
+                return Err("delta must not be 0".into());
+            }
+            // ceil((limit - start) / delta) with a positive divisor: -floor(-a / b).
+            let (a, b) = if delta < 0 { (start - limit, -delta) } else { (limit - start, delta) };
+            let len = (-(-a).div_euclid(b)).max(0) as u64;
+            if len > MAX_LEN {
+                return Err(too_long(len));
+            }
+            let vals = (0..len as i128).map(|i| start + i * delta);
+            match dtype {
+                DType::I32 => Tensor::I32(ndarray::Array1::from_iter(vals.map(|x| x as i32)).into_dyn()),
+                _ => Tensor::I64(ndarray::Array1::from_iter(vals.map(|x| x as i64)).into_dyn()),
+            }
+        }
+        DType::F32 | DType::F64 => {
+            let v: Vec<f64> = scalars.iter().map(|t| t.to_f64_vec()[0]).collect();
+            let (start, limit, delta) = (v[0], v[1], v[2]);
+            if delta == 0.0 || !delta.is_finite() || !start.is_finite() || !limit.is_finite() {
+                return Err(format!("start {start}, limit {limit} and delta {delta} must be finite, delta nonzero"));
+            }
+            let len = ((limit - start) / delta).ceil().max(0.0);
+            if len > MAX_LEN as f64 {
+                return Err(too_long(len as u64));
+            }
+            let vals = ndarray::Array1::from_iter((0..len as u64).map(|i| start + i as f64 * delta)).into_dyn();
+            graphc_runtime::kernels::cast(&Tensor::F64(vals), dtype)
+        }
+        other => return Err(format!("Range over {} is not supported (numbers only)", other.name())),
+    };
+    Ok(vec![imp.constant(t)?])
+}
+
+/// `x` repeated `repeats[i]` times along each axis `i`: each repeated axis gets a singleton
+/// axis before it (a reshape), which is broadcast to the repeat count and merged back.
+fn tile(imp: &mut Importer, n: &NodeProto) -> Result<Vec<Value>> {
+    let x = imp.input(n, 0)?;
+    let dims = imp.shape(x)?;
+    let repeats = imp.const_ints(n, 1, "repeats")?.ok_or("input 1 (repeats) is required")?;
+    if repeats.len() != dims.len() {
+        return Err(format!("repeats has {} entries for an input of rank {}", repeats.len(), dims.len()));
+    }
+    if let Some(r) = repeats.iter().find(|&&r| r < 0) {
+        return Err(format!("repeats must not be negative, got {r}"));
+    }
+    if repeats.iter().all(|&r| r == 1) {
+        return Ok(vec![imp.unary(Op::Identity, x)?]);
+    }
+    let (mut split, mut wide, mut out) = (Vec::new(), Vec::new(), Vec::new());
+    for (&d, &r) in dims.iter().zip(&repeats) {
+        if r != 1 {
+            split.push(1);
+            wide.push(r);
+        }
+        split.push(d);
+        wide.push(d);
+        out.push(d * r);
+    }
+    let y = imp.reshape(x, split)?;
+    let y = imp.emit1(NodeSpec::new(Op::Broadcast, vec![y]).attr("shape", Attr::Ints(wide)))?;
+    Ok(vec![imp.reshape(y, out)?])
+}

@@ -1,5 +1,7 @@
 //! Reductions: ReduceSum, ReduceMean, ReduceMax and ReduceMin (axes from input 1 or the
-//! attribute; over bool, max and min are any and all).
+//! attribute; over bool, max and min are any and all), and the composites ReduceL1, ReduceL2,
+//! ReduceLogSum, ReduceLogSumExp and ReduceSumSquare (elementwise ops around a sum).
+//! ReduceProd is not imported: the IR has no product reduction.
 
 use super::attrs::Attrs;
 use super::entry::OpEntry;
@@ -19,6 +21,18 @@ pub(super) const OPS: &[OpEntry] = &[
     OpEntry::since("ReduceMean", 1, |imp, n| reduction(imp, n, Op::ReduceMean)),
     OpEntry::since("ReduceMax", 1, |imp, n| reduction(imp, n, Op::ReduceMax)),
     OpEntry::since("ReduceMin", 1, |imp, n| reduction(imp, n, Op::ReduceMin)),
+    // The composites: from 18 the axes are input 1 and `noop_with_empty_axes` exists; versions
+    // 1, 11 (negative axes) and 13 (bfloat16) take the `axes` attribute.
+    OpEntry::since("ReduceL1", 18, |imp, n| composite(imp, n, Composite::L1, 18)),
+    OpEntry::since("ReduceL2", 18, |imp, n| composite(imp, n, Composite::L2, 18)),
+    OpEntry::since("ReduceLogSum", 18, |imp, n| composite(imp, n, Composite::LogSum, 18)),
+    OpEntry::since("ReduceLogSumExp", 18, |imp, n| composite(imp, n, Composite::LogSumExp, 18)),
+    OpEntry::since("ReduceSumSquare", 18, |imp, n| composite(imp, n, Composite::SumSquare, 18)),
+    OpEntry::since("ReduceL1", 1, |imp, n| composite(imp, n, Composite::L1, 1)),
+    OpEntry::since("ReduceL2", 1, |imp, n| composite(imp, n, Composite::L2, 1)),
+    OpEntry::since("ReduceLogSum", 1, |imp, n| composite(imp, n, Composite::LogSum, 1)),
+    OpEntry::since("ReduceLogSumExp", 1, |imp, n| composite(imp, n, Composite::LogSumExp, 1)),
+    OpEntry::since("ReduceSumSquare", 1, |imp, n| composite(imp, n, Composite::SumSquare, 1)),
 ];
 
 /// No axes reduce over all of them, unless `noop_with_empty_axes` makes the node a copy.
@@ -46,4 +60,130 @@ fn reduction(imp: &mut Importer, n: &NodeProto, op: Op) -> Result<Vec<Value>> {
         return Ok(vec![imp.emit1(NodeSpec::new(Op::Cast, vec![r]).attr("to", Attr::DType(DType::Bool)))?]);
     }
     Ok(vec![imp.reduce(op, x, axes, keep)?])
+}
+
+/// The reductions composed of a sum and elementwise ops.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Composite {
+    /// `sum(|x|)`
+    L1,
+    /// `sqrt(sum(x * x))`
+    L2,
+    /// `log(sum(x))`
+    LogSum,
+    /// `log(sum(exp(x)))`, computed as `m + log(sum(exp(x - m)))` with `m` the slice's maximum.
+    LogSumExp,
+    /// `sum(x * x)`
+    SumSquare,
+}
+
+impl Composite {
+    fn name(self) -> &'static str {
+        match self {
+            Composite::L1 => "ReduceL1",
+            Composite::L2 => "ReduceL2",
+            Composite::LogSum => "ReduceLogSum",
+            Composite::LogSumExp => "ReduceLogSumExp",
+            Composite::SumSquare => "ReduceSumSquare",
+        }
+    }
+}
+
+/// The axes a composite reduction of this version reduces: from 18 input 1, before it the
+/// `axes` attribute (each version errs on the other's form). No axes reduce over all of them,
+/// except that from 18 `noop_with_empty_axes` makes them reduce over none: the elementwise ops
+/// still apply (`ReduceSumSquare` squares), as the operators' function bodies and ONNX's
+/// reference do.
+fn composite_axes(imp: &Importer, n: &NodeProto, what: &str, version: i64, rank: i64) -> Result<Vec<i64>> {
+    let a = Attrs(n);
+    let axes = if version >= 18 {
+        if a.get("axes").is_some() {
+            return Err(format!(
+                "{what}-{version} takes its axes as input 1; the axes attribute belongs to versions before 18"
+            ));
+        }
+        imp.const_ints(n, 1, "axes").map_err(|e| format!("{what}-{version}: {e}"))?.unwrap_or_default()
+    } else {
+        if imp.opt_input(n, 1)?.is_some() {
+            return Err(format!(
+                "{what} before version 18 takes its axes as the axes attribute; an axes input (input 1) is from version 18"
+            ));
+        }
+        a.ints("axes").unwrap_or_default()
+    };
+    if !axes.is_empty() {
+        return Ok(axes);
+    }
+    if version >= 18 && a.int("noop_with_empty_axes", 0) != 0 {
+        return Ok(vec![]);
+    }
+    Ok((0..rank).collect())
+}
+
+/// ReduceL1, ReduceL2, ReduceLogSum, ReduceLogSumExp and ReduceSumSquare as a sum with
+/// elementwise ops around it. L1 and SumSquare keep integer inputs' type; L2, LogSum and
+/// LogSumExp over integers are computed in f64 and cast back (truncating), as ONNX's reference
+/// does. Over an empty slice L1, L2 and SumSquare give 0, LogSum and LogSumExp -inf.
+fn composite(imp: &mut Importer, n: &NodeProto, op: Composite, version: i64) -> Result<Vec<Value>> {
+    let what = op.name();
+    let x = imp.input(n, 0)?;
+    let xt = imp.ty(x)?;
+    if xt.dtype == DType::Bool {
+        let which = if version >= 18 { format!("{what}-{version}") } else { format!("{what} before version 18") };
+        return Err(format!("{which} takes numbers, not bool"));
+    }
+    let rank = xt.shape.len() as i64;
+    let axes = composite_axes(imp, n, what, version, rank)?;
+    let keep = Attrs(n).int("keepdims", 1) != 0;
+    let float_only = matches!(op, Composite::L2 | Composite::LogSum | Composite::LogSumExp);
+    let cast = |imp: &mut Importer, v: Value, to: DType| -> Result<Value> {
+        imp.emit1(NodeSpec::new(Op::Cast, vec![v]).attr("to", Attr::DType(to)))
+    };
+    let v = if float_only && !xt.dtype.is_float() { cast(imp, x, DType::F64)? } else { x };
+    let r = match op {
+        Composite::L1 => {
+            let abs = imp.unary(Op::Abs, v)?;
+            imp.reduce(Op::ReduceSum, abs, axes, keep)?
+        }
+        Composite::SumSquare | Composite::L2 => {
+            let sq = imp.binary(Op::Mul, v, v)?;
+            let s = imp.reduce(Op::ReduceSum, sq, axes, keep)?;
+            if op == Composite::L2 {
+                imp.unary(Op::Sqrt, s)?
+            } else {
+                s
+            }
+        }
+        Composite::LogSum => {
+            let s = imp.reduce(Op::ReduceSum, v, axes, keep)?;
+            imp.unary(Op::Log, s)?
+        }
+        Composite::LogSumExp => log_sum_exp(imp, v, axes, keep)?,
+    };
+    let r = if imp.ty(r)?.dtype != xt.dtype { cast(imp, r, xt.dtype)? } else { r };
+    Ok(vec![r])
+}
+
+/// `m + log(sum(exp(x - m)))` with `m` each slice's maximum where it is finite and 0 where it
+/// is not: a slice of -inf (or an empty one) gives -inf rather than NaN from `-inf - -inf`, one
+/// holding +inf gives +inf, one holding NaN gives NaN.
+fn log_sum_exp(imp: &mut Importer, x: Value, axes: Vec<i64>, keep: bool) -> Result<Value> {
+    let dt = imp.ty(x)?.dtype;
+    let m = imp.reduce(Op::ReduceMax, x, axes.clone(), true)?;
+    let abs = imp.unary(Op::Abs, m)?;
+    let inf = imp.scalar(dt, f64::INFINITY)?;
+    let finite = imp.binary(Op::Less, abs, inf)?;
+    let zero = imp.scalar(dt, 0.0)?;
+    let m = imp.emit1(NodeSpec::new(Op::Select, vec![finite, m, zero]))?;
+    let d = imp.binary(Op::Sub, x, m)?;
+    let e = imp.unary(Op::Exp, d)?;
+    let s = imp.reduce(Op::ReduceSum, e, axes, keep)?;
+    let l = imp.unary(Op::Log, s)?;
+    let m = if keep {
+        m
+    } else {
+        let shape = imp.shape(l)?;
+        imp.reshape(m, shape)?
+    };
+    imp.binary(Op::Add, l, m)
 }
