@@ -16,6 +16,7 @@ mod conv;
 mod dispatch;
 mod elementwise;
 mod entry;
+mod gather;
 mod graph;
 mod index;
 mod loss;

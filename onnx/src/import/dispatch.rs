@@ -3,7 +3,7 @@
 //! slice; the table is their union, indexed by operator type on first use.
 
 use super::entry::OpEntry;
-use super::{activation, attention, constant, conv, elementwise, index, loss, nn, normalize, reduce, resize, shape};
+use super::{activation, attention, constant, conv, elementwise, gather, index, loss, nn, normalize, reduce, resize, shape};
 use std::collections::HashMap;
 use std::sync::LazyLock;
 
@@ -21,6 +21,7 @@ const FAMILIES: &[&[OpEntry]] = &[
     index::OPS,
     resize::OPS,
     attention::OPS,
+    gather::OPS,
 ];
 
 /// Operator type to its entries, latest `since` first.

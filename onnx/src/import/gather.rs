@@ -1,0 +1,5 @@
+//! (being written)
+
+use super::entry::OpEntry;
+
+pub(super) const OPS: &[OpEntry] = &[];
