@@ -181,6 +181,46 @@ fn unary_ops() {
 }
 
 #[test]
+fn trigonometric_and_hyperbolic_ops() {
+    for o in [Op::Sin, Op::Cos, Op::Atan, Op::Sinh, Op::Cosh, Op::Asinh] {
+        unary_case(o, -2.0, 2.0);
+    }
+    unary_case(Op::Tan, -1.2, 1.2);
+    // Inside the domains, away from the poles at ±1.
+    for o in [Op::Asin, Op::Acos, Op::Atanh] {
+        unary_case(o, -0.9, 0.9);
+    }
+    unary_case(Op::Acosh, 1.2, 3.0);
+}
+
+#[test]
+fn rounding_ops_have_zero_gradients() {
+    // Values stay away from the integers and halves where they jump.
+    for o in [Op::Floor, Op::Ceil, Op::Round, Op::Sign] {
+        check(vec![rand_input(&[3, 4], -2.1, 1.9, 4)], &[0], &move |g, x| op(g, o, &[x[0]], &[]));
+        let inputs = [rand_input(&[3], -2.1, 1.9, 4)];
+        let m = module(&inputs, &[0], &move |g, x| op(g, o, &[x[0]], &[]));
+        let s = Session::new(m, SessionOptions::default()).unwrap();
+        assert_eq!(run(&s, "grad", &inputs)[1], vec![0.0; 3], "{}", o.name());
+    }
+}
+
+#[test]
+fn mod_in_both_modes() {
+    // d/da = 1, d/db = -floor(a / b) or -trunc(a / b); a / b stays away from the integers.
+    let shapes: &[(&[u64], &[u64])] = &[(&[3, 4], &[3, 4]), (&[3, 4], &[4]), (&[], &[2, 3])];
+    for &(sa, sb) in shapes {
+        for (lo, hi) in [(0.753, 1.953), (-1.953, -0.753)] {
+            for fmod in [false, true] {
+                check(vec![rand_input(sa, -3.1, 2.9, 30), rand_input(sb, lo, hi, 31)], &[0, 1], &move |g, x| {
+                    op(g, Op::Mod, &[x[0], x[1]], &[("fmod", Attr::Bool(fmod))])
+                });
+            }
+        }
+    }
+}
+
+#[test]
 fn cast_passes_the_adjoint_back_in_the_operand_dtype() {
     // d/dx sum(f64(f32(x)) * W) = W, rounded through f32 on the way back.
     let inputs = [f64_input(&[3], vec![0.5, -1.25, 2.0])];
@@ -252,6 +292,29 @@ fn reductions() {
             });
         }
     }
+}
+
+#[test]
+fn reduce_prod_with_and_without_zeros() {
+    for (axes, keep) in
+        [(vec![1], false), (vec![0, 2], true), (vec![-1], false), (vec![0, 1, 2], false), (vec![], false)]
+    {
+        check(vec![rand_input(&[2, 3, 4], -2.0, 2.0, 32)], &[0], &move |g, x| {
+            op(g, Op::ReduceProd, &[x[0]], &[("axes", ints(&axes)), ("keep_dims", Attr::Bool(keep))])
+        });
+    }
+    // Rows with no zero, one zero (its gradient is the product of the others) and two zeros
+    // (every gradient 0).
+    let data = vec![1.5, -2.0, 0.5, 3.0, 0.0, -1.25, 0.0, 2.0, 0.0];
+    check(vec![f64_input(&[3, 3], data.clone())], &[0], &|g, x| {
+        op(g, Op::ReduceProd, &[x[0]], &[("axes", ints(&[1]))])
+    });
+    let inputs = [f64_input(&[3, 3], data)];
+    let m = module(&inputs, &[0], &|g, x| op(g, Op::ReduceProd, &[x[0]], &[("axes", ints(&[1]))]));
+    let s = Session::new(m, SessionOptions::default()).unwrap();
+    let w: Vec<f64> = (0..3).map(|i| 0.5 + (1.3 * i as f64 + 0.2).sin()).collect();
+    let want = vec![-w[0], 0.75 * w[0], -3.0 * w[0], 0.0, -3.75 * w[1], 0.0, 0.0, 0.0, 0.0];
+    assert_eq!(run(&s, "grad", &inputs)[1], want);
 }
 
 #[test]

@@ -125,6 +125,91 @@ fn unary_float_ops() {
     assert_eq!(op1(f32t(&[2], &[-1000.0, 1000.0]), "sigmoid", "f32[2]"), f32t(&[2], &[0.0, 1.0]));
 }
 
+/// Elements as f64 with the sign of zero kept, for comparing signed zeros exactly.
+fn signed(t: &graphc_runtime::Tensor) -> Vec<(f64, bool)> {
+    t.to_f64_vec().into_iter().map(|v| (v, v.is_sign_negative())).collect()
+}
+
+#[test]
+fn trigonometric_and_hyperbolic_ops() {
+    use std::f64::consts::{FRAC_PI_2, FRAC_PI_4, PI};
+    let x = f64t(&[6], &[-0.0, 0.5, -1.0, f64::INFINITY, f64::NEG_INFINITY, f64::NAN]);
+    let close = |op: &str, want: &[f64]| {
+        let got = op1(x.clone(), op, "f64[6]");
+        assert_close(&got, &f64t(&[6], want), 1e-15);
+        // Odd functions keep -0; the others give their value at 0.
+        assert_eq!(signed(&got)[0].1, want[0].is_sign_negative(), "{op}(-0)");
+    };
+    let nan = f64::NAN;
+    close("sin", &[-0.0, 0.479425538604203, -0.8414709848078965, nan, nan, nan]);
+    close("cos", &[1.0, 0.8775825618903728, 0.5403023058681398, nan, nan, nan]);
+    close("tan", &[-0.0, 0.5463024898437905, -1.5574077246549023, nan, nan, nan]);
+    close("asin", &[-0.0, 0.5235987755982989, -FRAC_PI_2, nan, nan, nan]);
+    close("acos", &[FRAC_PI_2, 1.0471975511965979, PI, nan, nan, nan]);
+    close("atan", &[-0.0, 0.4636476090008061, -FRAC_PI_4, FRAC_PI_2, -FRAC_PI_2, nan]);
+    close("sinh", &[-0.0, 0.5210953054937474, -1.1752011936438014, f64::INFINITY, f64::NEG_INFINITY, nan]);
+    close("cosh", &[1.0, 1.1276259652063807, 1.5430806348152437, f64::INFINITY, f64::INFINITY, nan]);
+    close("asinh", &[-0.0, 0.48121182505960347, -0.881373587019543, f64::INFINITY, f64::NEG_INFINITY, nan]);
+    close("atanh", &[-0.0, 0.5493061443340549, f64::NEG_INFINITY, nan, nan, nan]);
+    let y = f32t(&[5], &[1.0, 2.0, 0.5, f32::INFINITY, f32::NAN]);
+    assert_close(&op1(y, "acosh", "f32[5]"), &f32t(&[5], &[0.0, 1.3169579, f32::NAN, f32::INFINITY, f32::NAN]), 1e-6);
+    // Outside the domain: NaN.
+    let out = f32t(&[2], &[1.5, -2.0]);
+    for op in ["asin", "acos", "atanh"] {
+        assert_close(&op1(out.clone(), op, "f32[2]"), &f32t(&[2], &[f32::NAN, f32::NAN]), 0.0);
+    }
+}
+
+#[test]
+fn rounding_ops_keep_signed_zeros_and_round_halves_to_even() {
+    let x =
+        f32t(&[12], &[0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 2.7, -2.7, -0.0, f32::INFINITY, f32::NEG_INFINITY, f32::NAN]);
+    let check = |op: &str, want: &[f32]| {
+        let got = op1(x.clone(), op, "f32[12]");
+        assert_close(&got, &f32t(&[12], want), 0.0);
+        let want_signs: Vec<bool> = want.iter().map(|v| v.is_sign_negative()).collect();
+        let got_signs: Vec<bool> = signed(&got).iter().map(|s| s.1).collect();
+        assert_eq!(got_signs[..11], want_signs[..11], "{op}: signs");
+    };
+    let (inf, ninf, nan) = (f32::INFINITY, f32::NEG_INFINITY, f32::NAN);
+    check("round", &[0.0, 2.0, 2.0, -0.0, -2.0, -2.0, 3.0, -3.0, -0.0, inf, ninf, nan]);
+    check("floor", &[0.0, 1.0, 2.0, -1.0, -2.0, -3.0, 2.0, -3.0, -0.0, inf, ninf, nan]);
+    check("ceil", &[1.0, 2.0, 3.0, -0.0, -1.0, -2.0, 3.0, -2.0, -0.0, inf, ninf, nan]);
+    check("sign", &[1.0, 1.0, 1.0, -1.0, -1.0, -1.0, 1.0, -1.0, 0.0, 1.0, -1.0, nan]);
+    // Exactly representable integers beyond 2^23 are kept.
+    let big = f64t(&[2], &[4503599627370497.0, -4503599627370497.0]);
+    assert_eq!(op1(big.clone(), "round", "f64[2]"), big);
+    assert_eq!(op1(i64t(&[4], &[-7, 0, 3, i64::MIN]), "sign", "i64[4]"), i64t(&[4], &[-1, 0, 1, -1]));
+    assert_eq!(op1(i32t(&[2], &[5, -5]), "sign", "i32[2]"), i32t(&[2], &[1, -1]));
+}
+
+#[test]
+fn mod_floored_and_truncated() {
+    // Integers: floored takes the divisor's sign, truncated the dividend's.
+    let a = i32t(&[6], &[7, -7, 7, -7, i32::MIN, 0]);
+    let b = i32t(&[6], &[3, 3, -3, -3, -1, 5]);
+    assert_eq!(op2(a.clone(), b.clone(), "mod", "i32[6]"), i32t(&[6], &[1, 2, -2, -1, 0, 0]));
+    assert_eq!(op2(a.clone(), b.clone(), "mod {fmod = true}", "i32[6]"), i32t(&[6], &[1, -1, 1, -1, 0, 0]));
+    let e = try_op2(a, i32t(&[], &[0]), "mod", "i32[6]").unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Kernel);
+    assert!(e.message.contains("division by zero"), "{e}");
+    let e = try_op2(i64t(&[1], &[4]), i64t(&[1], &[0]), "mod {fmod = true}", "i64[1]").unwrap_err();
+    assert!(e.message.contains("division by zero"), "{e}");
+    // Floats, numpy's mod and fmod, with broadcasting.
+    let (inf, nan) = (f64::INFINITY, f64::NAN);
+    let x = f64t(&[9], &[5.5, -5.5, 5.5, -5.5, 6.0, -6.0, 1.0, -1.0, inf]);
+    let y = f64t(&[9], &[2.0, 2.0, -2.0, -2.0, 3.0, -3.0, inf, inf, 2.0]);
+    let floored = op2(x.clone(), y.clone(), "mod", "f64[9]");
+    assert_close(&floored, &f64t(&[9], &[1.5, 0.5, -0.5, -1.5, 0.0, -0.0, 1.0, inf, nan]), 0.0);
+    // A zero floored remainder has the divisor's sign.
+    assert_eq!((signed(&floored)[4].1, signed(&floored)[5].1), (false, true));
+    let trunc = op2(x, y, "mod {fmod = true}", "f64[9]");
+    assert_close(&trunc, &f64t(&[9], &[1.5, -1.5, 1.5, -1.5, 0.0, -0.0, 1.0, -1.0, nan]), 0.0);
+    assert_eq!((signed(&trunc)[4].1, signed(&trunc)[5].1), (false, true));
+    let z = op2(f32t(&[2, 2], &[1.0, -1.0, 2.0, 3.0]), f32t(&[2], &[0.0, 1.5]), "mod", "f32[2,2]");
+    assert_close(&z, &f32t(&[2, 2], &[f32::NAN, 0.5, f32::NAN, 0.0]), 0.0);
+}
+
 #[test]
 fn unary_int_and_bool_ops() {
     let x = i32t(&[3], &[i32::MIN, -3, 4]);
@@ -233,6 +318,31 @@ fn reductions_of_empty_extents() {
     assert_eq!(op1(e.clone(), "reduce_max {axes = [1]}", "f32[2]"), f32t(&[2], &[f32::NEG_INFINITY; 2]));
     assert_eq!(op1(e, "reduce_min {axes = [1]}", "f32[2]"), f32t(&[2], &[f32::INFINITY; 2]));
     assert_eq!(op1(i64t(&[0], &[]), "reduce_max {axes = [0]}", "i64[]"), i64t(&[], &[i64::MIN]));
+}
+
+#[test]
+fn reduce_prod_by_hand() {
+    let x = f32t(&[2, 3], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+    assert_eq!(op1(x.clone(), "reduce_prod {axes = [1]}", "f32[2]"), f32t(&[2], &[6.0, 120.0]));
+    assert_eq!(
+        op1(x.clone(), "reduce_prod {axes = [0], keep_dims = true}", "f32[1,3]"),
+        f32t(&[1, 3], &[4.0, 10.0, 18.0])
+    );
+    assert_eq!(op1(x.clone(), "reduce_prod {axes = [0, 1]}", "f32[]"), f32t(&[], &[720.0]));
+    assert_eq!(op1(x.clone(), "reduce_prod {axes = []}", "f32[2,3]"), x);
+    // Empty extents give 1; integers wrap; NaN and infinities propagate; inf * 0 is NaN.
+    assert_eq!(op1(f32t(&[2, 0], &[]), "reduce_prod {axes = [1]}", "f32[2]"), f32t(&[2], &[1.0, 1.0]));
+    assert_eq!(op1(i32t(&[2], &[1 << 16, 1 << 16]), "reduce_prod {axes = [0]}", "i32[]"), i32t(&[], &[0]));
+    assert_eq!(op1(i64t(&[3], &[-2, 3, 4]), "reduce_prod {axes = [0]}", "i64[]"), i64t(&[], &[-24]));
+    let s = f32t(&[4, 2], &[f32::NAN, 1.0, f32::INFINITY, -2.0, f32::INFINITY, 0.0, -0.0, 3.0]);
+    assert_close(
+        &op1(s, "reduce_prod {axes = [1]}", "f32[4]"),
+        &f32t(&[4], &[f32::NAN, f32::NEG_INFINITY, f32::NAN, -0.0]),
+        0.0,
+    );
+    // Accumulated in f64: the intermediate product 1e30 * 1e30 overflows f32, not the result.
+    let big = f32t(&[3], &[1e30, 1e30, 1e-30]);
+    assert_close(&op1(big, "reduce_prod {axes = [0]}", "f32[]"), &f32t(&[], &[1e30]), 1e-6);
 }
 
 #[test]

@@ -169,7 +169,9 @@ fn rule(g: &Graph, n: Node) -> Option<Rewrite> {
         Op::Mul if one(ops[0]) => keep(ops[1]),
         Op::Div | Op::Pow if one(ops[1]) => keep(ops[0]),
         Op::Identity | Op::Cast | Op::Reshape | Op::Broadcast if same(ops[0]) => keep(ops[0]),
-        Op::ReduceSum | Op::ReduceMean | Op::ReduceMax | Op::ReduceMin if nd.attrs.ints("axes") == Some(&[]) => {
+        Op::ReduceSum | Op::ReduceMean | Op::ReduceMax | Op::ReduceMin | Op::ReduceProd
+            if nd.attrs.ints("axes") == Some(&[]) =>
+        {
             keep(ops[0])
         }
         Op::Slice if same(ops[0]) && nd.attrs.ints("steps").is_none_or(|s| s.iter().all(|&x| x == 1)) => keep(ops[0]),

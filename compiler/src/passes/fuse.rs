@@ -123,6 +123,9 @@ fn fusible(g: &Graph, n: Node) -> bool {
     kind_ok
         && nd.op != Op::Identity
         && (nd.op.kind() != OpKind::Reduction || along_last_axis(g, n))
+        // An elementwise op no loop kernel computes (a cast, sin, mod) would keep its whole
+        // group on the interpreter: it runs alone, and its neighbours fuse and compile.
+        && (nd.op.kind() != OpKind::Elementwise || crate::lower::plan::supported(nd.op))
         && nd.control_deps.is_empty()
         && nd.regions.is_empty()
         && nd.results.iter().all(|&v| {

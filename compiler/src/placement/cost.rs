@@ -199,6 +199,18 @@ impl<'a> CostModel<'a> {
             Op::Exp | Op::Log | Op::Sigmoid | Op::Sqrt => out * reference::ELEM_TRANSCENDENTAL,
             Op::Tanh | Op::Pow => out * reference::ELEM_TANH_POW,
             Op::Erf => out * reference::ELEM_ERF,
+            // libm calls on the interpreter: priced like tanh and pow.
+            Op::Sin
+            | Op::Cos
+            | Op::Tan
+            | Op::Asin
+            | Op::Acos
+            | Op::Atan
+            | Op::Sinh
+            | Op::Cosh
+            | Op::Asinh
+            | Op::Acosh
+            | Op::Atanh => out * reference::ELEM_TANH_POW,
             Op::Transpose => out * reference::TRANSPOSE,
             Op::Identity | Op::Shape | Op::Rank | Op::Read | Op::Variable | Op::Queue => 0.0,
             Op::Softmax => out * reference::SOFTMAX,
@@ -252,6 +264,11 @@ impl<'a> CostModel<'a> {
             | Op::Neg
             | Op::Abs
             | Op::Relu
+            | Op::Floor
+            | Op::Ceil
+            | Op::Round
+            | Op::Sign
+            | Op::Mod
             | Op::Not
             | Op::Add
             | Op::Sub
@@ -273,7 +290,9 @@ impl<'a> CostModel<'a> {
             | Op::QueueClose
             | Op::QueueSize
             | Op::NoOp => out * reference::ELEM,
-            Op::ReduceSum | Op::ReduceMean | Op::ReduceMax | Op::ReduceMin => input(0) * reference::REDUCE,
+            Op::ReduceSum | Op::ReduceMean | Op::ReduceMax | Op::ReduceMin | Op::ReduceProd => {
+                input(0) * reference::REDUCE
+            }
             // Elements moved: array ops, a constant's literal, a send or recv's copy.
             Op::Constant
             | Op::Reshape

@@ -241,6 +241,22 @@ fn expand(g: &graphc_ir::Graph, nodes: &[Node], iterations: &[u64], out: &mut Ve
             | Op::Sigmoid
             | Op::Relu
             | Op::Erf
+            | Op::Sin
+            | Op::Cos
+            | Op::Tan
+            | Op::Asin
+            | Op::Acos
+            | Op::Atan
+            | Op::Sinh
+            | Op::Cosh
+            | Op::Asinh
+            | Op::Acosh
+            | Op::Atanh
+            | Op::Floor
+            | Op::Ceil
+            | Op::Round
+            | Op::Sign
+            | Op::Mod
             | Op::Not
             | Op::Add
             | Op::Sub
@@ -262,6 +278,7 @@ fn expand(g: &graphc_ir::Graph, nodes: &[Node], iterations: &[u64], out: &mut Ve
             | Op::ReduceMean
             | Op::ReduceMax
             | Op::ReduceMin
+            | Op::ReduceProd
             | Op::Softmax
             | Op::MaxPool
             | Op::AvgPool

@@ -1,4 +1,5 @@
-//! Convolution and pooling: Conv (with its bias), MaxPool (with indices, either storage order),
+//! Convolution and pooling: Conv (with its bias), ConvTranspose (as the IR's `conv_input_grad`,
+//! with its bias, output padding and shape), MaxPool (with indices, either storage order),
 //! AveragePool, and GlobalAveragePool and GlobalMaxPool as reductions over the spatial dims.
 
 use super::attrs::Attrs;
@@ -14,6 +15,8 @@ pub(super) const OPS: &[OpEntry] = &[
     OpEntry::new("AveragePool", |imp, n| windowed(imp, n, Window::AveragePool)),
     OpEntry::new("GlobalAveragePool", |imp, n| global_pool(imp, n, Op::ReduceMean)),
     OpEntry::new("GlobalMaxPool", |imp, n| global_pool(imp, n, Op::ReduceMax)),
+    // ConvTranspose 1, 11 and 22 differ only in the element types they list.
+    OpEntry::since("ConvTranspose", 1, conv_transpose),
     // Older versions take a subset of the later attributes, with the same defaults: Conv 1 is
     // Conv 11; MaxPool gains `storage_order` and the indices output in 8, `ceil_mode` and
     // `dilations` in 10; AveragePool gains `count_include_pad` in 7 (default 0 as before) and
@@ -105,6 +108,144 @@ fn windowed(imp: &mut Importer, n: &NodeProto, window: Window) -> Result<Vec<Val
         outs[1] = column_major_index(imp, outs[1], spatial)?;
     }
     Ok(outs)
+}
+
+/// ConvTranspose: `conv_input_grad` of the conv whose output channels are ConvTranspose's
+/// input channels (W `[C_in, C_out/group, k...]` is that conv's weight). The output position
+/// `i` of a spatial dim reads the full transposed convolution (length `s*(O-1) + d*(K-1) + 1`)
+/// at `i + pad_begin`; positions beyond it (output padding, a larger `output_shape`, negative
+/// pads) are zero and come from a `pad` of the result.
+fn conv_transpose(imp: &mut Importer, n: &NodeProto) -> Result<Vec<Value>> {
+    let a = Attrs(n);
+    let x = imp.input(n, 0)?;
+    let w = imp.input(n, 1)?;
+    let xd = imp.shape(x)?;
+    let wd = imp.shape(w)?;
+    if xd.len() < 3 || wd.len() != xd.len() {
+        return Err(format!(
+            "ConvTranspose: the input must be [N, C, spatial...] and W [C, M/group, k...] of the same rank, got ranks {} and {}",
+            xd.len(),
+            wd.len()
+        ));
+    }
+    let k = xd.len() - 2;
+    let group = a.int("group", 1);
+    if group < 1 || xd[1] % group != 0 || xd[1] != wd[0] {
+        return Err(format!(
+            "ConvTranspose: {} input channels do not match W's first dim {} in {group} groups",
+            xd[1], wd[0]
+        ));
+    }
+    let kernel = wd[2..].to_vec();
+    if let Some(ks) = a.ints("kernel_shape") {
+        if ks != kernel {
+            return Err(format!("ConvTranspose: kernel_shape {ks:?} differs from W's spatial dims {kernel:?}"));
+        }
+    }
+    let strides = a.ints("strides").unwrap_or_else(|| vec![1; k]);
+    let dilations = a.ints("dilations").unwrap_or_else(|| vec![1; k]);
+    let out_pad = a.ints("output_padding").unwrap_or_else(|| vec![0; k]);
+    if strides.len() != k || dilations.len() != k || out_pad.len() != k {
+        return Err(format!("ConvTranspose: strides, dilations and output_padding need {k} entries each"));
+    }
+    if strides.iter().chain(&dilations).any(|&v| v < 1) {
+        return Err("ConvTranspose: strides and dilations must be at least 1".into());
+    }
+    let output_shape = match a.ints("output_shape") {
+        Some(s) if s.len() == k => Some(s),
+        // Some exporters give the whole output shape.
+        Some(s) if s.len() == k + 2 => Some(s[2..].to_vec()),
+        Some(s) => return Err(format!("ConvTranspose: output_shape {s:?} needs {k} spatial entries")),
+        None => None,
+    };
+    // The full transposed convolution's length per spatial dim.
+    let full: Vec<i64> = (0..k).map(|i| strides[i] * (xd[2 + i] - 1) + (kernel[i] - 1) * dilations[i] + 1).collect();
+    let auto_pad = a.string("auto_pad", "NOTSET");
+    let (begin, out): (Vec<i64>, Vec<i64>) = match auto_pad.as_str() {
+        "NOTSET" | "VALID" => {
+            let pads = match (auto_pad.as_str(), a.ints("pads")) {
+                ("NOTSET", Some(p)) if p.len() == 2 * k => p,
+                ("NOTSET", Some(p)) => return Err(format!("ConvTranspose: pads {p:?} need {} entries", 2 * k)),
+                _ => vec![0; 2 * k],
+            };
+            let out = match &output_shape {
+                Some(s) => s.clone(),
+                None => (0..k).map(|i| full[i] + out_pad[i] - pads[i] - pads[k + i]).collect(),
+            };
+            (pads[..k].to_vec(), out)
+        }
+        mode @ ("SAME_UPPER" | "SAME_LOWER") => {
+            let out = output_shape.clone().unwrap_or_else(|| (0..k).map(|i| xd[2 + i] * strides[i]).collect());
+            let begin = (0..k)
+                .map(|i| {
+                    let total = full[i] + out_pad[i] - out[i];
+                    if mode == "SAME_UPPER" {
+                        total.div_euclid(2)
+                    } else {
+                        total - total.div_euclid(2)
+                    }
+                })
+                .collect();
+            (begin, out)
+        }
+        other => {
+            return Err(format!(
+                "ConvTranspose: auto_pad '{other}' is not one of NOTSET, SAME_UPPER, SAME_LOWER, VALID"
+            ))
+        }
+    };
+    if out.iter().any(|&d| d < 1) {
+        return Err(format!("ConvTranspose: the output's spatial dims {out:?} must be positive"));
+    }
+    // Per dim: zeros before (negative begin pad), the part conv_input_grad computes, zeros after.
+    let (mut low, mut high, mut inner, mut pads) = (vec![0; k], vec![0; k], vec![0; k], vec![0; 2 * k]);
+    for i in 0..k {
+        low[i] = (-begin[i]).max(0).min(out[i]);
+        let b = begin[i].max(0);
+        let rest = out[i] - low[i];
+        // Positions at or past the full length are zero.
+        inner[i] = rest.min(full[i] - b).max(0);
+        high[i] = rest - inner[i];
+        pads[i] = b;
+        pads[k + i] = full[i] - b - inner[i];
+    }
+    let c_out = wd[1] * group;
+    let y = if inner.iter().any(|&d| d == 0) {
+        let dtype = imp.ty(x)?.dtype;
+        let zero = imp.scalar(dtype, 0.0)?;
+        let mut shape = vec![xd[0], c_out];
+        shape.extend(&out);
+        imp.emit1(NodeSpec::new(Op::Broadcast, vec![zero]).attr("shape", Attr::Ints(shape)))?
+    } else {
+        let mut shape = vec![xd[0], c_out];
+        shape.extend(&inner);
+        let mut y = imp.emit1(
+            NodeSpec::new(Op::ConvInputGrad, vec![x, w])
+                .attr("strides", Attr::Ints(strides))
+                .attr("pads", Attr::Ints(pads))
+                .attr("dilations", Attr::Ints(dilations))
+                .attr("group", Attr::Int(group))
+                .attr("shape", Attr::Ints(shape)),
+        )?;
+        if low.iter().chain(&high).any(|&p| p > 0) {
+            let dtype = imp.ty(x)?.dtype;
+            let zero = imp.scalar(dtype, 0.0)?;
+            let lo = [0, 0].into_iter().chain(low).collect();
+            let hi = [0, 0].into_iter().chain(high).collect();
+            y = imp.emit1(
+                NodeSpec::new(Op::Pad, vec![y, zero]).attr("low", Attr::Ints(lo)).attr("high", Attr::Ints(hi)),
+            )?;
+        }
+        y
+    };
+    let mut y = y;
+    if let Some(b) = imp.opt_input(n, 2)? {
+        let mut shape = vec![imp.shape(b)?.iter().product()];
+        shape.extend(std::iter::repeat_n(1, k));
+        let b = imp.reshape(b, shape)?;
+        y = imp.binary(Op::Add, y, b)?;
+    }
+    Ok(vec![y])
 }
 
 /// Turns row-major flat indices into ones whose spatial part is column-major (ONNX

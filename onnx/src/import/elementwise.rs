@@ -1,6 +1,7 @@
 //! Elementwise operators that are one IR op each, or a short chain of them: arithmetic,
-//! comparisons and logic (binary, broadcasting), unary math, Identity, the variadic Max, Min
-//! and Sum, Pow, Where, Clip, Cast and CastLike.
+//! comparisons and logic (binary, broadcasting), Mod, unary math (trigonometric and
+//! hyperbolic functions and their inverses, Floor, Ceil, Round, Sign), Identity, the variadic
+//! Max, Min and Sum, Pow, Where, Clip, Cast and CastLike.
 
 use super::attrs::Attrs;
 use super::entry::OpEntry;
@@ -33,6 +34,22 @@ pub(super) const OPS: &[OpEntry] = &[
     OpEntry::new("Sigmoid", |imp, n| unary(imp, n, Op::Sigmoid)),
     OpEntry::new("Tanh", |imp, n| unary(imp, n, Op::Tanh)),
     OpEntry::new("Erf", |imp, n| unary(imp, n, Op::Erf)),
+    OpEntry::new("Sin", |imp, n| unary(imp, n, Op::Sin)),
+    OpEntry::new("Cos", |imp, n| unary(imp, n, Op::Cos)),
+    OpEntry::new("Tan", |imp, n| unary(imp, n, Op::Tan)),
+    OpEntry::new("Asin", |imp, n| unary(imp, n, Op::Asin)),
+    OpEntry::new("Acos", |imp, n| unary(imp, n, Op::Acos)),
+    OpEntry::new("Atan", |imp, n| unary(imp, n, Op::Atan)),
+    OpEntry::new("Sinh", |imp, n| unary(imp, n, Op::Sinh)),
+    OpEntry::new("Cosh", |imp, n| unary(imp, n, Op::Cosh)),
+    OpEntry::new("Asinh", |imp, n| unary(imp, n, Op::Asinh)),
+    OpEntry::new("Acosh", |imp, n| unary(imp, n, Op::Acosh)),
+    OpEntry::new("Atanh", |imp, n| unary(imp, n, Op::Atanh)),
+    OpEntry::new("Floor", |imp, n| unary(imp, n, Op::Floor)),
+    OpEntry::new("Ceil", |imp, n| unary(imp, n, Op::Ceil)),
+    OpEntry::new("Round", |imp, n| unary(imp, n, Op::Round)),
+    OpEntry::new("Sign", |imp, n| unary(imp, n, Op::Sign)),
+    OpEntry::new("Mod", modulo),
     OpEntry::new("Not", |imp, n| unary(imp, n, Op::Not)),
     OpEntry::new("Identity", |imp, n| unary(imp, n, Op::Identity)),
     OpEntry::new("Max", |imp, n| variadic(imp, n, Op::Max)),
@@ -79,6 +96,24 @@ pub(super) const OPS: &[OpEntry] = &[
     OpEntry::since("Sigmoid", 6, |imp, n| unary(imp, n, Op::Sigmoid)),
     OpEntry::since("Tanh", 6, |imp, n| unary(imp, n, Op::Tanh)),
     OpEntry::since("Erf", 9, |imp, n| unary(imp, n, Op::Erf)),
+    // Introduced in 7 (trigonometric) and 9 (hyperbolic); later versions only add types.
+    OpEntry::since("Sin", 7, |imp, n| unary(imp, n, Op::Sin)),
+    OpEntry::since("Cos", 7, |imp, n| unary(imp, n, Op::Cos)),
+    OpEntry::since("Tan", 7, |imp, n| unary(imp, n, Op::Tan)),
+    OpEntry::since("Asin", 7, |imp, n| unary(imp, n, Op::Asin)),
+    OpEntry::since("Acos", 7, |imp, n| unary(imp, n, Op::Acos)),
+    OpEntry::since("Atan", 7, |imp, n| unary(imp, n, Op::Atan)),
+    OpEntry::since("Sinh", 9, |imp, n| unary(imp, n, Op::Sinh)),
+    OpEntry::since("Cosh", 9, |imp, n| unary(imp, n, Op::Cosh)),
+    OpEntry::since("Asinh", 9, |imp, n| unary(imp, n, Op::Asinh)),
+    OpEntry::since("Acosh", 9, |imp, n| unary(imp, n, Op::Acosh)),
+    OpEntry::since("Atanh", 9, |imp, n| unary(imp, n, Op::Atanh)),
+    OpEntry::since("Floor", 6, |imp, n| unary(imp, n, Op::Floor)),
+    OpEntry::since("Ceil", 6, |imp, n| unary(imp, n, Op::Ceil)),
+    // Round (ties to even) from 11, Sign from 9, Mod (with `fmod`) from 10.
+    OpEntry::since("Round", 11, |imp, n| unary(imp, n, Op::Round)),
+    OpEntry::since("Sign", 9, |imp, n| unary(imp, n, Op::Sign)),
+    OpEntry::since("Mod", 10, modulo),
     OpEntry::since("Not", 1, |imp, n| unary(imp, n, Op::Not)),
     OpEntry::since("Identity", 1, |imp, n| unary(imp, n, Op::Identity)),
     // Max, Min and Sum 6 take equal shapes, 8 broadcasts: the broadcasting converter serves both.
@@ -101,7 +136,19 @@ fn unary(imp: &mut Importer, n: &NodeProto, op: Op) -> Result<Vec<Value>> {
     Ok(vec![imp.unary(op, imp.input(n, 0)?)?])
 }
 
-/// Versions before 7: without `broadcast` the operands have one shape; with `broadcast = 1`
+/// `fmod = 1` is the truncated remainder (C's `fmod`), `fmod = 0` the floored one (the
+/// divisor's sign, Python's `%`): the IR's `mod` with its `fmod` flag.
+fn modulo(imp: &mut Importer, n: &NodeProto) -> Result<Vec<Value>> {
+    let fmod = match Attrs(n).int("fmod", 0) {
+        0 => false,
+        1 => true,
+        other => return Err(format!("Mod: fmod must be 0 or 1, got {other}")),
+    };
+    let spec = NodeSpec::new(Op::Mod, vec![imp.input(n, 0)?, imp.input(n, 1)?]).attr("fmod", Attr::Bool(fmod));
+    Ok(vec![imp.emit1(spec)?])
+}
+
+/// Versions before 7:/// Versions before 7: without `broadcast` the operands have one shape; with `broadcast = 1`
 /// B's dims line up with A's from `axis` on (by default, with A's last dims).
 fn legacy_binary(imp: &mut Importer, n: &NodeProto, op: Op) -> Result<Vec<Value>> {
     let a = Attrs(n);

@@ -1,7 +1,7 @@
-//! Reductions: ReduceSum, ReduceMean, ReduceMax and ReduceMin (axes from input 1 or the
-//! attribute; over bool, max and min are any and all), and the composites ReduceL1, ReduceL2,
-//! ReduceLogSum, ReduceLogSumExp and ReduceSumSquare (elementwise ops around a sum).
-//! ReduceProd is not imported: the IR has no product reduction.
+//! Reductions: ReduceSum, ReduceMean, ReduceMax, ReduceMin and ReduceProd (axes from input 1
+//! or the attribute; over bool, max and min are any and all), and the composites ReduceL1,
+//! ReduceL2, ReduceLogSum, ReduceLogSumExp and ReduceSumSquare (elementwise ops around a sum);
+//! CumProd as one product per position of prefixes (or suffixes) of the axis.
 
 use super::attrs::Attrs;
 use super::entry::OpEntry;
@@ -15,12 +15,14 @@ pub(super) const OPS: &[OpEntry] = &[
     OpEntry::new("ReduceMean", |imp, n| reduction(imp, n, Op::ReduceMean)),
     OpEntry::new("ReduceMax", |imp, n| reduction(imp, n, Op::ReduceMax)),
     OpEntry::new("ReduceMin", |imp, n| reduction(imp, n, Op::ReduceMin)),
+    OpEntry::new("ReduceProd", |imp, n| reduction(imp, n, Op::ReduceProd)),
     // Before 13 (ReduceSum) or 18 (the others) the axes are the `axes` attribute, which the
     // converter reads when there is no axes input (11 allows negative axes).
     OpEntry::since("ReduceSum", 1, |imp, n| reduction(imp, n, Op::ReduceSum)),
     OpEntry::since("ReduceMean", 1, |imp, n| reduction(imp, n, Op::ReduceMean)),
     OpEntry::since("ReduceMax", 1, |imp, n| reduction(imp, n, Op::ReduceMax)),
     OpEntry::since("ReduceMin", 1, |imp, n| reduction(imp, n, Op::ReduceMin)),
+    OpEntry::since("ReduceProd", 1, |imp, n| reduction(imp, n, Op::ReduceProd)),
     // The composites: from 18 the axes are input 1 and `noop_with_empty_axes` exists; versions
     // 1, 11 (negative axes) and 13 (bfloat16) take the `axes` attribute.
     OpEntry::since("ReduceL1", 18, |imp, n| composite(imp, n, Composite::L1, 18)),
@@ -33,7 +35,55 @@ pub(super) const OPS: &[OpEntry] = &[
     OpEntry::since("ReduceLogSum", 1, |imp, n| composite(imp, n, Composite::LogSum, 1)),
     OpEntry::since("ReduceLogSumExp", 1, |imp, n| composite(imp, n, Composite::LogSumExp, 1)),
     OpEntry::since("ReduceSumSquare", 1, |imp, n| composite(imp, n, Composite::SumSquare, 1)),
+    OpEntry::since("CumProd", 26, cumprod),
 ];
+
+/// The longest axis CumProd is composed along: one slice and product per position.
+const CUMPROD_MAX: i64 = 1024;
+
+/// CumProd: output position k along `axis` is the product of the inputs at [0, k] (with
+/// `exclusive`, [0, k); with `reverse`, [k, len) or (k, len)), each a slice and a `reduce_prod`
+/// (an empty slice gives 1), joined by a concat. The axis (input 1) is known at import time.
+fn cumprod(imp: &mut Importer, n: &NodeProto) -> Result<Vec<Value>> {
+    let a = Attrs(n);
+    let x = imp.input(n, 0)?;
+    let shape = imp.shape(x)?;
+    let rank = shape.len() as i64;
+    let axis = match imp.const_ints(n, 1, "axis")?.as_deref() {
+        Some(&[axis]) => axis,
+        Some(other) => return Err(format!("CumProd: axis must be a scalar, got {} values", other.len())),
+        None => return Err("CumProd: the axis (input 1) must be known at import time".into()),
+    };
+    if axis < -rank || axis >= rank {
+        return Err(format!("CumProd: axis {axis} is out of range for rank {rank}"));
+    }
+    let axis = if axis < 0 { axis + rank } else { axis };
+    let (exclusive, reverse) = (a.int("exclusive", 0) != 0, a.int("reverse", 0) != 0);
+    let len = shape[axis as usize];
+    if len == 0 {
+        return Ok(vec![imp.unary(Op::Identity, x)?]);
+    }
+    if len > CUMPROD_MAX {
+        return Err(format!("CumProd along an axis of {len} elements (graphc composes it for at most {CUMPROD_MAX})"));
+    }
+    let mut parts = Vec::with_capacity(len as usize);
+    for k in 0..len {
+        let (start, end) = match (reverse, exclusive) {
+            (false, false) => (0, k + 1),
+            (false, true) => (0, k),
+            (true, false) => (k, len),
+            (true, true) => (k + 1, len),
+        };
+        let mut starts = vec![0; shape.len()];
+        let mut ends = shape.clone();
+        starts[axis as usize] = start;
+        ends[axis as usize] = end;
+        let spec = NodeSpec::new(Op::Slice, vec![x]).attr("starts", Attr::Ints(starts)).attr("ends", Attr::Ints(ends));
+        let piece = imp.emit1(spec)?;
+        parts.push(imp.reduce(Op::ReduceProd, piece, vec![axis], true)?);
+    }
+    Ok(vec![imp.emit1(NodeSpec::new(Op::Concat, parts).attr("axis", Attr::Int(axis)))?])
+}
 
 /// No axes reduce over all of them, unless `noop_with_empty_axes` makes the node a copy.
 fn reduction(imp: &mut Importer, n: &NodeProto, op: Op) -> Result<Vec<Value>> {

@@ -1,6 +1,7 @@
 //! Operators that move, select or describe elements without computing on them: Reshape,
 //! Flatten, Transpose, Squeeze, Unsqueeze, Concat, Split, Slice, Gather, Expand, and Shape and
-//! Size (constants, shapes being static). Shape-like inputs (a Reshape's shape, Slice bounds,
+//! Size (constants, shapes being static), and Pad (constant as the IR's `pad`, edge, reflect and
+//! wrap as gathers with import-time indices). Shape-like inputs (a Reshape's shape, Slice bounds,
 //! Squeeze axes) must be known at import time.
 
 use super::attrs::Attrs;
@@ -24,6 +25,10 @@ pub(super) const OPS: &[OpEntry] = &[
     OpEntry::new("Expand", expand),
     OpEntry::new("Shape", shape),
     OpEntry::new("Size", size),
+    // Pad 11 takes the pads and value as inputs, 18 adds `axes`, 19 the wrap mode (13 and 21
+    // only add element types): one converter serves them all. Pad 2 has them as attributes.
+    OpEntry::since("Pad", 11, pad),
+    OpEntry::since("Pad", 2, pad_v2),
     // Older versions. Reshape 5 takes the shape as an input, as later ones do.
     OpEntry::since("Reshape", 5, reshape),
     // Flatten 1 and Gather 1 take no negative axis or indices (a subset of later versions).
@@ -310,4 +315,138 @@ fn size(imp: &mut Importer, n: &NodeProto) -> Result<Vec<Value>> {
     let x = imp.input(n, 0)?;
     let count: i64 = imp.shape(x)?.iter().product();
     Ok(vec![imp.constant(Tensor::I64(ndarray::arr0(count).into_dyn()))?])
+}
+
+/// Pad 11 and later: `pads` (input 1, known at import), the constant value (input 2, any
+/// value), the axes the pads are for (input 3, from 18).
+fn pad(imp: &mut Importer, n: &NodeProto) -> Result<Vec<Value>> {
+    let x = imp.input(n, 0)?;
+    let pads = imp.const_ints(n, 1, "pads")?.ok_or("Pad: input 1 (pads) is required")?;
+    let value = match imp.opt_input(n, 2)? {
+        Some(v) => {
+            let dims = imp.shape(v)?;
+            if dims.iter().product::<i64>() != 1 {
+                return Err(format!("Pad: the constant value must have one element, got shape {dims:?}"));
+            }
+            Some(if dims.is_empty() { v } else { imp.reshape(v, vec![])? })
+        }
+        None => None,
+    };
+    let axes = imp.const_ints(n, 3, "axes")?;
+    if axes.is_some() && imp.opset < 18 {
+        return Err(format!("Pad: the axes input is only in version 18 and later (opset {})", imp.opset));
+    }
+    let mode = Attrs(n).string("mode", "constant");
+    Ok(vec![pad_with(imp, x, &pads, axes, value, &mode)?])
+}
+
+/// Pad 2: `pads`, `mode` and the float `value` are attributes.
+fn pad_v2(imp: &mut Importer, n: &NodeProto) -> Result<Vec<Value>> {
+    let a = Attrs(n);
+    let x = imp.input(n, 0)?;
+    let pads = a.ints("pads").ok_or("Pad: the pads attribute is required")?;
+    let mode = a.string("mode", "constant");
+    let value = a.float("value", 0.0);
+    let value = if value == 0.0 {
+        None
+    } else {
+        let dtype = imp.ty(x)?.dtype;
+        Some(imp.scalar(dtype, value as f64)?)
+    };
+    Ok(vec![pad_with(imp, x, &pads, None, value, &mode)?])
+}
+
+/// Pads `x` by `pads` (every padded axis' begin, then every one's end; negative crops) along
+/// `axes` (all dims when None).
+fn pad_with(
+    imp: &mut Importer,
+    x: Value,
+    pads: &[i64],
+    axes: Option<Vec<i64>>,
+    value: Option<Value>,
+    mode: &str,
+) -> Result<Value> {
+    let dims = imp.shape(x)?;
+    let r = dims.len();
+    let axes = match axes {
+        Some(axes) => axes.iter().map(|&ax| norm_axis(ax, r)).collect::<Result<Vec<_>>>()?,
+        None => (0..r).collect(),
+    };
+    if pads.len() != 2 * axes.len() {
+        return Err(format!("Pad: {} pads for {} axes (it needs two per axis)", pads.len(), axes.len()));
+    }
+    let (mut begin, mut end) = (vec![0i64; r], vec![0i64; r]);
+    for (i, &ax) in axes.iter().enumerate() {
+        begin[ax] = pads[i];
+        end[ax] = pads[axes.len() + i];
+    }
+    for ax in 0..r {
+        if dims[ax] + begin[ax] + end[ax] < 0 {
+            return Err(format!(
+                "Pad: pads {} and {} leave axis {ax} of size {} negative",
+                begin[ax], end[ax], dims[ax]
+            ));
+        }
+    }
+    match mode {
+        "constant" => {
+            let mut cur = x;
+            // Negative pads crop first.
+            if begin.iter().chain(&end).any(|&p| p < 0) {
+                let starts = begin.iter().map(|&p| (-p).max(0)).collect::<Vec<_>>();
+                let ends = dims.iter().zip(&end).map(|(&d, &p)| d + p.min(0)).collect::<Vec<_>>();
+                cur = imp.emit1(
+                    NodeSpec::new(Op::Slice, vec![cur])
+                        .attr("starts", Attr::Ints(starts))
+                        .attr("ends", Attr::Ints(ends)),
+                )?;
+            }
+            if begin.iter().chain(&end).all(|&p| p <= 0) {
+                return Ok(cur);
+            }
+            let value = match value {
+                Some(v) => v,
+                None => {
+                    let dtype = imp.ty(x)?.dtype;
+                    imp.scalar(dtype, 0.0)?
+                }
+            };
+            let low = begin.iter().map(|&p| p.max(0)).collect();
+            let high = end.iter().map(|&p| p.max(0)).collect();
+            imp.emit1(
+                NodeSpec::new(Op::Pad, vec![cur, value]).attr("low", Attr::Ints(low)).attr("high", Attr::Ints(high)),
+            )
+        }
+        "edge" | "reflect" | "wrap" => {
+            let mut cur = x;
+            for ax in 0..r {
+                if begin[ax] == 0 && end[ax] == 0 {
+                    continue;
+                }
+                let d = dims[ax];
+                if d == 0 {
+                    return Err(format!("Pad: mode '{mode}' cannot pad axis {ax} of size 0"));
+                }
+                let idx: Vec<i64> = (-begin[ax]..d + end[ax])
+                    .map(|j| match mode {
+                        "edge" => j.clamp(0, d - 1),
+                        "wrap" => j.rem_euclid(d),
+                        _ if d == 1 => 0,
+                        _ => {
+                            let m = j.rem_euclid(2 * (d - 1));
+                            if m < d {
+                                m
+                            } else {
+                                2 * (d - 1) - m
+                            }
+                        }
+                    })
+                    .collect();
+                let t = imp.constant(Tensor::I64(ndarray::Array1::from(idx).into_dyn()))?;
+                cur = imp.emit1(NodeSpec::new(Op::Gather, vec![cur, t]).attr("axis", Attr::Int(ax as i64)))?;
+            }
+            Ok(cur)
+        }
+        other => Err(format!("Pad: mode '{other}' is not one of constant, edge, reflect, wrap")),
+    }
 }

@@ -1,6 +1,6 @@
 //! Scalar semantics of the numeric dtypes, written once per dtype family so every kernel
-//! applies the spec's rules: integers wrap, integer division by zero and negative integer
-//! powers are errors, max/min propagate NaN.
+//! applies the spec's rules: integers wrap, integer division (and remainder) by zero and
+//! negative integer powers are errors, max/min propagate NaN.
 
 use super::error::KernelError;
 use std::fmt::Debug;
@@ -22,6 +22,22 @@ pub trait Num: Copy + PartialOrd + Default + Debug + Send + Sync + 'static {
     fn neg(self) -> Self;
     fn abs(self) -> Self;
     fn is_nan(self) -> bool;
+    /// The remainder of `self / o`: truncated (C's `fmod`, the dividend's sign) when `trunc`,
+    /// else floored (Python's `%`, the divisor's sign).
+    fn rem(self, o: Self, trunc: bool) -> Result<Self, KernelError>;
+
+    /// 1, -1 or 0 (+0 for either zero); NaN stays NaN.
+    fn sign(self) -> Self {
+        if self > Self::ZERO {
+            Self::ONE
+        } else if self < Self::ZERO {
+            Self::ONE.neg()
+        } else if self.is_nan() {
+            self
+        } else {
+            Self::ZERO
+        }
+    }
 
     /// `max(x, 0)`, NaN stays NaN.
     fn relu(self) -> Self {
@@ -70,6 +86,21 @@ pub trait Float: Num {
     fn sqrt(self) -> Self;
     fn tanh(self) -> Self;
     fn erf(self) -> Self;
+    fn sin(self) -> Self;
+    fn cos(self) -> Self;
+    fn tan(self) -> Self;
+    fn asin(self) -> Self;
+    fn acos(self) -> Self;
+    fn atan(self) -> Self;
+    fn sinh(self) -> Self;
+    fn cosh(self) -> Self;
+    fn asinh(self) -> Self;
+    fn acosh(self) -> Self;
+    fn atanh(self) -> Self;
+    fn floor(self) -> Self;
+    fn ceil(self) -> Self;
+    /// To the nearest integer, halves to the even one.
+    fn round_even(self) -> Self;
     fn to_f64(self) -> f64;
     fn from_f64(v: f64) -> Self;
 
@@ -109,6 +140,21 @@ macro_rules! float_num {
             fn is_nan(self) -> bool {
                 $t::is_nan(self)
             }
+            /// numpy's `fmod` and `mod`: `%` is exact; the floored remainder adds the divisor
+            /// where the signs differ, and a zero one takes the divisor's sign.
+            fn rem(self, o: Self, trunc: bool) -> Result<Self, KernelError> {
+                let r = self % o;
+                if trunc || o == 0.0 || r.is_nan() {
+                    return Ok(r);
+                }
+                Ok(if r == 0.0 {
+                    (0.0 as $t).copysign(o)
+                } else if (r < 0.0) != (o < 0.0) {
+                    r + o
+                } else {
+                    r
+                })
+            }
         }
 
         impl Float for $t {
@@ -126,6 +172,48 @@ macro_rules! float_num {
             }
             fn erf(self) -> Self {
                 $erf(self)
+            }
+            fn sin(self) -> Self {
+                $t::sin(self)
+            }
+            fn cos(self) -> Self {
+                $t::cos(self)
+            }
+            fn tan(self) -> Self {
+                $t::tan(self)
+            }
+            fn asin(self) -> Self {
+                $t::asin(self)
+            }
+            fn acos(self) -> Self {
+                $t::acos(self)
+            }
+            fn atan(self) -> Self {
+                $t::atan(self)
+            }
+            fn sinh(self) -> Self {
+                $t::sinh(self)
+            }
+            fn cosh(self) -> Self {
+                $t::cosh(self)
+            }
+            fn asinh(self) -> Self {
+                $t::asinh(self)
+            }
+            fn acosh(self) -> Self {
+                $t::acosh(self)
+            }
+            fn atanh(self) -> Self {
+                $t::atanh(self)
+            }
+            fn floor(self) -> Self {
+                $t::floor(self)
+            }
+            fn ceil(self) -> Self {
+                $t::ceil(self)
+            }
+            fn round_even(self) -> Self {
+                $t::round_ties_even(self)
             }
             fn to_f64(self) -> f64 {
                 self as f64
@@ -186,6 +274,14 @@ macro_rules! int_num {
             }
             fn is_nan(self) -> bool {
                 false
+            }
+            fn rem(self, o: Self, trunc: bool) -> Result<Self, KernelError> {
+                if o == 0 {
+                    return Err(KernelError::new(format!("integer division by zero ({self} mod 0)")));
+                }
+                // MIN mod -1 is 0 (wrapping_rem), like the other integer ops' wrapping.
+                let r = self.wrapping_rem(o);
+                Ok(if !trunc && r != 0 && (r < 0) != (o < 0) { r + o } else { r })
             }
         }
     };

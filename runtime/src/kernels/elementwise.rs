@@ -31,6 +31,21 @@ fn float_unary<T: Float>(op: Op, a: &ArrayD<T>) -> Result<ArrayD<T>, KernelError
         Op::Sigmoid => T::sigmoid,
         Op::Relu => T::relu,
         Op::Erf => T::erf,
+        Op::Sin => T::sin,
+        Op::Cos => T::cos,
+        Op::Tan => T::tan,
+        Op::Asin => T::asin,
+        Op::Acos => T::acos,
+        Op::Atan => T::atan,
+        Op::Sinh => T::sinh,
+        Op::Cosh => T::cosh,
+        Op::Asinh => T::asinh,
+        Op::Acosh => T::acosh,
+        Op::Atanh => T::atanh,
+        Op::Floor => T::floor,
+        Op::Ceil => T::ceil,
+        Op::Round => T::round_even,
+        Op::Sign => T::sign,
         _ => return Err(KernelError::new(format!("'{}' is not a unary op on floats", op.name()))),
     };
     Ok(a.mapv(f))
@@ -41,6 +56,7 @@ fn int_unary<T: Num>(op: Op, a: &ArrayD<T>) -> Result<ArrayD<T>, KernelError> {
         Op::Neg => T::neg,
         Op::Abs => T::abs,
         Op::Relu => T::relu,
+        Op::Sign => T::sign,
         _ => return Err(KernelError::new(format!("'{}' is not a unary op on integers", op.name()))),
     };
     Ok(a.mapv(f))
@@ -84,6 +100,26 @@ where
         Op::GreaterEqual => test(T::ge),
         _ => Err(KernelError::new(format!("'{}' is not a binary op on numbers", op.name()))),
     }
+}
+
+/// `mod lhs, rhs`: the truncated remainder with `fmod`, else the floored one.
+pub fn modulo(a: &Tensor, b: &Tensor, fmod: bool) -> Result<Tensor, KernelError> {
+    fn rem<T: Num>(a: &ArrayD<T>, b: &ArrayD<T>, fmod: bool) -> Result<ArrayD<T>, KernelError> {
+        zip2(a, b, |x, y| x.rem(y, fmod))
+    }
+    Ok(match (a, b) {
+        (Tensor::F32(a), Tensor::F32(b)) => Tensor::F32(rem(a, b, fmod)?),
+        (Tensor::F64(a), Tensor::F64(b)) => Tensor::F64(rem(a, b, fmod)?),
+        (Tensor::I32(a), Tensor::I32(b)) => Tensor::I32(rem(a, b, fmod)?),
+        (Tensor::I64(a), Tensor::I64(b)) => Tensor::I64(rem(a, b, fmod)?),
+        _ => {
+            return Err(KernelError::new(format!(
+                "'mod' needs numeric operands of one dtype, got {} and {}",
+                a.dtype(),
+                b.dtype()
+            )))
+        }
+    })
 }
 
 fn bool_binary(op: Op, a: &ArrayD<bool>, b: &ArrayD<bool>) -> Result<Tensor, KernelError> {

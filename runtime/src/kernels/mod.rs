@@ -69,9 +69,32 @@ pub fn eval(op: Op, attrs: &Attrs, inputs: &[&Tensor], results: &[TensorType]) -
             window::max_pool_with_indices(inputs[0], attrs, result(0)?)
         }
         Op::MaxPool | Op::AvgPool => one(window::pool(op, inputs[0], attrs, result(0)?)?),
-        Op::Neg | Op::Abs | Op::Exp | Op::Log | Op::Sqrt | Op::Tanh | Op::Sigmoid | Op::Relu | Op::Erf | Op::Not => {
-            one(elementwise::unary(op, inputs[0])?)
-        }
+        Op::Neg
+        | Op::Abs
+        | Op::Exp
+        | Op::Log
+        | Op::Sqrt
+        | Op::Tanh
+        | Op::Sigmoid
+        | Op::Relu
+        | Op::Erf
+        | Op::Sin
+        | Op::Cos
+        | Op::Tan
+        | Op::Asin
+        | Op::Acos
+        | Op::Atan
+        | Op::Sinh
+        | Op::Cosh
+        | Op::Asinh
+        | Op::Acosh
+        | Op::Atanh
+        | Op::Floor
+        | Op::Ceil
+        | Op::Round
+        | Op::Sign
+        | Op::Not => one(elementwise::unary(op, inputs[0])?),
+        Op::Mod => one(elementwise::modulo(inputs[0], inputs[1], attrs.bool("fmod").unwrap_or(false))?),
         Op::Add
         | Op::Sub
         | Op::Mul
@@ -88,7 +111,7 @@ pub fn eval(op: Op, attrs: &Attrs, inputs: &[&Tensor], results: &[TensorType]) -
         | Op::Greater
         | Op::GreaterEqual => one(elementwise::binary(op, inputs[0], inputs[1])?),
         Op::Select => one(elementwise::select(inputs[0], inputs[1], inputs[2])?),
-        Op::ReduceSum | Op::ReduceMean | Op::ReduceMax | Op::ReduceMin => {
+        Op::ReduceSum | Op::ReduceMean | Op::ReduceMax | Op::ReduceMin | Op::ReduceProd => {
             one(reduce::reduce(op, inputs[0], ints("axes")?, result(0)?)?)
         }
         Op::Softmax => one(reduce::softmax(inputs[0], attrs.int("axis").unwrap_or(-1))?),

@@ -1,4 +1,4 @@
-//! Reductions over axes and softmax. Float sums accumulate in f64 so the oracle is at least as
+//! Reductions over axes and softmax. Float sums and products accumulate in f64 so the oracle is at least as
 //! accurate as any compiled kernel it checks.
 
 use super::elem::{Float, Num};
@@ -25,6 +25,10 @@ pub fn reduce(op: Op, x: &Tensor, axes: &[i64], result: &TensorType) -> Result<T
         (Op::ReduceSum, Tensor::F64(a)) => Tensor::F64(rows(a, &reduced, &out, float_sum)?),
         (Op::ReduceSum, Tensor::I32(a)) => Tensor::I32(rows(a, &reduced, &out, int_sum)?),
         (Op::ReduceSum, Tensor::I64(a)) => Tensor::I64(rows(a, &reduced, &out, int_sum)?),
+        (Op::ReduceProd, Tensor::F32(a)) => Tensor::F32(rows(a, &reduced, &out, float_prod)?),
+        (Op::ReduceProd, Tensor::F64(a)) => Tensor::F64(rows(a, &reduced, &out, float_prod)?),
+        (Op::ReduceProd, Tensor::I32(a)) => Tensor::I32(rows(a, &reduced, &out, int_prod)?),
+        (Op::ReduceProd, Tensor::I64(a)) => Tensor::I64(rows(a, &reduced, &out, int_prod)?),
         (Op::ReduceMean, Tensor::F32(a)) => Tensor::F32(rows(a, &reduced, &out, mean)?),
         (Op::ReduceMean, Tensor::F64(a)) => Tensor::F64(rows(a, &reduced, &out, mean)?),
         (Op::ReduceMean, _) => return Err(float_only()),
@@ -49,6 +53,15 @@ fn float_sum<T: Float>(row: ArrayView1<T>) -> T {
 
 fn int_sum<T: Num>(row: ArrayView1<T>) -> T {
     row.iter().fold(T::ZERO, |acc, &v| acc.add(v))
+}
+
+/// The product in f64 from 1, rounded once to the dtype.
+fn float_prod<T: Float>(row: ArrayView1<T>) -> T {
+    T::from_f64(row.iter().fold(1.0, |acc, &v| acc * v.to_f64()))
+}
+
+fn int_prod<T: Num>(row: ArrayView1<T>) -> T {
+    row.iter().fold(T::ONE, |acc, &v| acc.mul(v))
 }
 
 /// NaN for an empty extent (0 / 0), as the spec says.

@@ -58,6 +58,67 @@ pub fn unary(e: &mut Emit<'_>, s: &Site) -> Grads {
             let d = e.scale(ex, std::f64::consts::FRAC_2_SQRT_PI)?;
             e.mul(dy, d)?
         }
+        Op::Sin => {
+            let c = e.op(Op::Cos, &[x], &[])?;
+            e.mul(dy, c)?
+        }
+        Op::Cos => {
+            let sn = e.op(Op::Sin, &[x], &[])?;
+            let d = e.mul(dy, sn)?;
+            e.neg(d)?
+        }
+        // dy (1 + y^2)
+        Op::Tan => {
+            let one = e.scalar(e.dtype(y), 1.0)?;
+            let yy = e.mul(y, y)?;
+            let d = e.add(one, yy)?;
+            e.mul(dy, d)?
+        }
+        // ±dy / sqrt(1 - x^2)
+        Op::Asin | Op::Acos => {
+            let one = e.scalar(e.dtype(x), 1.0)?;
+            let xx = e.mul(x, x)?;
+            let d = e.sub(one, xx)?;
+            let r = e.op(Op::Sqrt, &[d], &[])?;
+            let q = e.div(dy, r)?;
+            if s.op == Op::Acos {
+                e.neg(q)?
+            } else {
+                q
+            }
+        }
+        // dy / (1 + x^2)
+        Op::Atan => {
+            let one = e.scalar(e.dtype(x), 1.0)?;
+            let xx = e.mul(x, x)?;
+            let d = e.add(one, xx)?;
+            e.div(dy, d)?
+        }
+        Op::Sinh => {
+            let c = e.op(Op::Cosh, &[x], &[])?;
+            e.mul(dy, c)?
+        }
+        Op::Cosh => {
+            let sn = e.op(Op::Sinh, &[x], &[])?;
+            e.mul(dy, sn)?
+        }
+        // dy / sqrt(x^2 + 1), dy / sqrt(x^2 - 1)
+        Op::Asinh | Op::Acosh => {
+            let one = e.scalar(e.dtype(x), 1.0)?;
+            let xx = e.mul(x, x)?;
+            let d = if s.op == Op::Asinh { e.add(xx, one)? } else { e.sub(xx, one)? };
+            let r = e.op(Op::Sqrt, &[d], &[])?;
+            e.div(dy, r)?
+        }
+        // dy / (1 - x^2)
+        Op::Atanh => {
+            let one = e.scalar(e.dtype(x), 1.0)?;
+            let xx = e.mul(x, x)?;
+            let d = e.sub(one, xx)?;
+            e.div(dy, d)?
+        }
+        // Piecewise constant: a zero gradient, as TensorFlow's (not "not differentiable").
+        Op::Floor | Op::Ceil | Op::Round | Op::Sign => e.zeros_like(x)?,
         // Only float to float casts carry gradients (others have no float operand on the path).
         Op::Cast => e.cast(dy, e.dtype(x))?,
         other => return e.fail(format!("internal error: '{}' is not a unary elementwise op", other.name())),
@@ -94,6 +155,22 @@ pub fn binary(e: &mut Emit<'_>, s: &Site) -> Grads {
             let yl = e.mul(y, ln)?;
             let dyl = e.mul(dy, yl)?;
             (da, e.mask(pos, dyl, true)?)
+        }
+        // `a - b q` with `q = floor(a / b)`, or `trunc(a / b)` with `fmod`, piecewise constant:
+        // d/da = 1, d/db = -q (TensorFlow's FloorMod and TruncateMod gradients).
+        Op::Mod => {
+            let ratio = e.div(a, b)?;
+            let down = e.op(Op::Floor, &[ratio], &[])?;
+            let q = if s.attrs.bool("fmod").unwrap_or(false) {
+                let up = e.op(Op::Ceil, &[ratio], &[])?;
+                let zero = e.scalar(e.dtype(ratio), 0.0)?;
+                let neg = e.op(Op::Less, &[ratio, zero], &[])?;
+                e.op(Op::Select, &[neg, up, down], &[])?
+            } else {
+                down
+            };
+            let dq = e.mul(dy, q)?;
+            (dy, e.neg(dq)?)
         }
         // The adjoint goes to the operand that was chosen: lhs on ties of max and min.
         Op::Max | Op::Min => {

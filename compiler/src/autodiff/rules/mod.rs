@@ -30,10 +30,25 @@ fn rule(op: Op) -> Option<Rule> {
         | Op::Tanh
         | Op::Sigmoid
         | Op::Relu
-        | Op::Erf => elementwise::unary,
-        Op::Add | Op::Sub | Op::Mul | Op::Div | Op::Pow | Op::Max | Op::Min => elementwise::binary,
+        | Op::Erf
+        | Op::Sin
+        | Op::Cos
+        | Op::Tan
+        | Op::Asin
+        | Op::Acos
+        | Op::Atan
+        | Op::Sinh
+        | Op::Cosh
+        | Op::Asinh
+        | Op::Acosh
+        | Op::Atanh
+        | Op::Floor
+        | Op::Ceil
+        | Op::Round
+        | Op::Sign => elementwise::unary,
+        Op::Add | Op::Sub | Op::Mul | Op::Div | Op::Pow | Op::Mod | Op::Max | Op::Min => elementwise::binary,
         Op::Select => elementwise::select,
-        Op::ReduceSum | Op::ReduceMean | Op::ReduceMax | Op::ReduceMin => reduce::reduce,
+        Op::ReduceSum | Op::ReduceMean | Op::ReduceMax | Op::ReduceMin | Op::ReduceProd => reduce::reduce,
         Op::Softmax => reduce::softmax,
         Op::SoftmaxCrossEntropy => reduce::softmax_cross_entropy,
         Op::MeanSquaredError => reduce::mean_squared_error,

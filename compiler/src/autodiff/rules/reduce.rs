@@ -35,6 +35,29 @@ pub fn reduce(e: &mut Emit<'_>, s: &Site) -> Grads {
             let share = e.div(ones, per)?;
             e.mul(share, spread)?
         }
+        // The product of the other elements of each slice (TensorFlow's rule): `y / x` where
+        // x is not 0; where it is, the product of the slice's nonzero elements if it is the
+        // slice's only zero, else 0.
+        Op::ReduceProd => {
+            let dt = e.dtype(x);
+            let zero = e.scalar(dt, 0.0)?;
+            let one = e.scalar(dt, 1.0)?;
+            let is_zero = e.op(Op::Equal, &[x, zero], &[])?;
+            let safe = e.op(Op::Select, &[is_zero, one, x], &[])?;
+            let axes_attr = Attr::Ints(axes.iter().map(|&a| a as i64).collect());
+            let nonzero_prod =
+                e.op(Op::ReduceProd, &[safe], &[("axes", axes_attr), ("keep_dims", Attr::Bool(true))])?;
+            let nonzero_prod = e.unreduce(nonzero_prod, &shape, &axes)?;
+            let zeros = e.cast(is_zero, dt)?;
+            let count = e.reduce_sum(zeros, &axes, true)?;
+            let count = e.unreduce(count, &shape, &axes)?;
+            let lone = e.op(Op::Equal, &[count, one], &[])?;
+            let at_zero = e.mask(lone, nonzero_prod, true)?;
+            let yb = e.unreduce(y, &shape, &axes)?;
+            let elsewhere = e.div(yb, safe)?;
+            let others = e.op(Op::Select, &[is_zero, at_zero, elsewhere], &[])?;
+            e.mul(others, spread)?
+        }
         other => return e.fail(format!("internal error: '{}' is not a reduction", other.name())),
     };
     Ok(vec![Some(dx)])

@@ -330,7 +330,24 @@ fn lowering(op: Op) -> Lowering {
         | Op::Cond
         | Op::While
         | Op::Send
-        | Op::Recv => Lowering::Elsewhere,
+        | Op::Recv
+        | Op::Sin
+        | Op::Cos
+        | Op::Tan
+        | Op::Asin
+        | Op::Acos
+        | Op::Atan
+        | Op::Sinh
+        | Op::Cosh
+        | Op::Asinh
+        | Op::Acosh
+        | Op::Atanh
+        | Op::Floor
+        | Op::Ceil
+        | Op::Round
+        | Op::Sign
+        | Op::Mod
+        | Op::ReduceProd => Lowering::Elsewhere,
     }
 }
 

@@ -248,7 +248,24 @@ fn role(op: Op) -> Role {
         | Op::Cond
         | Op::While
         | Op::Send
-        | Op::Recv => Role::Interpreted,
+        | Op::Recv
+        | Op::Sin
+        | Op::Cos
+        | Op::Tan
+        | Op::Asin
+        | Op::Acos
+        | Op::Atan
+        | Op::Sinh
+        | Op::Cosh
+        | Op::Asinh
+        | Op::Acosh
+        | Op::Atanh
+        | Op::Floor
+        | Op::Ceil
+        | Op::Round
+        | Op::Sign
+        | Op::Mod
+        | Op::ReduceProd => Role::Interpreted,
     }
 }
 

@@ -54,6 +54,22 @@ fn resident_bytes(g: &Graph, n: Node) -> u64 {
         | Op::Sigmoid
         | Op::Relu
         | Op::Erf
+        | Op::Sin
+        | Op::Cos
+        | Op::Tan
+        | Op::Asin
+        | Op::Acos
+        | Op::Atan
+        | Op::Sinh
+        | Op::Cosh
+        | Op::Asinh
+        | Op::Acosh
+        | Op::Atanh
+        | Op::Floor
+        | Op::Ceil
+        | Op::Round
+        | Op::Sign
+        | Op::Mod
         | Op::Not
         | Op::Add
         | Op::Sub
@@ -75,6 +91,7 @@ fn resident_bytes(g: &Graph, n: Node) -> u64 {
         | Op::ReduceMean
         | Op::ReduceMax
         | Op::ReduceMin
+        | Op::ReduceProd
         | Op::Softmax
         | Op::MaxPool
         | Op::AvgPool
