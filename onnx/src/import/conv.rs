@@ -210,7 +210,7 @@ fn conv_transpose(imp: &mut Importer, n: &NodeProto) -> Result<Vec<Value>> {
         pads[k + i] = full[i] - b - inner[i];
     }
     let c_out = wd[1] * group;
-    let y = if inner.iter().any(|&d| d == 0) {
+    let y = if inner.contains(&0) {
         let dtype = imp.ty(x)?.dtype;
         let zero = imp.scalar(dtype, 0.0)?;
         let mut shape = vec![xd[0], c_out];
