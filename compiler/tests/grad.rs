@@ -590,7 +590,7 @@ fn gradient_of_a_gradient() {
 // ----- random shapes -----
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 12, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 12, rng_seed: proptest::test_runner::RngSeed::Fixed(11), ..ProptestConfig::default() })]
 
     #[test]
     fn random_broadcast_shapes(a in proptest::collection::vec(1u64..4, 0..4), mask in proptest::collection::vec(any::<bool>(), 4), seed in 0u64..1000) {

@@ -238,7 +238,8 @@ fn random_graph(r: u64, c: u64, ops: &[(u8, u8, u8)]) -> Module {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(48))]
+    // A fixed seed: CI sees the same cases on every run (a long run can vary it).
+    #![proptest_config(ProptestConfig { cases: 48, rng_seed: proptest::test_runner::RngSeed::Fixed(7), ..ProptestConfig::default() })]
 
     #[test]
     fn random_elementwise_graphs_run_alike_compiled(

@@ -192,7 +192,8 @@ fn regression_sibling_merge_cycle() {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(48))]
+    // A fixed seed: CI sees the same cases on every run (a long run can vary it).
+    #![proptest_config(ProptestConfig { cases: 48, rng_seed: proptest::test_runner::RngSeed::Fixed(11), ..ProptestConfig::default() })]
 
     #[test]
     fn the_pipeline_preserves_random_graphs(

@@ -486,7 +486,8 @@ fn deeply_nested_communicating_loops_are_refused_not_simulated_forever() {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(40))]
+    // A fixed seed: CI sees the same cases on every run (a long run can vary it).
+    #![proptest_config(ProptestConfig { cases: 40, rng_seed: proptest::test_runner::RngSeed::Fixed(11), ..ProptestConfig::default() })]
 
     #[test]
     fn random_graphs_run_alike_when_partitioned(
