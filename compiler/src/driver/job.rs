@@ -2,7 +2,7 @@
 //! user sees comes from.
 
 use super::inputs::{make_inputs, Feeds, Inputs};
-use super::place::{place_and_partition, placement_summary, Devices};
+use super::place::{place_graphs, Devices};
 use crate::placement::partition::Partitioned;
 use graphc_ir::{Module, SourceFile};
 use graphc_runtime::{RtValue, RunOutput, RunRequest, Tensor};
@@ -84,25 +84,7 @@ pub fn prepare(a: &Inputs<'_>, devices: &Devices, file: &SourceFile, module: Mod
         .iter()
         .map(|g| module.graph(g).expect("selected graphs exist").outputs.iter().map(|o| o.name.clone()).collect())
         .collect();
-    let mut placements = Vec::new();
-    let (module, groups) = match &devices.spec {
-        Some(_) => {
-            let p = place_and_partition(devices.context()?, file, module)?;
-            for name in &graphs {
-                if let Some(group) = p.groups.iter().find(|g| &g.graph == name) {
-                    placements.push(placement_summary(&p.module, group));
-                }
-            }
-            (p.module, p.groups)
-        }
-        None => {
-            let groups = graphs
-                .iter()
-                .map(|g| Partitioned { graph: g.clone(), parts: vec![(g.clone(), Default::default())] })
-                .collect();
-            (module, groups)
-        }
-    };
+    let (module, groups, placements) = place_graphs(devices, file, module, &graphs)?;
     let job = Job::new(&module, &graphs, &groups, &inputs, &output_names, a.fetches);
     Ok(Prepared { graphs, module, job, random, placements })
 }

@@ -83,3 +83,27 @@ pub fn placement_summary(m: &Module, group: &Partitioned) -> String {
         plural(transfers)
     )
 }
+
+/// The module placed and partitioned on `devices` when a spec is given, with a line on where
+/// each of `graphs` went; without one, each of `graphs` is its own single partition.
+pub fn place_graphs(
+    devices: &Devices,
+    file: &SourceFile,
+    module: Module,
+    graphs: &[String],
+) -> anyhow::Result<(Module, Vec<Partitioned>, Vec<String>)> {
+    if devices.spec.is_none() {
+        let groups = graphs
+            .iter()
+            .map(|g| Partitioned { graph: g.clone(), parts: vec![(g.clone(), Default::default())] })
+            .collect();
+        return Ok((module, groups, Vec::new()));
+    }
+    let p = place_and_partition(devices.context()?, file, module)?;
+    let placements = graphs
+        .iter()
+        .filter_map(|name| p.groups.iter().find(|g| &g.graph == name))
+        .map(|group| placement_summary(&p.module, group))
+        .collect();
+    Ok((p.module, p.groups, placements))
+}

@@ -22,7 +22,7 @@
 use super::dataset::{Dataset, Position};
 use super::inputs::{make_inputs, select_graphs, Inputs};
 use super::job::Job;
-use super::place::{place_and_partition, placement_summary, Devices};
+use super::place::{place_graphs, Devices};
 use super::report::Reported;
 use crate::placement::partition::Partitioned;
 use anyhow::{anyhow, bail};
@@ -272,25 +272,7 @@ impl Training {
             .collect();
         let mut graphs = vec![self.graph.clone()];
         graphs.extend(self.pipeline.iter().map(|p| p.producer.clone()));
-        let mut placements = Vec::new();
-        let (module, groups) = match &devices.spec {
-            Some(_) => {
-                let p = place_and_partition(devices.context()?, file, module)?;
-                for name in &graphs {
-                    if let Some(group) = p.groups.iter().find(|g| &g.graph == name) {
-                        placements.push(placement_summary(&p.module, group));
-                    }
-                }
-                (p.module, p.groups)
-            }
-            None => {
-                let groups: Vec<Partitioned> = graphs
-                    .iter()
-                    .map(|g| Partitioned { graph: g.clone(), parts: vec![(g.clone(), Default::default())] })
-                    .collect();
-                (module, groups)
-            }
-        };
+        let (module, groups, placements) = place_graphs(devices, file, module, &graphs)?;
         let step = Job::new(
             &module,
             std::slice::from_ref(&self.graph),
