@@ -9,6 +9,7 @@
 //! here depends on Cranelift or on the compiler, so an AOT-compiled program links this crate
 //! (built as a static library) and the graphc runtime, never the compiler.
 
+pub mod describe;
 mod entry;
 mod kernel;
 pub mod math;

@@ -4,12 +4,11 @@
 
 use super::args::RunArgs;
 use super::output::write_file;
-use anyhow::{anyhow, bail, Context};
+use anyhow::anyhow;
 use graphc::driver::{self, import_options_for, plural, prepare, Inputs, Prepared, Timeline};
 use graphc_ir::{Diagnostic, Module, SourceFile};
 use graphc_runtime::checkpoint::Checkpointer;
-use graphc_runtime::{npy, RtValue, RunError, RunOutput, SessionOptions};
-use std::collections::BTreeMap;
+use graphc_runtime::{outputs, RtValue, RunError, RunOutput, SessionOptions};
 use std::path::Path;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -65,7 +64,7 @@ fn run_loaded(a: &RunArgs, file: &SourceFile, module: Module) -> anyhow::Result<
         // The first of several steps warms caches and allocators; profiles leave it out.
         timeline.record(session.module(), start, &outs, a.steps == 1 || step > 1);
         if a.steps > 1 && (step % show_every == 0 || step == a.steps) {
-            let scalars = scalar_summary(&job.named_outputs(&outs));
+            let scalars = outputs::scalar_summary(&job.named_outputs(&outs));
             if !scalars.is_empty() {
                 say!("step {step}: {scalars}");
             }
@@ -119,7 +118,7 @@ fn run_loaded(a: &RunArgs, file: &SourceFile, module: Module) -> anyhow::Result<
     let named = job.named_outputs(&last);
     match &a.out_dir {
         Some(dir) => write_outputs(dir, &named)?,
-        None => print_outputs(&named),
+        None => outputs::output_summaries(&named).into_iter().for_each(|l| say!("{l}")),
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -147,14 +146,6 @@ pub fn report_run_error(e: &RunError, file: &SourceFile, step: u64, steps: u64) 
     }
 }
 
-fn scalar_summary(named: &[(String, &RtValue)]) -> String {
-    named
-        .iter()
-        .filter_map(|(n, v)| v.as_tensor().filter(|t| t.len() == 1).map(|t| format!("{n}={}", t.to_f64_vec()[0])))
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
 fn print_timing(graphs: &[String], outs: &[RunOutput], times: &[Duration], a: &RunArgs) {
     let nodes: usize = outs.iter().map(|o| o.nodes_executed).sum();
     let names = graphs.iter().map(|g| format!("@{g}")).collect::<Vec<_>>().join(" + ");
@@ -176,64 +167,10 @@ fn print_timing(graphs: &[String], outs: &[RunOutput], times: &[Duration], a: &R
     }
 }
 
-fn print_outputs(named: &[(String, &RtValue)]) {
-    for (name, v) in named {
-        match v {
-            RtValue::Tensor(t) => say!("{name}: {}", t.summary(8)),
-            other => say!("{name}: {}", other.ty()),
-        }
-    }
-}
-
-/// Writes each tensor output to DIR/FILE.npy ([`output_file_name`]). Two outputs that would
-/// get the same file are refused before anything is written, rather than one silently
-/// overwriting the other.
+/// Writes each tensor output to DIR as `.npy` and says where each went.
 pub(super) fn write_outputs(dir: &Path, named: &[(String, &RtValue)]) -> anyhow::Result<()> {
-    let tensors: Vec<&str> = named.iter().filter(|(_, v)| v.as_tensor().is_some()).map(|(n, _)| n.as_str()).collect();
-    check_output_names(dir, &tensors)?;
-    std::fs::create_dir_all(dir).with_context(|| format!("cannot create the output directory {}", dir.display()))?;
-    for (name, v) in named {
-        let path = dir.join(format!("{}.npy", output_file_name(name)));
-        match v {
-            RtValue::Tensor(t) => {
-                npy::write_npy(&path, t).map_err(|e| anyhow!("output '{name}': {e}"))?;
-                say!("{name}: {} -> {}", t.ty(), path.display());
-            }
-            other => say!("{name}: {} (not written: not a tensor)", other.ty()),
-        }
+    for line in outputs::write_outputs(dir, named).map_err(|e| anyhow!(e))? {
+        say!("{line}");
     }
     Ok(())
-}
-
-/// An error when two of `names` would be written to the same file of `dir` (so `graphc train`
-/// can tell before it trains, not after).
-pub(super) fn check_output_names(dir: &Path, names: &[&str]) -> anyhow::Result<()> {
-    let mut files: BTreeMap<String, &str> = BTreeMap::new();
-    for name in names {
-        let file = format!("{}.npy", output_file_name(name));
-        if let Some(other) = files.insert(file.clone(), name) {
-            bail!(
-                "outputs '{other}' and '{name}' would both be written to {}; rename one of them",
-                dir.join(file).display()
-            );
-        }
-    }
-    Ok(())
-}
-
-/// The file name (without `.npy`) an output is written to: characters outside
-/// [A-Za-z0-9._-] become '_', and so does a leading '.' (no hidden files, no `..`); an empty
-/// name is `_`; names are cut at 200 bytes (a file name may have 255).
-fn output_file_name(name: &str) -> String {
-    let mut file: String = name
-        .chars()
-        .enumerate()
-        .map(|(i, c)| if (c.is_ascii_alphanumeric() || "._-".contains(c)) && !(i == 0 && c == '.') { c } else { '_' })
-        .collect();
-    // Only ASCII is left, so any byte is a character boundary.
-    file.truncate(200);
-    if file.is_empty() {
-        file.push('_');
-    }
-    file
 }

@@ -57,7 +57,7 @@ pub fn train(a: &TrainArgs) -> anyhow::Result<ExitCode> {
     }
     if let Some(dir) = &a.out_dir {
         let names: Vec<&str> = session.state().variables.keys().map(String::as_str).collect();
-        super::run::check_output_names(dir, &names)?;
+        graphc_runtime::outputs::check_output_names(dir, &names).map_err(|e| anyhow!(e))?;
     }
     if let Some(r) = &resume {
         r.apply(&session)?;

@@ -23,7 +23,7 @@ mod train;
 
 pub use compile::{optimize, session};
 pub use dataset::{Dataset, Position};
-pub use inputs::{make_inputs, parse_input_flags, select_graphs, Feeds, Inputs};
+pub use inputs::{make_inputs, select_graphs, Feeds, Inputs};
 pub use job::{prepare, Job, Prepared};
 pub use load::{import_options_for, is_onnx, load};
 pub use place::{is_partitioned, place_and_partition, placement_summary, Devices, Placed};

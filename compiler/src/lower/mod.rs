@@ -4,4 +4,5 @@
 
 pub mod cpu;
 pub mod mlir;
-pub mod plan;
+/// The plans live in their own crate, which AOT programs link to re-derive their kernels.
+pub use graphc_plan as plan;

@@ -193,7 +193,7 @@ impl<M: Module> Emitter<M> {
         let compiled = self.ctx.compiled_code();
         let asm = if self.listings.asm { compiled.and_then(|c| c.vcode.clone()) } else { None };
         let code = if self.listings.code { compiled.map(|c| c.code_buffer().to_vec()) } else { None };
-        self.defined.push((id, super::describe::extents(plan)));
+        self.defined.push((id, graphc_cpu_runtime::describe::extents(plan)));
         Ok((id, Listing { name, clif, asm, code }))
     }
 

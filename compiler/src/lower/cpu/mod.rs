@@ -7,13 +7,12 @@
 //! inside sessions; other nodes stay with the interpreter.
 
 mod codegen;
-pub(crate) mod describe;
 mod jit;
 
 pub use codegen::{host_isa, Emitter, Isa, Listing, Listings};
 
-use crate::lower::plan::{self, KernelPlan};
-use graphc_cpu_runtime::{CpuKernel, Entry};
+use crate::lower::plan;
+use graphc_cpu_runtime::{describe, Entry};
 use graphc_ir::{Module, Node};
 use graphc_runtime::{CompiledKernels, KernelTable, Operands, Tensor};
 use std::sync::Arc;
@@ -81,7 +80,7 @@ impl CpuKernels {
     ) -> Result<Arc<CpuKernels>, String> {
         let table = Arc::new(KernelTable::new());
         for (k, entry) in planned {
-            table.replace(&k.graph, k.node, Arc::new(kernel(&k.plan, entry)?));
+            table.replace(&k.graph, k.node, Arc::new(describe::kernel(&k.plan, entry)?));
         }
         Ok(Arc::new(CpuKernels { table, compile_time: start.elapsed(), listings }))
     }
@@ -99,18 +98,6 @@ impl CpuKernels {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
-}
-
-/// The run half's kernel for `plan`, running `entry` (generated from the plan's loop, where it
-/// has one).
-pub(crate) fn kernel(plan: &KernelPlan, entry: Option<Entry>) -> Result<CpuKernel, String> {
-    Ok(match (plan, entry) {
-        (KernelPlan::Loop(p), Some(entry)) => CpuKernel::Loop(describe::loop_kernel(p, entry)),
-        (KernelPlan::MatMul(p), epilogue) => CpuKernel::MatMul(describe::matmul_kernel(p, epilogue)?),
-        (KernelPlan::Columns(p), None) => CpuKernel::Columns(describe::column_kernel(p)),
-        (KernelPlan::Loop(_), None) => return Err("a loop kernel without code".into()),
-        (KernelPlan::Columns(_), Some(_)) => return Err("code for a column reduction".into()),
-    })
 }
 
 /// What `graphc opt --emit` prints of each kernel's code.

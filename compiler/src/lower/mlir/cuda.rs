@@ -42,7 +42,7 @@ pub fn compile_into(m: &Module, table: &KernelTable) -> Result<Tier, String> {
                 threads: if super::emit::gpu_threads_per_element(p) { Threads::PerElement } else { Threads::PerRow },
                 code: code.clone(),
                 function: k.name.clone(),
-                reach: crate::lower::cpu::describe::extents(p).ins,
+                reach: graphc_cpu_runtime::describe::extents(p).ins,
             };
             table.replace(&g.name, k.node, Arc::new(kernel));
             count += 1;

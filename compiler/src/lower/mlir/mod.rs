@@ -102,7 +102,7 @@ pub fn compile_into(m: &Module, table: &graphc_runtime::KernelTable, lanes: usiz
     }
     let names: Vec<(String, graphc_cpu_runtime::Extents)> = emitted
         .iter()
-        .filter_map(|&i| Some((kernel_name(i), crate::lower::cpu::describe::extents(kernels[i].plan.code()?))))
+        .filter_map(|&i| Some((kernel_name(i), graphc_cpu_runtime::describe::extents(kernels[i].plan.code()?))))
         .collect();
     let entries = jit::compile(&text, &names)?;
     let count = entries.len();

@@ -1,7 +1,7 @@
 //! Plans as the run half sees them: the buffers each kernel reads and writes, from its plan.
 
-use crate::lower::plan::{ColumnPlan, InputMap, LoopPlan, MatMulPlan};
-use graphc_cpu_runtime::{ColumnKernel, Entry, Extents, LoopInput, LoopKernel, MatMulKernel};
+use crate::{ColumnKernel, CpuKernel, Entry, Extents, LoopInput, LoopKernel, MatMulKernel};
+use graphc_plan::{ColumnPlan, InputMap, KernelPlan, LoopPlan, MatMulPlan};
 
 /// The elements a loop kernel touches in each buffer, from its plan.
 pub fn extents(p: &LoopPlan) -> Extents {
@@ -67,4 +67,16 @@ pub fn column_kernel(p: &ColumnPlan) -> ColumnKernel {
         input: p.input.clone(),
         out: p.out.clone(),
     }
+}
+
+/// The run half's kernel for `plan`, running `entry` (generated from the plan's loop, where it
+/// has one).
+pub fn kernel(plan: &KernelPlan, entry: Option<Entry>) -> Result<CpuKernel, String> {
+    Ok(match (plan, entry) {
+        (KernelPlan::Loop(p), Some(entry)) => CpuKernel::Loop(loop_kernel(p, entry)),
+        (KernelPlan::MatMul(p), epilogue) => CpuKernel::MatMul(matmul_kernel(p, epilogue)?),
+        (KernelPlan::Columns(p), None) => CpuKernel::Columns(column_kernel(p)),
+        (KernelPlan::Loop(_), None) => return Err("a loop kernel without code".into()),
+        (KernelPlan::Columns(_), Some(_)) => return Err("code for a column reduction".into()),
+    })
 }

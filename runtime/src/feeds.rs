@@ -1,0 +1,86 @@
+//! A step's feeds as `graphc run` and AOT-compiled programs take them from a command line:
+//! `NAME=PATH.npy` flags, checked against the graphs' inputs, and seeded random data for the
+//! inputs not given. Both front ends call these, so their errors are the same lines.
+
+use crate::limits::check_tensor_size;
+use crate::random::random_input;
+use crate::{npy, Tensor};
+use graphc_ir::{Graph, Type};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// `--input NAME=PATH.npy` flags by input name (a leading `%` dropped); an error for a flag of
+/// another form or a name given twice.
+pub fn parse_input_flags(flags: &[String]) -> Result<BTreeMap<&str, PathBuf>, String> {
+    let mut out = BTreeMap::new();
+    for f in flags {
+        let (name, path) = f
+            .split_once('=')
+            .filter(|(n, p)| !n.is_empty() && !p.is_empty())
+            .ok_or_else(|| format!("--input '{f}' is not of the form NAME=PATH.npy"))?;
+        let name = name.trim_start_matches('%');
+        if out.insert(name, PathBuf::from(path)).is_some() {
+            return Err(format!("input '{name}' is given twice"));
+        }
+    }
+    Ok(out)
+}
+
+/// An error naming the first given input that none of `graphs` has, with the closest name.
+pub fn check_input_names(given: &BTreeMap<&str, PathBuf>, graphs: &[&Graph]) -> Result<(), String> {
+    let names: Vec<&str> =
+        graphs.iter().flat_map(|g| g.inputs().iter().filter_map(|&v| g.values[v].name.as_deref())).collect();
+    for &name in given.keys() {
+        if !names.contains(&name) {
+            let which = graphs.iter().map(|g| format!("@{}", g.name)).collect::<Vec<_>>().join(", ");
+            let hint = graphc_ir::suggest::closest(name, names.iter().copied())
+                .map(|s| format!("did you mean '{s}'? "))
+                .unwrap_or_default();
+            let list =
+                if names.is_empty() { "it has none".to_string() } else { format!("inputs are {}", names.join(", ")) };
+            return Err(format!("--input '{name}': {which} has no input of that name; {hint}{list}"));
+        }
+    }
+    Ok(())
+}
+
+/// Graph `g`'s inputs by name: each read from its file in `given`, which must hold exactly
+/// the input's type, or else seeded random data (each such input appended to `random` as
+/// `NAME TYPE`), no tensor larger than `max_bytes`.
+pub fn graph_feeds(
+    g: &Graph,
+    given: &BTreeMap<&str, PathBuf>,
+    seed: u64,
+    max_bytes: u64,
+    random: &mut Vec<String>,
+) -> Result<BTreeMap<String, Arc<Tensor>>, String> {
+    let name = &g.name;
+    let mut feeds = BTreeMap::new();
+    for &v in g.inputs() {
+        let input = g.values[v].name.clone().unwrap_or_default();
+        let Type::Tensor(want) = &g.values[v].ty else {
+            return Err(format!("input '{input}' of @{name} is a {}; only tensors can be fed", g.values[v].ty));
+        };
+        let t = match given.get(input.as_str()) {
+            Some(path) => {
+                let t = npy::read_npy(path).map_err(|e| format!("input '{input}': {e}"))?;
+                if &t.ty() != want {
+                    return Err(format!(
+                        "input '{input}' of @{name}: expected {want}, got {} from {}",
+                        t.ty(),
+                        path.display()
+                    ));
+                }
+                t
+            }
+            None => {
+                check_tensor_size(want, max_bytes).map_err(|m| format!("input '{input}' of @{name}: {m}"))?;
+                random.push(format!("{input} {want}"));
+                random_input(g, v, seed).ok_or_else(|| format!("input '{input}' of @{name} is not a tensor"))??
+            }
+        };
+        feeds.insert(input, Arc::new(t));
+    }
+    Ok(feeds)
+}
