@@ -3,6 +3,7 @@
 //! `graphc-ir`, the plans of kernels, and the backends behind one trait. The `graphc` binary is
 //! the command-line front of this library.
 
+pub mod aot;
 pub mod autodiff;
 pub mod backend;
 pub mod dot;

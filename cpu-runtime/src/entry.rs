@@ -15,7 +15,7 @@ pub type KernelFn = unsafe extern "C" fn(*const *const f32, *const *mut f32, i64
 
 /// How many elements a kernel touches in each buffer, from its plan: it is never called on
 /// shorter ones.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Extents {
     /// The rows of the plan's `[rows, cols]` view; a call runs some of them.
     pub rows: usize,

@@ -44,6 +44,8 @@ pub struct ImportOptions {
     /// reduction axes), a known value specializes the graph to it; the input stays in the
     /// signature.
     pub known_inputs: HashMap<String, Tensor>,
+    /// Sizes of symbolic dims of the graph's inputs, by name (`--shape N=1`).
+    pub dims: HashMap<String, u64>,
 }
 
 pub(crate) type Result<T> = std::result::Result<T, String>;

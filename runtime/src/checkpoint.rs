@@ -43,7 +43,7 @@ pub fn encode(snapshot: &Snapshot, step: Option<u64>) -> Result<Vec<u8>, RunErro
     }
     for (name, value) in snapshot {
         match value {
-            Some(t) => bytes.push((name.clone(), st_dtype(t.dtype()), t.shape().to_vec(), le_bytes(t))),
+            Some(t) => bytes.push((name.clone(), st_dtype(t.dtype()), t.shape().to_vec(), t.to_le_bytes())),
             None => {
                 meta.insert(format!("{UNINIT_PREFIX}{name}"), String::new());
             }
@@ -136,30 +136,16 @@ fn st_dtype(d: DType) -> Dtype {
     }
 }
 
-/// Little-endian element bytes, row-major: the safetensors layout.
-fn le_bytes(t: &Tensor) -> Vec<u8> {
-    match t {
-        Tensor::F32(a) => a.iter().flat_map(|x| x.to_le_bytes()).collect(),
-        Tensor::F64(a) => a.iter().flat_map(|x| x.to_le_bytes()).collect(),
-        Tensor::I32(a) => a.iter().flat_map(|x| x.to_le_bytes()).collect(),
-        Tensor::I64(a) => a.iter().flat_map(|x| x.to_le_bytes()).collect(),
-        Tensor::Bool(a) => a.iter().map(|&x| u8::from(x)).collect(),
-    }
-}
-
 fn from_le_bytes(dt: Dtype, shape: &[usize], data: &[u8]) -> Option<Tensor> {
-    fn chunks<const N: usize, T>(data: &[u8], f: fn([u8; N]) -> T) -> Vec<T> {
-        data.chunks_exact(N).map(|c| f(c.try_into().expect("chunks_exact gives N bytes"))).collect()
-    }
-    let data = match dt {
-        Dtype::F32 => graphc_ir::TensorData::F32(chunks(data, f32::from_le_bytes)),
-        Dtype::F64 => graphc_ir::TensorData::F64(chunks(data, f64::from_le_bytes)),
-        Dtype::I32 => graphc_ir::TensorData::I32(chunks(data, i32::from_le_bytes)),
-        Dtype::I64 => graphc_ir::TensorData::I64(chunks(data, i64::from_le_bytes)),
-        Dtype::BOOL => graphc_ir::TensorData::Bool(data.iter().map(|&b| b != 0).collect()),
+    let dtype = match dt {
+        Dtype::F32 => DType::F32,
+        Dtype::F64 => DType::F64,
+        Dtype::I32 => DType::I32,
+        Dtype::I64 => DType::I64,
+        Dtype::BOOL => DType::Bool,
         _ => return None,
     };
-    Tensor::from_data(shape, data)
+    Tensor::from_le_bytes(dtype, shape, data)
 }
 
 /// Saves snapshots to one path in the background. `submit` never blocks: if the writer is

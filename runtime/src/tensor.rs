@@ -131,6 +131,35 @@ impl Tensor {
         })
     }
 
+    /// Little-endian element bytes, row-major (the safetensors layout; a bool is one byte, 0
+    /// or 1).
+    pub fn to_le_bytes(&self) -> Vec<u8> {
+        match self {
+            Tensor::F32(a) => a.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            Tensor::F64(a) => a.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            Tensor::I32(a) => a.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            Tensor::I64(a) => a.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            Tensor::Bool(a) => a.iter().map(|&x| u8::from(x)).collect(),
+        }
+    }
+
+    /// A tensor of `dtype` and `shape` from little-endian row-major element bytes (any nonzero
+    /// byte a true bool); `None` when their number does not fit the shape.
+    pub fn from_le_bytes(dtype: DType, shape: &[usize], data: &[u8]) -> Option<Tensor> {
+        fn chunks<const N: usize, T>(data: &[u8], f: fn([u8; N]) -> T) -> Option<Vec<T>> {
+            data.len().is_multiple_of(N)
+                .then(|| data.chunks_exact(N).map(|c| f(c.try_into().expect("chunks_exact gives N bytes"))).collect())
+        }
+        let data = match dtype {
+            DType::F32 => TensorData::F32(chunks(data, f32::from_le_bytes)?),
+            DType::F64 => TensorData::F64(chunks(data, f64::from_le_bytes)?),
+            DType::I32 => TensorData::I32(chunks(data, i32::from_le_bytes)?),
+            DType::I64 => TensorData::I64(chunks(data, i64::from_le_bytes)?),
+            DType::Bool => TensorData::Bool(data.iter().map(|&b| b != 0).collect()),
+        };
+        Tensor::from_data(shape, data)
+    }
+
     /// The value of a literal; a splat fills its shape. A splat's type may be far larger than
     /// its text, so its size is checked before anything is built.
     pub fn from_literal(lit: &TensorLiteral) -> Result<Tensor, String> {

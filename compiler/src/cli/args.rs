@@ -102,32 +102,59 @@ pub struct TrainArgs {
 }
 
 #[derive(clap::Args, Debug)]
+#[command(after_help = "CPU targets (the host, or --target aarch64-unknown-linux-gnu with --emit obj): the JIT's \
+kernels in an object with the module, its weights and C entry points, linked with the run-time library \
+libgraphc_aot.a (beside graphc, or GRAPHC_AOT_LIB) into an executable with `graphc run`'s interface, or a static \
+library; --emit obj writes OUT.o and OUT.h. nvptx64-nvidia-cuda: the GPU kernels as MLIR or PTX.")]
 pub struct CompileArgs {
     /// The .gir or .onnx file ('-' reads standard input).
     pub file: PathBuf,
-    /// Where to write the result.
+    /// Where to write the result (with --emit obj, OUT.o and OUT.h; with staticlib, OUT and
+    /// OUT.h).
     #[arg(short, long, value_name = "OUT")]
     pub output: PathBuf,
-    /// The graph to compile (default: the module's only graph).
+    /// The graph to compile (default: every graph, each with its own entry points; for a GPU
+    /// target, the module's only graph).
     #[arg(short, long = "graph", value_name = "NAME")]
     pub graph: Option<String>,
-    /// The target triple. Only nvptx64-nvidia-cuda so far.
+    /// The target triple (default: the host): x86_64-unknown-linux-gnu,
+    /// aarch64-unknown-linux-gnu (--emit obj only) or nvptx64-nvidia-cuda.
     #[arg(long)]
-    pub target: String,
+    pub target: Option<String>,
+    /// What to write: exe, obj or staticlib for a CPU (default exe); mlir or ptx for a GPU
+    /// (default ptx, which needs a graphc built with the llvm feature).
+    #[arg(long, value_enum)]
+    pub emit: Option<CompileEmit>,
+    /// The CPU features the code may use: a portable baseline (x86-64-v2 on x86-64) or
+    /// everything this host has.
+    #[arg(long, value_enum, default_value_t = CompileCpu::Baseline)]
+    pub cpu: CompileCpu,
+    /// Write the weights to this file (safetensors) instead of into the object.
+    #[arg(long, value_name = "PATH")]
+    pub weights_file: Option<PathBuf>,
+    /// The size of a symbolic dim of an ONNX model's inputs (repeatable): --shape N=1.
+    #[arg(long = "shape", value_name = "DIM=SIZE")]
+    pub shapes: Vec<String>,
     /// The GPU's compute capability (sm_80, sm_90, ...).
     #[arg(long, default_value = "sm_90")]
     pub gpu_arch: String,
-    /// What to write: the GPU kernels as MLIR (a gpu.module), or their PTX (needs a graphc
-    /// built with the llvm feature).
-    #[arg(long, value_enum, default_value_t = CompileEmit::Ptx)]
-    pub emit: CompileEmit,
 }
 
 /// What `graphc compile --emit` writes.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CompileEmit {
+    Exe,
+    Obj,
+    Staticlib,
     Mlir,
     Ptx,
+}
+
+/// `graphc compile --cpu`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CompileCpu {
+    Baseline,
+    Native,
 }
 
 #[derive(clap::Args, Debug)]

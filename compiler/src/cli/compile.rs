@@ -1,11 +1,15 @@
-//! `graphc compile`: a graph's kernels ahead of time. So far the GPU target: the loop kernels
-//! of the default pipeline's fusions as a `gpu.module` (MLIR) or PTX, one module per graph;
-//! the kernels a GPU cannot run yet are listed on standard error (they run on a CPU device).
+//! `graphc compile`: a module ahead of time. For a CPU (the host, or aarch64 objects), an
+//! executable, an object with its C header, or a static library (`graphc::aot`); for the GPU
+//! target, the loop kernels of the default pipeline's fusions as a `gpu.module` (MLIR) or PTX,
+//! one module per graph, the kernels a GPU cannot run yet listed on standard error (they run
+//! on a CPU device).
 
-use super::args::{CompileArgs, CompileEmit};
+use super::args::{CompileArgs, CompileCpu, CompileEmit};
 use super::ir::load;
 use super::output::write_output;
 use anyhow::{anyhow, bail};
+use graphc::aot::{self, AotOptions, Emit};
+use graphc::lower::cpu::object::Cpu;
 use graphc::lower::mlir;
 use graphc_ir::SourceFile;
 use std::process::ExitCode;
@@ -14,9 +18,63 @@ use std::process::ExitCode;
 const GPU_TARGET: &str = "nvptx64-nvidia-cuda";
 
 pub fn compile(a: &CompileArgs) -> anyhow::Result<ExitCode> {
-    if a.target != GPU_TARGET {
-        bail!("--target {}: graphc compile supports only {GPU_TARGET} so far", a.target);
+    if a.target.as_deref() == Some(GPU_TARGET) {
+        return compile_gpu(a);
     }
+    let emit = match a.emit {
+        None | Some(CompileEmit::Exe) => Emit::Exe,
+        Some(CompileEmit::Obj) => Emit::Obj,
+        Some(CompileEmit::Staticlib) => Emit::StaticLib,
+        Some(e @ (CompileEmit::Mlir | CompileEmit::Ptx)) => {
+            bail!("--emit {}: GPU kernels, for --target {GPU_TARGET}", format!("{e:?}").to_lowercase())
+        }
+    };
+    let mut options = graphc_onnx::ImportOptions::default();
+    for s in &a.shapes {
+        let (dim, size) = s
+            .split_once('=')
+            .and_then(|(d, n)| Some((d, n.parse::<u64>().ok()?)))
+            .filter(|(d, _)| !d.is_empty())
+            .ok_or_else(|| anyhow!("--shape '{s}' is not of the form DIM=SIZE"))?;
+        options.dims.insert(dim.to_string(), size);
+    }
+    let (file, m) = graphc::driver::load(&a.file, &options)?;
+    let backend = graphc::backend::backend("jit").map_err(|e| anyhow!(e))?;
+    let m = graphc::driver::optimize(backend, m, false, &file)?;
+    let graphs: Vec<String> = match &a.graph {
+        Some(g) => {
+            let g = g.trim_start_matches('@');
+            m.graph(g).ok_or_else(|| anyhow!("{}: no graph @{g}", file.name))?;
+            vec![g.to_string()]
+        }
+        None => m.graphs.iter().map(|g| g.name.clone()).collect(),
+    };
+    let aot = AotOptions {
+        emit,
+        target: a.target.clone(),
+        cpu: match a.cpu {
+            CompileCpu::Baseline => Cpu::Baseline,
+            CompileCpu::Native => Cpu::Native,
+        },
+        weights_file: a.weights_file.clone(),
+    };
+    let start = std::time::Instant::now();
+    let object = aot::compile(&m, &file.name, &graphs, &aot).map_err(|e| anyhow!("{}: {e}", file.name))?;
+    let written = aot::write(&object, &a.output, &aot).map_err(|e| anyhow!(e))?;
+    let (kernels, nodes) = object.compiled;
+    eprintln!(
+        "{}: {} graph{}, {kernels} of {nodes} node{} compiled, in {:.1} ms -> {}",
+        file.name,
+        graphs.len(),
+        graphc::driver::plural(graphs.len()),
+        graphc::driver::plural(nodes),
+        start.elapsed().as_secs_f64() * 1e3,
+        written.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+fn compile_gpu(a: &CompileArgs) -> anyhow::Result<ExitCode> {
     let chip = chip(&a.gpu_arch)
         .ok_or_else(|| anyhow!("--gpu-arch {}: expected a compute capability such as sm_80 or sm_90", a.gpu_arch))?;
     let (file, m) = load(&a.file)?;
@@ -38,8 +96,12 @@ pub fn compile(a: &CompileArgs) -> anyhow::Result<ExitCode> {
         eprintln!("note: stays on a CPU device: {k}");
     }
     let out = match a.emit {
-        CompileEmit::Mlir => text,
-        CompileEmit::Ptx => ptx(&file, &text)?,
+        Some(CompileEmit::Mlir) => text,
+        None | Some(CompileEmit::Ptx) => ptx(&file, &text)?,
+        Some(e) => bail!(
+            "--emit {}: for CPU targets; --target {GPU_TARGET} writes mlir or ptx",
+            format!("{e:?}").to_lowercase()
+        ),
     };
     write_output(Some(&a.output), &out)?;
     eprintln!("@{graph}: {} GPU kernel{} for {chip}", kernels.len(), graphc::driver::plural(kernels.len()));

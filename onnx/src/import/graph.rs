@@ -42,7 +42,7 @@ impl<'a> Importer<'a> {
             if init_names.contains(&name.as_str()) {
                 continue;
             }
-            let ty = value_type(vi).map_err(|e| format!("graph input '{name}': {e}"))?;
+            let ty = value_type(vi, &options.dims).map_err(|e| format!("graph input '{name}': {e}"))?;
             let v = imp.g.add_input(&name, Type::Tensor(ty));
             imp.env.insert(name, v);
         }
@@ -217,8 +217,9 @@ pub(super) fn norm_axis(axis: i64, rank: usize) -> Result<usize> {
     graphc_ir::shape::normalize_axis(axis, rank)
 }
 
-/// The tensor type of a graph input or output: a supported element type and static dims.
-fn value_type(vi: &ValueInfoProto) -> Result<TensorType> {
+/// The tensor type of a graph input or output: a supported element type and static dims, a
+/// symbolic dim given its size by `dims` (`--shape N=1`).
+fn value_type(vi: &ValueInfoProto, sizes: &HashMap<String, u64>) -> Result<TensorType> {
     let tp = vi.r#type.as_ref().ok_or("it has no type")?;
     let t = tp.tensor_type.as_ref().ok_or("only tensors are supported (not sequences, maps or optionals)")?;
     let dtype = dtype_of(t.elem_type.unwrap_or(0))?;
@@ -227,7 +228,12 @@ fn value_type(vi: &ValueInfoProto) -> Result<TensorType> {
     for (i, d) in shape.dim.iter().enumerate() {
         match (d.dim_value, &d.dim_param) {
             (Some(v), _) if v >= 0 => dims.push(v as u64),
-            (_, Some(p)) => return Err(format!("dim {i} is symbolic ('{p}'); graphc needs static shapes")),
+            (_, Some(p)) if sizes.contains_key(p) => dims.push(sizes[p]),
+            (_, Some(p)) => {
+                return Err(format!(
+                    "dim {i} is symbolic ('{p}'); give it a size with --shape {p}=N (graphc needs static shapes)"
+                ))
+            }
             _ => return Err(format!("dim {i} is unknown; graphc needs static shapes")),
         }
     }

@@ -8,6 +8,7 @@
 
 mod codegen;
 mod jit;
+pub mod object;
 
 pub use codegen::{host_isa, Emitter, Isa, Listing, Listings};
 

@@ -1,0 +1,75 @@
+//! Weights out of the IR text and back: every tensor literal of more than [`MIN_ELEMENTS`]
+//! distinct elements (a constant's value, a variable's `init`) leaves the text as a splat of
+//! its first element and goes into a safetensors blob under the key `G/N/ATTR` (graph index,
+//! node index in the graph's arena, attribute). The program parses the text, which numbers its
+//! nodes as the compiler's copy did, and puts each literal back before anything runs. So the
+//! object holds weights as bytes, read-only and parsed by nobody, and `--weights-file` can
+//! move them to a file of their own.
+
+use graphc_ir::{Attr, Module, Node, TensorData, TensorLiteral};
+use graphc_runtime::checkpoint::{decode, encode};
+use graphc_runtime::Tensor;
+use std::sync::Arc;
+
+/// Literals this small stay in the text.
+pub const MIN_ELEMENTS: usize = 16;
+
+/// Takes the large literals out of `m` (which must be as the parser made it: nodes numbered
+/// in text order), leaving splats in their place; returns them as a safetensors blob.
+pub fn strip(m: &mut Module) -> Result<Vec<u8>, String> {
+    let mut taken = Vec::new();
+    for (gi, g) in m.graphs.iter_mut().enumerate() {
+        for (node, data) in g.nodes.iter_mut() {
+            let names: Vec<String> = data
+                .attrs
+                .iter()
+                .filter(|(_, a)| matches!(a, Attr::Tensor(l) if l.data().len() > MIN_ELEMENTS))
+                .map(|(n, _)| n.to_string())
+                .collect();
+            for name in names {
+                let Some(Attr::Tensor(lit)) = data.attrs.get(&name).cloned() else { continue };
+                let t = Tensor::from_literal(&lit).map_err(|e| format!("@{} attribute {name}: {e}", g.name))?;
+                let splat = TensorLiteral::new(lit.ty().clone(), first_element(lit.data()))?;
+                data.attrs.set(name.clone(), Attr::Tensor(splat));
+                taken.push((format!("{gi}/{}/{name}", node.as_u32()), Some(Arc::new(t))));
+            }
+        }
+    }
+    encode(&taken, None).map_err(|e| e.message)
+}
+
+/// Puts the literals of `blob` back into `m` (parsed from the stripped text); an error when
+/// a key names no such node or attribute, or a literal's type differs from the splat's.
+pub fn restore(m: &mut Module, blob: &[u8]) -> Result<(), String> {
+    let loaded = decode(blob).map_err(|e| format!("the weights are not valid: {}", e.message))?;
+    for (key, t) in loaded.values {
+        let bad = || format!("the weights hold \"{key}\", which the module has no literal for");
+        let mut parts = key.splitn(3, '/');
+        let (Some(gi), Some(node), Some(attr)) = (parts.next(), parts.next(), parts.next()) else { return Err(bad()) };
+        let gi: usize = gi.parse().map_err(|_| bad())?;
+        let node: u32 = node.parse().map_err(|_| bad())?;
+        let g = m.graphs.get_mut(gi).ok_or_else(bad)?;
+        let node = Node::from_u32(node);
+        if !g.nodes.is_valid(node) {
+            return Err(bad());
+        }
+        let data = &mut g.nodes[node];
+        let Some(Attr::Tensor(old)) = data.attrs.get(attr) else { return Err(bad()) };
+        if *old.ty() != t.ty() {
+            return Err(format!("the weights hold \"{key}\" as {} where the module has {}", t.ty(), old.ty()));
+        }
+        data.attrs.set(attr, Attr::Tensor(t.to_literal()));
+    }
+    Ok(())
+}
+
+/// A literal's first element, as the data of a splat.
+fn first_element(d: &TensorData) -> TensorData {
+    match d {
+        TensorData::F32(v) => TensorData::F32(v[..1].to_vec()),
+        TensorData::F64(v) => TensorData::F64(v[..1].to_vec()),
+        TensorData::I32(v) => TensorData::I32(v[..1].to_vec()),
+        TensorData::I64(v) => TensorData::I64(v[..1].to_vec()),
+        TensorData::Bool(v) => TensorData::Bool(v[..1].to_vec()),
+    }
+}
