@@ -183,8 +183,8 @@ fn timing(times: &[Duration], nodes: usize) -> String {
     }
 }
 
-/// The graphs to run: those named (each one the program has); else the only one; else the
-/// first, with a note.
+/// The graphs to run, as `graphc run` chooses them: those named (each one the program has);
+/// else the only one; else all of a partitioned module; else the first, with a note.
 fn select_graphs(wanted: &[String], program: &Program) -> Result<Vec<String>, String> {
     let all = &program.manifest.graphs;
     let listing = || all.iter().map(|n| format!("@{n}")).collect::<Vec<_>>().join(", ");
@@ -206,6 +206,7 @@ fn select_graphs(wanted: &[String], program: &Program) -> Result<Vec<String>, St
     match all.as_slice() {
         [] => Err(format!("{source} holds no graph to run")),
         [g] => Ok(vec![g.clone()]),
+        _ if program.module.is_partitioned() => Ok(all.clone()),
         [g, ..] => {
             eprintln!("note: {source} has {} graphs ({}); running @{g} (choose with --graph)", all.len(), listing());
             Ok(vec![g.clone()])

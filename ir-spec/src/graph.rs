@@ -131,6 +131,13 @@ pub struct Module {
 }
 
 impl Module {
+    /// True when the module holds partitions already: several graphs, each sending or
+    /// receiving, which run together as one step.
+    pub fn is_partitioned(&self) -> bool {
+        self.graphs.len() > 1
+            && self.graphs.iter().all(|g| g.walk().iter().any(|&n| matches!(g.nodes[n].op, Op::Send | Op::Recv)))
+    }
+
     pub fn graph(&self, name: &str) -> Option<&Graph> {
         self.graphs.iter().find(|g| g.name == name)
     }

@@ -147,7 +147,8 @@ impl Tensor {
     /// byte a true bool); `None` when their number does not fit the shape.
     pub fn from_le_bytes(dtype: DType, shape: &[usize], data: &[u8]) -> Option<Tensor> {
         fn chunks<const N: usize, T>(data: &[u8], f: fn([u8; N]) -> T) -> Option<Vec<T>> {
-            data.len().is_multiple_of(N)
+            data.len()
+                .is_multiple_of(N)
                 .then(|| data.chunks_exact(N).map(|c| f(c.try_into().expect("chunks_exact gives N bytes"))).collect())
         }
         let data = match dtype {

@@ -103,7 +103,16 @@ pub fn static_library(object: &[u8], out: &Path) -> Result<(), String> {
     let o = scratch.0.join(&name);
     std::fs::write(&o, object).map_err(|e| format!("cannot write {}: {e}", o.display()))?;
     let ar = std::env::var("AR").unwrap_or_else(|_| "ar".into());
-    run(Command::new(ar).arg("rs").arg(&archive).arg(&o), "add the object to the static library")?;
+    let mut cmd = Command::new(ar);
+    // The object format named, so that GNU ar indexes Rust's objects as ELF rather than
+    // through an installed LLVM plugin, which fails on newer bitcode sections and leaves their
+    // symbols out of the index.
+    match std::env::consts::ARCH {
+        "x86_64" => _ = cmd.arg("--target=elf64-x86-64"),
+        "aarch64" => _ = cmd.arg("--target=elf64-littleaarch64"),
+        _ => {}
+    }
+    run(cmd.arg("rs").arg(&archive).arg(&o), "add the object to the static library")?;
     std::fs::rename(&archive, out)
         .or_else(|_| std::fs::copy(&archive, out).map(|_| ()))
         .map_err(|e| format!("cannot write {}: {e}", out.display()))

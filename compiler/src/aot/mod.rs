@@ -60,6 +60,16 @@ pub struct Object {
 /// Compiles `m` (optimized, verified) into an object with entry points for `graphs` (C
 /// functions per graph, or the executable's `main`); `source` names it in messages.
 pub fn compile(m: &Module, source: &str, graphs: &[String], options: &AotOptions) -> Result<Object, String> {
+    // Cranelift reports some lowerings it lacks for a target by panicking; that is an error
+    // here, never a crash.
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| compile_object(m, source, graphs, options)))
+        .unwrap_or_else(|p| {
+            let why = p.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| p.downcast_ref::<String>().cloned());
+            Err(format!("the code generator failed: {}", why.unwrap_or_else(|| "a panic".into())))
+        })
+}
+
+fn compile_object(m: &Module, source: &str, graphs: &[String], options: &AotOptions) -> Result<Object, String> {
     // The module as the program will parse it: nodes numbered in text order, which the
     // manifest and the weights' keys refer to.
     let text = graphc_ir::print_module(m);

@@ -3,7 +3,7 @@
 
 use super::args::SimulateArgs;
 use anyhow::anyhow;
-use graphc::driver::{self, is_partitioned, plural};
+use graphc::driver::{self, plural};
 use graphc::placement::cost::CostModel;
 use graphc::placement::partition::Partitioned;
 use graphc::placement::simulate::simulate as simulate_step;
@@ -22,7 +22,7 @@ pub fn simulate(a: &SimulateArgs) -> anyhow::Result<ExitCode> {
     }
     let backend = graphc::backend::backend(&a.backend).map_err(|e| anyhow!(e))?;
     let module = driver::optimize(backend, module, false, file)?;
-    let already_partitioned = is_partitioned(&module);
+    let already_partitioned = module.is_partitioned();
     let placed = driver::place_and_partition(a.devices.devices().context()?, file, module)?;
     let cost = CostModel::new(&placed.ctx.cluster, placed.ctx.profile.as_ref());
     // A module of partitions already: they make one step together.

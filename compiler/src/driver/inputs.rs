@@ -64,7 +64,7 @@ pub fn select_graphs(wanted: &[String], file: &SourceFile, m: &Module) -> anyhow
     match m.graphs.as_slice() {
         [] => bail!("{} holds no graph to run", file.name),
         [g] => Ok(vec![g.name.clone()]),
-        _ if super::place::is_partitioned(m) => Ok(all),
+        _ if m.is_partitioned() => Ok(all),
         [g, ..] => {
             eprintln!(
                 "note: {} has {} graphs ({}); running @{} (choose with --graph)",

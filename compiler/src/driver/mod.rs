@@ -26,7 +26,7 @@ pub use dataset::{Dataset, Position};
 pub use inputs::{make_inputs, select_graphs, Feeds, Inputs};
 pub use job::{prepare, Job, Prepared};
 pub use load::{import_options_for, is_onnx, load};
-pub use place::{is_partitioned, place_and_partition, placement_summary, Devices, Placed};
+pub use place::{place_and_partition, placement_summary, Devices, Placed};
 pub use report::{plural, Reported};
 pub use timeline::Timeline;
 pub use train::{plan as plan_training, Resume, StepDone, Steps, TrainJob, TrainSpec, Training, PREFETCH};

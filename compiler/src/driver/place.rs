@@ -58,12 +58,6 @@ pub fn place_and_partition(ctx: PassContext, file: &SourceFile, mut module: Modu
     Ok(Placed { module, groups, ctx })
 }
 
-/// True when the module holds partitions already: several graphs, each sending or receiving.
-pub fn is_partitioned(m: &Module) -> bool {
-    m.graphs.len() > 1
-        && m.graphs.iter().all(|g| g.walk().iter().any(|&n| matches!(g.nodes[n].op, Op::Send | Op::Recv)))
-}
-
 /// `placed @g on 2 devices: cpu0 (5 nodes), cpu1 (4 nodes); 3 transfers`.
 pub fn placement_summary(m: &Module, group: &Partitioned) -> String {
     let mut parts = Vec::new();

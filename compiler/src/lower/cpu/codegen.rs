@@ -840,11 +840,12 @@ fn body(
                     Unary::Sqrt => V::F(b.ins().sqrt(x.f())),
                     Unary::Relu => {
                         // The reference's `x > 0 or NaN ? x : +0` (so -0 gives +0): a compare
-                        // and a blend instead of x86-64's long NaN-propagating fmax.
+                        // and a blend instead of x86-64's long NaN-propagating fmax. Ordered
+                        // `x <= 0` picks zero: aarch64 has no unordered-or-greater compare.
                         let z = b.ins().f32const(0.0);
                         let z = splat(b, z);
-                        let keep = b.ins().fcmp(FloatCC::UnorderedOrGreaterThan, x.f(), z);
-                        V::F(choose(b, keep, x.f(), z, lanes))
+                        let zero = b.ins().fcmp(FloatCC::LessThanOrEqual, x.f(), z);
+                        V::F(choose(b, zero, z, x.f(), lanes))
                     }
                     // Softmax's exponential of x - max(x) skips the overflow side.
                     Unary::Exp if plan.at_most_zero(a) => V::F(exp_nonpositive(b, x.f(), l).e),

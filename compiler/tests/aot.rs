@@ -1,0 +1,304 @@
+//! `graphc compile` for CPUs, end to end: executables against `graphc run` on every example
+//! (the interpreter within the examples' bound, the JIT on the same instruction set bit for
+//! bit), a C program linking the object and the static library, the command line's errors,
+//! weights in a file of their own, and an aarch64 object.
+
+mod common;
+
+use common::close::{check_close, Bound};
+use common::{example, examples, graphc, text};
+use graphc_runtime::npy::read_npy;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+/// Builds the run-time library beside the graphc binary under test (same profile), once.
+fn runtime_library() -> &'static Path {
+    static LIB: OnceLock<PathBuf> = OnceLock::new();
+    LIB.get_or_init(|| {
+        let bin = PathBuf::from(env!("CARGO_BIN_EXE_graphc"));
+        let dir = bin.parent().unwrap().to_path_buf();
+        let profile = match dir.file_name().unwrap().to_str().unwrap() {
+            "debug" => "dev".to_string(),
+            other => other.to_string(),
+        };
+        let status = Command::new(env!("CARGO"))
+            .args(["build", "-p", "graphc-aot", "--profile", &profile])
+            .status()
+            .expect("cargo runs");
+        assert!(status.success(), "cargo build -p graphc-aot failed");
+        let lib = dir.join("libgraphc_aot.a");
+        assert!(lib.is_file(), "{} was not built", lib.display());
+        lib
+    })
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("graphc-aot-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// `graphc compile ARGS`, asserting success.
+fn compile(args: &[&str]) {
+    runtime_library();
+    let o = graphc(&[&["compile"], args].concat());
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "graphc compile {args:?} failed:\n{out}{err}");
+}
+
+fn run(exe: &Path, args: &[&str]) -> std::process::Output {
+    Command::new(exe).args(args).output().expect("the executable runs")
+}
+
+/// The .npy files of a directory, by file name.
+fn outputs(dir: &Path) -> Vec<(String, graphc_runtime::Tensor)> {
+    let mut v: Vec<_> = std::fs::read_dir(dir)
+        .map(|r| r.map(|e| e.unwrap().path()).collect::<Vec<_>>())
+        .unwrap_or_default()
+        .into_iter()
+        .map(|p| (p.file_name().unwrap().to_string_lossy().into_owned(), read_npy(&p).unwrap()))
+        .collect();
+    v.sort_by(|a, b| a.0.cmp(&b.0));
+    v
+}
+
+#[test]
+fn every_example_compiles_to_an_executable_that_runs_as_graphc_run() {
+    let dir = scratch("examples");
+    let mut checked = 0;
+    for (name, _) in examples() {
+        let stem = name.trim_end_matches(".gir");
+        let exe = dir.join(stem);
+        compile(&[&example(&name), "-o", exe.to_str().unwrap()]);
+        let (aot, interp, jit) =
+            (dir.join(format!("{stem}.aot")), dir.join(format!("{stem}.interp")), dir.join(format!("{stem}.jit")));
+        let o = run(&exe, &["--out-dir", aot.to_str().unwrap()]);
+        assert!(o.status.success(), "{name}: the executable failed: {}", text(&o).1);
+        for (backend, out, isa) in [("interp", &interp, "native"), ("jit", &jit, "sse")] {
+            let o = graphc(&[
+                "run",
+                &example(&name),
+                "--backend",
+                backend,
+                "--isa",
+                isa,
+                "--out-dir",
+                out.to_str().unwrap(),
+            ]);
+            assert!(o.status.success(), "{name}: graphc run --backend {backend} failed: {}", text(&o).1);
+        }
+        let (a, i, j) = (outputs(&aot), outputs(&interp), outputs(&jit));
+        assert_eq!(a.iter().map(|x| &x.0).collect::<Vec<_>>(), i.iter().map(|x| &x.0).collect::<Vec<_>>(), "{name}");
+        for (((file, got), (_, want)), (_, same)) in a.iter().zip(&i).zip(&j) {
+            // The examples' end-to-end bound, as jit.rs checks the JIT against the interpreter.
+            check_close(got, want, Bound::Rel(1e-4, 1e-4)).unwrap_or_else(|e| panic!("{name}: {file}: {e}"));
+            // The same code as the JIT's on the baseline's instruction set: bit for bit.
+            check_close(got, same, Bound::Rel(0.0, 0.0))
+                .unwrap_or_else(|e| panic!("{name}: {file} against the JIT: {e}"));
+            checked += 1;
+        }
+        // The same lines as graphc run's (less the timing): random inputs and summaries.
+        let summary = |o: &std::process::Output| -> Vec<String> {
+            text(o).0.lines().filter(|l| !l.contains(" ms (")).map(str::to_string).collect()
+        };
+        let o = run(&exe, &["--seed", "3"]);
+        let r = graphc(&["run", &example(&name), "--seed", "3", "--isa", "sse"]);
+        assert_eq!(summary(&o), summary(&r), "{name}: summaries");
+    }
+    assert!(checked >= 30, "{checked} outputs checked");
+    // Nothing but glibc: libgcc is linked statically.
+    let o = Command::new("ldd").arg(dir.join("mlp")).output().expect("ldd runs");
+    for line in text(&o).0.lines() {
+        let lib = line.split_whitespace().next().unwrap_or("");
+        assert!(
+            [
+                "linux-vdso.so.1",
+                "libc.so.6",
+                "libm.so.6",
+                "libpthread.so.0",
+                "libdl.so.2",
+                "librt.so.1",
+                "libutil.so.1"
+            ]
+            .contains(&lib)
+                || lib.contains("ld-linux"),
+            "the executable needs {lib}"
+        );
+    }
+}
+
+#[test]
+fn the_executable_gives_graphc_runs_errors_for_bad_inputs() {
+    let dir = scratch("errors");
+    let exe = dir.join("mlp");
+    compile(&[&example("mlp.gir"), "-o", exe.to_str().unwrap()]);
+    let wrong_shape = dir.join("x.npy");
+    graphc_runtime::npy::write_npy(&wrong_shape, &graphc_runtime::Tensor::scalar_f32(1.0)).unwrap();
+    let not_npy = dir.join("bad.npy");
+    std::fs::write(&not_npy, b"not an npy file").unwrap();
+    let cases: Vec<Vec<String>> = vec![
+        vec!["--input".into(), format!("x={}", dir.join("missing.npy").display())],
+        vec!["--input".into(), format!("x={}", wrong_shape.display())],
+        vec!["--input".into(), format!("x={}", not_npy.display())],
+        vec!["--input".into(), format!("nosuch={}", wrong_shape.display())],
+        vec!["--input".into(), "x".into()],
+        vec!["--graph".into(), "nosuch".into()],
+    ];
+    for args in cases {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let o = run(&exe, &args);
+        let r = graphc(&[&["run", &example("mlp.gir")], args.as_slice()].concat());
+        let (err, want) = (text(&o).1, text(&r).1);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{args:?}: one line: {err}");
+        // graphc names the file it loaded where the program names its source.
+        assert_eq!(err, want, "{args:?}");
+    }
+    let o = run(&exe, &["--no-such-flag"]);
+    assert_eq!(o.status.code(), Some(2));
+}
+
+/// A C program that trains @step of train_step.gir (a training step: matmuls, reductions and
+/// variable updates) towards w = [1, 2, 3, 4], b = 0.5, reads the weights, sets them in
+/// @predict's context and checks its outputs.
+const C_PROGRAM: &str = r#"
+#include <math.h>
+#include <stdio.h>
+#include "model.h"
+
+int main(void) {
+    float x[8][4], t[8][1], loss, w[4][1], b[1], y[8][1];
+    for (int i = 0; i < 8; i++) {
+        t[i][0] = 0.5f;
+        for (int j = 0; j < 4; j++) {
+            x[i][j] = (float)((i * 7 + j * 3) % 5) - 2.0f;
+            t[i][0] += (float)(j + 1) * x[i][j];
+        }
+    }
+    _Static_assert(STEP_INPUT_0_BYTES == sizeof x, "input 0's size");
+    _Static_assert(STEP_NUM_OUTPUTS == 1 && STEP_OUTPUT_0_BYTES == sizeof loss, "output's size");
+    step_ctx *s = step_create();
+    predict_ctx *p = predict_create();
+    if (!s || !p) return 10;
+    const void *in[] = {x, t};
+    void *out[] = {&loss};
+    float first = -1;
+    for (int k = 0; k < 400; k++) {
+        if (step_run(s, in, out) != 0) { fprintf(stderr, "%s\n", step_error_message(s)); return 11; }
+        if (k == 0) first = loss;
+    }
+    if (step_read_variable(s, "w", w) || step_read_variable(s, "b", b)) return 12;
+    for (int j = 0; j < 4; j++)
+        if (fabsf(w[j][0] - (float)(j + 1)) > 1e-3f) { fprintf(stderr, "w[%d] = %g\n", j, w[j][0]); return 13; }
+    if (fabsf(b[0] - 0.5f) > 1e-3f) return 14;
+    if (predict_write_variable(p, "w", w) || predict_write_variable(p, "b", b)) return 15;
+    const void *pin[] = {x};
+    void *pout[] = {y};
+    if (predict_run(p, pin, pout) != 0) return 16;
+    for (int i = 0; i < 8; i++)
+        if (fabsf(y[i][0] - t[i][0]) > 1e-2f) return 17;
+    /* Errors are statuses with a message, never a crash. */
+    if (predict_read_variable(p, "nosuch", w) != 1) return 18;
+    if (predict_error_message(p)[0] == 0) return 19;
+    if (predict_run(p, NULL, pout) != 1) return 20;
+    printf("loss %g -> %g\n", first, loss);
+    step_destroy(s);
+    predict_destroy(p);
+    return 0;
+}
+"#;
+
+fn build_and_run_c(dir: &Path, link: &[&Path]) -> String {
+    std::fs::write(dir.join("main.c"), C_PROGRAM).unwrap();
+    let exe = dir.join("main");
+    let o = Command::new("cc")
+        .arg("-o")
+        .arg(&exe)
+        .arg(dir.join("main.c"))
+        .arg("-I")
+        .arg(dir)
+        .args(link)
+        .args(["-lpthread", "-ldl", "-lm"])
+        .output()
+        .expect("cc runs");
+    assert!(o.status.success(), "cc failed: {}", text(&o).1);
+    let o = run(&exe, &[]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "the C program failed ({:?}): {out}{err}", o.status.code());
+    out
+}
+
+#[test]
+fn a_c_program_links_the_object_and_the_static_library() {
+    let dir = scratch("c-obj");
+    compile(&[&example("train_step.gir"), "--emit", "obj", "-o", dir.join("model").to_str().unwrap()]);
+    let header = std::fs::read_to_string(dir.join("model.h")).unwrap();
+    for want in
+        ["step_ctx *step_create(void);", "#define STEP_INPUT_0_SHAPE {8, 4}", "#define PREDICT_VARIABLE_0_NAME \"b\""]
+    {
+        assert!(header.contains(want), "the header lacks {want}:\n{header}");
+    }
+    let out = build_and_run_c(&dir, &[&dir.join("model.o"), runtime_library()]);
+    assert!(out.starts_with("loss "), "{out}");
+
+    let dir = scratch("c-lib");
+    compile(&[&example("train_step.gir"), "--emit", "staticlib", "-o", dir.join("libmodel.a").to_str().unwrap()]);
+    std::fs::rename(dir.join("libmodel.h"), dir.join("model.h")).unwrap();
+    build_and_run_c(&dir, &[&dir.join("libmodel.a")]);
+}
+
+#[test]
+fn weights_go_to_a_file_of_their_own() {
+    let dir = scratch("weights");
+    let exe = dir.join("cnn");
+    let weights = dir.join("cnn.safetensors");
+    compile(&[&example("cnn.gir"), "-o", exe.to_str().unwrap(), "--weights-file", weights.to_str().unwrap()]);
+    let inline = dir.join("cnn-inline");
+    compile(&[&example("cnn.gir"), "-o", inline.to_str().unwrap()]);
+    let a = run(&exe, &["--seed", "5"]);
+    let b = run(&inline, &["--seed", "5"]);
+    assert!(a.status.success(), "{}", text(&a).1);
+    let strip =
+        |o: &std::process::Output| text(o).0.lines().filter(|l| !l.contains(" ms (")).collect::<Vec<_>>().join("\n");
+    assert_eq!(strip(&a), strip(&b));
+    // The file is looked for beside the executable, so the two move together.
+    let moved = scratch("weights-moved");
+    std::fs::copy(&exe, moved.join("cnn")).unwrap();
+    std::fs::copy(&weights, moved.join("cnn.safetensors")).unwrap();
+    std::fs::remove_file(&weights).unwrap();
+    let c = run(&moved.join("cnn"), &["--seed", "5"]);
+    assert_eq!(strip(&c), strip(&b));
+    std::fs::remove_file(moved.join("cnn.safetensors")).unwrap();
+    let d = run(&moved.join("cnn"), &["--seed", "5"]);
+    assert_eq!(d.status.code(), Some(1));
+    assert!(text(&d).1.contains("weights"), "{}", text(&d).1);
+}
+
+#[test]
+fn an_aarch64_object_cross_compiles() {
+    let dir = scratch("aarch64");
+    let out = dir.join("mlp");
+    compile(&[
+        &example("mlp.gir"),
+        "--emit",
+        "obj",
+        "--target",
+        "aarch64-unknown-linux-gnu",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    let bytes = std::fs::read(dir.join("mlp.o")).unwrap();
+    // ELF64, little-endian, relocatable, machine 183 (EM_AARCH64).
+    assert_eq!(&bytes[..4], b"\x7fELF");
+    assert_eq!((bytes[4], bytes[5]), (2, 1));
+    assert_eq!(u16::from_le_bytes([bytes[16], bytes[17]]), 1);
+    assert_eq!(u16::from_le_bytes([bytes[18], bytes[19]]), 183);
+    assert!(std::fs::read_to_string(dir.join("mlp.h")).unwrap().contains("mlp_create"));
+    // An executable for another target needs a run-time library built for it.
+    let o =
+        graphc(&["compile", &example("mlp.gir"), "--target", "aarch64-unknown-linux-gnu", "-o", out.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(text(&o).1.contains("--emit obj"), "{}", text(&o).1);
+}
