@@ -73,3 +73,43 @@ fn first_element(d: &TensorData) -> TensorData {
         TensorData::Bool(v) => TensorData::Bool(v[..1].to_vec()),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use graphc_ir::{equiv::modules_equal, parse_module, print_module};
+
+    const TEXT: &str = r#"
+graph @g(%x: f32[2,9]) -> (y: f32[2,9], n: i64[17]) {
+  %c = constant {value = dense<[[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0], [9.0, 8.0, 7.0, 6.0, 5.0, 4.0, 3.0, 2.0, 1.0]]> : f32[2,9]} : f32[2,9]
+  %s = constant {value = dense<[1.0, 2.0]> : f32[2]} : f32[2]
+  %v = variable {name = "v", init = dense<[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17]> : i64[17]} : var<i64[17]>
+  %n = read %v : i64[17]
+  %y = add %x, %c : f32[2,9]
+  return %y, %n
+}
+"#;
+
+    #[test]
+    fn large_literals_leave_the_text_and_come_back() {
+        let original = parse_module(TEXT).unwrap();
+        let mut m = parse_module(&print_module(&original)).unwrap();
+        let blob = strip(&mut m).unwrap();
+        let text = print_module(&m);
+        assert!(!text.contains("9.0, 8.0") && !text.contains("16, 17"), "{text}");
+        assert!(text.contains("dense<[1.0, 2.0]>"), "small literals stay: {text}");
+        let mut back = parse_module(&text).unwrap();
+        restore(&mut back, &blob).unwrap();
+        modules_equal(&back, &original).unwrap();
+    }
+
+    #[test]
+    fn weights_that_do_not_fit_the_module_are_errors() {
+        let mut m = parse_module(TEXT).unwrap();
+        let blob = strip(&mut m).unwrap();
+        let mut other = parse_module("graph @g(%x: f32[2]) -> (y: f32[2]) {\n  return %x\n}\n").unwrap();
+        let e = restore(&mut other, &blob).unwrap_err();
+        assert!(e.contains("has no literal for"), "{e}");
+        assert!(restore(&mut m, b"not safetensors").unwrap_err().contains("not valid"));
+    }
+}

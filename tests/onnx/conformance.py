@@ -15,7 +15,12 @@ tests/onnx/passing.txt lists the tests that passed when it was last updated; a t
 list that fails now on any backend makes the run fail (exit 1). `--update` rewrites the list
 (from the interpreter's run: the JIT must then pass the same tests).
 
-Usage: python3 tests/onnx/conformance.py [--update] [--backend interp|jit|llvm] [--filter SUBSTRING] [-v]
+`--backend aot` compiles each test on passing.txt with `graphc compile` into an executable (a
+release build of graphc and libgraphc_aot.a) and runs the data sets through it; its list is
+tests/onnx/passing_aot.txt (a model whose import needs an input's value as a constant, such as
+a Reshape's shape fed as an input, does not compile ahead of time).
+
+Usage: python3 tests/onnx/conformance.py [--update] [--backend interp|jit|llvm|aot] [--filter SUBSTRING] [-v]
 """
 
 import os
@@ -25,6 +30,7 @@ import sys
 from onnx_common import HERE, ROOT, build_graphc, compare, ensure_venv, sanitize
 
 PASSING = os.path.join(HERE, "passing.txt")
+PASSING_AOT = os.path.join(HERE, "passing_aot.txt")
 
 
 def run_test(graphc, test_dir, work, backend):
@@ -41,9 +47,25 @@ def run_test(graphc, test_dir, work, backend):
     sets = sorted(d for d in os.listdir(test_dir) if d.startswith("test_data_set_"))
     if not sets:
         return op, "no test data"
+    if backend == "aot":
+        # Compiled once to an executable, which every data set runs.
+        program = os.path.join(work, "program")
+        if os.path.exists(program):
+            os.remove(program)
+        try:
+            r = subprocess.run([graphc, "compile", os.path.join(test_dir, "model.onnx"), "-o", program],
+                               capture_output=True, text=True, timeout=120)
+        except subprocess.TimeoutExpired:
+            return op, "compile timed out"
+        if r.returncode != 0:
+            lines = [l for l in r.stderr.strip().splitlines() if l.strip()]
+            return op, "compile: " + (lines[0] if lines else f"exit {r.returncode}")[:300]
     for ds in sets:
         d = os.path.join(test_dir, ds)
-        args = [graphc, "run", os.path.join(test_dir, "model.onnx"), "--backend", backend]
+        if backend == "aot":
+            args = [program]
+        else:
+            args = [graphc, "run", os.path.join(test_dir, "model.onnx"), "--backend", backend]
         for i, name in enumerate(inputs):
             pb = os.path.join(d, f"input_{i}.pb")
             if not os.path.exists(pb):
@@ -126,36 +148,45 @@ def main():
     update = "--update" in args
     verbose = "-v" in args
     flt = args[args.index("--filter") + 1] if "--filter" in args else ""
-    graphc = build_graphc()
+    aot = "--backend" in args and args[args.index("--backend") + 1] == "aot"
+    graphc = build_graphc(release=aot)
+    if aot:
+        subprocess.check_call(["cargo", "build", "-q", "--release", "-p", "graphc-aot"], cwd=ROOT)
     # Every backend the binary has (llvm where it was built with that feature).
     listed = subprocess.run([graphc, "run", "--help"], capture_output=True, text=True).stdout
     every = ["interp", "jit"] + (["llvm"] if "- llvm:" in listed else [])
     backends = [args[args.index("--backend") + 1]] if "--backend" in args else every
-    if update and (flt or backends[0] != "interp"):
-        sys.exit("--update runs the whole suite on the interpreter (no --filter, no --backend)")
+    if update and (flt or backends[0] not in ("interp", "aot")):
+        sys.exit("--update runs the whole suite on the interpreter, or with --backend aot (no --filter)")
+    passing = PASSING_AOT if aot else PASSING
     node_dir = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "node")
     tests = sorted(t for t in os.listdir(node_dir) if flt in t)
+    if aot:
+        # Ahead of time only what passes on the interpreter: the rest fails at import anyway.
+        with open(PASSING) as f:
+            listed = {l.strip() for l in f if l.strip()}
+        tests = [t for t in tests if t in listed]
     work = os.path.join(ROOT, "target", "onnx-conformance")
     os.makedirs(work, exist_ok=True)
 
     results = {b: run_suite(graphc, node_dir, tests, work, b, verbose) for b in backends}
 
     if update:
-        passed = results["interp"][0]
-        with open(PASSING, "w") as f:
+        passed = results[backends[0]][0]
+        with open(passing, "w") as f:
             f.write("".join(t + "\n" for t in passed))
-        print(f"\nwrote {len(passed)} tests to {PASSING}")
+        print(f"\nwrote {len(passed)} tests to {passing}")
         return
     known = set()
-    if os.path.exists(PASSING):
-        with open(PASSING) as f:
+    if os.path.exists(passing):
+        with open(passing) as f:
             known = {l.strip() for l in f if l.strip()}
     bad = False
     for backend, (passed, failed) in results.items():
         regressed = sorted(t for t in known if t in failed)
         new = sorted(t for t in passed if t not in known)
         if new:
-            print(f"\n{backend}: {len(new)} tests pass that passing.txt does not list; run with --update to record them")
+            print(f"\n{backend}: {len(new)} tests pass that {os.path.basename(passing)} does not list; run with --update to record them")
         if regressed:
             bad = True
             print(f"\nREGRESSIONS on {backend}: {len(regressed)} tests on passing.txt fail now:")

@@ -37,10 +37,9 @@ pub fn header(m: &Module, graphs: &[String], kernels: &[Kernel], weights_file: b
             .collect();
         let _ = writeln!(
             h,
-            "\n/* @{graph}: {} node{} of {} run compiled code; the others run the runtime's reference kernels.",
+            "\n/* @{graph}: {} compiled kernel{} (below; a fusion is one); every other node runs the runtime's reference kernels.",
             compiled.len(),
             if compiled.len() == 1 { "" } else { "s" },
-            g.nodes.len()
         );
         for line in &compiled {
             let _ = writeln!(h, " *   {}", line.replace("*/", "* /"));

@@ -53,7 +53,7 @@ pub struct Object {
     pub header: String,
     /// The weights, when they go to a file of their own.
     pub weights: Option<Vec<u8>>,
-    /// Nodes with compiled code, of all the module's nodes.
+    /// Compiled kernels (a fusion is one), and the module's nodes (those inside fusions too).
     pub compiled: (usize, usize),
 }
 

@@ -63,11 +63,12 @@ pub fn compile(a: &CompileArgs) -> anyhow::Result<ExitCode> {
     let written = aot::write(&object, &a.output, &aot).map_err(|e| anyhow!(e))?;
     let (kernels, nodes) = object.compiled;
     eprintln!(
-        "{}: {} graph{}, {kernels} of {nodes} node{} compiled, in {:.1} ms -> {}",
+        "{}: {} graph{}, {nodes} node{}, {kernels} compiled kernel{}, in {:.1} ms -> {}",
         file.name,
         graphs.len(),
         graphc::driver::plural(graphs.len()),
         graphc::driver::plural(nodes),
+        graphc::driver::plural(kernels),
         start.elapsed().as_secs_f64() * 1e3,
         written.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
     );
