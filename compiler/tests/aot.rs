@@ -296,6 +296,14 @@ fn an_aarch64_object_cross_compiles() {
     assert_eq!(u16::from_le_bytes([bytes[16], bytes[17]]), 1);
     assert_eq!(u16::from_le_bytes([bytes[18], bytes[19]]), 183);
     assert!(std::fs::read_to_string(dir.join("mlp.h")).unwrap().contains("mlp_create"));
+    // And as binutils reads it, where installed (gcc brings it): the entry points are there.
+    if let Ok(o) = Command::new("readelf").args(["-h", "-s"]).arg(dir.join("mlp.o")).output() {
+        let (out, _) = text(&o);
+        assert!(out.contains("AArch64"), "{out}");
+        for sym in ["mlp_create", "mlp_run", "mlp_destroy", "graphc_aot_create"] {
+            assert!(out.contains(sym), "readelf shows no {sym}:\n{out}");
+        }
+    }
     // An executable for another target needs a run-time library built for it.
     let o =
         graphc(&["compile", &example("mlp.gir"), "--target", "aarch64-unknown-linux-gnu", "-o", out.to_str().unwrap()]);

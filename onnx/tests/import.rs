@@ -100,6 +100,23 @@ fn a_gemm_relu_model_imports_and_runs() {
 }
 
 #[test]
+fn symbolic_dims_take_the_sizes_given() {
+    let mut g = gemm_relu();
+    let batch = |d: &mut ValueInfoProto| {
+        let shape = d.r#type.as_mut().unwrap().tensor_type.as_mut().unwrap().shape.as_mut().unwrap();
+        shape.dim[0] = Dimension { dim_value: None, dim_param: Some("N".into()) };
+    };
+    batch(&mut g.input[0]);
+    let p = write("symbolic.onnx", &model(17, g).encode_to_vec());
+    let e = import_file(&p, &ImportOptions::default()).unwrap_err();
+    assert!(e.contains("symbolic ('N'); give it a size with --shape N=N"), "{e}");
+    let options = ImportOptions { dims: [("N".to_string(), 4)].into(), ..Default::default() };
+    let m = import_file(&p, &options).unwrap();
+    let text = graphc_ir::print_module(&m);
+    assert!(text.contains("graph @mlp(%x: f32[4,3])") && text.contains(": f32[4,2]"), "{text}");
+}
+
+#[test]
 fn weights_can_become_variables() {
     let p = write("vars.onnx", &model(17, gemm_relu()).encode_to_vec());
     let m = import_file(&p, &ImportOptions { weights_as_variables: true, ..Default::default() }).unwrap();
