@@ -22,3 +22,5 @@ cargo test --workspace --locked
 cargo test --locked -p graphc --features llvm
 GRAPHC_TEST_TIER=llvm cargo test --locked -p graphc --features llvm --test jit --test differential
 GRAPHC_FEATURES=llvm python3 tests/onnx/conformance.py
+# The node tests again through executables `graphc compile` writes (release builds).
+python3 tests/onnx/conformance.py --backend aot

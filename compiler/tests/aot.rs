@@ -33,11 +33,27 @@ fn runtime_library() -> &'static Path {
     })
 }
 
-fn scratch(name: &str) -> PathBuf {
+/// A scratch directory, removed when dropped (debug executables are 100 MB each).
+struct Scratch(PathBuf);
+
+impl std::ops::Deref for Scratch {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn scratch(name: &str) -> Scratch {
     let d = std::env::temp_dir().join(format!("graphc-aot-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
-    d
+    Scratch(d)
 }
 
 /// `graphc compile ARGS`, asserting success.
@@ -48,7 +64,7 @@ fn compile(args: &[&str]) {
     assert!(o.status.success(), "graphc compile {args:?} failed:\n{out}{err}");
 }
 
-fn run(exe: &Path, args: &[&str]) -> std::process::Output {
+fn run_exe(exe: &Path, args: &[&str]) -> std::process::Output {
     Command::new(exe).args(args).output().expect("the executable runs")
 }
 
@@ -74,7 +90,7 @@ fn every_example_compiles_to_an_executable_that_runs_as_graphc_run() {
         compile(&[&example(&name), "-o", exe.to_str().unwrap()]);
         let (aot, interp, jit) =
             (dir.join(format!("{stem}.aot")), dir.join(format!("{stem}.interp")), dir.join(format!("{stem}.jit")));
-        let o = run(&exe, &["--out-dir", aot.to_str().unwrap()]);
+        let o = run_exe(&exe, &["--out-dir", aot.to_str().unwrap()]);
         assert!(o.status.success(), "{name}: the executable failed: {}", text(&o).1);
         for (backend, out, isa) in [("interp", &interp, "native"), ("jit", &jit, "sse")] {
             let o = graphc(&[
@@ -103,9 +119,12 @@ fn every_example_compiles_to_an_executable_that_runs_as_graphc_run() {
         let summary = |o: &std::process::Output| -> Vec<String> {
             text(o).0.lines().filter(|l| !l.contains(" ms (")).map(str::to_string).collect()
         };
-        let o = run(&exe, &["--seed", "3"]);
+        let o = run_exe(&exe, &["--seed", "3"]);
         let r = graphc(&["run", &example(&name), "--seed", "3", "--isa", "sse"]);
         assert_eq!(summary(&o), summary(&r), "{name}: summaries");
+        if stem != "mlp" {
+            std::fs::remove_file(&exe).unwrap();
+        }
     }
     assert!(checked >= 30, "{checked} outputs checked");
     // Nothing but glibc: libgcc is linked statically.
@@ -148,7 +167,7 @@ fn the_executable_gives_graphc_runs_errors_for_bad_inputs() {
     ];
     for args in cases {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let o = run(&exe, &args);
+        let o = run_exe(&exe, &args);
         let r = graphc(&[&["run", &example("mlp.gir")], args.as_slice()].concat());
         let (err, want) = (text(&o).1, text(&r).1);
         assert_eq!(o.status.code(), Some(1), "{args:?}: {err}");
@@ -156,8 +175,33 @@ fn the_executable_gives_graphc_runs_errors_for_bad_inputs() {
         // graphc names the file it loaded where the program names its source.
         assert_eq!(err, want, "{args:?}");
     }
-    let o = run(&exe, &["--no-such-flag"]);
+    let o = run_exe(&exe, &["--no-such-flag"]);
     assert_eq!(o.status.code(), Some(2));
+}
+
+#[test]
+fn inputs_fixed_at_compile_time_become_constants() {
+    let dir = scratch("fixed");
+    let b2 = dir.join("b2.npy");
+    let t = graphc_runtime::Tensor::from_data(&[10], graphc_ir::TensorData::F32((0..10).map(|i| i as f32).collect()));
+    graphc_runtime::npy::write_npy(&b2, &t.unwrap()).unwrap();
+    let exe = dir.join("mlp");
+    let flag = format!("b2={}", b2.display());
+    compile(&[&example("mlp.gir"), "-o", exe.to_str().unwrap(), "--input", &flag]);
+    let (aot, run) = (dir.join("aot"), dir.join("run"));
+    let o = run_exe(&exe, &["--out-dir", aot.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o).1);
+    let r = graphc(&["run", &example("mlp.gir"), "--input", &flag, "--out-dir", run.to_str().unwrap()]);
+    assert!(r.status.success(), "{}", text(&r).1);
+    for ((f, got), (_, want)) in outputs(&aot).iter().zip(&outputs(&run)) {
+        check_close(got, want, Bound::Rel(1e-4, 1e-4)).unwrap_or_else(|e| panic!("{f}: {e}"));
+    }
+    // The input is gone from the program, and a value of the wrong type is refused.
+    let o = run_exe(&exe, &["--input", &flag]);
+    assert!(text(&o).1.contains("no input of that name"), "{}", text(&o).1);
+    let bad = format!("w2={}", b2.display());
+    let o = graphc(&["compile", &example("mlp.gir"), "-o", exe.to_str().unwrap(), "--input", &bad]);
+    assert!(text(&o).1.contains("input 'w2' of @mlp: expected f32[256,10], got f32[10]"), "{}", text(&o).1);
 }
 
 /// A C program that trains @step of train_step.gir (a training step: matmuls, reductions and
@@ -224,7 +268,7 @@ fn build_and_run_c(dir: &Path, link: &[&Path]) -> String {
         .output()
         .expect("cc runs");
     assert!(o.status.success(), "cc failed: {}", text(&o).1);
-    let o = run(&exe, &[]);
+    let o = run_exe(&exe, &[]);
     let (out, err) = text(&o);
     assert!(o.status.success(), "the C program failed ({:?}): {out}{err}", o.status.code());
     out
@@ -257,8 +301,8 @@ fn weights_go_to_a_file_of_their_own() {
     compile(&[&example("cnn.gir"), "-o", exe.to_str().unwrap(), "--weights-file", weights.to_str().unwrap()]);
     let inline = dir.join("cnn-inline");
     compile(&[&example("cnn.gir"), "-o", inline.to_str().unwrap()]);
-    let a = run(&exe, &["--seed", "5"]);
-    let b = run(&inline, &["--seed", "5"]);
+    let a = run_exe(&exe, &["--seed", "5"]);
+    let b = run_exe(&inline, &["--seed", "5"]);
     assert!(a.status.success(), "{}", text(&a).1);
     let strip =
         |o: &std::process::Output| text(o).0.lines().filter(|l| !l.contains(" ms (")).collect::<Vec<_>>().join("\n");
@@ -268,10 +312,10 @@ fn weights_go_to_a_file_of_their_own() {
     std::fs::copy(&exe, moved.join("cnn")).unwrap();
     std::fs::copy(&weights, moved.join("cnn.safetensors")).unwrap();
     std::fs::remove_file(&weights).unwrap();
-    let c = run(&moved.join("cnn"), &["--seed", "5"]);
+    let c = run_exe(&moved.join("cnn"), &["--seed", "5"]);
     assert_eq!(strip(&c), strip(&b));
     std::fs::remove_file(moved.join("cnn.safetensors")).unwrap();
-    let d = run(&moved.join("cnn"), &["--seed", "5"]);
+    let d = run_exe(&moved.join("cnn"), &["--seed", "5"]);
     assert_eq!(d.status.code(), Some(1));
     assert!(text(&d).1.contains("weights"), "{}", text(&d).1);
 }

@@ -290,6 +290,24 @@ impl Graph {
         v
     }
 
+    /// Removes graph input `v`, which nothing may use any more (its uses replaced first); the
+    /// inputs after it move up one, and its name is free again.
+    pub fn remove_input(&mut self, v: Value) -> Result<(), String> {
+        if !self.values[v].uses.is_empty() {
+            return Err(format!("input {} is still used", self.values[v].name.as_deref().unwrap_or("?")));
+        }
+        let body = self.body;
+        let i = self.regions[body].params.iter().position(|&p| p == v).ok_or("not a graph input")?;
+        self.regions[body].params.remove(i);
+        for (k, &p) in self.regions[body].params.iter().enumerate().skip(i) {
+            self.values[p].def = ValueDef::Param(body, k as u32);
+        }
+        if let Some(name) = self.values[v].name.take() {
+            self.names.remove(&name);
+        }
+        Ok(())
+    }
+
     /// The graph inputs, in order.
     pub fn inputs(&self) -> &[Value] {
         &self.regions[self.body].params

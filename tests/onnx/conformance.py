@@ -17,13 +17,14 @@ list that fails now on any backend makes the run fail (exit 1). `--update` rewri
 
 `--backend aot` compiles each test on passing.txt with `graphc compile` into an executable (a
 release build of graphc and libgraphc_aot.a) and runs the data sets through it; its list is
-tests/onnx/passing_aot.txt (a model whose import needs an input's value as a constant, such as
-a Reshape's shape fed as an input, does not compile ahead of time).
+tests/onnx/passing_aot.txt. An input whose value the import needs (a Reshape's shape fed as an
+input) is fixed at compile time with `graphc compile --input` and not fed.
 
 Usage: python3 tests/onnx/conformance.py [--update] [--backend interp|jit|llvm|aot] [--filter SUBSTRING] [-v]
 """
 
 import os
+import re
 import subprocess
 import sys
 
@@ -47,25 +48,9 @@ def run_test(graphc, test_dir, work, backend):
     sets = sorted(d for d in os.listdir(test_dir) if d.startswith("test_data_set_"))
     if not sets:
         return op, "no test data"
-    if backend == "aot":
-        # Compiled once to an executable, which every data set runs.
-        program = os.path.join(work, "program")
-        if os.path.exists(program):
-            os.remove(program)
-        try:
-            r = subprocess.run([graphc, "compile", os.path.join(test_dir, "model.onnx"), "-o", program],
-                               capture_output=True, text=True, timeout=120)
-        except subprocess.TimeoutExpired:
-            return op, "compile timed out"
-        if r.returncode != 0:
-            lines = [l for l in r.stderr.strip().splitlines() if l.strip()]
-            return op, "compile: " + (lines[0] if lines else f"exit {r.returncode}")[:300]
     for ds in sets:
         d = os.path.join(test_dir, ds)
-        if backend == "aot":
-            args = [program]
-        else:
-            args = [graphc, "run", os.path.join(test_dir, "model.onnx"), "--backend", backend]
+        args = [graphc, "run", os.path.join(test_dir, "model.onnx"), "--backend", backend]
         for i, name in enumerate(inputs):
             pb = os.path.join(d, f"input_{i}.pb")
             if not os.path.exists(pb):
@@ -80,6 +65,10 @@ def run_test(graphc, test_dir, work, backend):
             path = os.path.join(work, f"in{i}.npy")
             np.save(path, arr)
             args += ["--input", f"{name}={path}"]
+        if backend == "aot":
+            args, err = compile_program(graphc, test_dir, work, args[5:])
+            if err:
+                return op, err
         out_dir = os.path.join(work, "out")
         for f in os.listdir(out_dir) if os.path.isdir(out_dir) else []:
             os.remove(os.path.join(out_dir, f))
@@ -103,6 +92,38 @@ def run_test(graphc, test_dir, work, backend):
             if err:
                 return op, f"output '{name}': {err}"
     return op, None
+
+
+def compile_program(graphc, test_dir, work, input_flags):
+    """For --backend aot: the model compiled to an executable, with the inputs whose values the
+    import needs (a Reshape's shape fed as an input) fixed at compile time (`graphc compile
+    --input`); returns (the executable's command with the other inputs, error or None)."""
+    program = os.path.join(work, "program")
+    given = dict(zip(input_flags[1::2], [None] * (len(input_flags) // 2)))
+    fixed = []
+    while True:
+        if os.path.exists(program):
+            os.remove(program)
+        cmd = [graphc, "compile", os.path.join(test_dir, "model.onnx"), "-o", program]
+        for flag in fixed:
+            cmd += ["--input", flag]
+        try:
+            r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        except subprocess.TimeoutExpired:
+            return None, "compile timed out"
+        if r.returncode == 0:
+            break
+        m = re.search(r"comes from graph input '([^']+)', whose value graphc needs", r.stderr)
+        flag = next((f for f in given if m and f.split("=", 1)[0] == m.group(1)), None)
+        if flag is None or flag in fixed:
+            lines = [l for l in r.stderr.strip().splitlines() if l.strip()]
+            return None, "compile: " + (lines[0] if lines else f"exit {r.returncode}")[:300]
+        fixed.append(flag)
+    args = [program]
+    for flag in given:
+        if flag not in fixed:
+            args += ["--input", flag]
+    return args, None
 
 
 def run_suite(graphc, node_dir, tests, work, backend, verbose):

@@ -132,6 +132,11 @@ pub struct CompileArgs {
     /// Write the weights to this file (safetensors) instead of into the object.
     #[arg(long, value_name = "PATH")]
     pub weights_file: Option<PathBuf>,
+    /// Fix an input's value: it becomes a constant of the file's value and leaves the
+    /// program's inputs (repeatable; an ONNX model's Reshape shape or reduction axes fed as an
+    /// input, say).
+    #[arg(short, long = "input", value_name = "NAME=PATH.npy")]
+    pub inputs: Vec<String>,
     /// The size of a symbolic dim of an ONNX model's inputs (repeatable): --shape N=1.
     #[arg(long = "shape", value_name = "DIM=SIZE")]
     pub shapes: Vec<String>,

@@ -29,7 +29,7 @@ pub fn compile(a: &CompileArgs) -> anyhow::Result<ExitCode> {
             bail!("--emit {}: GPU kernels, for --target {GPU_TARGET}", format!("{e:?}").to_lowercase())
         }
     };
-    let mut options = graphc_onnx::ImportOptions::default();
+    let mut options = graphc::driver::import_options_for(&a.file, &a.inputs);
     for s in &a.shapes {
         let (dim, size) = s
             .split_once('=')
@@ -38,7 +38,8 @@ pub fn compile(a: &CompileArgs) -> anyhow::Result<ExitCode> {
             .ok_or_else(|| anyhow!("--shape '{s}' is not of the form DIM=SIZE"))?;
         options.dims.insert(dim.to_string(), size);
     }
-    let (file, m) = graphc::driver::load(&a.file, &options)?;
+    let (file, mut m) = graphc::driver::load(&a.file, &options)?;
+    graphc::driver::freeze_inputs(&mut m, &a.inputs)?;
     let backend = graphc::backend::backend("jit").map_err(|e| anyhow!(e))?;
     let m = graphc::driver::optimize(backend, m, false, &file)?;
     let graphs: Vec<String> = match &a.graph {

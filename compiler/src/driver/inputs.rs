@@ -1,7 +1,7 @@
 //! A step's inputs: which graphs run, and their feeds from `.npy` files or seeded random data.
 
 use anyhow::{anyhow, bail};
-use graphc_ir::{Graph, Module, SourceFile};
+use graphc_ir::{Attr, Graph, Module, NodeSpec, Op, SourceFile, Type, Value};
 use graphc_runtime::limits::default_max_tensor_bytes;
 use graphc_runtime::{feeds, Tensor};
 use std::collections::BTreeMap;
@@ -76,4 +76,36 @@ pub fn select_graphs(wanted: &[String], file: &SourceFile, m: &Module) -> anyhow
             Ok(vec![g.name.clone()])
         }
     }
+}
+
+/// Makes each input named in `flags` (`NAME=PATH.npy`, as `--input` takes them) a constant of
+/// the file's value in every graph that has it (`graphc compile --input`): the input leaves the
+/// graph's signature, and a constant of its name and value takes its place, so a program
+/// compiled for one value cannot be fed another.
+pub fn freeze_inputs(m: &mut Module, flags: &[String]) -> anyhow::Result<()> {
+    let given = feeds::parse_input_flags(flags).map_err(|e| anyhow!(e))?;
+    feeds::check_input_names(&given, &m.graphs.iter().collect::<Vec<_>>()).map_err(|e| anyhow!(e))?;
+    for (name, path) in given {
+        let t = graphc_runtime::npy::read_npy(&path).map_err(|e| anyhow!("input '{name}': {e}"))?;
+        for g in &mut m.graphs {
+            let Some(&v) = g.inputs().iter().find(|&&v| g.values[v].name.as_deref() == Some(name)) else { continue };
+            if g.values[v].ty != Type::Tensor(t.ty()) {
+                bail!(
+                    "input '{name}' of @{}: expected {}, got {} from {}",
+                    g.name,
+                    g.values[v].ty,
+                    t.ty(),
+                    path.display()
+                );
+            }
+            let constant = NodeSpec::new(Op::Constant, Vec::<Value>::new()).attr("value", Attr::Tensor(t.to_literal()));
+            let body = g.body;
+            let n = g.insert_node(body, 0, constant).map_err(|e| anyhow!("input '{name}': {e}"))?;
+            let c = g.nodes[n].results[0];
+            g.replace_all_uses(v, c);
+            g.remove_input(v).map_err(|e| anyhow!("input '{name}': {e}"))?;
+            g.set_name(c, name);
+        }
+    }
+    Ok(())
 }
