@@ -83,7 +83,7 @@ pub fn executable(object: &[u8], out: &Path) -> Result<(), String> {
             .arg(&tmp)
             .arg(&o)
             .arg(&lib)
-            .args(["-static-libgcc", "-Wl,--gc-sections"])
+            .args(["-static-libgcc", "-Wl,--gc-sections", "-Wl,--strip-debug"])
             .args(SYSTEM_LIBS),
         "link the executable",
     )?;
