@@ -18,7 +18,7 @@ pub mod symbols {
     pub const CREATE: &str = "graphc_aot_create";
     /// `graphc_aot_main(argc, argv, bundle) -> exit status`, the executable's `main`.
     pub const MAIN: &str = "graphc_aot_main";
-    use super::Ret;
+    use crate::bundle::Ret;
 
     /// Per graph, `NAME_` + each of these forwards to `graphc_aot_` + it: (name, its
     /// arguments, all pointers; what it returns).

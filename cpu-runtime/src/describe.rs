@@ -1,6 +1,7 @@
 //! Plans as the run half sees them: the buffers each kernel reads and writes, from its plan.
 
-use crate::{ColumnKernel, CpuKernel, Entry, Extents, LoopInput, LoopKernel, MatMulKernel};
+use crate::entry::{Entry, Extents};
+use crate::kernel::{ColumnKernel, CpuKernel, LoopInput, LoopKernel, MatMulKernel};
 use graphc_plan::{ColumnPlan, InputMap, KernelPlan, LoopPlan, MatMulPlan};
 
 /// The elements a loop kernel touches in each buffer, from its plan.

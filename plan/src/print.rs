@@ -27,7 +27,7 @@
 //! where the matmul's flag says so: `lhs: f32[K,M] transposed, row stride 1, col stride M`),
 //! and its epilogue's inputs, then the epilogue's loop plan, indented.
 
-use super::{ColumnPlan, InputMap, Kernel, KernelPlan, LoopPlan, MatMulPlan, Step};
+use crate::analysis::{kernels, ColumnPlan, InputMap, Kernel, KernelPlan, LoopPlan, MatMulPlan, Step};
 use graphc_ir::{Graph, Module, Node};
 use std::fmt::{self, Write};
 
@@ -194,11 +194,11 @@ pub fn kernel_header(m: &Module, index: usize, k: &Kernel) -> String {
     }
 }
 
-/// The plan of every kernel of the module ([`super::kernels`]), each headed by its node, a
+/// The plan of every kernel of the module ([`kernels`]), each headed by its node, a
 /// blank line between.
 pub fn print_kernels(m: &Module) -> String {
     let mut out = String::new();
-    for (i, k) in super::kernels(m).iter().enumerate() {
+    for (i, k) in kernels(m).iter().enumerate() {
         if i > 0 {
             out.push('\n');
         }

@@ -3,8 +3,9 @@
 //! inputs not given. Both front ends call these, so their errors are the same lines.
 
 use crate::limits::check_tensor_size;
+use crate::npy;
 use crate::random::random_input;
-use crate::{npy, Tensor};
+use crate::tensor::Tensor;
 use graphc_ir::{Graph, Type};
 use std::collections::BTreeMap;
 use std::path::PathBuf;

@@ -2,7 +2,8 @@
 //! tensor in a directory, or a line per output summarizing it. Both front ends call these, so
 //! their files and lines are the same.
 
-use crate::{npy, RtValue};
+use crate::npy;
+use crate::value::RtValue;
 use std::collections::BTreeMap;
 use std::path::Path;
 

@@ -152,10 +152,12 @@ fn reachable(graph: &Graph, from: &str) -> BTreeSet<String> {
 
 /// Every crate of the workspace, with a module its scan must find (so a moved directory
 /// cannot make the check pass vacuously).
-const CRATES: [(&str, &str); 7] = [
+const CRATES: [(&str, &str); 9] = [
     ("ir-spec", "ops"),
+    ("plan", "print"),
     ("runtime", "session"),
     ("cpu-runtime", "entry"),
+    ("aot", "program"),
     ("cuda-runtime", "device"),
     ("devices", "cluster"),
     ("onnx", "proto"),

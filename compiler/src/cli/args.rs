@@ -172,6 +172,9 @@ pub struct BenchArgs {
     /// Feed input NAME from a .npy file; inputs not given get seeded random data.
     #[arg(short, long = "input", value_name = "NAME=PATH.npy")]
     pub inputs: Vec<String>,
+    /// The size of a symbolic dim of an ONNX model's inputs (repeatable): --shape N=1.
+    #[arg(long = "shape", value_name = "DIM=SIZE")]
+    pub shapes: Vec<String>,
     /// Untimed steps first.
     #[arg(long, default_value_t = 3)]
     pub warmup: u64,
@@ -301,6 +304,9 @@ pub struct RunArgs {
     /// Feed input NAME from a .npy file; inputs not given get seeded random data.
     #[arg(short, long = "input", value_name = "NAME=PATH.npy")]
     pub inputs: Vec<String>,
+    /// The size of a symbolic dim of an ONNX model's inputs (repeatable): --shape N=1.
+    #[arg(long = "shape", value_name = "DIM=SIZE")]
+    pub shapes: Vec<String>,
     /// Fetch this output or named value instead of every output; only what it depends on
     /// runs (repeatable; one graph only).
     #[arg(short, long = "fetch", value_name = "NAME")]

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 /// `graphc bench`: the time from a loaded module to a session ready to run (placement and
 /// partitioning included, compilation once there is a compiled backend), then step times.
 pub fn bench(a: &BenchArgs) -> anyhow::Result<ExitCode> {
-    let (file, module) = driver::load(&a.file, &import_options_for(&a.file, &a.inputs))?;
+    let (file, module) = driver::load(&a.file, &import_options_for(&a.file, &a.inputs, &a.shapes)?)?;
     bench_loaded(a, &file, module)
 }
 

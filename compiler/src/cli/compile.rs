@@ -29,15 +29,7 @@ pub fn compile(a: &CompileArgs) -> anyhow::Result<ExitCode> {
             bail!("--emit {}: GPU kernels, for --target {GPU_TARGET}", format!("{e:?}").to_lowercase())
         }
     };
-    let mut options = graphc::driver::import_options_for(&a.file, &a.inputs);
-    for s in &a.shapes {
-        let (dim, size) = s
-            .split_once('=')
-            .and_then(|(d, n)| Some((d, n.parse::<u64>().ok()?)))
-            .filter(|(d, _)| !d.is_empty())
-            .ok_or_else(|| anyhow!("--shape '{s}' is not of the form DIM=SIZE"))?;
-        options.dims.insert(dim.to_string(), size);
-    }
+    let options = graphc::driver::import_options_for(&a.file, &a.inputs, &a.shapes)?;
     let (file, mut m) = graphc::driver::load(&a.file, &options)?;
     graphc::driver::freeze_inputs(&mut m, &a.inputs)?;
     let backend = graphc::backend::backend("jit").map_err(|e| anyhow!(e))?;

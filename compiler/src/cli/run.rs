@@ -14,7 +14,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 pub fn run(a: &RunArgs) -> anyhow::Result<ExitCode> {
-    let (file, module) = driver::load(&a.file, &import_options_for(&a.file, &a.inputs))?;
+    let (file, module) = driver::load(&a.file, &import_options_for(&a.file, &a.inputs, &a.shapes)?)?;
     let file = &file;
     run_loaded(a, file, module)
 }

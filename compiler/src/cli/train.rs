@@ -36,7 +36,7 @@ pub fn train(a: &TrainArgs) -> anyhow::Result<ExitCode> {
             );
         }
     }
-    let (file, module) = driver::load(&a.file, &import_options_for(&a.file, &[]))?;
+    let (file, module) = driver::load(&a.file, &import_options_for(&a.file, &[], &[])?)?;
     let spec = TrainSpec { graph: a.graph.as_deref(), data: a.data.as_deref(), batch: a.batch, seed };
     let (module, training) = driver::plan_training(&spec, &file, module)?;
     // Where to take up, checked before anything is restored.

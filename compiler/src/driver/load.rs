@@ -72,11 +72,27 @@ pub fn load(path: &Path, options: &graphc_onnx::ImportOptions) -> Result<(Source
 /// For an ONNX model: the inputs given on the command line (`NAME=PATH.npy`), which the
 /// importer may need as constants (shapes, axes, slice bounds, a Range's float bounds); it
 /// uses one only where it needs a constant, so the graph keeps every other input as an input.
-/// Unreadable files are reported later, when the inputs are fed.
-pub fn import_options_for(model: &Path, input_flags: &[String]) -> graphc_onnx::ImportOptions {
+/// Unreadable files are reported later, when the inputs are fed. And the sizes `--shape
+/// DIM=N` gives symbolic dims of the model's inputs.
+pub fn import_options_for(
+    model: &Path,
+    input_flags: &[String],
+    shape_flags: &[String],
+) -> anyhow::Result<graphc_onnx::ImportOptions> {
     let mut options = graphc_onnx::ImportOptions::default();
+    for s in shape_flags {
+        let (dim, size) = s
+            .split_once('=')
+            .and_then(|(d, n)| Some((d, n.parse::<u64>().ok()?)))
+            .filter(|(d, _)| !d.is_empty())
+            .ok_or_else(|| anyhow::anyhow!("--shape '{s}' is not of the form DIM=SIZE"))?;
+        options.dims.insert(dim.to_string(), size);
+    }
     if !is_onnx(model) {
-        return options;
+        if let Some(s) = shape_flags.first() {
+            anyhow::bail!("--shape {s}: only an ONNX model's inputs have symbolic dims");
+        }
+        return Ok(options);
     }
     for flag in input_flags {
         if let Some((name, path)) = flag.split_once('=') {
@@ -87,5 +103,5 @@ pub fn import_options_for(model: &Path, input_flags: &[String]) -> graphc_onnx::
             }
         }
     }
-    options
+    Ok(options)
 }

@@ -1,0 +1,787 @@
+//! The analysis: plans of loops, matrix products and column reductions, and which nodes
+//! become kernels ([`kernels`]).
+
+use graphc_ir::{DType, Graph, Module, Node, Op, Region, TensorType, Type, Value};
+
+/// How a kernel input is read at output row `r`, column `j` (in elements): at
+/// `r * row_stride + j * col_stride`, after the caller materializes it in full when
+/// `materialize` (a broadcast the two strides cannot express).
+#[derive(Clone, Debug, PartialEq)]
+pub struct InputMap {
+    pub row_stride: i64,
+    /// 1 (contiguous) or 0 (the same element for every column).
+    pub col_stride: i64,
+    pub materialize: bool,
+}
+
+/// One operation of the loop body, on body values numbered in order.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Step {
+    /// Kernel input `i`.
+    Input(usize),
+    /// A constant splat.
+    Const(f32),
+    Unary(Op, usize),
+    Binary(Op, usize, usize),
+    /// `select(cond, a, b)`.
+    Select(usize, usize, usize),
+    /// A reduction of a full-shape value along the last axis (sum, max, min, mean): one value
+    /// per row, computed in a pass over the row of its own and then read by every column.
+    Reduce(Op, usize),
+}
+
+impl Step {
+    /// The steps this one reads per element (a reduction's operand is read by its own pass,
+    /// not per element).
+    pub fn operands(&self) -> Vec<usize> {
+        match *self {
+            Step::Input(_) | Step::Const(_) | Step::Reduce(..) => vec![],
+            Step::Unary(_, a) => vec![a],
+            Step::Binary(_, a, b) => vec![a, b],
+            Step::Select(c, a, b) => vec![c, a, b],
+        }
+    }
+}
+
+/// An elementwise loop kernel over a `[rows, cols]` view of the output shape.
+#[derive(Clone, Debug)]
+pub struct LoopPlan {
+    pub out: TensorType,
+    pub rows: usize,
+    pub cols: usize,
+    pub inputs: Vec<InputMap>,
+    pub input_types: Vec<TensorType>,
+    pub steps: Vec<Step>,
+    /// Which step values are the kernel's results, in order.
+    pub results: Vec<usize>,
+    /// Per result: one value per row (a reduction, or what follows from row values; of the
+    /// output's type with the last axis 1) rather than the full output.
+    pub per_row: Vec<bool>,
+    /// Per step: one value per row, computed once per row when the values it depends on
+    /// are known (the reductions, inputs read once per row, and f32 steps of those and
+    /// constants).
+    pub row_values: Vec<bool>,
+    /// The steps that reduce each row, in order: a kernel makes one pass over the row for
+    /// each (with the row in cache), and a last pass for the results.
+    pub reduces: Vec<usize>,
+    /// Steps that a reduction pass stores in a scratch row so that later passes read them
+    /// instead of computing them again (the expensive operands of reductions, like softmax's
+    /// exponentials); slot `i` of the scratch holds `cached[i]`.
+    pub cached: Vec<usize>,
+}
+
+impl LoopPlan {
+    /// The type of result `k`.
+    pub fn result_type(&self, k: usize) -> TensorType {
+        let mut t = self.out.clone();
+        if self.per_row[k] {
+            if let Some(last) = t.shape.last_mut() {
+                *last = 1;
+            }
+        }
+        t
+    }
+
+    /// The inputs a full result may be written over, should this be their last use: f32 inputs
+    /// read element for element in the output's own layout. The kernel reads every element of
+    /// them before it writes that element (the reduction passes only read, and the last pass
+    /// loads all it needs of a column block before it stores it).
+    pub fn overwritable(&self) -> Vec<usize> {
+        let n = (self.rows * self.cols) as u64;
+        (0..self.inputs.len())
+            .filter(|&i| {
+                let (m, t) = (&self.inputs[i], &self.input_types[i]);
+                t.dtype == DType::F32
+                    && t.num_elements() == Some(n)
+                    && !m.materialize
+                    && m.col_stride == 1
+                    && (self.rows == 1 || m.row_stride == self.cols as i64)
+            })
+            .collect()
+    }
+
+    /// Which steps a loop body computes to get `wanted`: those and their operands, except
+    /// past steps already `known` (row values, steps an earlier pass left in the scratch).
+    pub fn needed(&self, wanted: &[usize], known: impl Fn(usize) -> bool) -> Vec<bool> {
+        let mut need = vec![false; self.steps.len()];
+        let mut stack = wanted.to_vec();
+        while let Some(i) = stack.pop() {
+            if !std::mem::replace(&mut need[i], true) && !known(i) {
+                stack.extend(self.steps[i].operands());
+            }
+        }
+        need
+    }
+
+    /// Whether step `i` can be computed once per row now, given the row values known
+    /// (`known`): a row value, not a reduction (its pass gives it), not known yet, whose
+    /// operands are known or constants.
+    pub fn hoistable(&self, i: usize, known: impl Fn(usize) -> bool) -> bool {
+        let step = &self.steps[i];
+        self.row_values[i]
+            && !matches!(step, Step::Reduce(..))
+            && !known(i)
+            && step.operands().iter().all(|&a| known(a) || matches!(self.steps[a], Step::Const(_)))
+    }
+
+    /// Whether step `i` is at least 1 wherever it is not NaN: a row sum of exponentials of
+    /// `x - max(x)` (softmax's denominator), which has a term exp(0) = 1 and none below 0.
+    pub fn at_least_one(&self, i: usize) -> bool {
+        let Step::Reduce(Op::ReduceSum, e) = self.steps[i] else { return false };
+        matches!(self.steps[e], Step::Unary(Op::Exp, a) if matches!(self.steps[a], Step::Binary(Op::Sub, ..)) && self.at_most_zero(a))
+    }
+
+    /// Whether step `i` is at most zero wherever it is not NaN: `x - max(x)` along the row
+    /// (softmax's shift: no element exceeds the row's maximum, and the rounded difference
+    /// keeps the sign), or `-|x|`. An exponential of it cannot overflow.
+    pub fn at_most_zero(&self, i: usize) -> bool {
+        let strip = |mut i: usize| {
+            while let Step::Unary(Op::Broadcast | Op::Identity, a) = self.steps[i] {
+                i = a;
+            }
+            i
+        };
+        let same = |a: usize, b: usize| {
+            let (a, b) = (strip(a), strip(b));
+            a == b || matches!((&self.steps[a], &self.steps[b]), (Step::Input(x), Step::Input(y)) if x == y)
+        };
+        match self.steps[strip(i)] {
+            Step::Binary(Op::Sub, a, m) => {
+                matches!(self.steps[strip(m)], Step::Reduce(Op::ReduceMax, x) if same(x, a))
+            }
+            Step::Unary(Op::Neg, a) => matches!(self.steps[strip(a)], Step::Unary(Op::Abs, _)),
+            _ => false,
+        }
+    }
+}
+
+/// What the kernels make of an op. Every op of the IR is listed in [`role`], so that a new op
+/// does not compile until the backend decides what to do with it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Role {
+    /// An f32 (or mask) elementwise op of loop bodies: a unary, binary or select step.
+    Elementwise,
+    /// An elementwise comparison of f32s, yielding a mask.
+    Comparison,
+    /// A reduction, compiled along the last axis only: a pass over each row of its own.
+    Reduction,
+    /// A splat constant: a step of loop bodies, never a kernel alone.
+    Constant,
+    /// The head of a matrix-product kernel.
+    MatMul,
+    /// A kernel of its own, its region's nodes the body.
+    Fusion,
+    /// Not compiled: the interpreter runs it.
+    Interpreted,
+}
+
+fn role(op: Op) -> Role {
+    match op {
+        Op::Add
+        | Op::Sub
+        | Op::Mul
+        | Op::Div
+        | Op::Max
+        | Op::Min
+        | Op::Pow
+        | Op::Neg
+        | Op::Abs
+        | Op::Relu
+        | Op::Sqrt
+        | Op::Exp
+        | Op::Log
+        | Op::Tanh
+        | Op::Sigmoid
+        | Op::Erf
+        | Op::Select
+        | Op::And
+        | Op::Or
+        | Op::Not
+        | Op::Broadcast
+        | Op::Identity => Role::Elementwise,
+        Op::Less | Op::LessEqual | Op::Greater | Op::GreaterEqual | Op::Equal | Op::NotEqual => Role::Comparison,
+        Op::ReduceSum | Op::ReduceMax | Op::ReduceMin | Op::ReduceMean => Role::Reduction,
+        Op::Constant => Role::Constant,
+        Op::MatMul => Role::MatMul,
+        Op::Fusion => Role::Fusion,
+        Op::Cast
+        | Op::Reshape
+        | Op::Transpose
+        | Op::Concat
+        | Op::Slice
+        | Op::Split
+        | Op::Gather
+        | Op::ScatterAdd
+        | Op::Pad
+        | Op::Shape
+        | Op::Rank
+        | Op::Conv
+        | Op::ConvInputGrad
+        | Op::ConvFilterGrad
+        | Op::Softmax
+        | Op::MaxPool
+        | Op::AvgPool
+        | Op::AvgPoolGrad
+        | Op::SoftmaxCrossEntropy
+        | Op::MeanSquaredError
+        | Op::Grad
+        | Op::Variable
+        | Op::Read
+        | Op::Assign
+        | Op::AssignAdd
+        | Op::ApplySgd
+        | Op::ApplyMomentum
+        | Op::ApplyAdam
+        | Op::ApplyRmsprop
+        | Op::Queue
+        | Op::Enqueue
+        | Op::Dequeue
+        | Op::QueueClose
+        | Op::QueueSize
+        | Op::NoOp
+        | Op::Cond
+        | Op::While
+        | Op::Send
+        | Op::Recv
+        | Op::Sin
+        | Op::Cos
+        | Op::Tan
+        | Op::Asin
+        | Op::Acos
+        | Op::Atan
+        | Op::Sinh
+        | Op::Cosh
+        | Op::Asinh
+        | Op::Acosh
+        | Op::Atanh
+        | Op::Floor
+        | Op::Ceil
+        | Op::Round
+        | Op::Sign
+        | Op::Mod
+        | Op::ReduceProd => Role::Interpreted,
+    }
+}
+
+/// The f32 ops a loop kernel computes.
+pub fn supported(op: Op) -> bool {
+    match role(op) {
+        Role::Elementwise | Role::Comparison | Role::Reduction | Role::Constant => true,
+        Role::MatMul | Role::Fusion | Role::Interpreted => false,
+    }
+}
+
+/// The plan for node `n` of `g`: a `fusion` whose kernel is elementwise (with row
+/// reductions), or a lone elementwise op or reduction along the last axis. `None` for
+/// anything else, which the interpreter keeps.
+pub fn plan(g: &Graph, n: Node) -> Option<LoopPlan> {
+    let nd = &g.nodes[n];
+    match role(nd.op) {
+        Role::Fusion => {
+            let r: Region = nd.regions[0];
+            build(g, &g.regions[r].params, &g.regions[r].nodes, &g.regions[r].yields, false)
+        }
+        Role::Elementwise | Role::Comparison | Role::Reduction => build(g, &nd.operands, &[n], &nd.results, false),
+        Role::Constant | Role::MatMul | Role::Interpreted => None,
+    }
+}
+
+/// A matrix product `[m,k] x [k,n]` with the elementwise ops that follow it in an "output"
+/// fusion (or none, for a lone matmul), applied to each block of rows while it is in cache.
+#[derive(Clone, Debug)]
+pub struct MatMulPlan {
+    pub m: usize,
+    pub k: usize,
+    pub n: usize,
+    /// Which kernel operands are the two factors.
+    pub lhs: usize,
+    pub rhs: usize,
+    /// The matmul's flags: the lhs operand is stored `[k, m]` and read as its transpose, the
+    /// rhs `[n, k]` likewise (through swapped strides; nothing is transposed in memory).
+    pub transpose_a: bool,
+    pub transpose_b: bool,
+    /// The epilogue over `[m, n]` rows: its input 0 is the product, input i > 0 is kernel
+    /// operand `epilogue_operands[i - 1]`. `None`: the product is the result.
+    pub epilogue: Option<(LoopPlan, Vec<usize>)>,
+}
+
+/// The plan for a 2-D f32 matmul, alone or heading an output fusion of elementwise ops.
+pub fn matmul_plan(g: &Graph, node: Node) -> Option<MatMulPlan> {
+    let nd = &g.nodes[node];
+    let (operands, nodes, yields): (&[Value], &[Node], &[Value]) = match role(nd.op) {
+        Role::MatMul => (&nd.operands, std::slice::from_ref(&node), &nd.results),
+        Role::Fusion => {
+            let r = &g.regions[nd.regions[0]];
+            (&r.params, &r.nodes, &r.yields)
+        }
+        Role::Elementwise | Role::Comparison | Role::Reduction | Role::Constant | Role::Interpreted => return None,
+    };
+    let (&mm, rest) = nodes.split_first()?;
+    let md = &g.nodes[mm];
+    if md.op != Op::MatMul {
+        return None;
+    }
+    // A flagged factor is read as its transpose: `[k, m]` for the lhs, `[n, k]` for the rhs.
+    let transpose_a = md.attrs.bool("transpose_a").unwrap_or(false);
+    let transpose_b = md.attrs.bool("transpose_b").unwrap_or(false);
+    let t = |v: Value| g.values[v].ty.as_tensor().cloned();
+    let (a, b, c) = (t(md.operands[0])?, t(md.operands[1])?, t(md.results[0])?);
+    if [&a, &b, &c].iter().any(|x| x.dtype != DType::F32 || x.rank() != 2) {
+        return None;
+    }
+    let read = |s: &[u64], transpose: bool| if transpose { (s[1], s[0]) } else { (s[0], s[1]) };
+    let ((m, k), (kb, n)) = (read(&a.shape, transpose_a), read(&b.shape, transpose_b));
+    if k != kb || c.shape != [m, n] {
+        return None;
+    }
+    let (m, k, n) = (m as usize, k as usize, n as usize);
+    // Generated code addresses bytes with i64 strides: sizes past that (which no allocation
+    // could hold anyway) stay with the interpreter, which fails them as too large.
+    let fits =
+        |x: usize, y: usize| x.checked_mul(y).and_then(|e| e.checked_mul(4)).is_some_and(|b| b <= isize::MAX as usize);
+    if m == 0 || k == 0 || n == 0 || !fits(m, k) || !fits(k, n) || !fits(m, n) {
+        return None;
+    }
+    let lhs = operands.iter().position(|&v| v == md.operands[0])?;
+    let rhs = operands.iter().position(|&v| v == md.operands[1])?;
+    let epilogue = if rest.is_empty() {
+        if yields != [md.results[0]] {
+            return None;
+        }
+        None
+    } else {
+        // The epilogue reads the product and whichever operands its nodes use.
+        let used: Vec<usize> = (0..operands.len())
+            .filter(|&i| {
+                rest.iter().any(|&x| g.nodes[x].operands.contains(&operands[i])) || yields.contains(&operands[i])
+            })
+            .collect();
+        let mut inputs = vec![md.results[0]];
+        inputs.extend(used.iter().map(|&i| operands[i]));
+        let p = build(g, &inputs, rest, yields, true)?;
+        // The epilogue runs over the product's own rows, in place over its buffer: every
+        // result must have the product's shape (operands may broadcast into it, but a product
+        // broadcast wider, or a result per row, is not this kernel's).
+        if p.out != c || p.per_row.contains(&true) {
+            return None;
+        }
+        Some((p, used))
+    };
+    Some(MatMulPlan { m, k, n, lhs, rhs, transpose_a, transpose_b, epilogue })
+}
+
+impl MatMulPlan {
+    /// The lhs operand's shape as stored: `[m, k]`, or `[k, m]` when transposed.
+    pub fn lhs_shape(&self) -> [usize; 2] {
+        if self.transpose_a {
+            [self.k, self.m]
+        } else {
+            [self.m, self.k]
+        }
+    }
+
+    /// The rhs operand's shape as stored: `[k, n]`, or `[n, k]` when transposed.
+    pub fn rhs_shape(&self) -> [usize; 2] {
+        if self.transpose_b {
+            [self.n, self.k]
+        } else {
+            [self.k, self.n]
+        }
+    }
+
+    /// The strides (row, column), in elements of the stored lhs, at which the product reads
+    /// its `[m, k]` lhs.
+    pub fn lhs_strides(&self) -> (usize, usize) {
+        if self.transpose_a {
+            (1, self.m)
+        } else {
+            (self.k, 1)
+        }
+    }
+
+    /// The strides (row, column), in elements of the stored rhs, at which the product reads
+    /// its `[k, n]` rhs.
+    pub fn rhs_strides(&self) -> (usize, usize) {
+        if self.transpose_b {
+            (1, self.k)
+        } else {
+            (self.n, 1)
+        }
+    }
+}
+
+/// A lone sum or mean over leading axes of an f32 tensor (a bias gradient's sum over the
+/// batch, a loss's mean): the operand viewed as `[rows, cols]`, the reduced dims then the kept
+/// ones, and one result per column. The run half sums each column in order in f64 from -0, as
+/// the reference kernel does, so the results are the reference's, bit for bit.
+#[derive(Clone, Debug)]
+pub struct ColumnPlan {
+    /// `ReduceSum` or `ReduceMean`.
+    pub op: Op,
+    pub rows: usize,
+    pub cols: usize,
+    pub input: TensorType,
+    pub out: TensorType,
+}
+
+/// The plan for a lone `reduce_sum` or `reduce_mean` of an f32 tensor over its first `j`
+/// axes (every axis included), or `None`.
+pub fn column_plan(g: &Graph, node: Node) -> Option<ColumnPlan> {
+    let nd = &g.nodes[node];
+    if !matches!(nd.op, Op::ReduceSum | Op::ReduceMean) {
+        return None;
+    }
+    let input = g.values[nd.operands[0]].ty.as_tensor()?.clone();
+    let out = g.values[nd.results[0]].ty.as_tensor()?.clone();
+    let rank = input.rank() as i64;
+    let mut axes: Vec<i64> = nd.attrs.ints("axes")?.iter().map(|&a| a.rem_euclid(rank.max(1))).collect();
+    axes.sort_unstable();
+    let leading = !axes.is_empty() && axes.iter().enumerate().all(|(i, &a)| a == i as i64);
+    let elements = input.num_elements()?;
+    if input.dtype != DType::F32 || !leading || elements == 0 || elements.checked_mul(4)? > isize::MAX as u64 {
+        return None;
+    }
+    let rows: u64 = input.shape[..axes.len()].iter().product();
+    Some(ColumnPlan { op: nd.op, rows: rows as usize, cols: (elements / rows) as usize, input, out })
+}
+
+/// What a kernel computes.
+#[derive(Clone, Debug)]
+pub enum KernelPlan {
+    Loop(LoopPlan),
+    MatMul(MatMulPlan),
+    Columns(ColumnPlan),
+}
+
+impl KernelPlan {
+    /// The loop plan code is generated from: the loop's own, or a matmul's epilogue (`None`
+    /// for a lone product, which the run half computes).
+    pub fn code(&self) -> Option<&LoopPlan> {
+        match self {
+            KernelPlan::Loop(p) => Some(p),
+            KernelPlan::MatMul(mp) => mp.epilogue.as_ref().map(|(p, _)| p),
+            KernelPlan::Columns(_) => None,
+        }
+    }
+}
+
+/// A node that runs as a kernel, with its plan.
+#[derive(Clone, Debug)]
+pub struct Kernel {
+    /// The name of its graph.
+    pub graph: String,
+    pub node: Node,
+    pub plan: KernelPlan,
+}
+
+/// Every node of the module that becomes a kernel: graph by graph, each in walk order (nested
+/// regions included; the nodes inside a fusion run as part of it), with a matmul plan where
+/// the node has one, else a loop plan, else a column plan. Backends compile them in this order.
+pub fn kernels(m: &Module) -> Vec<Kernel> {
+    let mut out = Vec::new();
+    for g in &m.graphs {
+        for n in g.walk() {
+            let inside_fusion = g.regions[g.nodes[n].parent].parent.is_some_and(|p| g.nodes[p].op == Op::Fusion);
+            if inside_fusion {
+                continue;
+            }
+            let plan = if let Some(mp) = matmul_plan(g, n) {
+                KernelPlan::MatMul(mp)
+            } else if let Some(p) = plan(g, n) {
+                KernelPlan::Loop(p)
+            } else if let Some(cp) = column_plan(g, n) {
+                KernelPlan::Columns(cp)
+            } else {
+                continue;
+            };
+            out.push(Kernel { graph: g.name.clone(), node: n, plan });
+        }
+    }
+    out
+}
+
+/// A loop plan computing `yields` from `inputs` through `nodes`, all elementwise; with
+/// `by_rows`, over the output's own rows (as a matmul epilogue must be) rather than blocks.
+fn build(g: &Graph, inputs: &[Value], nodes: &[Node], yields: &[Value], by_rows: bool) -> Option<LoopPlan> {
+    let tensor = |v: Value| g.values[v].ty.as_tensor().cloned();
+    // The shape iterated: what the reductions reduce, or else the results'.
+    let reduced = nodes.iter().find(|&&m| is_reduction(g.nodes[m].op)).map(|&m| g.nodes[m].operands[0]);
+    let out = tensor(reduced.unwrap_or(*yields.first()?))?;
+    // Every buffer the kernel touches holds at most `out`'s elements; their bytes must fit the
+    // i64 offsets of generated code (no allocation could hold more anyway).
+    let elements = out.num_elements()?;
+    if out.dtype != DType::F32 || elements == 0 || elements.checked_mul(4)? > isize::MAX as u64 {
+        return None;
+    }
+    // Every result is an f32 tensor of the output shape, or (with reductions) one value per
+    // row of it.
+    let row_type = reduced.map(|_| {
+        let mut shape = out.shape.clone();
+        if let Some(last) = shape.last_mut() {
+            *last = 1;
+        }
+        TensorType::new(DType::F32, shape)
+    });
+    let mut per_row = Vec::with_capacity(yields.len());
+    for &r in yields {
+        let t = tensor(r)?;
+        per_row.push(if t == out {
+            false
+        } else if Some(&t) == row_type.as_ref() {
+            true
+        } else {
+            return None;
+        });
+    }
+    let mut steps = Vec::new();
+    let mut input_types = Vec::new();
+    let mut index = std::collections::HashMap::new();
+    for (i, &v) in inputs.iter().enumerate() {
+        input_types.push(tensor(v)?);
+        steps.push(Step::Input(i));
+        index.insert(v, steps.len() - 1);
+    }
+    for &m in nodes {
+        // Every step is computed once per element of `out`, which is right for any value
+        // that broadcasts into it, and wrong for one wider (its other elements have no place).
+        access(&tensor(*g.nodes[m].results.first()?)?, &out)?;
+        let step = lower_node(g, m, &index)?;
+        steps.push(step);
+        index.insert(g.nodes[m].results[0], steps.len() - 1);
+    }
+    let results = yields.iter().map(|v| index.get(v).copied()).collect::<Option<Vec<_>>>()?;
+    // Reductions of values of the output's full shape, along its last axis.
+    let reduces: Vec<usize> = (0..steps.len()).filter(|&i| matches!(steps[i], Step::Reduce(..))).collect();
+    for &m in nodes {
+        if is_reduction(g.nodes[m].op) && g.values[g.nodes[m].operands[0]].ty.as_tensor() != Some(&out) {
+            return None;
+        }
+    }
+    let cached = cached_steps(&steps, &reduces, &results);
+    // Inputs are f32 buffers; each step takes masks exactly where it needs bools; results
+    // are f32 (a bool result would need a store of its own).
+    if input_types.iter().any(|t| t.dtype != DType::F32) {
+        return None;
+    }
+    let masks = mask_steps(&steps)?;
+    if results.iter().any(|&i| masks[i]) {
+        return None;
+    }
+    let (inputs, rows, cols) = layout(&out, &input_types, by_rows || !reduces.is_empty())?;
+    // A per-row result must be one the kernel computes once per row.
+    let row_values = row_steps(&steps, &inputs, &masks);
+    if results.iter().zip(&per_row).any(|(&i, &p)| p && !row_values[i]) {
+        return None;
+    }
+    Some(LoopPlan { out, rows, cols, inputs, input_types, steps, results, per_row, row_values, reduces, cached })
+}
+
+/// Which steps have one value per row (`LoopPlan::row_values`).
+fn row_steps(steps: &[Step], inputs: &[InputMap], masks: &[bool]) -> Vec<bool> {
+    let mut uniform: Vec<bool> = Vec::with_capacity(steps.len());
+    for (i, step) in steps.iter().enumerate() {
+        let u = match *step {
+            Step::Reduce(..) => true,
+            Step::Input(k) => inputs[k].col_stride == 0,
+            Step::Const(_) => false,
+            _ => !masks[i] && step.operands().iter().all(|&a| uniform[a] || matches!(steps[a], Step::Const(_))),
+        };
+        uniform.push(u);
+    }
+    uniform
+}
+
+/// The reduction operands worth keeping for the passes after their own: those read again
+/// (by another step or as a result) whose computation since the inputs and earlier row
+/// values holds an exponential, logarithm, division or the like. A cheap one (`x - mean`) is
+/// recomputed from the row, which is in cache anyway.
+fn cached_steps(steps: &[Step], reduces: &[usize], results: &[usize]) -> Vec<usize> {
+    let operands = Step::operands;
+    let expensive = |root: usize| {
+        let mut stack = vec![root];
+        let mut seen = vec![false; steps.len()];
+        while let Some(i) = stack.pop() {
+            if std::mem::replace(&mut seen[i], true) {
+                continue;
+            }
+            let costly = matches!(
+                steps[i],
+                Step::Unary(Op::Exp | Op::Log | Op::Tanh | Op::Sigmoid | Op::Erf | Op::Sqrt, _)
+                    | Step::Binary(Op::Div | Op::Pow, ..)
+            );
+            if costly {
+                return true;
+            }
+            stack.extend(operands(&steps[i]));
+        }
+        false
+    };
+    let mut cached = Vec::new();
+    for &ri in reduces {
+        let Step::Reduce(_, a) = steps[ri] else { continue };
+        let read_again =
+            results.contains(&a) || steps.iter().enumerate().any(|(i, s)| i != ri && operands(s).contains(&a));
+        if read_again && !cached.contains(&a) && expensive(a) {
+            cached.push(a);
+        }
+    }
+    cached
+}
+
+/// Which steps yield bools; `None` when a step gets a bool where it needs f32 or the reverse.
+fn mask_steps(steps: &[Step]) -> Option<Vec<bool>> {
+    let mut mask = Vec::with_capacity(steps.len());
+    for step in steps {
+        let m = match *step {
+            Step::Input(_) | Step::Const(_) => false,
+            Step::Unary(Op::Broadcast | Op::Identity, a) => mask[a],
+            Step::Unary(Op::Not, a) => mask[a].then_some(true)?,
+            Step::Unary(_, a) => (!mask[a]).then_some(false)?,
+            Step::Binary(Op::And | Op::Or, a, b) => (mask[a] && mask[b]).then_some(true)?,
+            Step::Binary(op, a, b) if is_comparison(op) => (!mask[a] && !mask[b]).then_some(true)?,
+            Step::Binary(_, a, b) => (!mask[a] && !mask[b]).then_some(false)?,
+            Step::Select(c, a, b) => (mask[c] && !mask[a] && !mask[b]).then_some(false)?,
+            Step::Reduce(_, a) => (!mask[a]).then_some(false)?,
+        };
+        mask.push(m);
+    }
+    Some(mask)
+}
+
+fn is_reduction(op: Op) -> bool {
+    role(op) == Role::Reduction
+}
+
+fn is_comparison(op: Op) -> bool {
+    role(op) == Role::Comparison
+}
+
+fn lower_node(g: &Graph, m: Node, index: &std::collections::HashMap<Value, usize>) -> Option<Step> {
+    let md = &g.nodes[m];
+    if !supported(md.op) || md.results.len() != 1 || !md.regions.is_empty() {
+        return None;
+    }
+    let ty = g.values[md.results[0]].ty.as_tensor()?;
+    // Values inside are f32, or bool from comparisons.
+    if !matches!(ty.dtype, DType::F32 | DType::Bool) {
+        return None;
+    }
+    for &v in &md.operands {
+        if !matches!(g.values[v].ty, Type::Tensor(ref t) if matches!(t.dtype, DType::F32 | DType::Bool)) {
+            return None;
+        }
+    }
+    let arg = |i: usize| md.operands.get(i).and_then(|v| index.get(v).copied());
+    Some(match role(md.op) {
+        Role::Constant => {
+            let lit = match md.attrs.get("value")? {
+                graphc_ir::Attr::Tensor(t) => t,
+                _ => return None,
+            };
+            match lit.data() {
+                // One value for every element: a scalar, or a splat of any shape.
+                graphc_ir::TensorData::F32(v) if v.len() == 1 => Step::Const(v[0]),
+                _ => return None,
+            }
+        }
+        Role::Reduction => {
+            // Along the last axis only (the kernel's columns), keeping it, so that the result
+            // broadcasts along the row it came from.
+            let rank = g.values[md.operands[0]].ty.as_tensor()?.rank() as i64;
+            if md.attrs.get("keep_dims") != Some(&graphc_ir::Attr::Bool(true)) {
+                return None;
+            }
+            match md.attrs.ints("axes")? {
+                [a] if rank > 0 && (*a == rank - 1 || *a == -1) => Step::Reduce(md.op, arg(0)?),
+                _ => return None,
+            }
+        }
+        Role::Elementwise if md.op == Op::Select => Step::Select(arg(0)?, arg(1)?, arg(2)?),
+        Role::Elementwise | Role::Comparison => match md.operands.len() {
+            1 => Step::Unary(md.op, arg(0)?),
+            2 => Step::Binary(md.op, arg(0)?, arg(1)?),
+            _ => return None,
+        },
+        Role::MatMul | Role::Fusion | Role::Interpreted => return None,
+    })
+}
+
+/// How an input relates to the output shape.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Access {
+    /// The input has the output's shape.
+    Full,
+    /// One element for every output element.
+    Splat,
+    /// One element per output row (`[R,1]` against `[R,C]`).
+    PerRow,
+    /// One row for every output row (`[C]` against `[R,C]`).
+    PerColumn,
+    /// A broadcast the two strides cannot express: the caller expands it to the full shape.
+    Expand,
+}
+
+/// How an input of type `t` is read for output `out` (numpy broadcasting, right-aligned).
+fn access(t: &TensorType, out: &TensorType) -> Option<Access> {
+    let (rank, orank) = (t.rank(), out.rank());
+    if rank > orank {
+        return None;
+    }
+    let aligned: Vec<u64> = std::iter::repeat_n(1, orank - rank).chain(t.shape.iter().copied()).collect();
+    for (&a, &o) in aligned.iter().zip(&out.shape) {
+        if a != o && a != 1 {
+            return None;
+        }
+    }
+    if aligned == out.shape {
+        return Some(Access::Full);
+    }
+    if aligned.iter().all(|&a| a == 1) {
+        return Some(Access::Splat);
+    }
+    let (lead, last) = aligned.split_at(orank - 1);
+    let (olead, olast) = out.shape.split_at(orank - 1);
+    Some(if last == [1] && lead == olead {
+        Access::PerRow
+    } else if last == olast && lead.iter().all(|&a| a == 1) {
+        Access::PerColumn
+    } else {
+        Access::Expand
+    })
+}
+
+/// The input maps and the `[rows, cols]` view to iterate: the output's leading dims by its
+/// last; or, when every input is read in full or as one element, blocks of up to 4096
+/// elements (so that a long vector splits into rows that threads can share).
+fn layout(out: &TensorType, types: &[TensorType], by_rows: bool) -> Option<(Vec<InputMap>, usize, usize)> {
+    let n = out.num_elements()? as usize;
+    let accesses: Vec<Access> = types.iter().map(|t| access(t, out)).collect::<Option<_>>()?;
+    let last = out.shape.last().copied().unwrap_or(1).max(1) as usize;
+    let flat = !by_rows && accesses.iter().all(|a| matches!(a, Access::Full | Access::Splat | Access::Expand));
+    let cols = if flat {
+        let mut block = 4096.min(n);
+        while !n.is_multiple_of(block) {
+            block /= 2;
+        }
+        if block >= 64 {
+            block
+        } else if out.rank() >= 2 {
+            last
+        } else {
+            n
+        }
+    } else {
+        last
+    };
+    let maps = accesses
+        .iter()
+        .map(|a| match a {
+            Access::Full => InputMap { row_stride: cols as i64, col_stride: 1, materialize: false },
+            Access::Expand => InputMap { row_stride: cols as i64, col_stride: 1, materialize: true },
+            Access::Splat => InputMap { row_stride: 0, col_stride: 0, materialize: false },
+            Access::PerRow => InputMap { row_stride: 1, col_stride: 0, materialize: false },
+            Access::PerColumn => InputMap { row_stride: 0, col_stride: 1, materialize: false },
+        })
+        .collect();
+    Some((maps, n / cols, cols))
+}
