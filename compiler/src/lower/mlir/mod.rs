@@ -108,7 +108,7 @@ pub fn compile_into(m: &Module, table: &graphc_runtime::KernelTable, lanes: usiz
     let count = entries.len();
     for (i, entry) in emitted.into_iter().zip(entries) {
         let k = &kernels[i];
-        let kernel = crate::lower::cpu::kernel(&k.plan, Some(entry))?;
+        let kernel = graphc_cpu_runtime::describe::kernel(&k.plan, Some(entry))?;
         table.replace(&k.graph, k.node, std::sync::Arc::new(kernel));
     }
     Ok(Tier { count, compile_time: start.elapsed(), kept })
