@@ -8,8 +8,21 @@
 use graphc_cpu_runtime::Extents;
 use serde::{Deserialize, Serialize};
 
-/// The bundle layout's version: an object written for another layout is refused.
+/// The bundle layout's version (with the entry points' and kernels' calling conventions): an
+/// object written for another is refused.
 pub const ABI_VERSION: u64 = 1;
+
+/// This build's fingerprint (build.rs: the version and a hash of the sources compiled programs
+/// and this library must agree on). The manifest records the compiler's; the library refuses
+/// another.
+pub const FINGERPRINT: &str = env!("GRAPHC_AOT_FINGERPRINT");
+
+/// A kernel plan's hash (of its full description), which the manifest records and the library
+/// compares with the plan it re-derives.
+pub fn plan_hash(plan: &graphc_plan::KernelPlan) -> String {
+    use crate::fnv::{fnv1a, FNV_OFFSET};
+    format!("{:016x}", fnv1a(FNV_OFFSET, format!("{plan:?}").as_bytes()))
+}
 
 /// The symbols of this library that generated entry points call, and the names `graphc
 /// compile` gives what it generates.
@@ -59,6 +72,8 @@ pub struct Bundle {
 /// What the bundle says of its module beyond the IR text.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Manifest {
+    /// The compiler's [`FINGERPRINT`].
+    pub fingerprint: String,
     /// The name the program was compiled from (for messages).
     pub source: String,
     /// The graphs with C entry points, in the order `graph_index` counts them.
@@ -66,9 +81,11 @@ pub struct Manifest {
     /// Every kernel of the module in the order of `graphc_plan::kernels`, which the library
     /// re-derives from the IR and checks against this.
     pub kernels: Vec<KernelRecord>,
-    /// Where the weights are when they are not in the object: a file name as given to
-    /// `--weights-file`.
+    /// Where the weights are when they are not in the object: `--weights-file`'s path, made
+    /// absolute.
     pub weights_file: Option<String>,
+    /// The keys the weights hold (`crate::weights`): any weights given must hold exactly these.
+    pub weights: Vec<String>,
 }
 
 /// One compiled node and its generated functions (none for a lone matrix product or a column
@@ -78,6 +95,8 @@ pub struct KernelRecord {
     pub graph: String,
     /// The node's index in its graph's arena, as the parser numbers the module's text.
     pub node: u32,
+    /// [`plan_hash`] of its plan.
+    pub plan: String,
     /// The function's index in the bundle's table and the extents its code was generated for.
     pub code: Option<(usize, Extents)>,
 }

@@ -83,7 +83,9 @@ impl Ctx {
             let t = tensor(ty, bytes).map_err(invalid)?;
             request = request.feed(name.clone(), Arc::new(t));
         }
-        let out = self.session.run(request).map_err(|e| (RUN_FAILED, e.to_string()))?;
+        // Every output pointer checked before the step runs: a step (a training update, say)
+        // either runs and writes every output, or fails before it changes anything.
+        let mut targets = Vec::new();
         for (k, ty) in self.outputs.iter().enumerate() {
             let Some(ty) = ty else { continue };
             // SAFETY: the caller's contract: one pointer per output.
@@ -91,13 +93,21 @@ impl Ctx {
             if p.is_null() {
                 return Err(invalid(format!("output {k} is null")));
             }
+            targets.push((k, p, byte_size(ty).map_err(invalid)?));
+        }
+        let out = self.session.run(request).map_err(|e| (RUN_FAILED, e.to_string()))?;
+        let mut results = Vec::new();
+        for &(k, p, size) in &targets {
             let t = out.tensor(k).ok_or_else(|| (RUN_FAILED, format!("output {k} is not a tensor")))?;
             let bytes = native_bytes(t);
-            if bytes.len() != byte_size(ty).map_err(invalid)? {
-                return Err((RUN_FAILED, format!("output {k} is {} where the header says {ty}", t.ty())));
+            if bytes.len() != size {
+                return Err((RUN_FAILED, format!("output {k} is {} where the header says {size} bytes", t.ty())));
             }
+            results.push((p, bytes));
+        }
+        for (p, bytes) in results {
             // SAFETY: the caller's contract: valid for writes of the output's byte size,
-            // which `bytes` has.
+            // which `bytes` has (checked above).
             unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), p, bytes.len()) };
         }
         self.session.recycle([out]);
@@ -197,13 +207,20 @@ pub unsafe extern "C" fn graphc_aot_run(ctx: *mut Ctx, inputs: *const *const u8,
     }
     // SAFETY: the caller's contract: a live context, used by one thread at a time.
     let ctx = unsafe { &mut *ctx };
-    guard(INTERNAL, || {
+    let status = guard(INTERNAL, || {
         // SAFETY: the caller's contract on the arrays.
         match unsafe { ctx.run(inputs, outputs) } {
             Ok(()) => OK,
             Err((status, message)) => ctx.fail(status, message),
         }
-    })
+    });
+    if status == INTERNAL {
+        ctx.fail(
+            INTERNAL,
+            "graphc: internal error (a panic in the run-time library); the context may be inconsistent".into(),
+        );
+    }
+    status
 }
 
 /// The message of the last failure ("" when none); valid until the next call on `ctx`.
@@ -240,7 +257,13 @@ pub unsafe extern "C" fn graphc_aot_read_variable(ctx: *mut Ctx, name: *const c_
         match value {
             Ok(t) => {
                 let bytes = native_bytes(&t);
-                // SAFETY: the caller's contract: `out` holds the variable's byte size.
+                let v = ctx.session.state().variable(&name).expect("read above");
+                if Ok(bytes.len()) != byte_size(&v.ty) {
+                    return ctx
+                        .fail(RUN_FAILED, format!("variable '{name}' holds {} where it is declared {}", t.ty(), v.ty));
+                }
+                // SAFETY: the caller's contract: `out` holds the variable's byte size, which
+                // `bytes` has.
                 unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), out, bytes.len()) };
                 OK
             }

@@ -14,6 +14,14 @@ use std::ffi::{c_char, c_int, CStr};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+/// A line on standard output; a closed pipe ends nothing (the step still completes).
+macro_rules! say {
+    ($($t:tt)*) => {{
+        use std::io::Write;
+        let _ = writeln!(std::io::stdout(), $($t)*);
+    }};
+}
+
 #[derive(Parser, Debug)]
 #[command(about = "A graph compiled ahead of time by graphc: runs it as `graphc run` would.")]
 struct Args {
@@ -78,7 +86,11 @@ unsafe fn run(a: &Args, bundle: &'static Bundle) -> Result<(), String> {
     let weights = a.weights.clone().or_else(beside_executable(bundle));
     // SAFETY: the caller's contract.
     let program = unsafe { Program::load(bundle, weights.as_deref())? };
-    let graphs = select_graphs(&a.graphs, &program)?;
+    let m = &program.manifest;
+    let (graphs, note) = feeds::select_graphs(&a.graphs, &m.source, &m.graphs, program.module.is_partitioned())?;
+    if let Some(note) = note {
+        eprintln!("note: {note}");
+    }
     let given = feeds::parse_input_flags(&a.inputs)?;
     let selected: Vec<_> = graphs.iter().map(|g| program.module.graph(g).expect("selected graphs exist")).collect();
     feeds::check_input_names(&given, &selected)?;
@@ -117,14 +129,14 @@ unsafe fn run(a: &Args, bundle: &'static Bundle) -> Result<(), String> {
         if a.steps > 1 && (step % show_every == 0 || step == a.steps) {
             let scalars = outputs::scalar_summary(&named(&shown, &outs));
             if !scalars.is_empty() {
-                println!("step {step}: {scalars}");
+                say!("step {step}: {scalars}");
             }
         }
         session.recycle(std::mem::replace(&mut last, outs));
     }
     let names = graphs.iter().map(|g| format!("@{g}")).collect::<Vec<_>>().join(" + ");
     let nodes: usize = last.iter().map(|o| o.nodes_executed).sum();
-    println!("{names}: {}", timing(&times, nodes));
+    say!("{names}: {}", timing(&times, nodes));
     if let Some(n) = a.bench {
         let mut bench = Vec::new();
         for _ in 0..n {
@@ -134,17 +146,17 @@ unsafe fn run(a: &Args, bundle: &'static Bundle) -> Result<(), String> {
             session.recycle(outs);
         }
         bench.sort();
-        println!("bench: {n} steps, median {:.3} ms", ms(bench[bench.len() / 2]));
+        say!("bench: {n} steps, median {:.3} ms", ms(bench[bench.len() / 2]));
     }
     if !random.is_empty() {
-        println!("random inputs (seed {}): {}", a.seed, random.join(", "));
+        say!("random inputs (seed {}): {}", a.seed, random.join(", "));
     }
     let named = named(&shown, &last);
     let lines = match &a.out_dir {
         Some(dir) => outputs::write_outputs(dir, &named)?,
         None => outputs::output_summaries(&named),
     };
-    lines.iter().for_each(|l| println!("{l}"));
+    lines.iter().for_each(|l| say!("{l}"));
     Ok(())
 }
 
@@ -180,37 +192,6 @@ fn timing(times: &[Duration], nodes: usize) -> String {
             ms(sorted[0]),
             ms(sorted[sorted.len() - 1])
         ),
-    }
-}
-
-/// The graphs to run, as `graphc run` chooses them: those named (each one the program has);
-/// else the only one; else all of a partitioned module; else the first, with a note.
-fn select_graphs(wanted: &[String], program: &Program) -> Result<Vec<String>, String> {
-    let all = &program.manifest.graphs;
-    let listing = || all.iter().map(|n| format!("@{n}")).collect::<Vec<_>>().join(", ");
-    let source = &program.manifest.source;
-    if !wanted.is_empty() {
-        let mut out = Vec::new();
-        for name in wanted {
-            let bare = name.trim_start_matches('@');
-            if !all.iter().any(|g| g == bare) {
-                let hint = graphc_ir::suggest::closest(bare, all.iter().map(String::as_str))
-                    .map(|s| format!("did you mean @{s}? "))
-                    .unwrap_or_default();
-                return Err(format!("{source} has no graph @{bare}; {hint}its graphs are {}", listing()));
-            }
-            out.push(bare.to_string());
-        }
-        return Ok(out);
-    }
-    match all.as_slice() {
-        [] => Err(format!("{source} holds no graph to run")),
-        [g] => Ok(vec![g.clone()]),
-        _ if program.module.is_partitioned() => Ok(all.clone()),
-        [g, ..] => {
-            eprintln!("note: {source} has {} graphs ({}); running @{g} (choose with --graph)", all.len(), listing());
-            Ok(vec![g.clone()])
-        }
     }
 }
 

@@ -16,6 +16,7 @@
 pub mod bundle;
 pub mod capi;
 pub mod exe;
+mod fnv;
 pub mod program;
 pub mod weights;
 

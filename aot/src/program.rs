@@ -5,7 +5,7 @@
 //! extents the code was generated for (recorded in the manifest by the compiler).
 #![allow(unsafe_code)]
 
-use crate::bundle::{Bundle, KernelRecord, Manifest, ABI_VERSION};
+use crate::bundle::{plan_hash, Bundle, KernelRecord, Manifest, ABI_VERSION, FINGERPRINT};
 use crate::weights;
 use graphc_cpu_runtime::{describe, Entry, KernelFn};
 use graphc_ir::{Module, Node, Severity};
@@ -73,6 +73,12 @@ impl Program {
         let parts = unsafe { parts(b)? };
         let manifest: Manifest =
             serde_json::from_slice(parts.manifest).map_err(|e| format!("the program's manifest is not valid: {e}"))?;
+        if manifest.fingerprint != FINGERPRINT {
+            return Err(format!(
+                "{} was compiled by another graphc (build {}) than this run-time library's ({FINGERPRINT}): link it against the libgraphc_aot.a of the graphc that compiled it",
+                manifest.source, manifest.fingerprint
+            ));
+        }
         let text = std::str::from_utf8(parts.module).map_err(|e| format!("the program's module is not UTF-8: {e}"))?;
         let mut module = graphc_ir::parse_module(text).map_err(|d| {
             let first = d.first().map(|d| d.message.clone()).unwrap_or_default();
@@ -80,6 +86,9 @@ impl Program {
         })?;
         let external;
         let blob: &[u8] = match &manifest.weights_file {
+            None if weights_path.is_some() => {
+                return Err(format!("{}'s weights are in the program, not in a file of their own", manifest.source))
+            }
             None => parts.weights,
             Some(name) => {
                 let path = weights_path.map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from(name));
@@ -88,7 +97,7 @@ impl Program {
                 &external
             }
         };
-        weights::restore(&mut module, blob)?;
+        weights::restore(&mut module, blob, &manifest.weights)?;
         if let Some(d) = graphc_ir::verify_module(&module).iter().find(|d| d.severity == Severity::Error) {
             return Err(format!("the program's module does not verify: {}", d.message));
         }
@@ -119,6 +128,9 @@ unsafe fn kernel_table(
     for (k, r) in plans.into_iter().zip(records) {
         if k.graph != r.graph || k.node != Node::from_u32(r.node) {
             return Err(format!("the program's kernel for node {} of @{} is planned elsewhere", r.node, r.graph));
+        }
+        if plan_hash(&k.plan) != r.plan {
+            return Err(format!("the code of @{}'s node {} was generated for another plan", r.graph, r.node));
         }
         let entry = match (&r.code, k.plan.code()) {
             (Some((f, extents)), Some(plan)) => {

@@ -15,8 +15,9 @@ use std::sync::Arc;
 pub const MIN_ELEMENTS: usize = 16;
 
 /// Takes the large literals out of `m` (which must be as the parser made it: nodes numbered
-/// in text order), leaving splats in their place; returns them as a safetensors blob.
-pub fn strip(m: &mut Module) -> Result<Vec<u8>, String> {
+/// in text order), leaving splats in their place; returns them as a safetensors blob, and
+/// their keys.
+pub fn strip(m: &mut Module) -> Result<(Vec<u8>, Vec<String>), String> {
     let mut taken = Vec::new();
     for (gi, g) in m.graphs.iter_mut().enumerate() {
         for (node, data) in g.nodes.iter_mut() {
@@ -35,15 +36,22 @@ pub fn strip(m: &mut Module) -> Result<Vec<u8>, String> {
             }
         }
     }
-    encode(&taken, None).map_err(|e| e.message)
+    let keys = taken.iter().map(|(k, _)| k.clone()).collect();
+    Ok((encode(&taken, None).map_err(|e| e.message)?, keys))
 }
 
-/// Puts the literals of `blob` back into `m` (parsed from the stripped text); an error when
-/// a key names no such node or attribute, or a literal's type differs from the splat's.
-pub fn restore(m: &mut Module, blob: &[u8]) -> Result<(), String> {
+/// Puts the literals of `blob` back into `m` (parsed from the stripped text); an error unless
+/// the blob holds exactly the literals `keys` names, each of the splat's type.
+pub fn restore(m: &mut Module, blob: &[u8], keys: &[String]) -> Result<(), String> {
     let loaded = decode(blob).map_err(|e| format!("the weights are not valid: {}", e.message))?;
+    if let Some(k) = keys.iter().find(|k| !loaded.values.contains_key(*k)) {
+        return Err(format!("the weights lack \"{k}\", which the program was compiled with"));
+    }
     for (key, t) in loaded.values {
         let bad = || format!("the weights hold \"{key}\", which the module has no literal for");
+        if !keys.contains(&key) {
+            return Err(bad());
+        }
         let mut parts = key.splitn(3, '/');
         let (Some(gi), Some(node), Some(attr)) = (parts.next(), parts.next(), parts.next()) else { return Err(bad()) };
         let gi: usize = gi.parse().map_err(|_| bad())?;
@@ -94,22 +102,25 @@ graph @g(%x: f32[2,9]) -> (y: f32[2,9], n: i64[17]) {
     fn large_literals_leave_the_text_and_come_back() {
         let original = parse_module(TEXT).unwrap();
         let mut m = parse_module(&print_module(&original)).unwrap();
-        let blob = strip(&mut m).unwrap();
+        let (blob, keys) = strip(&mut m).unwrap();
+        assert_eq!(keys.len(), 2);
         let text = print_module(&m);
         assert!(!text.contains("9.0, 8.0") && !text.contains("16, 17"), "{text}");
         assert!(text.contains("dense<[1.0, 2.0]>"), "small literals stay: {text}");
         let mut back = parse_module(&text).unwrap();
-        restore(&mut back, &blob).unwrap();
+        restore(&mut back, &blob, &keys).unwrap();
         modules_equal(&back, &original).unwrap();
+        let e = restore(&mut parse_module(&text).unwrap(), &blob, &[keys[0].clone(), "0/99/value".into()]).unwrap_err();
+        assert!(e.contains("lack \"0/99/value\""), "{e}");
     }
 
     #[test]
     fn weights_that_do_not_fit_the_module_are_errors() {
         let mut m = parse_module(TEXT).unwrap();
-        let blob = strip(&mut m).unwrap();
+        let (blob, keys) = strip(&mut m).unwrap();
         let mut other = parse_module("graph @g(%x: f32[2]) -> (y: f32[2]) {\n  return %x\n}\n").unwrap();
-        let e = restore(&mut other, &blob).unwrap_err();
+        let e = restore(&mut other, &blob, &keys).unwrap_err();
         assert!(e.contains("has no literal for"), "{e}");
-        assert!(restore(&mut m, b"not safetensors").unwrap_err().contains("not valid"));
+        assert!(restore(&mut m, b"not safetensors", &keys).unwrap_err().contains("not valid"));
     }
 }

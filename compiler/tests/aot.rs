@@ -348,6 +348,18 @@ fn an_aarch64_object_cross_compiles() {
             assert!(out.contains(sym), "readelf shows no {sym}:\n{out}");
         }
     }
+    // Only 64-bit little-endian Linux targets, and --cpu native only for the host.
+    for (args, want) in [
+        (vec!["--target", "x86_64-pc-windows-msvc"], "graphc compiles for x86_64-unknown-linux-gnu"),
+        (vec!["--target", "aarch64-unknown-linux-gnu", "--cpu", "native"], "--cpu native is for the host"),
+    ] {
+        let o = graphc(
+            &[&["compile", &example("mlp.gir"), "--emit", "obj", "-o", out.to_str().unwrap()], args.as_slice()]
+                .concat(),
+        );
+        assert_eq!(o.status.code(), Some(1));
+        assert!(text(&o).1.contains(want), "{args:?}: {}", text(&o).1);
+    }
     // An executable for another target needs a run-time library built for it.
     let o =
         graphc(&["compile", &example("mlp.gir"), "--target", "aarch64-unknown-linux-gnu", "-o", out.to_str().unwrap()]);

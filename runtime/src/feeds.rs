@@ -85,3 +85,38 @@ pub fn graph_feeds(
     }
     Ok(feeds)
 }
+
+/// The graphs a run takes, of `all` (the graphs of `source`): those named in `wanted` (a
+/// leading `@` dropped); else the only one; else all of them when they are partitions of one
+/// step (`partitioned`); else the first, with a note to print saying so.
+pub fn select_graphs(
+    wanted: &[String],
+    source: &str,
+    all: &[String],
+    partitioned: bool,
+) -> Result<(Vec<String>, Option<String>), String> {
+    let listing = || all.iter().map(|n| format!("@{n}")).collect::<Vec<_>>().join(", ");
+    if !wanted.is_empty() {
+        let mut out = Vec::new();
+        for name in wanted {
+            let bare = name.trim_start_matches('@');
+            if !all.iter().any(|g| g == bare) {
+                let hint = graphc_ir::suggest::closest(bare, all.iter().map(String::as_str))
+                    .map(|s| format!("did you mean @{s}? "))
+                    .unwrap_or_default();
+                return Err(format!("{source} has no graph @{bare}; {hint}its graphs are {}", listing()));
+            }
+            out.push(bare.to_string());
+        }
+        return Ok((out, None));
+    }
+    match all {
+        [] => Err(format!("{source} holds no graph to run")),
+        [g] => Ok((vec![g.clone()], None)),
+        _ if partitioned => Ok((all.to_vec(), None)),
+        [g, ..] => {
+            let note = format!("{source} has {} graphs ({}); running @{g} (choose with --graph)", all.len(), listing());
+            Ok((vec![g.clone()], Some(note)))
+        }
+    }
+}

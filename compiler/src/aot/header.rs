@@ -37,7 +37,8 @@ pub fn header(m: &Module, graphs: &[String], kernels: &[Kernel], weights_file: b
             .collect();
         let _ = writeln!(
             h,
-            "\n/* @{graph}: {} compiled kernel{} (below; a fusion is one); every other node runs the runtime's reference kernels.",
+            "\n/* @{}: {} compiled kernel{} (below; a fusion is one); every other node runs the runtime's reference kernels.",
+            graph.replace("*/", "* /"),
             compiled.len(),
             if compiled.len() == 1 { "" } else { "s" },
         );
@@ -94,12 +95,17 @@ fn tensors<'a>(
     let _ = writeln!(h, "#define {prefix}_NUM_{kind}S {}", items.len());
     for (i, (name, ty)) in items.iter().enumerate() {
         let p = format!("{prefix}_{kind}_{i}");
-        let _ = writeln!(h, "#define {p}_NAME \"{}\"", name.escape_default());
+        let _ = writeln!(h, "#define {p}_NAME \"{}\"", c_string(name));
         match ty {
             Some(t) => {
                 let bytes = graphc_runtime::limits::tensor_bytes(t).unwrap_or(0);
                 let dims: Vec<String> = t.shape.iter().map(|d| d.to_string()).collect();
-                let shape = if dims.is_empty() { "{0}".to_string() } else { format!("{{{}}}", dims.join(", ")) };
+                // A scalar (rank 0) holds one element; C has no empty initializer.
+                let shape = if dims.is_empty() {
+                    "{1} /* rank 0: one element */".to_string()
+                } else {
+                    format!("{{{}}}", dims.join(", "))
+                };
                 let _ = writeln!(h, "#define {p}_DTYPE \"{}\"", t.dtype.name());
                 let _ = writeln!(h, "#define {p}_RANK {}", t.shape.len());
                 let _ = writeln!(h, "#define {p}_SHAPE {shape}");
@@ -110,6 +116,18 @@ fn tensors<'a>(
             }
         }
     }
+}
+
+/// `s` as the inside of a C string literal: printable ASCII as is (but `"` and `\\` escaped),
+/// every other byte of its UTF-8 as an octal escape.
+fn c_string(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'"' | b'\\' => format!("\\{}", b as char),
+            0x20..=0x7e => (b as char).to_string(),
+            _ => format!("\\{b:03o}"),
+        })
+        .collect()
 }
 
 /// Every variable of the module, by name, with its type, sorted by name.

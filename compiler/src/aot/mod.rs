@@ -19,9 +19,11 @@ use cranelift_codegen::ir::{types, AbiParam, InstBuilder, Type, UserFuncName};
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
 use cranelift_module::{DataDescription, DataId, FuncId, Linkage, Module as _};
 use cranelift_object::ObjectModule;
-use graphc_aot::bundle::{symbols, KernelRecord, Manifest, Ret, ABI_VERSION};
+use graphc_aot::bundle::{plan_hash, symbols, KernelRecord, Manifest, Ret, ABI_VERSION, FINGERPRINT};
 use graphc_aot::weights;
+use graphc_aot::Bundle;
 use graphc_ir::Module;
+use std::mem::{offset_of, size_of};
 use std::path::{Path, PathBuf};
 
 /// What `graphc compile` writes.
@@ -85,6 +87,16 @@ fn compile_object(m: &Module, source: &str, graphs: &[String], options: &AotOpti
             ));
         }
     }
+    for name in graphs {
+        let g = m.graph(name).ok_or_else(|| format!("no graph @{name}"))?;
+        if let Some(&v) = g.inputs().iter().find(|&&v| g.values[v].ty.as_tensor().is_none()) {
+            return Err(format!(
+                "input '{}' of @{name} is a {}: a compiled program takes tensors only",
+                g.values[v].name.as_deref().unwrap_or("?"),
+                g.values[v].ty
+            ));
+        }
+    }
     let isa = object::target_isa(options.target.as_deref(), options.cpu)?;
     let mut emitter = object::emitter(isa, source)?;
     let mut records = Vec::new();
@@ -99,19 +111,25 @@ fn compile_object(m: &Module, source: &str, graphs: &[String], options: &AotOpti
             }
             None => None,
         };
-        records.push(KernelRecord { graph: k.graph.clone(), node: k.node.as_u32(), code });
+        records.push(KernelRecord { graph: k.graph.clone(), node: k.node.as_u32(), plan: plan_hash(&k.plan), code });
     }
     let header = header::header(&m, graphs, &kernels, options.weights_file.is_some());
     let compiled = (kernels.len(), m.graphs.iter().map(|g| g.nodes.len()).sum());
     let (mut module, _) = emitter.finish();
 
-    let blob = weights::strip(&mut m)?;
+    let (blob, weight_keys) = weights::strip(&mut m)?;
     let stripped = graphc_ir::print_module(&m);
+    let weights_file = match &options.weights_file {
+        Some(p) => Some(std::path::absolute(p).map_err(|e| format!("--weights-file {}: {e}", p.display()))?),
+        None => None,
+    };
     let manifest = Manifest {
+        fingerprint: FINGERPRINT.to_string(),
         source: source.to_string(),
         graphs: graphs.to_vec(),
         kernels: records,
-        weights_file: options.weights_file.as_ref().map(|p| p.display().to_string()),
+        weights_file: weights_file.map(|p| p.display().to_string()),
+        weights: weight_keys,
     };
     let manifest = serde_json::to_vec(&manifest).map_err(|e| e.to_string())?;
     let (weights, in_object) = match options.weights_file {
@@ -212,21 +230,24 @@ impl Writer<'_> {
 
         let id = self.module.declare_data("graphc_bundle", Linkage::Local, false, false).map_err(|e| e.to_string())?;
         let mut d = DataDescription::new();
-        let lens = [manifest.len(), module.len(), weights.len()];
-        let mut words = [0u64; 9];
-        words[0] = ABI_VERSION;
-        for (k, len) in lens.iter().enumerate() {
-            words[2 + 2 * k] = *len as u64;
-        }
-        words[8] = functions.len() as u64;
-        d.define(words.iter().flat_map(|w| w.to_le_bytes()).collect::<Vec<u8>>().into_boxed_slice());
+        // The fields where `graphc_aot::Bundle` has them (every target is 64-bit and
+        // little-endian: `object::target_isa` takes no other).
+        let mut bytes = vec![0u8; size_of::<Bundle>()];
+        let mut word = |offset: usize, v: u64| bytes[offset..offset + 8].copy_from_slice(&v.to_le_bytes());
+        word(offset_of!(Bundle, abi), ABI_VERSION);
+        word(offset_of!(Bundle, manifest_len), manifest.len() as u64);
+        word(offset_of!(Bundle, module_len), module.len() as u64);
+        word(offset_of!(Bundle, weights_len), weights.len() as u64);
+        word(offset_of!(Bundle, function_count), functions.len() as u64);
+        d.define(bytes.into_boxed_slice());
         d.set_align(8);
-        for (k, &part) in parts.iter().enumerate() {
+        let pointers = [offset_of!(Bundle, manifest), offset_of!(Bundle, module), offset_of!(Bundle, weights)];
+        for (&part, offset) in parts.iter().zip(pointers) {
             let gv = self.module.declare_data_in_data(part, &mut d);
-            d.write_data_addr(8 + 16 * k as u32, gv, 0);
+            d.write_data_addr(offset as u32, gv, 0);
         }
         let gv = self.module.declare_data_in_data(table, &mut d);
-        d.write_data_addr(56, gv, 0);
+        d.write_data_addr(offset_of!(Bundle, functions) as u32, gv, 0);
         self.module.define_data(id, &d).map_err(|e| e.to_string())?;
         Ok(id)
     }

@@ -48,34 +48,11 @@ pub fn make_inputs(a: &Inputs<'_>, file: &SourceFile, module: &Module) -> anyhow
 /// graph sends or receives); else the first, with a note.
 pub fn select_graphs(wanted: &[String], file: &SourceFile, m: &Module) -> anyhow::Result<Vec<String>> {
     let all: Vec<String> = m.graphs.iter().map(|g| g.name.clone()).collect();
-    let listing = || all.iter().map(|n| format!("@{n}")).collect::<Vec<_>>().join(", ");
-    if !wanted.is_empty() {
-        for name in wanted {
-            let bare = name.trim_start_matches('@');
-            if m.graph(bare).is_none() {
-                let hint = graphc_ir::suggest::closest(bare, all.iter().map(String::as_str))
-                    .map(|s| format!("did you mean @{s}? "))
-                    .unwrap_or_default();
-                bail!("{} has no graph @{bare}; {hint}its graphs are {}", file.name, listing());
-            }
-        }
-        return Ok(wanted.iter().map(|n| n.trim_start_matches('@').to_string()).collect());
+    let (graphs, note) = feeds::select_graphs(wanted, &file.name, &all, m.is_partitioned()).map_err(|e| anyhow!(e))?;
+    if let Some(note) = note {
+        eprintln!("note: {note}");
     }
-    match m.graphs.as_slice() {
-        [] => bail!("{} holds no graph to run", file.name),
-        [g] => Ok(vec![g.name.clone()]),
-        _ if m.is_partitioned() => Ok(all),
-        [g, ..] => {
-            eprintln!(
-                "note: {} has {} graphs ({}); running @{} (choose with --graph)",
-                file.name,
-                all.len(),
-                listing(),
-                g.name
-            );
-            Ok(vec![g.name.clone()])
-        }
-    }
+    Ok(graphs)
 }
 
 /// Makes each input named in `flags` (`NAME=PATH.npy`, as `--input` takes them) a constant of

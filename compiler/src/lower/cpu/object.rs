@@ -27,9 +27,18 @@ pub fn target_isa(triple: Option<&str>, cpu: Cpu) -> Result<OwnedTargetIsa, Stri
         Some(t) => target_lexicon::Triple::from_str(t).map_err(|e| format!("--target {t}: {e}"))?,
         None => host.clone(),
     };
+    // The bundle is 64-bit little-endian words and the run-time library is built for Linux.
+    let supported =
+        matches!(triple.architecture, target_lexicon::Architecture::X86_64 | target_lexicon::Architecture::Aarch64(_))
+            && triple.operating_system == target_lexicon::OperatingSystem::Linux;
+    if !supported {
+        return Err(format!(
+            "--target {triple}: graphc compiles for x86_64-unknown-linux-gnu and aarch64-unknown-linux-gnu"
+        ));
+    }
     if cpu == Cpu::Native {
-        if triple.architecture != host.architecture {
-            return Err(format!("--cpu native is for the host's architecture ({}), not {triple}", host.architecture));
+        if triple != host {
+            return Err(format!("--cpu native is for the host ({host}), not {triple}"));
         }
         return host_isa(Isa::Native, true);
     }
