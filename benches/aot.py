@@ -15,19 +15,7 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-W4 = """graph @w4(%x: f32[256,784], %w1: f32[784,1024], %b1: f32[1024], %w2: f32[1024,1024], %b2: f32[1024], %w3: f32[1024,10], %b3: f32[10]) -> (y: f32[256,10]) {
-  %h1 = matmul %x, %w1 : f32[256,1024]
-  %a1 = add %h1, %b1 : f32[256,1024]
-  %r1 = relu %a1 : f32[256,1024]
-  %h2 = matmul %r1, %w2 : f32[256,1024]
-  %a2 = add %h2, %b2 : f32[256,1024]
-  %r2 = relu %a2 : f32[256,1024]
-  %h3 = matmul %r2, %w3 : f32[256,10]
-  %a3 = add %h3, %b3 : f32[256,10]
-  %y = softmax %a3 {axis = -1} : f32[256,10]
-  return %y
-}
-"""
+W4 = os.path.join(ROOT, "benches", "peers", "workloads", "w4_mlp.gir")
 
 
 def wall(cmd, runs):
@@ -48,11 +36,8 @@ def main():
     avx512 = "avx512f" in open("/proc/cpuinfo").read()
     print(f"host: {os.cpu_count()} cores, {'AVX-512' if avx512 else 'no AVX-512'}; AOT code: --cpu {cpu}")
     with tempfile.TemporaryDirectory() as tmp:
-        w4 = os.path.join(tmp, "w4.gir")
-        with open(w4, "w") as f:
-            f.write(W4)
         rows = []
-        for name, path in [("MLP (examples/mlp.gir)", os.path.join(ROOT, "ir-spec", "examples", "mlp.gir")), ("W4", w4)]:
+        for name, path in [("MLP (examples/mlp.gir)", os.path.join(ROOT, "ir-spec", "examples", "mlp.gir")), ("W4", W4)]:
             exe = os.path.join(tmp, "prog")
             compile_ms = wall([graphc, "compile", path, "-o", exe, "--cpu", cpu], runs)
             bench = json.loads(subprocess.run([graphc, "bench", path, "--json", "--iters", "50"], check=True,

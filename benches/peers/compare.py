@@ -82,19 +82,7 @@ def workloads():
   return %y
 }
 """
-    mlp_gir = """graph @w4(%x: f32[256,784], %w1: f32[784,1024], %b1: f32[1024], %w2: f32[1024,1024], %b2: f32[1024], %w3: f32[1024,10], %b3: f32[10]) -> (y: f32[256,10]) {
-  %h1 = matmul %x, %w1 : f32[256,1024]
-  %a1 = add %h1, %b1 : f32[256,1024]
-  %r1 = relu %a1 : f32[256,1024]
-  %h2 = matmul %r1, %w2 : f32[256,1024]
-  %a2 = add %h2, %b2 : f32[256,1024]
-  %r2 = relu %a2 : f32[256,1024]
-  %h3 = matmul %r2, %w3 : f32[256,10]
-  %a3 = add %h3, %b3 : f32[256,10]
-  %y = softmax %a3 {axis = -1} : f32[256,10]
-  return %y
-}
-"""
+    mlp_gir = open(os.path.join(HERE, "workloads", "w4_mlp.gir")).read()
     matmul_gir = """graph @w6(%a: f32[1024,1024], %b: f32[1024,1024]) -> (c: f32[1024,1024]) {
   %c = matmul %a, %b : f32[1024,1024]
   return %c
