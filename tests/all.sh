@@ -24,3 +24,5 @@ GRAPHC_TEST_TIER=llvm cargo test --locked -p graphc --features llvm --test jit -
 GRAPHC_FEATURES=llvm python3 tests/onnx/conformance.py
 # The node tests again through executables `graphc compile` writes (release builds).
 python3 tests/onnx/conformance.py --backend aot
+# The nine zoo CNNs on the JIT against their shipped outputs (release build).
+python3 tests/onnx/models.py --backend jit

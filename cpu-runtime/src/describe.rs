@@ -1,8 +1,9 @@
 //! Plans as the run half sees them: the buffers each kernel reads and writes, from its plan.
 
+use crate::conv::ConvKernel;
 use crate::entry::{Entry, Extents};
 use crate::kernel::{ColumnKernel, CpuKernel, LoopInput, LoopKernel, MatMulKernel};
-use graphc_plan::{ColumnPlan, InputMap, KernelPlan, LoopPlan, MatMulPlan};
+use graphc_plan::{ColumnPlan, Epilogue, InputMap, KernelPlan, LoopPlan, MatMulPlan};
 
 /// The elements a loop kernel touches in each buffer, from its plan.
 pub fn extents(p: &LoopPlan) -> Extents {
@@ -41,12 +42,7 @@ pub fn loop_kernel(p: &LoopPlan, entry: Entry) -> LoopKernel {
 /// The matrix-product kernel of `p`, with `epilogue` generated from its epilogue's plan; its
 /// factors stored as the plan's flags say (the run half checks each against that shape).
 pub fn matmul_kernel(p: &MatMulPlan, epilogue: Option<Entry>) -> Result<MatMulKernel, String> {
-    let epilogue = match (&p.epilogue, epilogue) {
-        (Some((lp, used)), Some(e)) => Some((loop_kernel(lp, e), used.clone())),
-        (None, None) => None,
-        (Some(_), None) => return Err("a matmul epilogue without code".into()),
-        (None, Some(_)) => return Err("code for a matmul without an epilogue".into()),
-    };
+    let epilogue = self::epilogue(&p.epilogue, epilogue, "matmul")?;
     Ok(MatMulKernel {
         m: p.m,
         k: p.k,
@@ -57,6 +53,21 @@ pub fn matmul_kernel(p: &MatMulPlan, epilogue: Option<Entry>) -> Result<MatMulKe
         transpose_b: p.transpose_b,
         epilogue,
     })
+}
+
+/// A kernel's epilogue, running `code` (generated from its plan); an error when plan and code
+/// do not come together.
+fn epilogue(
+    plan: &Option<Epilogue>,
+    code: Option<Entry>,
+    what: &str,
+) -> Result<Option<(LoopKernel, Vec<usize>)>, String> {
+    match (plan, code) {
+        (Some((lp, used)), Some(e)) => Ok(Some((loop_kernel(lp, e), used.clone()))),
+        (None, None) => Ok(None),
+        (Some(_), None) => Err(format!("a {what} epilogue without code")),
+        (None, Some(_)) => Err(format!("code for a {what} without an epilogue")),
+    }
 }
 
 /// The column-reduction kernel of `p` (no generated code: the run half's loop).
@@ -77,6 +88,18 @@ pub fn kernel(plan: &KernelPlan, entry: Option<Entry>) -> Result<CpuKernel, Stri
         (KernelPlan::Loop(p), Some(entry)) => CpuKernel::Loop(loop_kernel(p, entry)),
         (KernelPlan::MatMul(p), epilogue) => CpuKernel::MatMul(matmul_kernel(p, epilogue)?),
         (KernelPlan::Columns(p), None) => CpuKernel::Columns(column_kernel(p)),
+        (KernelPlan::Conv(p), epilogue) => CpuKernel::Conv(ConvKernel {
+            x: p.x,
+            w: p.w,
+            epilogue: self::epilogue(&p.epilogue, epilogue, "conv")?,
+            input: p.input.clone(),
+            weight: p.weight.clone(),
+            out: p.out.clone(),
+            strides: p.strides,
+            pads: p.pads,
+            dilations: p.dilations,
+            group: p.group,
+        }),
         (KernelPlan::Loop(_), None) => return Err("a loop kernel without code".into()),
         (KernelPlan::Columns(_), Some(_)) => return Err("code for a column reduction".into()),
     })

@@ -1,6 +1,7 @@
 //! Compiled kernels as sessions run them: what each reads and writes, described by the
 //! compile half from its plan, and the driver that feeds it its operands' buffers.
 
+use crate::conv::ConvKernel;
 use crate::entry::{self, Entry, In, Product};
 use crate::rows::{row_blocks, with_scratch, PARALLEL_ELEMENTS, PARALLEL_FLOPS};
 use graphc_ir::{DType, TensorType};
@@ -67,6 +68,7 @@ pub enum CpuKernel {
     Loop(LoopKernel),
     MatMul(MatMulKernel),
     Columns(ColumnKernel),
+    Conv(ConvKernel),
 }
 
 impl Kernel for CpuKernel {
@@ -77,6 +79,7 @@ impl Kernel for CpuKernel {
             CpuKernel::Loop(k) => k.run(operands),
             CpuKernel::MatMul(k) => k.run(operands),
             CpuKernel::Columns(k) => k.run(operands),
+            CpuKernel::Conv(k) => k.run(operands),
         }
     }
 }
@@ -184,48 +187,51 @@ impl MatMulKernel {
         // strides), checked against the shape the plan stored it in.
         let (a, b) = (contiguous(self.lhs, product.lhs_shape())?, contiguous(self.rhs, product.rhs_shape())?);
         let size = m * n;
-        // The epilogue's other inputs, and its outputs: in place over the product when it has
-        // one.
-        let (extra, mut outs) = match &self.epilogue {
-            Some((lk, used)) => {
-                let extra = used
-                    .iter()
-                    .enumerate()
-                    .map(|(j, &i)| {
-                        let t = inputs.get(i).ok_or_else(|| format!("compiled kernel input {i} is missing"))?;
-                        f32_input(i, t, &lk.inputs[j + 1], &lk.out)
-                    })
-                    .collect::<Result<Vec<_>, _>>()?;
-                let outs: Vec<Vec<f32>> = if lk.results.len() == 1 {
-                    Vec::new()
-                } else {
-                    lk.results.iter().map(|_| operands.alloc_f32(size)).collect::<Result<_, _>>()?
-                };
-                (extra, outs)
-            }
-            None => (Vec::new(), Vec::new()),
-        };
         let parallel = m * n * k >= PARALLEL_FLOPS && m > 1 && rayon::current_thread_index().is_none();
         let mut c: Vec<f32> = operands.alloc_f32(size)?;
         entry::matmul(&a, &b, &mut c, product, if parallel { rayon::current_num_threads() } else { 1 })?;
-        let out = TensorType::new(DType::F32, [m as u64, n as u64]);
-        let Some((lk, _)) = &self.epilogue else { return to_tensors(vec![c], &out) };
-        let blocks = row_blocks(m, parallel);
-        let scratch = |len: usize, f: &mut dyn FnMut(&mut [f32])| with_scratch(len, f);
-        let rest = extra.iter().map(|x| In::Slice(x));
-        if outs.is_empty() {
-            // One result: written over the product.
-            let mut c = [c];
-            let ins: Vec<_> = std::iter::once(In::Output(0)).chain(rest).collect();
-            lk.entry.run(&ins, &mut c, &blocks, scratch)?;
-            let [c] = c;
-            return to_tensors(vec![c], &lk.results[0].0);
+        match &self.epilogue {
+            None => to_tensors(vec![c], &TensorType::new(DType::F32, [m as u64, n as u64])),
+            Some((lk, used)) => run_epilogue(lk, used, operands, c, parallel),
         }
-        let ins: Vec<_> = std::iter::once(In::Slice(&c)).chain(rest).collect();
-        lk.entry.run(&ins, &mut outs, &blocks, scratch)?;
-        operands.recycle_f32(c);
-        to_tensors(outs, &out)
     }
+}
+
+/// Runs a product's epilogue `lk` (input 0 the product `c`, the others the operands `used`)
+/// over its rows: in place over the product when it has one result, else into pooled buffers.
+pub(crate) fn run_epilogue(
+    lk: &LoopKernel,
+    used: &[usize],
+    operands: &Operands<'_>,
+    c: Vec<f32>,
+    parallel: bool,
+) -> Result<Vec<Tensor>, String> {
+    let inputs = operands.all();
+    let extra = used
+        .iter()
+        .enumerate()
+        .map(|(j, &i)| {
+            let t = inputs.get(i).ok_or_else(|| format!("compiled kernel input {i} is missing"))?;
+            let input = lk.inputs.get(j + 1).ok_or("an epilogue input the kernel does not have")?;
+            f32_input(i, t, input, &lk.out)
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let blocks = row_blocks(lk.rows, parallel);
+    let scratch = |len: usize, f: &mut dyn FnMut(&mut [f32])| with_scratch(len, f);
+    let rest = extra.iter().map(|x| In::Slice(x));
+    if lk.results.len() == 1 {
+        // One result: written over the product.
+        let mut c = [c];
+        let ins: Vec<_> = std::iter::once(In::Output(0)).chain(rest).collect();
+        lk.entry.run(&ins, &mut c, &blocks, scratch)?;
+        let [c] = c;
+        return to_tensors(vec![c], &lk.results[0].0);
+    }
+    let mut outs: Vec<Vec<f32>> = lk.results.iter().map(|_| operands.alloc_f32(c.len())).collect::<Result<_, _>>()?;
+    let ins: Vec<_> = std::iter::once(In::Slice(&c)).chain(rest).collect();
+    lk.entry.run(&ins, &mut outs, &blocks, scratch)?;
+    operands.recycle_f32(c);
+    outs.into_iter().zip(&lk.results).map(|(v, (ty, _))| Tensor::from_f32(v, ty)).collect()
 }
 
 impl ColumnKernel {

@@ -9,12 +9,14 @@
 //! here depends on Cranelift or on the compiler, so an AOT-compiled program links this crate
 //! (built as a static library) and the graphc runtime, never the compiler.
 
+mod conv;
 pub mod describe;
 mod entry;
 mod kernel;
 pub mod math;
 mod rows;
 
+pub use conv::ConvKernel;
 pub use entry::{matmul, Entry, Extents, In, KernelFn, Product};
 pub use kernel::{ColumnKernel, CpuKernel, LoopInput, LoopKernel, MatMulKernel};
 pub use rows::{row_blocks, PARALLEL_ELEMENTS, PARALLEL_FLOPS};

@@ -307,20 +307,8 @@ pub struct MatMulPlan {
 
 /// The plan for a 2-D f32 matmul, alone or heading an output fusion of elementwise ops.
 pub fn matmul_plan(g: &Graph, node: Node) -> Option<MatMulPlan> {
-    let nd = &g.nodes[node];
-    let (operands, nodes, yields): (&[Value], &[Node], &[Value]) = match role(nd.op) {
-        Role::MatMul => (&nd.operands, std::slice::from_ref(&node), &nd.results),
-        Role::Fusion => {
-            let r = &g.regions[nd.regions[0]];
-            (&r.params, &r.nodes, &r.yields)
-        }
-        Role::Elementwise | Role::Comparison | Role::Reduction | Role::Constant | Role::Interpreted => return None,
-    };
-    let (&mm, rest) = nodes.split_first()?;
-    let md = &g.nodes[mm];
-    if md.op != Op::MatMul {
-        return None;
-    }
+    let (md, operands, epilogue) = headed(g, node, Op::MatMul)?;
+    let md = &g.nodes[md];
     // A flagged factor is read as its transpose: `[k, m]` for the lhs, `[n, k]` for the rhs.
     let transpose_a = md.attrs.bool("transpose_a").unwrap_or(false);
     let transpose_b = md.attrs.bool("transpose_b").unwrap_or(false);
@@ -344,30 +332,48 @@ pub fn matmul_plan(g: &Graph, node: Node) -> Option<MatMulPlan> {
     }
     let lhs = operands.iter().position(|&v| v == md.operands[0])?;
     let rhs = operands.iter().position(|&v| v == md.operands[1])?;
-    let epilogue = if rest.is_empty() {
-        if yields != [md.results[0]] {
-            return None;
-        }
-        None
-    } else {
-        // The epilogue reads the product and whichever operands its nodes use.
-        let used: Vec<usize> = (0..operands.len())
-            .filter(|&i| {
-                rest.iter().any(|&x| g.nodes[x].operands.contains(&operands[i])) || yields.contains(&operands[i])
-            })
-            .collect();
-        let mut inputs = vec![md.results[0]];
-        inputs.extend(used.iter().map(|&i| operands[i]));
-        let p = build(g, &inputs, rest, yields, true)?;
-        // The epilogue runs over the product's own rows, in place over its buffer: every
-        // result must have the product's shape (operands may broadcast into it, but a product
-        // broadcast wider, or a result per row, is not this kernel's).
-        if p.out != c || p.per_row.contains(&true) {
-            return None;
-        }
-        Some((p, used))
-    };
     Some(MatMulPlan { m, k, n, lhs, rhs, transpose_a, transpose_b, epilogue })
+}
+
+/// A kernel's epilogue: its loop plan, and the kernel's operands it reads besides the head's
+/// result (its input 0).
+pub type Epilogue = (LoopPlan, Vec<usize>);
+
+/// A node of op `head` standing alone, or heading an "output" fusion: the head node, the
+/// kernel's operands (the fusion's parameters, or the head's own), and the epilogue of the
+/// fusion's other nodes over the head's result (`None` alone). `None` when it is neither, or
+/// when the epilogue is not one loop over the head result's own rows with results of its
+/// shape (operands may broadcast into it, but a result wider, or one per row, is not this
+/// kernel's).
+fn headed(g: &Graph, node: Node, head: Op) -> Option<(Node, &[Value], Option<Epilogue>)> {
+    let nd = &g.nodes[node];
+    let (operands, nodes, yields): (&[Value], &[Node], &[Value]) = match role(nd.op) {
+        Role::Fusion => {
+            let r = &g.regions[nd.regions[0]];
+            (&r.params, &r.nodes, &r.yields)
+        }
+        _ if nd.op == head => (&nd.operands, std::slice::from_ref(&node), &nd.results),
+        _ => return None,
+    };
+    let (&first, rest) = nodes.split_first()?;
+    let hd = &g.nodes[first];
+    if hd.op != head || hd.results.len() != 1 {
+        return None;
+    }
+    if rest.is_empty() {
+        return (yields == [hd.results[0]]).then_some((first, operands, None));
+    }
+    // The epilogue reads the head's result and whichever operands its nodes use.
+    let used: Vec<usize> = (0..operands.len())
+        .filter(|&i| rest.iter().any(|&x| g.nodes[x].operands.contains(&operands[i])) || yields.contains(&operands[i]))
+        .collect();
+    let mut inputs = vec![hd.results[0]];
+    inputs.extend(used.iter().map(|&i| operands[i]));
+    let p = build(g, &inputs, rest, yields, true)?;
+    if Some(&p.out) != g.values[hd.results[0]].ty.as_tensor() || p.per_row.contains(&true) {
+        return None;
+    }
+    Some((first, operands, Some((p, used))))
 }
 
 impl MatMulPlan {
@@ -445,12 +451,81 @@ pub fn column_plan(g: &Graph, node: Node) -> Option<ColumnPlan> {
     Some(ColumnPlan { op: nd.op, rows: rows as usize, cols: (elements / rows) as usize, input, out })
 }
 
+/// A 2-D convolution of f32 tensors: input `[N, C, H, W]`, weight `[M, C/group, KH, KW]`,
+/// result `[N, M, OH, OW]`. The run half computes it as matrix products on gemm, per image
+/// and group: the weight's `[M/group, C/group*KH*KW]` rows times the input's patches laid out
+/// as columns (im2col; a 1x1 window of stride 1 without padding reads the input as it is).
+#[derive(Clone, Debug)]
+pub struct ConvPlan {
+    /// The kernel's operands that are the input and the weight.
+    pub x: usize,
+    pub w: usize,
+    /// The elementwise ops of an "output" fusion after it, over its result's rows.
+    pub epilogue: Option<Epilogue>,
+    pub input: TensorType,
+    pub weight: TensorType,
+    pub out: TensorType,
+    /// Per spatial dim (height, width).
+    pub strides: [usize; 2],
+    /// The padding before each spatial dim (the padding after only bounds the output size,
+    /// which `out` already has).
+    pub pads: [usize; 2],
+    pub dilations: [usize; 2],
+    pub group: usize,
+}
+
+/// The plan for a `conv` of f32 `[N, C, H, W]` by `[M, C/group, KH, KW]` whose sizes and
+/// geometry fit the run half's indexing, or `None` (it stays with the reference kernel).
+pub fn conv_plan(g: &Graph, node: Node) -> Option<ConvPlan> {
+    let (head, operands, epilogue) = headed(g, node, Op::Conv)?;
+    let nd = &g.nodes[head];
+    if nd.operands.len() != 2 {
+        return None;
+    }
+    let x = operands.iter().position(|&v| v == nd.operands[0])?;
+    let w = operands.iter().position(|&v| v == nd.operands[1])?;
+    let tensor = |v: Value| g.values[v].ty.as_tensor().cloned();
+    let (input, weight, out) = (tensor(nd.operands[0])?, tensor(nd.operands[1])?, tensor(nd.results[0])?);
+    if [&input, &weight, &out].iter().any(|t| t.dtype != DType::F32 || t.shape.len() != 4) {
+        return None;
+    }
+    // Every size, and every buffer's bytes (the im2col buffer's too), within isize.
+    let fits = |t: &TensorType| t.num_elements().and_then(|n| n.checked_mul(4)).is_some_and(|b| b <= isize::MAX as u64);
+    let cols = weight.shape[1..].iter().chain(&out.shape[2..]).try_fold(1u64, |a, &d| a.checked_mul(d));
+    if ![&input, &weight, &out].iter().all(|t| fits(t))
+        || cols.and_then(|c| c.checked_mul(4)).is_none_or(|b| b > isize::MAX as u64)
+    {
+        return None;
+    }
+    if input.num_elements()? == 0 || weight.num_elements()? == 0 || out.num_elements()? == 0 {
+        return None;
+    }
+    let window = graphc_ir::window::Window::from_attrs(&nd.attrs, weight.shape[2..].to_vec()).ok()?;
+    let small = |v: &[u64]| -> Option<[usize; 2]> {
+        Some([usize::try_from(*v.first()?).ok()?, usize::try_from(*v.get(1)?).ok()?])
+    };
+    let group = usize::try_from(nd.attrs.int("group").unwrap_or(1)).ok().filter(|&g| g >= 1)?;
+    Some(ConvPlan {
+        x,
+        w,
+        epilogue,
+        strides: small(&window.strides)?,
+        pads: small(&window.pads_begin)?,
+        dilations: small(&window.dilations)?,
+        group,
+        input,
+        weight,
+        out,
+    })
+}
+
 /// What a kernel computes.
 #[derive(Clone, Debug)]
 pub enum KernelPlan {
     Loop(LoopPlan),
     MatMul(MatMulPlan),
     Columns(ColumnPlan),
+    Conv(ConvPlan),
 }
 
 impl KernelPlan {
@@ -460,6 +535,7 @@ impl KernelPlan {
         match self {
             KernelPlan::Loop(p) => Some(p),
             KernelPlan::MatMul(mp) => mp.epilogue.as_ref().map(|(p, _)| p),
+            KernelPlan::Conv(cp) => cp.epilogue.as_ref().map(|(p, _)| p),
             KernelPlan::Columns(_) => None,
         }
     }
@@ -491,6 +567,8 @@ pub fn kernels(m: &Module) -> Vec<Kernel> {
                 KernelPlan::Loop(p)
             } else if let Some(cp) = column_plan(g, n) {
                 KernelPlan::Columns(cp)
+            } else if let Some(cp) = conv_plan(g, n) {
+                KernelPlan::Conv(cp)
             } else {
                 continue;
             };

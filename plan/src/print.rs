@@ -27,7 +27,9 @@
 //! where the matmul's flag says so: `lhs: f32[K,M] transposed, row stride 1, col stride M`),
 //! and its epilogue's inputs, then the epilogue's loop plan, indented.
 
-use crate::analysis::{kernels, ColumnPlan, InputMap, Kernel, KernelPlan, LoopPlan, MatMulPlan, Step};
+use crate::analysis::{
+    kernels, ColumnPlan, ConvPlan, Epilogue, InputMap, Kernel, KernelPlan, LoopPlan, MatMulPlan, Step,
+};
 use graphc_ir::{Graph, Module, Node};
 use std::fmt::{self, Write};
 
@@ -40,6 +42,17 @@ impl fmt::Display for LoopPlan {
 impl fmt::Display for MatMulPlan {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write_matmul(f, self, "")
+    }
+}
+
+impl fmt::Display for ConvPlan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "conv op{} {} * op{} {} (group {}, strides {:?}, pads before {:?}, dilations {:?}): im2col per image and group, products on gemm -> {}",
+            self.x, self.input, self.w, self.weight, self.group, self.strides, self.pads, self.dilations, self.out
+        )?;
+        write_epilogue(f, &self.epilogue, "")
     }
 }
 
@@ -63,6 +76,7 @@ impl fmt::Display for KernelPlan {
             KernelPlan::Loop(p) => write_loop(f, p, ""),
             KernelPlan::MatMul(p) => write_matmul(f, p, ""),
             KernelPlan::Columns(p) => write!(f, "{p}"),
+            KernelPlan::Conv(p) => write!(f, "{p}"),
         }
     }
 }
@@ -150,7 +164,12 @@ fn write_matmul(f: &mut impl Write, p: &MatMulPlan, indent: &str) -> fmt::Result
         let transposed = if transposed { " transposed" } else { "" };
         writeln!(f, "{indent}  {name}: f32[{r},{c}]{transposed}, row stride {row}, col stride {col}")?;
     }
-    match &p.epilogue {
+    write_epilogue(f, &p.epilogue, indent)
+}
+
+/// A kernel's epilogue: its inputs (the head's result first), then its loop.
+fn write_epilogue(f: &mut impl Write, epilogue: &Option<Epilogue>, indent: &str) -> fmt::Result {
+    match epilogue {
         None => writeln!(f, "{indent}  epilogue: none"),
         Some((lp, used)) => {
             let inputs: Vec<String> = std::iter::once("in0 = product".to_string())

@@ -657,8 +657,11 @@ fn outline(g: &mut Graph, r: Region, grp: &Group) -> Result<(Node, Vec<(Value, S
     let mut inputs: Vec<Value> = Vec::new();
     let mut seen: HashSet<Value> = HashSet::new();
     for &m in &grp.members {
+        // A product's or convolution's operands stay kernel inputs even when constant: the run
+        // half reads them as buffers (a splat weight copied in would leave the head without one).
+        let contraction = matches!(g.nodes[m].op, Op::MatMul | Op::Conv);
         for &v in &g.nodes[m].operands {
-            let internal = g.producer(v).is_some_and(|p| members.contains(&p)) || inlinable(g, v);
+            let internal = g.producer(v).is_some_and(|p| members.contains(&p)) || (!contraction && inlinable(g, v));
             if !internal && seen.insert(v) {
                 inputs.push(v);
             }

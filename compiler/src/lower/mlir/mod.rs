@@ -140,6 +140,9 @@ pub fn gpu_listing(m: &Module, graph: &str, chip: &str) -> Result<(String, Vec<G
             plan::KernelPlan::Columns(_) => {
                 kept.push(format!("{}: column reductions have no GPU kernel yet", plan::kernel_header(m, i, &k)))
             }
+            plan::KernelPlan::Conv(_) => {
+                kept.push(format!("{}: convolutions have no GPU kernel yet", plan::kernel_header(m, i, &k)))
+            }
         }
     }
     Ok((emit::gpu_module(&texts, chip), kernels, kept))

@@ -1,0 +1,233 @@
+//! 2-D convolution as matrix products on gemm: per image and group, the weight's
+//! `[M/group, C/group*KH*KW]` rows times the input's patches laid out as columns (im2col,
+//! `[C/group*KH*KW, OH*OW]`), straight into the result's `[M/group, OH*OW]` rows. A 1x1
+//! window of stride 1 without padding reads the input as it is.
+//!
+//! The reference kernel skips taps in the padding rather than multiplying them by zero; the
+//! two differ only where a weight is infinite or NaN (0 * inf is NaN), so such weights with
+//! padding take an exact loop instead.
+
+use crate::entry::{matmul, Product};
+use crate::kernel::{run_epilogue, LoopKernel};
+use crate::rows::PARALLEL_FLOPS;
+use graphc_ir::TensorType;
+use graphc_runtime::{Operands, Tensor};
+
+/// The input position of tap `k` (dilation `d`) of the window at output `o` (stride `s`,
+/// padding `p` before): negative or past the end in the padding.
+fn at(o: usize, s: usize, k: usize, d: usize, p: usize) -> i128 {
+    o as i128 * s as i128 + k as i128 * d as i128 - p as i128
+}
+
+/// A convolution the plan took (`graphc_plan::ConvPlan`).
+#[derive(Debug)]
+pub struct ConvKernel {
+    /// The operands that are the input and the weight.
+    pub x: usize,
+    pub w: usize,
+    /// The generated elementwise epilogue over the result's rows, and the operands it reads
+    /// besides the result.
+    pub epilogue: Option<(LoopKernel, Vec<usize>)>,
+    pub input: TensorType,
+    pub weight: TensorType,
+    pub out: TensorType,
+    pub strides: [usize; 2],
+    pub pads: [usize; 2],
+    pub dilations: [usize; 2],
+    pub group: usize,
+}
+
+/// The sizes of one convolution, checked against each other.
+struct Sizes {
+    n: usize,
+    c: usize,
+    h: usize,
+    w: usize,
+    m: usize,
+    cg: usize,
+    kh: usize,
+    kw: usize,
+    oh: usize,
+    ow: usize,
+}
+
+fn dims4(t: &TensorType) -> Result<[usize; 4], String> {
+    match t.shape.as_slice() {
+        &[a, b, c, d] => Ok([a as usize, b as usize, c as usize, d as usize]),
+        _ => Err(format!("{t} is not of rank 4")),
+    }
+}
+
+impl ConvKernel {
+    fn sizes(&self) -> Result<Sizes, String> {
+        let [n, c, h, w] = dims4(&self.input)?;
+        let [m, cg, kh, kw] = dims4(&self.weight)?;
+        let [n2, m2, oh, ow] = dims4(&self.out)?;
+        if n2 != n || m2 != m || self.group == 0 || c != cg * self.group || m % self.group != 0 {
+            return Err(format!(
+                "a conv of {} by {} into {} in {} groups",
+                self.input, self.weight, self.out, self.group
+            ));
+        }
+        Ok(Sizes { n, c, h, w, m, cg, kh, kw, oh, ow })
+    }
+
+    pub fn run(&self, operands: &Operands<'_>) -> Result<Vec<Tensor>, String> {
+        let all = operands.all();
+        let (Some(xt), Some(wt)) = (all.get(self.x), all.get(self.w)) else {
+            return Err("conv operands are missing".into());
+        };
+        for (i, (t, ty)) in [(xt, &self.input), (wt, &self.weight)].into_iter().enumerate() {
+            if t.ty() != *ty {
+                return Err(format!("compiled kernel input {i} is {} where the kernel was compiled for {ty}", t.ty()));
+            }
+        }
+        let x = xt.f32_elements(None).map_err(|e| format!("input 0: {e}"))?;
+        let wv = wt.f32_elements(None).map_err(|e| format!("input 1: {e}"))?;
+        let s = self.sizes()?;
+        let (p, k, mg) = (s.oh * s.ow, s.cg * s.kh * s.kw, s.m / self.group);
+        let mut out = operands.alloc_f32(s.n * s.m * p)?;
+        out.resize(s.n * s.m * p, 0.0);
+        let padded = self.pads != [0, 0] || self.reaches_beyond(&s);
+        let threads = if mg * k * p >= PARALLEL_FLOPS && rayon::current_thread_index().is_none() {
+            rayon::current_num_threads()
+        } else {
+            1
+        };
+        if padded && wv.iter().any(|v| !v.is_finite()) {
+            self.exact(&x, &wv, &s, &mut out);
+        } else {
+            self.products(&x, &wv, &s, &mut out, threads, operands)?;
+        }
+        match &self.epilogue {
+            None => Ok(vec![Tensor::from_f32(out, &self.out)?]),
+            Some((lk, used)) => run_epilogue(lk, used, operands, out, threads > 1),
+        }
+    }
+
+    /// The convolution as products on gemm, into `out`.
+    fn products(
+        &self,
+        x: &[f32],
+        wv: &[f32],
+        s: &Sizes,
+        out: &mut [f32],
+        threads: usize,
+        operands: &Operands<'_>,
+    ) -> Result<(), String> {
+        let (p, k, mg) = (s.oh * s.ow, s.cg * s.kh * s.kw, s.m / self.group);
+        let padded = self.pads != [0, 0] || self.reaches_beyond(s);
+        let direct = s.kh == 1 && s.kw == 1 && self.strides == [1, 1] && !padded && s.oh == s.h && s.ow == s.w;
+        let mut col: Vec<f32> = Vec::new();
+        if !direct {
+            col.try_reserve_exact(k * p)
+                .map_err(|_| format!("cannot allocate the {k} x {p} patch matrix of a conv"))?;
+        }
+        let mut product = Vec::new();
+        let image = s.c * s.h * s.w;
+        for img in 0..s.n {
+            for g in 0..self.group {
+                let xs = &x[img * image + g * s.cg * s.h * s.w..][..s.cg * s.h * s.w];
+                let b: &[f32] = if direct {
+                    xs
+                } else {
+                    self.im2col(xs, s, &mut col);
+                    &col
+                };
+                let a = &wv[g * mg * k..][..mg * k];
+                matmul(
+                    a,
+                    b,
+                    &mut product,
+                    Product { m: mg, k, n: p, transpose_a: false, transpose_b: false },
+                    threads,
+                )?;
+                out[(img * s.m + g * mg) * p..][..mg * p].copy_from_slice(&product);
+            }
+        }
+        operands.recycle_f32(product);
+        Ok(())
+    }
+
+    /// Whether some window reaches past the input's end (into the padding after it).
+    fn reaches_beyond(&self, s: &Sizes) -> bool {
+        let end = |o: usize, k: usize, d: usize| {
+            (o as i128 - 1) * self.strides[d] as i128 + (k as i128 - 1) * self.dilations[d] as i128
+        };
+        end(s.oh, s.kh, 0) >= self.pads[0] as i128 + s.h as i128
+            || end(s.ow, s.kw, 1) >= self.pads[1] as i128 + s.w as i128
+    }
+
+    /// The patches of one image's group of channels `xs` (`[cg, h, w]`) as the columns of
+    /// `col` (`[cg*kh*kw, oh*ow]`), zero where a tap falls in the padding.
+    fn im2col(&self, xs: &[f32], s: &Sizes, col: &mut Vec<f32>) {
+        col.clear();
+        let ([sy, sx], [py, px], [dy, dx]) = (self.strides, self.pads, self.dilations);
+        for ci in 0..s.cg {
+            let plane = &xs[ci * s.h * s.w..][..s.h * s.w];
+            for ky in 0..s.kh {
+                for kx in 0..s.kw {
+                    for oy in 0..s.oh {
+                        // In i128: sizes and attributes each fit 64 bits, their products not.
+                        let iy = at(oy, sy, ky, dy, py);
+                        if iy < 0 || iy >= s.h as i128 {
+                            col.extend(std::iter::repeat_n(0.0, s.ow));
+                            continue;
+                        }
+                        let row = &plane[iy as usize * s.w..][..s.w];
+                        let base = at(0, sx, kx, dx, px);
+                        if sx == 1 && base >= 0 && base as usize + s.ow <= s.w {
+                            col.extend_from_slice(&row[base as usize..base as usize + s.ow]);
+                            continue;
+                        }
+                        col.extend((0..s.ow).map(|ox| {
+                            let ix = ox as i128 * sx as i128 + base;
+                            if ix < 0 || ix >= s.w as i128 {
+                                0.0
+                            } else {
+                                row[ix as usize]
+                            }
+                        }));
+                    }
+                }
+            }
+        }
+    }
+
+    /// The reference's loop (taps in the padding skipped, f64 sums), for weights that are
+    /// not all finite.
+    fn exact(&self, x: &[f32], wv: &[f32], s: &Sizes, out: &mut [f32]) {
+        let mg = s.m / self.group;
+        let ([sy, sx], [py, px], [dy, dx]) = (self.strides, self.pads, self.dilations);
+        let mut i = 0;
+        for img in 0..s.n {
+            for m in 0..s.m {
+                let g = m / mg;
+                for oy in 0..s.oh {
+                    for ox in 0..s.ow {
+                        let mut acc = 0.0f64;
+                        for c in 0..s.cg {
+                            for ky in 0..s.kh {
+                                let iy = at(oy, sy, ky, dy, py);
+                                if iy < 0 || iy >= s.h as i128 {
+                                    continue;
+                                }
+                                for kx in 0..s.kw {
+                                    let ix = at(ox, sx, kx, dx, px);
+                                    if ix < 0 || ix >= s.w as i128 {
+                                        continue;
+                                    }
+                                    let xi = ((img * s.c + g * s.cg + c) * s.h + iy as usize) * s.w + ix as usize;
+                                    let wi = ((m * s.cg + c) * s.kh + ky) * s.kw + kx;
+                                    acc += f64::from(x[xi]) * f64::from(wv[wi]);
+                                }
+                            }
+                        }
+                        out[i] = acc as f32;
+                        i += 1;
+                    }
+                }
+            }
+        }
+    }
+}
