@@ -2,7 +2,8 @@
 
 use crate::conv::ConvKernel;
 use crate::entry::{Entry, Extents};
-use crate::kernel::{ColumnKernel, CpuKernel, LoopInput, LoopKernel, MatMulKernel};
+use crate::kernel::{ColumnKernel, LoopInput, LoopKernel, MatMulKernel};
+use crate::node::CpuKernel;
 use graphc_plan::{ColumnPlan, Epilogue, InputMap, KernelPlan, LoopPlan, MatMulPlan};
 
 /// The elements a loop kernel touches in each buffer, from its plan.

@@ -1,11 +1,10 @@
 //! Compiled kernels as sessions run them: what each reads and writes, described by the
 //! compile half from its plan, and the driver that feeds it its operands' buffers.
 
-use crate::conv::ConvKernel;
 use crate::entry::{self, Entry, In, Product};
 use crate::rows::{row_blocks, with_scratch, PARALLEL_ELEMENTS, PARALLEL_FLOPS};
 use graphc_ir::{DType, TensorType};
-use graphc_runtime::{Kernel, Operands, Tensor};
+use graphc_runtime::{Operands, Tensor};
 use std::borrow::Cow;
 
 /// One input of a loop kernel.
@@ -60,28 +59,6 @@ pub struct ColumnKernel {
     pub cols: usize,
     pub input: TensorType,
     pub out: TensorType,
-}
-
-/// A compiled node.
-#[derive(Debug)]
-pub enum CpuKernel {
-    Loop(LoopKernel),
-    MatMul(MatMulKernel),
-    Columns(ColumnKernel),
-    Conv(ConvKernel),
-}
-
-impl Kernel for CpuKernel {
-    /// Runs the kernel on a node's operands; an error (never an access out of bounds) when
-    /// they are not what it was compiled for.
-    fn run(&self, operands: &mut Operands<'_>) -> Result<Vec<Tensor>, String> {
-        match self {
-            CpuKernel::Loop(k) => k.run(operands),
-            CpuKernel::MatMul(k) => k.run(operands),
-            CpuKernel::Columns(k) => k.run(operands),
-            CpuKernel::Conv(k) => k.run(operands),
-        }
-    }
 }
 
 /// An f32 input as one contiguous buffer, expanded to the output shape when the kernel says;

@@ -14,9 +14,11 @@ pub mod describe;
 mod entry;
 mod kernel;
 pub mod math;
+mod node;
 mod rows;
 
 pub use conv::ConvKernel;
 pub use entry::{matmul, Entry, Extents, In, KernelFn, Product};
-pub use kernel::{ColumnKernel, CpuKernel, LoopInput, LoopKernel, MatMulKernel};
+pub use kernel::{ColumnKernel, LoopInput, LoopKernel, MatMulKernel};
+pub use node::CpuKernel;
 pub use rows::{row_blocks, PARALLEL_ELEMENTS, PARALLEL_FLOPS};
