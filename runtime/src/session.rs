@@ -319,11 +319,14 @@ impl Session {
                 self.execute(plan, step, rendezvous, &cancelled, deadline)
             }))
             .unwrap_or_else(|_| Err(RunError::internal("a step's graph panicked")));
-            self.activity.leave();
+            // The others hear of a failure before this run stops counting as active: in
+            // between, one blocked in a recv would find every active run blocked and report a
+            // deadlock in place of the failure.
             if let Err(e) = &result {
                 cancelled.store(true, Ordering::Relaxed);
                 rendezvous.abort(e);
             }
+            self.activity.leave();
             result
         };
         let results: Vec<Result<RunOutput, RunError>> = if plans.len() == 1 {
