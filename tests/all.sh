@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
-# Every test: the workspace's (with the LLVM tier and the GPU backend built in; every
+# Every check and test (what .ci/run runs): formatting, clippy with and without the llvm
+# feature, then the workspace's (with the LLVM tier and the GPU backend built in; every
 # example's PTX through ptxas), the CPU kernels' and the fuzzer's again on the LLVM tier's
 # kernels, and the ONNX node suite on each backend. Installs what it needs on a fresh Debian
 # bookworm machine: MLIR 19 for the llvm feature (apt, as root or through sudo), ptxas from
 # NVIDIA's PyPI wheel, and the ONNX venv (conformance.py, on first use).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+cargo --version
+cargo fmt --all -- --check
 tests/mlir-toolchain.sh
+cargo clippy --workspace --all-targets --locked -- -D warnings
+cargo clippy --workspace --all-targets --locked --features graphc/llvm -- -D warnings
 # ptxas, for the GPU tests' check of every example's PTX, from NVIDIA's wheel (no CUDA needed).
 ptxas=target/ptxas/nvidia/cuda_nvcc/bin/ptxas
 if [ ! -x "$ptxas" ]; then
