@@ -12,6 +12,7 @@ use crate::bundle::Bundle;
 use crate::program::Program;
 use graphc_ir::{Graph, TensorType, Type};
 use graphc_runtime::limits::tensor_bytes;
+use graphc_runtime::state::Variable;
 use graphc_runtime::{RunRequest, Session, SessionOptions, Tensor};
 use std::ffi::{c_char, c_int, CStr, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -246,29 +247,17 @@ pub unsafe extern "C" fn graphc_aot_read_variable(ctx: *mut Ctx, name: *const c_
         return INVALID_ARGUMENT;
     }
     // SAFETY: the caller's contract.
-    let (ctx, name) = unsafe { (&mut *ctx, CStr::from_ptr(name).to_string_lossy().into_owned()) };
-    guard(INTERNAL, || {
-        let value = ctx
-            .session
-            .state()
-            .variable(&name)
-            .map_err(|e| (INVALID_ARGUMENT, e.to_string()))
-            .and_then(|v| v.read().map_err(|e| (RUN_FAILED, e.to_string())));
-        match value {
-            Ok(t) => {
-                let bytes = native_bytes(&t);
-                let v = ctx.session.state().variable(&name).expect("read above");
-                if Ok(bytes.len()) != byte_size(&v.ty) {
-                    return ctx
-                        .fail(RUN_FAILED, format!("variable '{name}' holds {} where it is declared {}", t.ty(), v.ty));
-                }
-                // SAFETY: the caller's contract: `out` holds the variable's byte size, which
-                // `bytes` has.
-                unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), out, bytes.len()) };
-                OK
-            }
-            Err((status, message)) => ctx.fail(status, message),
+    let (ctx, name) = unsafe { (&mut *ctx, CStr::from_ptr(name).to_string_lossy()) };
+    on_variable(ctx, &name, |v| {
+        let t = v.read().map_err(|e| (RUN_FAILED, e.to_string()))?;
+        let bytes = native_bytes(&t);
+        if Ok(bytes.len()) != byte_size(&v.ty) {
+            return Err((RUN_FAILED, format!("variable '{name}' holds {} where it is declared {}", t.ty(), v.ty)));
         }
+        // SAFETY: the caller's contract: `out` holds the variable's byte size, which `bytes`
+        // has.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), out, bytes.len()) };
+        Ok(())
     })
 }
 
@@ -282,15 +271,22 @@ pub unsafe extern "C" fn graphc_aot_write_variable(ctx: *mut Ctx, name: *const c
         return INVALID_ARGUMENT;
     }
     // SAFETY: the caller's contract.
-    let (ctx, name) = unsafe { (&mut *ctx, CStr::from_ptr(name).to_string_lossy().into_owned()) };
+    let (ctx, name) = unsafe { (&mut *ctx, CStr::from_ptr(name).to_string_lossy()) };
+    on_variable(ctx, &name, |v| {
+        let n = byte_size(&v.ty).map_err(|e| (INVALID_ARGUMENT, e))?;
+        // SAFETY: the caller's contract: `value` holds the variable's byte size.
+        let bytes = unsafe { std::slice::from_raw_parts(value, n) };
+        let t = tensor(&v.ty, bytes).map_err(|e| (INVALID_ARGUMENT, e))?;
+        v.assign(Some(Arc::new(t))).map_err(|e| (RUN_FAILED, e.to_string()))
+    })
+}
+
+/// Runs `f` on variable `name` of the context: 0, or the failure's status with its message
+/// kept in the context (no such variable: `INVALID_ARGUMENT`; a panic: `INTERNAL`).
+fn on_variable(ctx: &mut Ctx, name: &str, f: impl FnOnce(&Variable) -> Result<(), (c_int, String)>) -> c_int {
     guard(INTERNAL, || {
-        let result = ctx.session.state().variable(&name).map_err(|e| (INVALID_ARGUMENT, e.to_string())).and_then(|v| {
-            let n = byte_size(&v.ty).map_err(|e| (INVALID_ARGUMENT, e))?;
-            // SAFETY: the caller's contract: `value` holds the variable's byte size.
-            let bytes = unsafe { std::slice::from_raw_parts(value, n) };
-            let t = tensor(&v.ty, bytes).map_err(|e| (INVALID_ARGUMENT, e))?;
-            v.assign(Some(Arc::new(t))).map_err(|e| (RUN_FAILED, e.to_string()))
-        });
+        let result =
+            ctx.session.state().variable(name).map_err(|e| (INVALID_ARGUMENT, e.to_string())).and_then(|v| f(v));
         match result {
             Ok(()) => OK,
             Err((status, message)) => ctx.fail(status, message),

@@ -295,29 +295,37 @@ fn a_c_program_links_the_object_and_the_static_library() {
 
 #[test]
 fn weights_go_to_a_file_of_their_own() {
+    // mlp_train.gir's variables start from literal weights: three steps of @step on them.
     let dir = scratch("weights");
-    let exe = dir.join("cnn");
-    let weights = dir.join("cnn.safetensors");
-    compile(&[&example("cnn.gir"), "-o", exe.to_str().unwrap(), "--weights-file", weights.to_str().unwrap()]);
-    let inline = dir.join("cnn-inline");
-    compile(&[&example("cnn.gir"), "-o", inline.to_str().unwrap()]);
-    let a = run_exe(&exe, &["--seed", "5"]);
-    let b = run_exe(&inline, &["--seed", "5"]);
+    let exe = dir.join("mlp");
+    let weights = dir.join("mlp.safetensors");
+    compile(&[&example("mlp_train.gir"), "-o", exe.to_str().unwrap(), "--weights-file", weights.to_str().unwrap()]);
+    let size = std::fs::metadata(&weights).unwrap().len();
+    assert!(size > 4000, "the weights file holds the initial weights: {size} bytes");
+    let inline = dir.join("mlp-inline");
+    compile(&[&example("mlp_train.gir"), "-o", inline.to_str().unwrap()]);
+    let args = ["--graph", "step", "--steps", "3", "--seed", "5"];
+    let a = run_exe(&exe, &args);
+    let b = run_exe(&inline, &args);
     assert!(a.status.success(), "{}", text(&a).1);
     let strip =
         |o: &std::process::Output| text(o).0.lines().filter(|l| !l.contains(" ms (")).collect::<Vec<_>>().join("\n");
+    assert!(strip(&b).contains("step 3: loss="), "{}", strip(&b));
     assert_eq!(strip(&a), strip(&b));
     // The file is looked for beside the executable, so the two move together.
     let moved = scratch("weights-moved");
-    std::fs::copy(&exe, moved.join("cnn")).unwrap();
-    std::fs::copy(&weights, moved.join("cnn.safetensors")).unwrap();
+    std::fs::copy(&exe, moved.join("mlp")).unwrap();
+    std::fs::copy(&weights, moved.join("mlp.safetensors")).unwrap();
     std::fs::remove_file(&weights).unwrap();
-    let c = run_exe(&moved.join("cnn"), &["--seed", "5"]);
+    let c = run_exe(&moved.join("mlp"), &args);
     assert_eq!(strip(&c), strip(&b));
-    std::fs::remove_file(moved.join("cnn.safetensors")).unwrap();
-    let d = run_exe(&moved.join("cnn"), &["--seed", "5"]);
+    std::fs::remove_file(moved.join("mlp.safetensors")).unwrap();
+    let d = run_exe(&moved.join("mlp"), &args);
     assert_eq!(d.status.code(), Some(1));
     assert!(text(&d).1.contains("weights"), "{}", text(&d).1);
+    // Weights inside the program take no file.
+    let e = run_exe(&inline, &["--weights", moved.join("x").to_str().unwrap()]);
+    assert!(text(&e).1.contains("weights are in the program"), "{}", text(&e).1);
 }
 
 #[test]

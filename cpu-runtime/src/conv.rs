@@ -11,6 +11,7 @@ use crate::entry::{matmul, Product};
 use crate::kernel::{run_epilogue, LoopKernel};
 use crate::rows::PARALLEL_FLOPS;
 use graphc_ir::TensorType;
+use graphc_plan::ConvGeometry;
 use graphc_runtime::{Operands, Tensor};
 
 /// The input position of tap `k` (dilation `d`) of the window at output `o` (stride `s`,
@@ -19,7 +20,8 @@ fn at(o: usize, s: usize, k: usize, d: usize, p: usize) -> i128 {
     o as i128 * s as i128 + k as i128 * d as i128 - p as i128
 }
 
-/// A convolution the plan took (`graphc_plan::ConvPlan`).
+/// A convolution the plan took (`graphc_plan::ConvPlan`): its geometry, the operands that are
+/// its input and weight, and its epilogue.
 #[derive(Debug)]
 pub struct ConvKernel {
     /// The operands that are the input and the weight.
@@ -28,13 +30,7 @@ pub struct ConvKernel {
     /// The generated elementwise epilogue over the result's rows, and the operands it reads
     /// besides the result.
     pub epilogue: Option<(LoopKernel, Vec<usize>)>,
-    pub input: TensorType,
-    pub weight: TensorType,
-    pub out: TensorType,
-    pub strides: [usize; 2],
-    pub pads: [usize; 2],
-    pub dilations: [usize; 2],
-    pub group: usize,
+    pub geometry: ConvGeometry,
 }
 
 /// The sizes of one convolution, checked against each other.
@@ -49,6 +45,8 @@ struct Sizes {
     kw: usize,
     oh: usize,
     ow: usize,
+    /// Some window reaches into the padding.
+    padded: bool,
 }
 
 fn dims4(t: &TensorType) -> Result<[usize; 4], String> {
@@ -60,16 +58,23 @@ fn dims4(t: &TensorType) -> Result<[usize; 4], String> {
 
 impl ConvKernel {
     fn sizes(&self) -> Result<Sizes, String> {
-        let [n, c, h, w] = dims4(&self.input)?;
-        let [m, cg, kh, kw] = dims4(&self.weight)?;
-        let [n2, m2, oh, ow] = dims4(&self.out)?;
-        if n2 != n || m2 != m || self.group == 0 || c != cg * self.group || m % self.group != 0 {
+        let [n, c, h, w] = dims4(&self.geometry.input)?;
+        let [m, cg, kh, kw] = dims4(&self.geometry.weight)?;
+        let [n2, m2, oh, ow] = dims4(&self.geometry.out)?;
+        if n2 != n
+            || m2 != m
+            || self.geometry.group == 0
+            || c != cg * self.geometry.group
+            || m % self.geometry.group != 0
+        {
             return Err(format!(
                 "a conv of {} by {} into {} in {} groups",
-                self.input, self.weight, self.out, self.group
+                self.geometry.input, self.geometry.weight, self.geometry.out, self.geometry.group
             ));
         }
-        Ok(Sizes { n, c, h, w, m, cg, kh, kw, oh, ow })
+        let mut s = Sizes { n, c, h, w, m, cg, kh, kw, oh, ow, padded: false };
+        s.padded = self.geometry.pads != [0, 0] || self.reaches_beyond(&s);
+        Ok(s)
     }
 
     pub fn run(&self, operands: &Operands<'_>) -> Result<Vec<Tensor>, String> {
@@ -77,7 +82,7 @@ impl ConvKernel {
         let (Some(xt), Some(wt)) = (all.get(self.x), all.get(self.w)) else {
             return Err("conv operands are missing".into());
         };
-        for (i, (t, ty)) in [(xt, &self.input), (wt, &self.weight)].into_iter().enumerate() {
+        for (i, (t, ty)) in [(xt, &self.geometry.input), (wt, &self.geometry.weight)].into_iter().enumerate() {
             if t.ty() != *ty {
                 return Err(format!("compiled kernel input {i} is {} where the kernel was compiled for {ty}", t.ty()));
             }
@@ -85,22 +90,21 @@ impl ConvKernel {
         let x = xt.f32_elements(None).map_err(|e| format!("input 0: {e}"))?;
         let wv = wt.f32_elements(None).map_err(|e| format!("input 1: {e}"))?;
         let s = self.sizes()?;
-        let (p, k, mg) = (s.oh * s.ow, s.cg * s.kh * s.kw, s.m / self.group);
+        let (p, k, mg) = (s.oh * s.ow, s.cg * s.kh * s.kw, s.m / self.geometry.group);
         let mut out = operands.alloc_f32(s.n * s.m * p)?;
         out.resize(s.n * s.m * p, 0.0);
-        let padded = self.pads != [0, 0] || self.reaches_beyond(&s);
         let threads = if mg * k * p >= PARALLEL_FLOPS && rayon::current_thread_index().is_none() {
             rayon::current_num_threads()
         } else {
             1
         };
-        if padded && wv.iter().any(|v| !v.is_finite()) {
+        if s.padded && wv.iter().any(|v| !v.is_finite()) {
             self.exact(&x, &wv, &s, &mut out);
         } else {
             self.products(&x, &wv, &s, &mut out, threads, operands)?;
         }
         match &self.epilogue {
-            None => Ok(vec![Tensor::from_f32(out, &self.out)?]),
+            None => Ok(vec![Tensor::from_f32(out, &self.geometry.out)?]),
             Some((lk, used)) => run_epilogue(lk, used, operands, out, threads > 1),
         }
     }
@@ -115,9 +119,9 @@ impl ConvKernel {
         threads: usize,
         operands: &Operands<'_>,
     ) -> Result<(), String> {
-        let (p, k, mg) = (s.oh * s.ow, s.cg * s.kh * s.kw, s.m / self.group);
-        let padded = self.pads != [0, 0] || self.reaches_beyond(s);
-        let direct = s.kh == 1 && s.kw == 1 && self.strides == [1, 1] && !padded && s.oh == s.h && s.ow == s.w;
+        let (p, k, mg) = (s.oh * s.ow, s.cg * s.kh * s.kw, s.m / self.geometry.group);
+        let direct =
+            s.kh == 1 && s.kw == 1 && self.geometry.strides == [1, 1] && !s.padded && s.oh == s.h && s.ow == s.w;
         let mut col: Vec<f32> = Vec::new();
         if !direct {
             col.try_reserve_exact(k * p)
@@ -126,7 +130,7 @@ impl ConvKernel {
         let mut product = Vec::new();
         let image = s.c * s.h * s.w;
         for img in 0..s.n {
-            for g in 0..self.group {
+            for g in 0..self.geometry.group {
                 let xs = &x[img * image + g * s.cg * s.h * s.w..][..s.cg * s.h * s.w];
                 let b: &[f32] = if direct {
                     xs
@@ -152,17 +156,17 @@ impl ConvKernel {
     /// Whether some window reaches past the input's end (into the padding after it).
     fn reaches_beyond(&self, s: &Sizes) -> bool {
         let end = |o: usize, k: usize, d: usize| {
-            (o as i128 - 1) * self.strides[d] as i128 + (k as i128 - 1) * self.dilations[d] as i128
+            (o as i128 - 1) * self.geometry.strides[d] as i128 + (k as i128 - 1) * self.geometry.dilations[d] as i128
         };
-        end(s.oh, s.kh, 0) >= self.pads[0] as i128 + s.h as i128
-            || end(s.ow, s.kw, 1) >= self.pads[1] as i128 + s.w as i128
+        end(s.oh, s.kh, 0) >= self.geometry.pads[0] as i128 + s.h as i128
+            || end(s.ow, s.kw, 1) >= self.geometry.pads[1] as i128 + s.w as i128
     }
 
     /// The patches of one image's group of channels `xs` (`[cg, h, w]`) as the columns of
     /// `col` (`[cg*kh*kw, oh*ow]`), zero where a tap falls in the padding.
     fn im2col(&self, xs: &[f32], s: &Sizes, col: &mut Vec<f32>) {
         col.clear();
-        let ([sy, sx], [py, px], [dy, dx]) = (self.strides, self.pads, self.dilations);
+        let ([sy, sx], [py, px], [dy, dx]) = (self.geometry.strides, self.geometry.pads, self.geometry.dilations);
         for ci in 0..s.cg {
             let plane = &xs[ci * s.h * s.w..][..s.h * s.w];
             for ky in 0..s.kh {
@@ -197,8 +201,8 @@ impl ConvKernel {
     /// The reference's loop (taps in the padding skipped, f64 sums), for weights that are
     /// not all finite.
     fn exact(&self, x: &[f32], wv: &[f32], s: &Sizes, out: &mut [f32]) {
-        let mg = s.m / self.group;
-        let ([sy, sx], [py, px], [dy, dx]) = (self.strides, self.pads, self.dilations);
+        let mg = s.m / self.geometry.group;
+        let ([sy, sx], [py, px], [dy, dx]) = (self.geometry.strides, self.geometry.pads, self.geometry.dilations);
         let mut i = 0;
         for img in 0..s.n {
             for m in 0..s.m {

@@ -462,6 +462,12 @@ pub struct ConvPlan {
     pub w: usize,
     /// The elementwise ops of an "output" fusion after it, over its result's rows.
     pub epilogue: Option<Epilogue>,
+    pub geometry: ConvGeometry,
+}
+
+/// What a convolution computes, whatever reads its result: the tensors and the window.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ConvGeometry {
     pub input: TensorType,
     pub weight: TensorType,
     pub out: TensorType,
@@ -505,10 +511,7 @@ pub fn conv_plan(g: &Graph, node: Node) -> Option<ConvPlan> {
         Some([usize::try_from(*v.first()?).ok()?, usize::try_from(*v.get(1)?).ok()?])
     };
     let group = usize::try_from(nd.attrs.int("group").unwrap_or(1)).ok().filter(|&g| g >= 1)?;
-    Some(ConvPlan {
-        x,
-        w,
-        epilogue,
+    let geometry = ConvGeometry {
         strides: small(&window.strides)?,
         pads: small(&window.pads_begin)?,
         dilations: small(&window.dilations)?,
@@ -516,7 +519,8 @@ pub fn conv_plan(g: &Graph, node: Node) -> Option<ConvPlan> {
         input,
         weight,
         out,
-    })
+    };
+    Some(ConvPlan { x, w, epilogue, geometry })
 }
 
 /// What a kernel computes.

@@ -50,7 +50,15 @@ impl fmt::Display for ConvPlan {
         writeln!(
             f,
             "conv op{} {} * op{} {} (group {}, strides {:?}, pads before {:?}, dilations {:?}): im2col per image and group, products on gemm -> {}",
-            self.x, self.input, self.w, self.weight, self.group, self.strides, self.pads, self.dilations, self.out
+            self.x,
+            self.geometry.input,
+            self.w,
+            self.geometry.weight,
+            self.geometry.group,
+            self.geometry.strides,
+            self.geometry.pads,
+            self.geometry.dilations,
+            self.geometry.out
         )?;
         write_epilogue(f, &self.epilogue, "")
     }

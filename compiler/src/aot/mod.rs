@@ -99,23 +99,27 @@ fn compile_object(m: &Module, source: &str, graphs: &[String], options: &AotOpti
     }
     let isa = object::target_isa(options.target.as_deref(), options.cpu)?;
     let mut emitter = object::emitter(isa, source)?;
-    let mut records = Vec::new();
-    let mut functions: Vec<FuncId> = Vec::new();
     let kernels = plan::kernels(&m);
+    // Each kernel with code defines the next function; the emitter keeps their extents.
+    let mut coded = Vec::with_capacity(kernels.len());
     for k in &kernels {
-        let code = match k.plan.code() {
-            Some(p) => {
-                let (id, _) = emitter.define(p)?;
-                functions.push(id);
-                Some((functions.len() - 1, graphc_cpu_runtime::describe::extents(p)))
-            }
-            None => None,
-        };
-        records.push(KernelRecord { graph: k.graph.clone(), node: k.node.as_u32(), plan: plan_hash(&k.plan), code });
+        coded.push(k.plan.code().map(|p| emitter.define(p)).transpose()?.is_some());
     }
     let header = header::header(&m, graphs, &kernels, options.weights_file.is_some());
     let compiled = (kernels.len(), m.graphs.iter().map(|g| g.nodes.len()).sum());
-    let (mut module, _) = emitter.finish();
+    let (mut module, defined) = emitter.finish();
+    let functions: Vec<FuncId> = defined.iter().map(|(id, _)| *id).collect();
+    let mut extents = defined.into_iter().map(|(_, e)| e).enumerate();
+    let records = kernels
+        .iter()
+        .zip(coded)
+        .map(|(k, has_code)| KernelRecord {
+            graph: k.graph.clone(),
+            node: k.node.as_u32(),
+            plan: plan_hash(&k.plan),
+            code: if has_code { extents.next() } else { None },
+        })
+        .collect();
 
     let (blob, weight_keys) = weights::strip(&mut m)?;
     let stripped = graphc_ir::print_module(&m);

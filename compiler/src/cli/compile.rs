@@ -5,7 +5,6 @@
 //! on a CPU device).
 
 use super::args::{CompileArgs, CompileCpu, CompileEmit};
-use super::ir::load;
 use super::output::write_output;
 use anyhow::{anyhow, bail};
 use graphc::aot::{self, AotOptions, Emit};
@@ -29,11 +28,7 @@ pub fn compile(a: &CompileArgs) -> anyhow::Result<ExitCode> {
             bail!("--emit {}: GPU kernels, for --target {GPU_TARGET}", format!("{e:?}").to_lowercase())
         }
     };
-    let options = graphc::driver::import_options_for(&a.file, &a.inputs, &a.shapes)?;
-    let (file, mut m) = graphc::driver::load(&a.file, &options)?;
-    graphc::driver::freeze_inputs(&mut m, &a.inputs)?;
-    let backend = graphc::backend::backend("jit").map_err(|e| anyhow!(e))?;
-    let m = graphc::driver::optimize(backend, m, false, &file)?;
+    let (file, m) = load_optimized(a)?;
     let graphs: Vec<String> = match &a.graph {
         Some(g) => {
             let g = g.trim_start_matches('@');
@@ -68,12 +63,21 @@ pub fn compile(a: &CompileArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// The module as the JIT's pipeline leaves it, with `--shape` sizing symbolic dims and the
+/// `--input` values fixed.
+fn load_optimized(a: &CompileArgs) -> anyhow::Result<(SourceFile, graphc_ir::Module)> {
+    let options = graphc::driver::import_options_for(&a.file, &a.inputs, &a.shapes)?;
+    let (file, mut m) = graphc::driver::load(&a.file, &options)?;
+    graphc::driver::freeze_inputs(&mut m, &a.inputs)?;
+    let backend = graphc::backend::backend("jit").map_err(|e| anyhow!(e))?;
+    let m = graphc::driver::optimize(backend, m, false, &file)?;
+    Ok((file, m))
+}
+
 fn compile_gpu(a: &CompileArgs) -> anyhow::Result<ExitCode> {
     let chip = chip(&a.gpu_arch)
         .ok_or_else(|| anyhow!("--gpu-arch {}: expected a compute capability such as sm_80 or sm_90", a.gpu_arch))?;
-    let (file, m) = load(&a.file)?;
-    let backend = graphc::backend::backend("jit").map_err(|e| anyhow!(e))?;
-    let m = graphc::driver::optimize(backend, m, false, &file)?;
+    let (file, m) = load_optimized(a)?;
     let graph = match (&a.graph, m.graphs.as_slice()) {
         (Some(g), _) => {
             m.graph(g).ok_or_else(|| anyhow!("{}: no graph @{g}", file.name))?;
