@@ -7,7 +7,7 @@
 //! two differ only where a weight is infinite or NaN (0 * inf is NaN), so such weights with
 //! padding take an exact loop instead.
 
-use crate::entry::{matmul, Product};
+use crate::entry::{matmul_into, Product};
 use crate::kernel::{run_epilogue, LoopKernel};
 use crate::rows::PARALLEL_FLOPS;
 use graphc_ir::TensorType;
@@ -122,12 +122,9 @@ impl ConvKernel {
         let (p, k, mg) = (s.oh * s.ow, s.cg * s.kh * s.kw, s.m / self.geometry.group);
         let direct =
             s.kh == 1 && s.kw == 1 && self.geometry.strides == [1, 1] && !s.padded && s.oh == s.h && s.ow == s.w;
-        let mut col: Vec<f32> = Vec::new();
-        if !direct {
-            col.try_reserve_exact(k * p)
-                .map_err(|_| format!("cannot allocate the {k} x {p} patch matrix of a conv"))?;
-        }
-        let mut product = Vec::new();
+        // The patch matrix from the session's pool: a step after the first touches no fresh
+        // pages for it.
+        let mut col: Vec<f32> = if direct { Vec::new() } else { operands.alloc_f32(k * p)? };
         let image = s.c * s.h * s.w;
         for img in 0..s.n {
             for g in 0..self.geometry.group {
@@ -139,17 +136,11 @@ impl ConvKernel {
                     &col
                 };
                 let a = &wv[g * mg * k..][..mg * k];
-                matmul(
-                    a,
-                    b,
-                    &mut product,
-                    Product { m: mg, k, n: p, transpose_a: false, transpose_b: false },
-                    threads,
-                )?;
-                out[(img * s.m + g * mg) * p..][..mg * p].copy_from_slice(&product);
+                let dst = &mut out[(img * s.m + g * mg) * p..][..mg * p];
+                matmul_into(a, b, dst, Product { m: mg, k, n: p, transpose_a: false, transpose_b: false }, threads)?;
             }
         }
-        operands.recycle_f32(product);
+        operands.recycle_f32(col);
         Ok(())
     }
 

@@ -4,6 +4,7 @@ use crate::conv::ConvKernel;
 use crate::entry::{Entry, Extents};
 use crate::kernel::{ColumnKernel, LoopInput, LoopKernel, MatMulKernel};
 use crate::node::CpuKernel;
+use crate::pool::PoolKernel;
 use graphc_plan::{ColumnPlan, Epilogue, InputMap, KernelPlan, LoopPlan, MatMulPlan};
 
 /// The elements a loop kernel touches in each buffer, from its plan.
@@ -95,7 +96,9 @@ pub fn kernel(plan: &KernelPlan, entry: Option<Entry>) -> Result<CpuKernel, Stri
             epilogue: self::epilogue(&p.epilogue, epilogue, "conv")?,
             geometry: p.geometry.clone(),
         }),
+        (KernelPlan::Pool(p), None) => CpuKernel::Pool(PoolKernel { plan: p.clone() }),
         (KernelPlan::Loop(_), None) => return Err("a loop kernel without code".into()),
+        (KernelPlan::Pool(_), Some(_)) => return Err("code for a pool".into()),
         (KernelPlan::Columns(_), Some(_)) => return Err("code for a column reduction".into()),
     })
 }

@@ -355,8 +355,33 @@ mod transpose_tests {
 /// `[k, n]` or `[n, k]`) and `c: [m, n]` row-major; `c` is cleared and filled. The lengths
 /// are checked against the stored shapes, so this is safe to call with any buffers.
 pub fn matmul(a: &[f32], b: &[f32], c: &mut Vec<f32>, p: Product, threads: usize) -> Result<(), String> {
+    let mn = p.m.checked_mul(p.n).ok_or("a product too large to index")?;
+    c.clear();
+    c.reserve(mn);
+    // SAFETY: `c` has room for m*n elements (reserved just above); `product` writes every
+    // one of them when it succeeds (and the length stays 0 when it fails).
+    unsafe {
+        product(a, b, c.as_mut_ptr(), mn, p, threads)?;
+        c.set_len(mn);
+    }
+    Ok(())
+}
+
+/// [`matmul`] into a slice of exactly m*n elements (a block of a larger result).
+pub fn matmul_into(a: &[f32], b: &[f32], c: &mut [f32], p: Product, threads: usize) -> Result<(), String> {
+    if Some(c.len()) != p.m.checked_mul(p.n) {
+        return Err(format!("a result of {} elements for a [{}, {}] product", c.len(), p.m, p.n));
+    }
+    // SAFETY: `c` holds the m*n elements `product` writes.
+    unsafe { product(a, b, c.as_mut_ptr(), c.len(), p, threads) }
+}
+
+/// The product into the m*n elements at `c`, every one written when it returns Ok.
+///
+/// # Safety
+/// `c` must be valid for writes of `mn` = m*n elements.
+unsafe fn product(a: &[f32], b: &[f32], c: *mut f32, mn: usize, p: Product, threads: usize) -> Result<(), String> {
     let Product { m, k, n, .. } = p;
-    let mn = m.checked_mul(n).ok_or("a product too large to index")?;
     let elements = |[r, c]: [usize; 2]| r.checked_mul(c);
     let (sa, sb) = (p.lhs_shape(), p.rhs_shape());
     if Some(a.len()) != elements(sa) || Some(b.len()) != elements(sb) {
@@ -379,7 +404,8 @@ pub fn matmul(a: &[f32], b: &[f32], c: &mut Vec<f32>, p: Product, threads: usize
     let repack = [p.transpose_a && m * k >= REPACK_ELEMENTS, p.transpose_b && k * n >= REPACK_ELEMENTS];
     if repack.contains(&true) {
         let plain = Product { transpose_a: p.transpose_a && !repack[0], transpose_b: p.transpose_b && !repack[1], ..p };
-        return with_packed(a, b, p, repack, threads, |a, b| matmul(a, b, c, plain, threads));
+        // SAFETY: as this call's.
+        return with_packed(a, b, p, repack, threads, |a, b| unsafe { product(a, b, c, mn, plain, threads) });
     }
     // Every stride and extent as gemm's isize (the buffers' lengths bound them, but a zero
     // dimension leaves the others unbounded).
@@ -390,20 +416,17 @@ pub fn matmul(a: &[f32], b: &[f32], c: &mut Vec<f32>, p: Product, threads: usize
     let (a_rs, a_cs, b_rs, b_cs, c_rs) = (signed(a_rs)?, signed(a_cs)?, signed(b_rs)?, signed(b_cs)?, signed(n)?);
     signed(m)?;
     signed(k)?;
-    c.clear();
-    c.reserve(mn);
     // SAFETY: gemm reads lhs element (i, p), i < m, p < k, at `a + i*a_rs + p*a_cs`, at most
     // (m-1)k + (k-1) = mk - 1 untransposed and (m-1) + (k-1)m = mk - 1 transposed, within
     // `a`'s m*k elements (checked above); rhs element (p, j) likewise within `b`'s k*n; `c`
-    // has capacity m*n (reserved just above), row-major. With read_dst false gemm does not
-    // read `c` (dst = alpha dst + beta a b, alpha unused) and writes every element of it, so
-    // its length can then be m*n.
-    unsafe {
+    // holds m*n elements (the caller's promise), row-major. With read_dst false gemm does not
+    // read `c` (dst = alpha dst + beta a b, alpha unused) and writes every element of it.
+    let c = unsafe {
         gemm::gemm(
             m,
             n,
             k,
-            c.as_mut_ptr(),
+            c,
             1,
             c_rs,
             false,
@@ -420,8 +443,8 @@ pub fn matmul(a: &[f32], b: &[f32], c: &mut Vec<f32>, p: Product, threads: usize
             false,
             if threads > 1 { gemm::Parallelism::Rayon(threads) } else { gemm::Parallelism::None },
         );
-        c.set_len(mn);
-    }
+        std::slice::from_raw_parts_mut(c, mn)
+    };
     // The reference sums from +0, so its zeros are +0 (in round-to-nearest a sum that
     // starts at +0 is never -0); gemm may leave -0 (a single term -0 * x), whose sign a
     // later division turns into the other infinity. Adding +0 changes nothing else.

@@ -1,8 +1,8 @@
 //! graphc-cpu-runtime: the run half of the CPU backend. Generated kernels are plain functions
 //! over rows of f32 buffers; this crate calls them (after checking every buffer against the
-//! extents their plan touches), splits their rows across threads, runs matrix products on the
-//! gemm crate's microkernels before a generated epilogue, and provides the math functions the
-//! kernels call by symbol.
+//! extents their plan touches), splits their rows across threads, runs matrix products and
+//! convolutions (im2col) on the gemm crate's microkernels before a generated epilogue, pools,
+//! and provides the math functions the kernels call by symbol.
 //!
 //! The compile half (`graphc::lower::cpu`) emits code with Cranelift, into a JIT module or an
 //! object file, and describes each kernel with a [`LoopKernel`] or [`MatMulKernel`]; nothing
@@ -15,10 +15,12 @@ mod entry;
 mod kernel;
 pub mod math;
 mod node;
+mod pool;
 mod rows;
 
 pub use conv::ConvKernel;
-pub use entry::{matmul, Entry, Extents, In, KernelFn, Product};
+pub use entry::{matmul, matmul_into, Entry, Extents, In, KernelFn, Product};
 pub use kernel::{ColumnKernel, LoopInput, LoopKernel, MatMulKernel};
 pub use node::CpuKernel;
+pub use pool::PoolKernel;
 pub use rows::{row_blocks, PARALLEL_ELEMENTS, PARALLEL_FLOPS};

@@ -2,6 +2,7 @@
 
 use crate::conv::ConvKernel;
 use crate::kernel::{ColumnKernel, LoopKernel, MatMulKernel};
+use crate::pool::PoolKernel;
 use graphc_runtime::{Kernel, Operands, Tensor};
 
 /// A compiled node.
@@ -11,6 +12,7 @@ pub enum CpuKernel {
     MatMul(MatMulKernel),
     Columns(ColumnKernel),
     Conv(ConvKernel),
+    Pool(PoolKernel),
 }
 
 impl Kernel for CpuKernel {
@@ -22,6 +24,7 @@ impl Kernel for CpuKernel {
             CpuKernel::MatMul(k) => k.run(operands),
             CpuKernel::Columns(k) => k.run(operands),
             CpuKernel::Conv(k) => k.run(operands),
+            CpuKernel::Pool(k) => k.run(operands),
         }
     }
 }

@@ -523,6 +523,43 @@ pub fn conv_plan(g: &Graph, node: Node) -> Option<ConvPlan> {
     Some(ConvPlan { x, w, epilogue, geometry })
 }
 
+/// A 2-D max or average pool of an f32 `[N, C, H, W]` input into `[N, C, OH, OW]`, each
+/// plane on its own: the run half walks each window's taps inside the input (a range per
+/// dim, found from the geometry, not by visiting the padding).
+#[derive(Clone, Debug, PartialEq)]
+pub struct PoolPlan {
+    /// `max_pool` (one result, no indices) or `avg_pool`.
+    pub op: Op,
+    pub input: TensorType,
+    pub out: TensorType,
+    pub window: graphc_ir::window::Window,
+    /// `avg_pool`'s `count_include_pad`.
+    pub count_include_pad: bool,
+}
+
+/// The plan for a lone `max_pool` (without indices) or `avg_pool` of a non-empty f32 tensor of
+/// rank 4, or `None` (it stays with the reference kernel).
+pub fn pool_plan(g: &Graph, node: Node) -> Option<PoolPlan> {
+    let nd = &g.nodes[node];
+    if !matches!(nd.op, Op::MaxPool | Op::AvgPool) || nd.operands.len() != 1 || nd.results.len() != 1 {
+        return None;
+    }
+    let input = g.values[nd.operands[0]].ty.as_tensor()?.clone();
+    let out = g.values[nd.results[0]].ty.as_tensor()?.clone();
+    let fits = |t: &TensorType| t.num_elements().and_then(|n| n.checked_mul(4)).is_some_and(|b| b <= isize::MAX as u64);
+    if [&input, &out].iter().any(|t| t.dtype != DType::F32 || t.rank() != 4 || t.num_elements() == Some(0) || !fits(t))
+    {
+        return None;
+    }
+    let kernel: Vec<u64> = nd.attrs.ints("kernel")?.iter().map(|&k| u64::try_from(k).ok()).collect::<Option<_>>()?;
+    let window = graphc_ir::window::Window::from_attrs(&nd.attrs, kernel).ok()?;
+    if window.output_dims(&input.shape[2..]).ok()? != out.shape[2..] || input.shape[..2] != out.shape[..2] {
+        return None;
+    }
+    let count_include_pad = nd.op == Op::AvgPool && nd.attrs.bool("count_include_pad").unwrap_or(false);
+    Some(PoolPlan { op: nd.op, input, out, window, count_include_pad })
+}
+
 /// What a kernel computes.
 #[derive(Clone, Debug)]
 pub enum KernelPlan {
@@ -530,6 +567,7 @@ pub enum KernelPlan {
     MatMul(MatMulPlan),
     Columns(ColumnPlan),
     Conv(ConvPlan),
+    Pool(PoolPlan),
 }
 
 impl KernelPlan {
@@ -540,7 +578,7 @@ impl KernelPlan {
             KernelPlan::Loop(p) => Some(p),
             KernelPlan::MatMul(mp) => mp.epilogue.as_ref().map(|(p, _)| p),
             KernelPlan::Conv(cp) => cp.epilogue.as_ref().map(|(p, _)| p),
-            KernelPlan::Columns(_) => None,
+            KernelPlan::Columns(_) | KernelPlan::Pool(_) => None,
         }
     }
 }
@@ -556,7 +594,7 @@ pub struct Kernel {
 
 /// Every node of the module that becomes a kernel: graph by graph, each in walk order (nested
 /// regions included; the nodes inside a fusion run as part of it), with a matmul plan where
-/// the node has one, else a loop plan, else a column plan. Backends compile them in this order.
+/// the node has one, else a loop plan, else a column, convolution or pooling plan. Backends compile them in this order.
 pub fn kernels(m: &Module) -> Vec<Kernel> {
     let mut out = Vec::new();
     for g in &m.graphs {
@@ -573,6 +611,8 @@ pub fn kernels(m: &Module) -> Vec<Kernel> {
                 KernelPlan::Columns(cp)
             } else if let Some(cp) = conv_plan(g, n) {
                 KernelPlan::Conv(cp)
+            } else if let Some(pp) = pool_plan(g, n) {
+                KernelPlan::Pool(pp)
             } else {
                 continue;
             };
@@ -626,7 +666,7 @@ fn build(g: &Graph, inputs: &[Value], nodes: &[Node], yields: &[Value], by_rows:
     for &m in nodes {
         // Every step is computed once per element of `out`, which is right for any value
         // that broadcasts into it, and wrong for one wider (its other elements have no place).
-        access(&tensor(*g.nodes[m].results.first()?)?, &out)?;
+        access(&tensor(*g.nodes[m].results.first()?)?, &out, out.rank().saturating_sub(1))?;
         let step = lower_node(g, m, &index)?;
         steps.push(step);
         index.insert(g.nodes[m].results[0], steps.len() - 1);
@@ -649,7 +689,7 @@ fn build(g: &Graph, inputs: &[Value], nodes: &[Node], yields: &[Value], by_rows:
     if results.iter().any(|&i| masks[i]) {
         return None;
     }
-    let (inputs, rows, cols) = layout(&out, &input_types, by_rows || !reduces.is_empty())?;
+    let (inputs, rows, cols) = layout(&out, &input_types, !by_rows && reduces.is_empty(), !reduces.is_empty())?;
     // A per-row result must be one the kernel computes once per row.
     let row_values = row_steps(&steps, &inputs, &masks);
     if results.iter().zip(&per_row).any(|(&i, &p)| p && !row_values[i]) {
@@ -803,8 +843,9 @@ enum Access {
     Expand,
 }
 
-/// How an input of type `t` is read for output `out` (numpy broadcasting, right-aligned).
-fn access(t: &TensorType, out: &TensorType) -> Option<Access> {
+/// How an input of type `t` is read for output `out` (numpy broadcasting, right-aligned)
+/// viewed as `[rows, cols]` with its first `split` dims as the rows.
+fn access(t: &TensorType, out: &TensorType, split: usize) -> Option<Access> {
     let (rank, orank) = (t.rank(), out.rank());
     if rank > orank {
         return None;
@@ -821,25 +862,42 @@ fn access(t: &TensorType, out: &TensorType) -> Option<Access> {
     if aligned.iter().all(|&a| a == 1) {
         return Some(Access::Splat);
     }
-    let (lead, last) = aligned.split_at(orank - 1);
-    let (olead, olast) = out.shape.split_at(orank - 1);
-    Some(if last == [1] && lead == olead {
+    let (lead, trail) = aligned.split_at(split.min(orank));
+    let (olead, otrail) = out.shape.split_at(split.min(orank));
+    Some(if trail.iter().all(|&a| a == 1) && lead == olead {
         Access::PerRow
-    } else if last == olast && lead.iter().all(|&a| a == 1) {
+    } else if trail == otrail && lead.iter().all(|&a| a == 1) {
         Access::PerColumn
     } else {
         Access::Expand
     })
 }
 
-/// The input maps and the `[rows, cols]` view to iterate: the output's leading dims by its
-/// last; or, when every input is read in full or as one element, blocks of up to 4096
-/// elements (so that a long vector splits into rows that threads can share).
-fn layout(out: &TensorType, types: &[TensorType], by_rows: bool) -> Option<(Vec<InputMap>, usize, usize)> {
+/// The input maps and the `[rows, cols]` view to iterate: when every input is read in full
+/// or as one element and `blocks` allows, blocks of up to 4096 elements (so that a long
+/// vector splits into rows that threads can share); else the output's leading dims by its
+/// last, or (without `last_axis`) by the last few, where that reads every input through
+/// strides (a per-channel operand of `[N, C, H, W]` at batch 1: `[C, H*W]` rows, read once
+/// per row) where the last axis alone would expand one.
+fn layout(
+    out: &TensorType,
+    types: &[TensorType],
+    blocks: bool,
+    last_axis: bool,
+) -> Option<(Vec<InputMap>, usize, usize)> {
     let n = out.num_elements()? as usize;
-    let accesses: Vec<Access> = types.iter().map(|t| access(t, out)).collect::<Option<_>>()?;
-    let last = out.shape.last().copied().unwrap_or(1).max(1) as usize;
-    let flat = !by_rows && accesses.iter().all(|a| matches!(a, Access::Full | Access::Splat | Access::Expand));
+    let rank = out.rank();
+    let accesses_at = |split: usize| types.iter().map(|t| access(t, out, split)).collect::<Option<Vec<Access>>>();
+    let last_split = rank.saturating_sub(1);
+    let mut accesses = accesses_at(last_split)?;
+    let strided = |a: &Vec<Access>| !a.contains(&Access::Expand);
+    let mut split = last_split;
+    if !last_axis && !strided(&accesses) {
+        if let Some((s, a)) = (1..last_split).rev().find_map(|s| accesses_at(s).filter(strided).map(|a| (s, a))) {
+            (split, accesses) = (s, a);
+        }
+    }
+    let flat = blocks && accesses.iter().all(|a| matches!(a, Access::Full | Access::Splat | Access::Expand));
     let cols = if flat {
         let mut block = 4096.min(n);
         while !n.is_multiple_of(block) {
@@ -847,13 +905,13 @@ fn layout(out: &TensorType, types: &[TensorType], by_rows: bool) -> Option<(Vec<
         }
         if block >= 64 {
             block
-        } else if out.rank() >= 2 {
-            last
+        } else if rank >= 2 {
+            out.shape[rank - 1].max(1) as usize
         } else {
             n
         }
     } else {
-        last
+        out.shape[split..].iter().product::<u64>().max(1) as usize
     };
     let maps = accesses
         .iter()

@@ -28,7 +28,7 @@
 //! and its epilogue's inputs, then the epilogue's loop plan, indented.
 
 use crate::analysis::{
-    kernels, ColumnPlan, ConvPlan, Epilogue, InputMap, Kernel, KernelPlan, LoopPlan, MatMulPlan, Step,
+    kernels, ColumnPlan, ConvPlan, Epilogue, InputMap, Kernel, KernelPlan, LoopPlan, MatMulPlan, PoolPlan, Step,
 };
 use graphc_ir::{Graph, Module, Node};
 use std::fmt::{self, Write};
@@ -64,6 +64,25 @@ impl fmt::Display for ConvPlan {
     }
 }
 
+impl fmt::Display for PoolPlan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let w = &self.window;
+        writeln!(
+            f,
+            "{} {} (kernel {:?}, strides {:?}, pads {:?} {:?}, dilations {:?}{}): per plane, taps inside the input -> {}",
+            self.op.name(),
+            self.input,
+            w.kernel,
+            w.strides,
+            w.pads_begin,
+            w.pads_end,
+            w.dilations,
+            if self.count_include_pad { ", padding counted" } else { "" },
+            self.out
+        )
+    }
+}
+
 impl fmt::Display for ColumnPlan {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
@@ -85,6 +104,7 @@ impl fmt::Display for KernelPlan {
             KernelPlan::MatMul(p) => write_matmul(f, p, ""),
             KernelPlan::Columns(p) => write!(f, "{p}"),
             KernelPlan::Conv(p) => write!(f, "{p}"),
+            KernelPlan::Pool(p) => write!(f, "{p}"),
         }
     }
 }

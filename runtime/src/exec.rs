@@ -5,6 +5,7 @@
 
 use crate::budget::{bytes_of, Ledger};
 use crate::compiled::{CompiledKernels, Operands};
+use crate::constants::ConstantCache;
 use crate::error::{ErrorKind, RunError};
 use crate::executor::{ExecContext, ExecOutput, Executor, NodeEvent};
 use crate::kernels;
@@ -54,6 +55,8 @@ impl Executor for InterpExecutor {
         interp.compiled = self.compiled.as_deref();
         interp.liveness = cx.liveness();
         interp.retained = cx.fetches().iter().copied().collect();
+        interp.derived_from_cache =
+            cx.feeds().keys().all(|&v| matches!(graph.values[v].def, graphc_ir::ValueDef::Param(..)));
         let mut env: Env = cx.take_feeds().into_iter().map(|(v, t)| (v, RtValue::Tensor(t))).collect();
         interp.hold_bound(&env);
         interp.run_nodes(graph.body, &mut env, &|n| cx.is_needed(n))?;
@@ -109,6 +112,12 @@ pub(crate) struct Interp<'a> {
     pub pool: &'a BufferPool,
     /// The tensors this run holds, counted against the session's memory budget.
     ledger: Ledger,
+    /// The session's step-invariant values, and which nodes of this graph give them.
+    constants: &'a ConstantCache,
+    invariant: Arc<HashSet<Node>>,
+    /// Whether values derived from constants may come from the cache: not when a feed
+    /// replaces a value of the body (what depends on it differs from the kept value).
+    pub derived_from_cache: bool,
 }
 
 impl<'a> Interp<'a> {
@@ -131,6 +140,9 @@ impl<'a> Interp<'a> {
             retained: HashSet::new(),
             pool: cx.pool(),
             ledger: Ledger::new(cx.budget().clone()),
+            constants: cx.constants(),
+            invariant: cx.constants().nodes(cx.graph()),
+            derived_from_cache: true,
         }
     }
 
@@ -264,7 +276,8 @@ impl<'a> Interp<'a> {
             self.unbind(env, v);
         }
         self.executed += 1;
-        let results = self.compute(n, args)?;
+        let cached = self.invariant.contains(&n) && (self.derived_from_cache || nd.op == Op::Constant);
+        let results = if cached { self.compute_invariant(n, args)? } else { self.compute(n, args)? };
         if results.len() != nd.results.len() {
             return Err(RunError::internal(format!(
                 "gave {} results, the node has {}",
@@ -277,6 +290,26 @@ impl<'a> Interp<'a> {
             if &got != want {
                 return Err(RunError::internal(format!("produced {got} where the type rule says {want}")));
             }
+        }
+        Ok(results)
+    }
+
+    /// The results of a step-invariant node: kept from an earlier step, or computed and kept.
+    fn compute_invariant(&mut self, n: Node, args: Vec<RtValue>) -> Result<Vec<RtValue>, RunError> {
+        let g = self.graph;
+        if let Some(kept) = self.constants.get(&g.name, n) {
+            return Ok(kept.into_iter().map(RtValue::Tensor).collect());
+        }
+        let results = self.compute(n, args)?;
+        let tensors: Option<Vec<Arc<Tensor>>> = results
+            .iter()
+            .map(|r| match r {
+                RtValue::Tensor(t) => Some(t.clone()),
+                _ => None,
+            })
+            .collect();
+        if let Some(tensors) = tensors {
+            self.constants.keep(&g.name, n, g.nodes[n].op == Op::Constant, &tensors);
         }
         Ok(results)
     }

@@ -33,6 +33,7 @@
 //!   ([`RunError::at_node`]); never panic on bad data.
 
 use crate::budget::MemoryBudget;
+use crate::constants::ConstantCache;
 use crate::error::RunError;
 use crate::liveness::Liveness;
 use crate::pool::BufferPool;
@@ -66,6 +67,7 @@ pub struct ExecContext<'a> {
     pub(crate) rendezvous: &'a dyn Rendezvous,
     pub(crate) wait: WaitCtx<'a>,
     pub(crate) pool: &'a BufferPool,
+    pub(crate) constants: &'a ConstantCache,
     pub(crate) budget: &'a Arc<MemoryBudget>,
     pub(crate) max_tensor_bytes: u64,
     pub(crate) liveness: Option<&'a Liveness>,
@@ -130,6 +132,12 @@ impl<'a> ExecContext<'a> {
     /// The session's recycled host buffers.
     pub fn pool(&self) -> &'a BufferPool {
         self.pool
+    }
+
+    /// The session's step-invariant values (constants and what depends on them alone),
+    /// computed once.
+    pub fn constants(&self) -> &'a ConstantCache {
+        self.constants
     }
 
     /// The session's memory budget for host tensors.

@@ -17,6 +17,7 @@
 pub mod budget;
 pub mod checkpoint;
 mod compiled;
+mod constants;
 mod error;
 mod exec;
 mod executor;
@@ -38,6 +39,7 @@ mod value;
 mod wait;
 
 pub use compiled::{CompiledKernels, Kernel, KernelTable, Operands};
+pub use constants::ConstantCache;
 pub use error::{ErrorKind, RunError};
 pub use exec::InterpExecutor;
 pub use executor::{ExecContext, ExecOutput, Executor, NodeEvent, MAX_EVENTS};

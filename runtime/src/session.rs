@@ -11,6 +11,7 @@
 //! interpreter, with a backend's compiled kernels when it has some) or one set for the graph.
 //! Each step gets its rendezvous from the session's [`RendezvousFactory`] and a number.
 
+use crate::constants::ConstantCache;
 use crate::error::{ErrorKind, RunError};
 use crate::exec::InterpExecutor;
 use crate::executor::{ExecContext, ExecOutput, Executor, NodeEvent};
@@ -143,6 +144,7 @@ pub struct Session {
     threads: Mutex<Option<Arc<rayon::ThreadPool>>>,
     /// Buffers of values that died, for the next outputs.
     buffers: BufferPool,
+    constants: ConstantCache,
     /// Where each graph's values die, by graph name.
     liveness: HashMap<String, Liveness>,
     /// What runs a graph with no executor of its own: the interpreter, with a backend's
@@ -187,6 +189,7 @@ impl Session {
             max_bytes,
             threads: Mutex::new(None),
             buffers: BufferPool::default(),
+            constants: ConstantCache::default(),
             liveness,
             executor: Arc::new(InterpExecutor::new()),
             executors: HashMap::new(),
@@ -442,6 +445,7 @@ impl Session {
                 deadline,
             ),
             pool: &self.buffers,
+            constants: &self.constants,
             budget: &self.budget,
             max_tensor_bytes: self.max_bytes,
             liveness: self.liveness.get(&g.name),

@@ -56,7 +56,19 @@ impl Tensor {
             Some(ty) => {
                 let shape: Vec<usize> = ty.shape.iter().map(|&d| d as usize).collect();
                 let b = a.broadcast(shape).ok_or_else(|| format!("{} does not broadcast to {ty}", self.ty()))?;
-                Cow::Owned(b.iter().copied().collect())
+                // Lane by lane along the last axis: a contiguous lane is one copy, a
+                // broadcast one a fill (ndarray's element iterator is several times slower).
+                let Some(last) = b.ndim().checked_sub(1) else { return Ok(Cow::Owned(b.iter().copied().collect())) };
+                let mut v = Vec::new();
+                v.try_reserve_exact(b.len())
+                    .map_err(|_| format!("cannot allocate {} f32s to expand {} to {ty}", b.len(), self.ty()))?;
+                for lane in b.lanes(ndarray::Axis(last)) {
+                    match lane.as_slice() {
+                        Some(s) => v.extend_from_slice(s),
+                        None => v.extend(lane.iter().copied()),
+                    }
+                }
+                Cow::Owned(v)
             }
             None => match a.as_slice() {
                 Some(s) => Cow::Borrowed(s),

@@ -345,3 +345,36 @@ fn a_value_inside_a_loop_body_cannot_be_fetched_or_targeted() {
         assert!(e.message.contains("region of node 'while %r' of @spin") && e.span.is_some(), "{e}");
     }
 }
+
+const INVARIANT: &str = "graph @g(%x: f32[2,3]) -> (y: f32[2,3], w: f32[2,3]) {
+  %c = constant {value = dense<[1.0, 2.0, 3.0]> : f32[3]} : f32[3]
+  %w = broadcast %c {shape = [2, 3]} : f32[2,3]
+  %y = add %w, %x : f32[2,3]
+  return %y, %w
+}
+";
+
+#[test]
+fn values_of_constants_alone_are_computed_once_per_session() {
+    let s = session(INVARIANT);
+    let x = f32t(&[2, 3], &[0.0; 6]);
+    let first = s.run(RunRequest::new("g").feed("x", x.clone())).unwrap();
+    let second = s.run(RunRequest::new("g").feed("x", x.clone())).unwrap();
+    let w = |o: &graphc_runtime::RunOutput| match &o.values[1] {
+        graphc_runtime::RtValue::Tensor(t) => t.clone(),
+        v => panic!("{v:?}"),
+    };
+    assert!(std::sync::Arc::ptr_eq(&w(&first), &w(&second)), "the broadcast of a constant is kept, not redone");
+    assert_eq!(second.tensor(0).unwrap(), &f32t(&[2, 3], &[1.0, 2.0, 3.0, 1.0, 2.0, 3.0]));
+}
+
+#[test]
+fn a_fed_constant_is_not_overruled_by_what_was_kept() {
+    let s = session(INVARIANT);
+    let x = f32t(&[2, 3], &[0.0; 6]);
+    s.run(RunRequest::new("g").feed("x", x.clone())).unwrap();
+    let fed = s.run(RunRequest::new("g").feed("x", x.clone()).feed("c", f32t(&[3], &[5.0, 6.0, 7.0]))).unwrap();
+    assert_eq!(fed.tensor(0).unwrap(), &f32t(&[2, 3], &[5.0, 6.0, 7.0, 5.0, 6.0, 7.0]));
+    let again = s.run(RunRequest::new("g").feed("x", x)).unwrap();
+    assert_eq!(again.tensor(1).unwrap(), &f32t(&[2, 3], &[1.0, 2.0, 3.0, 1.0, 2.0, 3.0]));
+}

@@ -126,6 +126,9 @@ fn fusible(g: &Graph, n: Node) -> bool {
         // An elementwise op no loop kernel computes (a cast, sin, mod) would keep its whole
         // group on the interpreter: it runs alone, and its neighbours fuse and compile.
         && (nd.op.kind() != OpKind::Elementwise || crate::lower::plan::supported(nd.op))
+        // Likewise an op that moves elements (concat, transpose, reshape): no loop kernel
+        // reindexes, so one would keep a batch-norm after a concat on the interpreter.
+        && !reindexes(nd.op)
         && nd.control_deps.is_empty()
         && nd.regions.is_empty()
         && nd.results.iter().all(|&v| {

@@ -143,6 +143,9 @@ pub fn gpu_listing(m: &Module, graph: &str, chip: &str) -> Result<(String, Vec<G
             plan::KernelPlan::Conv(_) => {
                 kept.push(format!("{}: convolutions have no GPU kernel yet", plan::kernel_header(m, i, &k)))
             }
+            plan::KernelPlan::Pool(_) => {
+                kept.push(format!("{}: pooling has no GPU kernel yet", plan::kernel_header(m, i, &k)))
+            }
         }
     }
     Ok((emit::gpu_module(&texts, chip), kernels, kept))

@@ -1,0 +1,183 @@
+//! Compiled 2-D pooling (the run half's tap ranges) against the reference kernel, bit for
+//! bit: random shapes and windows, strides, padding, dilations, ceil mode and
+//! count_include_pad, odd sizes included; an exhaustive small grid; infinities and NaNs.
+
+mod common;
+
+use graphc::lower::cpu::CompileOptions;
+use graphc::lower::plan::{self, KernelPlan};
+use graphc_ir::window::Window;
+use graphc_ir::{parse_module, Module, TensorData};
+use graphc_runtime::{RunRequest, Session, SessionOptions, Tensor};
+use proptest::prelude::*;
+use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
+use std::sync::Arc;
+
+#[derive(Clone, Debug)]
+struct Case {
+    max: bool,
+    nc: [u64; 2],
+    hw: [u64; 2],
+    k: [u64; 2],
+    strides: [u64; 2],
+    pads: [u64; 4],
+    dilations: [u64; 2],
+    ceil_mode: bool,
+    include_pad: bool,
+}
+
+impl Case {
+    /// The module, or None when the window does not fit the padded input.
+    fn module(&self) -> Option<Module> {
+        let window = Window {
+            kernel: self.k.to_vec(),
+            strides: self.strides.to_vec(),
+            pads_begin: self.pads[..2].to_vec(),
+            pads_end: self.pads[2..].to_vec(),
+            dilations: self.dilations.to_vec(),
+            ceil_mode: self.ceil_mode,
+        };
+        let out = window.output_dims(&self.hw).ok()?;
+        let [n, c] = self.nc;
+        let y = format!("f32[{n},{c},{},{}]", out[0], out[1]);
+        let (op, extra) = if self.max {
+            ("max_pool", String::new())
+        } else {
+            ("avg_pool", format!(", count_include_pad = {}", self.include_pad))
+        };
+        let text = format!(
+            "graph @g(%x: f32[{n},{c},{},{}]) -> (y: {y}) {{\n  %y = {op} %x {{kernel = {:?}, strides = {:?}, pads = {:?}, dilations = {:?}, ceil_mode = {}{extra}}} : {y}\n  return %y\n}}\n",
+            self.hw[0], self.hw[1], self.k, self.strides, self.pads, self.dilations, self.ceil_mode
+        );
+        Some(parse_module(&text).unwrap_or_else(|e| panic!("{text}: {e:?}")))
+    }
+}
+
+fn input(t: &graphc_ir::TensorType, seed: u64, patch: &dyn Fn(&mut Vec<f32>)) -> Tensor {
+    let n = t.num_elements().unwrap() as usize;
+    let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    let mut v: Vec<f32> = (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s % 2001) as f32 / 1000.0 - 1.0
+        })
+        .collect();
+    patch(&mut v);
+    let shape: Vec<usize> = t.shape.iter().map(|&d| d as usize).collect();
+    Tensor::from_data(&shape, TensorData::F32(v)).unwrap()
+}
+
+/// Runs the case with and without compiled kernels and checks the results are the same bits
+/// (any NaN matching any NaN).
+fn check(case: &Case, patch: &dyn Fn(&mut Vec<f32>)) -> Result<(), TestCaseError> {
+    let Some(m) = case.module() else { return Ok(()) };
+    let pools = plan::kernels(&m).iter().filter(|k| matches!(k.plan, KernelPlan::Pool(_))).count();
+    prop_assert_eq!(pools, 1, "{:?}: the pool is compiled", case);
+    let g = &m.graphs[0];
+    let x = g.inputs()[0];
+    let req = RunRequest::new("g").feed("x", Arc::new(input(g.values[x].ty.as_tensor().unwrap(), 11, patch)));
+    let interp = Session::new(m.clone(), SessionOptions::default()).unwrap();
+    let kernels = common::cpu_kernels(&m, &CompileOptions::default()).unwrap();
+    let jit = Session::with_compiled(m.clone(), SessionOptions::default(), kernels).unwrap();
+    let want = interp.run(req.clone()).unwrap().tensor(0).unwrap().f32_elements(None).unwrap().into_owned();
+    let got = jit.run(req).unwrap().tensor(0).unwrap().f32_elements(None).unwrap().into_owned();
+    prop_assert_eq!(got.len(), want.len());
+    for (i, (a, b)) in got.iter().zip(&want).enumerate() {
+        prop_assert!(
+            a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()),
+            "{:?}: element {}: {} vs {}",
+            case,
+            i,
+            a,
+            b
+        );
+    }
+    Ok(())
+}
+
+#[test]
+fn random_pools_run_alike_compiled() {
+    let strategy = (
+        (any::<bool>(), prop::array::uniform2(1u64..4), prop::array::uniform2(1u64..13)),
+        (prop::array::uniform2(1u64..5), prop::array::uniform2(1u64..4), prop::array::uniform4(0u64..3)),
+        (prop::array::uniform2(1u64..3), any::<bool>(), any::<bool>()),
+    )
+        .prop_map(|((max, nc, hw), (k, strides, pads), (dilations, ceil_mode, include_pad))| Case {
+            max,
+            nc,
+            hw,
+            k,
+            strides,
+            pads,
+            // ONNX's AveragePool has dilations too; the IR allows them on both.
+            dilations,
+            ceil_mode,
+            include_pad,
+        });
+    let config = Config { cases: 300, ..Config::default() };
+    let mut runner = TestRunner::new_with_rng(config, TestRng::from_seed(RngAlgorithm::ChaCha, &[9; 32]));
+    runner.run(&strategy, |case| check(&case, &|_| {})).unwrap();
+}
+
+#[test]
+fn the_exhaustive_small_grid_runs_alike_compiled() {
+    // Every window, stride, padding, dilation and mode up to small sizes on a 5x4 input.
+    for max in [false, true] {
+        for kh in 1..=3 {
+            for kw in 1..=2 {
+                for s in 1..=2 {
+                    for p in 0..=2 {
+                        for d in 1..=2 {
+                            for ceil_mode in [false, true] {
+                                for include_pad in [false, true] {
+                                    let case = Case {
+                                        max,
+                                        nc: [1, 2],
+                                        hw: [5, 4],
+                                        k: [kh, kw],
+                                        strides: [s, 3 - s],
+                                        pads: [p, 0, 2 - p, p],
+                                        dilations: [d, 1],
+                                        ceil_mode,
+                                        include_pad: include_pad && !max,
+                                    };
+                                    check(&case, &|_| {}).unwrap();
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn infinities_and_nans_match() {
+    for max in [false, true] {
+        let case = Case {
+            max,
+            nc: [1, 1],
+            hw: [4, 5],
+            k: [3, 2],
+            strides: [1, 2],
+            pads: [1, 1, 1, 1],
+            dilations: [1, 1],
+            ceil_mode: true,
+            include_pad: !max,
+        };
+        for special in [f32::INFINITY, f32::NEG_INFINITY, f32::NAN] {
+            for at in [0, 6, 19] {
+                check(&case, &|v| v[at] = special).unwrap();
+                // Two specials in one window: inf and -inf sum to NaN; NaN wins a max.
+                check(&case, &|v| {
+                    v[at] = special;
+                    v[(at + 1) % 20] = -special;
+                })
+                .unwrap();
+            }
+        }
+    }
+}

@@ -1,0 +1,180 @@
+//! 2-D max and average pooling, plane by plane: per output position and spatial dim, the
+//! window's taps inside the input form one range (positions grow with the tap), found from the
+//! geometry, so no tap in the padding is visited. Results equal the reference kernel's bit
+//! for bit: the same taps in the same order, maxima folded from -inf with NaN winning,
+//! averages summed in f64.
+
+use crate::rows::PARALLEL_ELEMENTS;
+use graphc_plan::PoolPlan;
+use graphc_runtime::{Operands, Tensor};
+
+/// The pooling a [`PoolPlan`] planned.
+#[derive(Debug)]
+pub struct PoolKernel {
+    pub plan: PoolPlan,
+}
+
+/// One output position's taps along one spatial dim: those in `lo..hi` fall inside the
+/// input, the first `counted` are not past the end padding (what `count_include_pad`
+/// counts).
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Taps {
+    lo: usize,
+    hi: usize,
+    counted: usize,
+}
+
+/// The taps of each of `outputs` windows along a dim of `size`. Attributes may each be near
+/// i64::MAX, so positions are computed in 128 bits, and from the geometry alone (a window
+/// may be far larger than the input).
+fn taps(outputs: usize, size: u64, kernel: u64, stride: u64, pad_begin: u64, pad_end: u64, dilation: u64) -> Vec<Taps> {
+    let (size, kernel, d) = (size as i128, kernel as i128, dilation as i128);
+    let ceil_div = |a: i128| -(-a).div_euclid(d);
+    (0..outputs)
+        .map(|o| {
+            // Tap k of this window is at position start + k*d.
+            let start = o as i128 * stride as i128 - pad_begin as i128;
+            let lo = ceil_div(-start).clamp(0, kernel);
+            let hi = if size - 1 - start < 0 { 0 } else { ((size - 1 - start).div_euclid(d) + 1).clamp(0, kernel) };
+            let counted = ceil_div(size + pad_end as i128 - start).clamp(0, kernel);
+            Taps { lo: lo as usize, hi: hi.max(lo) as usize, counted: counted as usize }
+        })
+        .collect()
+}
+
+impl PoolKernel {
+    pub fn run(&self, operands: &Operands<'_>) -> Result<Vec<Tensor>, String> {
+        let p = &self.plan;
+        let all = operands.all();
+        let (1, Some(xt)) = (all.len(), all.first()) else {
+            return Err(format!("{} operands where a pool takes 1", all.len()));
+        };
+        if xt.ty() != p.input {
+            return Err(format!(
+                "compiled kernel input 0 is {} where the kernel was compiled for {}",
+                xt.ty(),
+                p.input
+            ));
+        }
+        let x = xt.f32_elements(None).map_err(|e| format!("input 0: {e}"))?;
+        let dims = |t: &graphc_ir::TensorType| -> Vec<usize> { t.shape.iter().map(|&d| d as usize).collect() };
+        let (xs, ys) = (dims(&p.input), dims(&p.out));
+        let w = &p.window;
+        if xs.len() != 4 || ys.len() != 4 || w.kernel.len() != 2 || xs[..2] != ys[..2] {
+            return Err(format!("a 2-D pool of {} into {}", p.input, p.out));
+        }
+        let along = |i: usize| {
+            taps(ys[2 + i], xs[2 + i] as u64, w.kernel[i], w.strides[i], w.pads_begin[i], w.pads_end[i], w.dilations[i])
+        };
+        let (ty, tx) = (along(0), along(1));
+        let (h, wd, plane_out) = (xs[2], xs[3], ys[2] * ys[3]);
+        let ([sy, sx], [py, px], [dy, dx]) = (
+            [w.strides[0] as usize, w.strides[1] as usize],
+            [w.pads_begin[0] as usize, w.pads_begin[1] as usize],
+            [w.dilations[0] as usize, w.dilations[1] as usize],
+        );
+        let max = p.op == graphc_ir::Op::MaxPool;
+        let include_pad = p.count_include_pad;
+        // One plane: input `src` (`[h, w]`) into `dst` (`[oh, ow]`). Taps inside the input
+        // are in bounds: lo..hi were derived from these very sizes.
+        let pool_plane = |src: &[f32], dst: &mut [f32]| {
+            for (oy, t_y) in ty.iter().enumerate() {
+                for (ox, t_x) in tx.iter().enumerate() {
+                    let (mut acc, mut sum) = (f32::NEG_INFINITY, 0.0f64);
+                    for ky in t_y.lo..t_y.hi {
+                        let iy = oy * sy + ky * dy - py;
+                        let row = &src[iy * wd..][..wd];
+                        for kx in t_x.lo..t_x.hi {
+                            let v = row[ox * sx + kx * dx - px];
+                            if max {
+                                if !acc.is_nan() && (v.is_nan() || v > acc) {
+                                    acc = v;
+                                }
+                            } else {
+                                sum += f64::from(v);
+                            }
+                        }
+                    }
+                    dst[oy * tx.len() + ox] = if max {
+                        acc
+                    } else {
+                        let count =
+                            if include_pad { t_y.counted * t_x.counted } else { (t_y.hi - t_y.lo) * (t_x.hi - t_x.lo) };
+                        if count == 0 {
+                            f32::NAN
+                        } else {
+                            (sum / count as f64) as f32
+                        }
+                    };
+                }
+            }
+        };
+        let len = ys.iter().product::<usize>();
+        let mut out = operands.alloc_f32(len)?;
+        out.resize(len, 0.0);
+        let taps_per_window = w.kernel[0].min(h as u64).saturating_mul(w.kernel[1].min(wd as u64));
+        let work = (len as u64).saturating_mul(taps_per_window);
+        if work >= PARALLEL_ELEMENTS as u64 && xs[0] * xs[1] > 1 && rayon::current_thread_index().is_none() {
+            use rayon::prelude::*;
+            x.par_chunks_exact(h * wd)
+                .zip(out.par_chunks_exact_mut(plane_out))
+                .for_each(|(src, dst)| pool_plane(src, dst));
+        } else {
+            x.chunks_exact(h * wd).zip(out.chunks_exact_mut(plane_out)).for_each(|(src, dst)| pool_plane(src, dst));
+        }
+        Ok(vec![Tensor::from_f32(out, &p.out)?])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The taps by visiting each one, as the reference does.
+    fn visited(outputs: usize, size: u64, k: u64, s: u64, pb: u64, pe: u64, d: u64) -> Vec<Taps> {
+        (0..outputs)
+            .map(|o| {
+                let pos = |t: u64| o as i128 * s as i128 - pb as i128 + t as i128 * d as i128;
+                let inside: Vec<u64> = (0..k).filter(|&t| (0..size as i128).contains(&pos(t))).collect();
+                let counted = (0..k).filter(|&t| pos(t) < size as i128 + pe as i128).count();
+                match (inside.first(), inside.last()) {
+                    (Some(&lo), Some(&hi)) => Taps { lo: lo as usize, hi: hi as usize + 1, counted },
+                    _ => {
+                        let t = taps(o + 1, size, k, s, pb, pe, d)[o];
+                        assert_eq!(t.lo, t.hi, "an empty range at output {o}");
+                        Taps { lo: t.lo, hi: t.lo, counted }
+                    }
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn tap_ranges_are_the_taps_inside_on_every_small_geometry() {
+        for size in 1..6 {
+            for k in 1..5 {
+                for s in 1..4 {
+                    for pb in 0..4 {
+                        for pe in 0..4 {
+                            for d in 1..4 {
+                                let outputs = 7;
+                                assert_eq!(
+                                    taps(outputs, size, k, s, pb, pe, d),
+                                    visited(outputs, size, k, s, pb, pe, d),
+                                    "size {size} kernel {k} stride {s} pads {pb},{pe} dilation {d}"
+                                );
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn huge_geometry_is_arithmetic_not_a_walk() {
+        const M: u64 = i64::MAX as u64;
+        let t = taps(2, 3, M, M, M, M, 1);
+        assert_eq!(t[0], Taps { lo: M as usize, hi: M as usize, counted: M as usize });
+    }
+}
