@@ -209,3 +209,39 @@ proptest! {
         prop_assert_eq!(print_module(&parse_module(&text).unwrap()), text);
     }
 }
+
+#[test]
+fn constant_factors_are_stored_as_products_read_them_and_others_take_flags() {
+    // A weight read through transpose_b becomes a transpose of it (a value sessions compute
+    // once and keep); a fed factor's transpose becomes the product's flag, as before.
+    let text = "graph @g(%x: f32[2,3], %y: f32[3,4]) -> (a: f32[2,4], b: f32[2,4]) {
+  %w = constant {value = dense<[[1.0, 2.0, 3.0], [4.0, 5.0, 6.0], [7.0, 8.0, 9.0], [1.0, 0.0, -1.0]]> : f32[4,3]} : f32[4,3]
+  %a = matmul %x, %w {transpose_b = true} : f32[2,4]
+  %yt = transpose %y {perm = [1, 0]} : f32[4,3]
+  %b = matmul %x, %yt {transpose_b = true} : f32[2,4]
+  return %a, %b
+}
+";
+    let m = parse_module(text).unwrap();
+    let mut out = m.clone();
+    let mut pm = PassManager::new("canonicalize").unwrap();
+    pm.verify_each = true;
+    pm.run(&mut out, &mut |_| {}).unwrap();
+    let g = &out.graphs[0];
+    let products: Vec<_> = g.walk().into_iter().filter(|&n| g.nodes[n].op == Op::MatMul).collect();
+    assert_eq!(products.len(), 2);
+    for &p in &products {
+        let nd = &g.nodes[p];
+        assert!(!nd.attrs.bool("transpose_b").unwrap_or(false), "{}", print_module(&out));
+        let rhs = g.producer(nd.operands[1]);
+        let from_transpose = rhs.is_some_and(|r| g.nodes[r].op == Op::Transpose);
+        let fed = g.inputs().contains(&nd.operands[1]);
+        assert!(from_transpose || fed, "{}", print_module(&out));
+    }
+    assert_eq!(g.walk().into_iter().filter(|&n| g.nodes[n].op == Op::Transpose).count(), 1, "{}", print_module(&out));
+    assert_same(&run_all(&m), &run_all(&out), "canonicalized products");
+    // A second run changes nothing: the rules do not undo each other.
+    let again = print_module(&out);
+    pm.run(&mut out, &mut |_| {}).unwrap();
+    assert_eq!(print_module(&out), again);
+}

@@ -10,9 +10,10 @@ use graphc_ir::{Graph, Node, Op, Type, ValueDef};
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
-/// The most bytes of derived values (results of ops on constants) a session keeps; past it
-/// they are computed each step. Literals are always kept: their elements are in memory already.
-const DERIVED_BYTES: u64 = 1 << 30;
+/// The most bytes of derived values (results of ops on constants: weights broadcast from splats,
+/// transposed for the products that read them) a session keeps; past it they are computed each
+/// step. Literals are always kept: their elements are in memory already.
+const DERIVED_BYTES: u64 = 2 << 30;
 
 /// A session's step-invariant values, by graph and node.
 #[derive(Debug, Default)]

@@ -8,7 +8,9 @@
 //! - Chains: transpose of transpose composes (vanishing when the composition is the identity),
 //!   reshape of reshape and broadcast of broadcast keep only the last; a `matmul` factor that
 //!   is a `transpose` swapping its last two dims (the others in place) becomes the matmul's
-//!   `transpose_a`/`transpose_b` flag, toggled (the transpose stays if others use it).
+//!   `transpose_a`/`transpose_b` flag, toggled (the transpose stays if others use it); but a
+//!   factor of constants alone read through a flag becomes a transpose of it (computed once
+//!   per session) and the flag goes.
 //! - Implicit broadcasts: an elementwise op whose operand is an explicit `broadcast` takes the
 //!   broadcast's input when numpy broadcasting gives the same result type.
 //! - Composites: `softmax` expands to reduce_max, sub, exp, reduce_sum and div, so fusion sees
@@ -17,7 +19,7 @@
 //! Nodes with `after` lists are left alone (apart from being replaced as values).
 
 use super::manager::Pass;
-use super::rewrite::{constant_of, is_splat_of, place_before, regions, remove_dead, splat_value};
+use super::rewrite::{constant_of, is_splat_of, place_before, regions, remove_dead, splat_value, step_invariant};
 use graphc_ir::{Attr, Attrs, Graph, Node, NodeSpec, Op, OpKind, Region, Value};
 use std::collections::HashMap;
 
@@ -197,23 +199,36 @@ fn rule(g: &Graph, n: Node) -> Option<Rewrite> {
         Op::MatMul => {
             // A factor that is a transpose of its last two dims is the product's flag: the
             // product reads the transpose's operand with the flag toggled (the transpose
-            // stays while something else uses it).
-            let mut operands = ops.clone();
+            // stays while something else uses it). Except for a factor of constants alone (a
+            // weight), the other way round: it is stored as the product reads it, a transpose
+            // that sessions compute once and keep, so no step repacks it.
+            let mut args: Vec<Arg> = ops.iter().map(|&v| Arg::Old(v)).collect();
             let mut attrs = nd.attrs.clone();
+            let mut new = Vec::new();
             for (i, flag) in [(0, "transpose_a"), (1, "transpose_b")] {
-                let Some(t) = def(ops[i]).filter(|p| p.op == Op::Transpose && swaps_last_two(p.attrs.ints("perm")))
-                else {
-                    continue;
-                };
-                operands[i] = t.operands[0];
-                attrs.set(flag, Attr::Bool(!nd.attrs.bool(flag).unwrap_or(false)));
+                let flagged = nd.attrs.bool(flag).unwrap_or(false);
+                let swap =
+                    |p: &&graphc_ir::graph::NodeData| p.op == Op::Transpose && swaps_last_two(p.attrs.ints("perm"));
+                if let Some(t) = def(ops[i]).filter(swap).filter(|t| !step_invariant(g, t.operands[0])) {
+                    args[i] = Arg::Old(t.operands[0]);
+                    attrs.set(flag, Attr::Bool(!flagged));
+                } else if flagged && step_invariant(g, ops[i]) && ty(ops[i]).as_tensor().is_some_and(|t| t.rank() >= 2)
+                {
+                    let rank = ty(ops[i]).as_tensor()?.rank() as i64;
+                    let mut perm: Vec<i64> = (0..rank).collect();
+                    perm.swap(rank as usize - 2, rank as usize - 1);
+                    new.push(NewNode::of(Op::Transpose, &[ops[i]]).attr("perm", Attr::Ints(perm)));
+                    args[i] = Arg::New(new.len() - 1);
+                    attrs.set(flag, Attr::Bool(false));
+                }
             }
-            if operands == *ops {
+            if attrs == nd.attrs {
                 return None;
             }
-            let mut new = NewNode::of(Op::MatMul, &operands);
-            new.attrs = attrs;
-            Some(Rewrite::Nodes(vec![new]))
+            let mut product = NewNode::new(Op::MatMul, args);
+            product.attrs = attrs;
+            new.push(product);
+            Some(Rewrite::Nodes(new))
         }
         Op::Reshape | Op::Broadcast => {
             let inner = def(ops[0]).filter(|p| p.op == nd.op)?;

@@ -10,6 +10,29 @@ pub fn is_pure(g: &Graph, n: Node) -> bool {
     !nd.op.is_stateful() && nd.regions.iter().all(|&r| g.regions[r].nodes.iter().all(|&m| is_pure(g, m)))
 }
 
+/// Whether `v` is the same in every step: a `constant`'s result, or a pure op's (no `after`
+/// list, no control flow) whose operands all are. Sessions compute such values once and keep
+/// them (`graphc_runtime::ConstantCache`). Chains longer than a few hundred nodes count as not.
+pub fn step_invariant(g: &Graph, v: Value) -> bool {
+    let (mut stack, mut seen) = (vec![v], HashSet::new());
+    while let Some(v) = stack.pop() {
+        if !seen.insert(v) {
+            continue;
+        }
+        let Some(p) = g.producer(v) else { return false };
+        let nd = &g.nodes[p];
+        if nd.op == Op::Constant {
+            continue;
+        }
+        let plain = nd.control_deps.is_empty() && nd.regions.is_empty() && !nd.operands.is_empty();
+        if !plain || !is_pure(g, p) || nd.op == Op::Grad || seen.len() > 256 {
+            return false;
+        }
+        stack.extend(nd.operands.iter().copied());
+    }
+    true
+}
+
 /// The literal of a value defined by a `constant` node.
 pub fn constant_of(g: &Graph, v: Value) -> Option<&TensorLiteral> {
     let n = g.producer(v)?;
