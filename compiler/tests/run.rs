@@ -260,7 +260,7 @@ fn a_closed_stdout_ends_the_run_quietly() {
     let out = child.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!err.contains("panicked"), "{err}");
-    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(out.status.code(), Some(0), "{:?}: {err}", out.status);
 }
 
 const SPIN: &str = "graph @spin(%x: f32[3]) -> (y: f32[3]) {

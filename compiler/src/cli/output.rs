@@ -7,7 +7,7 @@ macro_rules! say {
         use std::io::Write as _;
         if let Err(e) = writeln!(std::io::stdout(), $($t)*) {
             if e.kind() == std::io::ErrorKind::BrokenPipe {
-                std::process::exit(0);
+                $crate::cli::output::exit_quietly();
             }
         }
     }};
@@ -15,6 +15,19 @@ macro_rules! say {
 
 use std::io::Write;
 use std::path::Path;
+
+/// Ends the process with status 0 at once, without exit handlers: `exit` would run static
+/// destructors (LLVM's among them) while a background tier may still be compiling with them,
+/// which crashed `graphc run ... | head` now and then. Nothing is lost: files are written
+/// atomically and closed, stderr is unbuffered, and stdout is gone.
+pub fn exit_quietly() -> ! {
+    // SAFETY: `_exit` takes no pointers and does not return; skipping destructors and exit
+    // handlers is the point.
+    #[allow(unsafe_code)]
+    unsafe {
+        libc::_exit(0)
+    }
+}
 
 /// Writes text to a file atomically, or to stdout for none or '-'.
 pub fn write_output(out: Option<&Path>, text: &str) -> anyhow::Result<()> {
