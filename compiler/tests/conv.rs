@@ -1,7 +1,7 @@
 //! Compiled convolution (im2col and gemm in the run half, the epilogue generated) against the
 //! reference kernel: random shapes, strides, padding, dilations and groups, odd sizes
-//! included, alone and fused with bias and relu; infinite and NaN values where the padding
-//! must not multiply them.
+//! included, alone and fused with bias and relu, depthwise (the direct path) too; infinite and
+//! NaN values where the padding must not multiply them.
 
 mod common;
 
@@ -151,26 +151,30 @@ fn random_convolutions_run_alike_compiled() {
 
 #[test]
 fn the_exhaustive_small_grid_runs_alike_compiled() {
-    // Every window size, stride, padding and dilation up to 2 on a 5x4 input, alone and fused.
-    for kh in 1..=3 {
-        for kw in 1..=2 {
-            for s in 1..=2 {
-                for p in 0..=2 {
-                    for d in 1..=2 {
-                        for fused in [false, true] {
-                            let case = Case {
-                                n: 1,
-                                c: 2,
-                                m: 3,
-                                group: 1,
-                                hw: [5, 4],
-                                k: [kh, kw],
-                                strides: [s, 3 - s],
-                                pads: [p, 0, 2 - p, p],
-                                dilations: [d, 1],
-                                fused,
-                            };
-                            check(&case).unwrap();
+    // Every window size, stride, padding and dilation up to 2 on a 5x4 input, alone and fused;
+    // plain, and depthwise (one input channel per group: the direct path) with one and two
+    // output channels per group.
+    for (c, m, group) in [(2, 3, 1), (1, 1, 3), (1, 2, 2)] {
+        for kh in 1..=3 {
+            for kw in 1..=2 {
+                for s in 1..=2 {
+                    for p in 0..=2 {
+                        for d in 1..=2 {
+                            for fused in [false, true] {
+                                let case = Case {
+                                    n: 1,
+                                    c,
+                                    m,
+                                    group,
+                                    hw: [5, 4],
+                                    k: [kh, kw],
+                                    strides: [s, 3 - s],
+                                    pads: [p, 0, 2 - p, p],
+                                    dilations: [d, 1],
+                                    fused,
+                                };
+                                check(&case).unwrap();
+                            }
                         }
                     }
                 }
@@ -181,28 +185,30 @@ fn the_exhaustive_small_grid_runs_alike_compiled() {
 
 #[test]
 fn infinities_and_nans_match_where_the_padding_skips_them() {
-    let case = Case {
-        n: 1,
-        c: 2,
-        m: 2,
-        group: 1,
-        hw: [4, 4],
-        k: [3, 3],
-        strides: [1, 1],
-        pads: [1, 1, 1, 1],
-        dilations: [1, 1],
-        fused: false,
-    };
-    let m = case.module().unwrap();
-    for special in [f32::INFINITY, f32::NEG_INFINITY, f32::NAN] {
-        for (which, at) in [("w", 0), ("x", 5)] {
-            let (got, want, convs) = both(&m, |name, data| {
-                if name == which {
-                    data[at] = special;
-                }
-            });
-            assert_eq!(convs, 1);
-            assert_close_within(&format!("{which}[{at}] = {special}"), &got, &want, bound(18));
+    for (c, group) in [(2, 1), (1, 2)] {
+        let case = Case {
+            n: 1,
+            c,
+            m: 2,
+            group,
+            hw: [4, 4],
+            k: [3, 3],
+            strides: [1, 1],
+            pads: [1, 1, 1, 1],
+            dilations: [1, 1],
+            fused: false,
+        };
+        let m = case.module().unwrap();
+        for special in [f32::INFINITY, f32::NEG_INFINITY, f32::NAN] {
+            for (which, at) in [("w", 0), ("x", 5)] {
+                let (got, want, convs) = both(&m, |name, data| {
+                    if name == which {
+                        data[at] = special;
+                    }
+                });
+                assert_eq!(convs, 1);
+                assert_close_within(&format!("{which}[{at}] = {special}"), &got, &want, bound(18));
+            }
         }
     }
 }

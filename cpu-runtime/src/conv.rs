@@ -14,6 +14,12 @@ use graphc_ir::TensorType;
 use graphc_plan::ConvGeometry;
 use graphc_runtime::{Operands, Tensor};
 
+/// Whether no element is infinite or NaN: an exponent-bits test over every element, which
+/// (unlike a search that stops at the first) vectorizes.
+fn all_finite(v: &[f32]) -> bool {
+    v.iter().fold(0u32, |a, x| a | u32::from(x.to_bits() & 0x7f80_0000 == 0x7f80_0000)) == 0
+}
+
 /// The input position of tap `k` (dilation `d`) of the window at output `o` (stride `s`,
 /// padding `p` before): negative or past the end in the padding.
 fn at(o: usize, s: usize, k: usize, d: usize, p: usize) -> i128 {
@@ -98,7 +104,11 @@ impl ConvKernel {
         } else {
             1
         };
-        if s.padded && wv.iter().any(|v| !v.is_finite()) {
+        if s.cg == 1 {
+            // Depthwise: one input channel per output channel, so one product per channel
+            // would be a 1-row gemm; taps straight over the planes instead.
+            self.depthwise(&x, &wv, &s, &mut out, (s.n * s.m * p * s.kh * s.kw) >= PARALLEL_FLOPS && threads > 1);
+        } else if s.padded && !all_finite(&wv) {
             self.exact(&x, &wv, &s, &mut out);
         } else {
             self.products(&x, &wv, &s, &mut out, threads, operands)?;
@@ -186,6 +196,59 @@ impl ConvKernel {
                     }
                 }
             }
+        }
+    }
+
+    /// A convolution whose groups each read one input channel (`C/group = 1`), output plane
+    /// by output plane: each tap (ky, kx) adds `w * input row` to the output rows it reaches,
+    /// over the output columns whose input column is inside (a range, from the geometry), so
+    /// taps in the padding are skipped as the reference skips them. f32 sums in tap order.
+    fn depthwise(&self, x: &[f32], wv: &[f32], s: &Sizes, out: &mut [f32], parallel: bool) {
+        let ([sy, sx], [py, px], [dy, dx]) = (self.geometry.strides, self.geometry.pads, self.geometry.dilations);
+        let mg = s.m / self.geometry.group;
+        // Per kx: the output columns whose tap is inside the input, and the first one's input column.
+        let columns: Vec<(usize, usize, usize)> = (0..s.kw)
+            .map(|kx| {
+                let inside = |ox: usize| (0..s.w as i128).contains(&at(ox, sx, kx, dx, px));
+                let lo = (0..s.ow).find(|&ox| inside(ox)).unwrap_or(s.ow);
+                let hi = (lo..s.ow).take_while(|&ox| inside(ox)).last().map_or(lo, |l| l + 1);
+                (lo, hi, if lo < hi { at(lo, sx, kx, dx, px) as usize } else { 0 })
+            })
+            .collect();
+        let plane = |(i, dst): (usize, &mut [f32])| {
+            let (img, m) = (i / s.m, i % s.m);
+            let src = &x[(img * s.c + m / mg) * s.h * s.w..][..s.h * s.w];
+            let taps = &wv[m * s.kh * s.kw..][..s.kh * s.kw];
+            dst.fill(0.0);
+            for ky in 0..s.kh {
+                for oy in 0..s.oh {
+                    let iy = at(oy, sy, ky, dy, py);
+                    if iy < 0 || iy >= s.h as i128 {
+                        continue;
+                    }
+                    let row = &src[iy as usize * s.w..][..s.w];
+                    let orow = &mut dst[oy * s.ow..][..s.ow];
+                    for (kx, &(lo, hi, ix0)) in columns.iter().enumerate() {
+                        let w = taps[ky * s.kw + kx];
+                        if sx == 1 {
+                            for (o, &v) in orow[lo..hi].iter_mut().zip(&row[ix0..ix0 + (hi - lo)]) {
+                                *o += w * v;
+                            }
+                        } else {
+                            for (j, o) in orow[lo..hi].iter_mut().enumerate() {
+                                *o += w * row[ix0 + j * sx];
+                            }
+                        }
+                    }
+                }
+            }
+        };
+        let p = s.oh * s.ow;
+        if parallel {
+            use rayon::prelude::*;
+            out.par_chunks_exact_mut(p).enumerate().for_each(plane);
+        } else {
+            out.chunks_exact_mut(p).enumerate().for_each(plane);
         }
     }
 
