@@ -46,6 +46,27 @@ macro_rules! map_dtype {
     };
 }
 
+/// The elements of a view (a transpose, a broadcast, a slice) in row-major order, lane by lane
+/// along its last axis: a contiguous lane is one copy, a broadcast one a fill, others a
+/// strided loop (ndarray's element iterator, which `as_standard_layout` uses, is several
+/// times slower). An error only when the buffer cannot be allocated.
+pub fn row_major<T: Clone>(v: ndarray::ArrayViewD<'_, T>) -> Result<Vec<T>, std::collections::TryReserveError> {
+    let mut out = Vec::new();
+    out.try_reserve_exact(v.len())?;
+    match v.ndim().checked_sub(1) {
+        None => out.extend(v.iter().cloned()),
+        Some(last) => {
+            for lane in v.lanes(ndarray::Axis(last)) {
+                match lane.as_slice() {
+                    Some(s) => out.extend_from_slice(s),
+                    None => out.extend(lane.iter().cloned()),
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
 impl Tensor {
     /// An f32 tensor's elements as one row-major buffer, expanded to `to` by numpy
     /// broadcasting when given (what a compiled kernel's flat indexing reads); borrowed where
@@ -56,18 +77,8 @@ impl Tensor {
             Some(ty) => {
                 let shape: Vec<usize> = ty.shape.iter().map(|&d| d as usize).collect();
                 let b = a.broadcast(shape).ok_or_else(|| format!("{} does not broadcast to {ty}", self.ty()))?;
-                // Lane by lane along the last axis: a contiguous lane is one copy, a
-                // broadcast one a fill (ndarray's element iterator is several times slower).
-                let Some(last) = b.ndim().checked_sub(1) else { return Ok(Cow::Owned(b.iter().copied().collect())) };
-                let mut v = Vec::new();
-                v.try_reserve_exact(b.len())
+                let v = row_major(b.view())
                     .map_err(|_| format!("cannot allocate {} f32s to expand {} to {ty}", b.len(), self.ty()))?;
-                for lane in b.lanes(ndarray::Axis(last)) {
-                    match lane.as_slice() {
-                        Some(s) => v.extend_from_slice(s),
-                        None => v.extend(lane.iter().copied()),
-                    }
-                }
                 Cow::Owned(v)
             }
             None => match a.as_slice() {
@@ -317,6 +328,30 @@ pub fn ix(shape: &[u64]) -> IxDyn {
 mod tests {
     use super::*;
     use graphc_ir::TensorLiteral;
+
+    #[test]
+    fn row_major_copies_equal_ndarrays_on_every_kind_of_view() {
+        let a = ndarray::ArrayD::from_shape_vec(IxDyn(&[2, 3, 4]), (0..24).collect::<Vec<i32>>()).unwrap();
+        let empty = ndarray::ArrayD::<i32>::zeros(IxDyn(&[2, 0, 3]));
+        let scalar = ndarray::arr0(7).into_dyn();
+        let (row, column) = (a.slice(ndarray::s![0, .., ..]).into_dyn(), a.slice(ndarray::s![.., .., 0..1]).into_dyn());
+        let views = [
+            a.view(),
+            a.view().permuted_axes(IxDyn(&[2, 0, 1])),
+            a.view().permuted_axes(IxDyn(&[1, 2, 0])),
+            a.slice(ndarray::s![.., ..;2, 1..;2]).into_dyn(),
+            a.slice(ndarray::s![..;-1, .., ..]).into_dyn(),
+            row.broadcast(IxDyn(&[2, 3, 4])).unwrap(),
+            column.broadcast(IxDyn(&[2, 3, 5])).unwrap(),
+            empty.view(),
+            empty.view().permuted_axes(IxDyn(&[2, 1, 0])),
+            scalar.view(),
+        ];
+        for v in views {
+            let want: Vec<i32> = v.iter().copied().collect();
+            assert_eq!(row_major(v.clone()).unwrap(), want, "{:?} {:?}", v.shape(), v.strides());
+        }
+    }
 
     fn huge(dtype: DType) -> TensorType {
         TensorType::new(dtype, [1u64 << 61])

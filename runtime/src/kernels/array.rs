@@ -4,8 +4,8 @@
 use super::elem::Num;
 use super::error::KernelError;
 use crate::map_dtype;
-use crate::tensor::ix;
 use crate::tensor::Tensor;
+use crate::tensor::{ix, row_major};
 use graphc_ir::shape::normalize_axis;
 use graphc_ir::TensorType;
 use ndarray::{ArrayD, Axis, IxDyn, Slice};
@@ -35,7 +35,14 @@ pub fn transpose(x: &Tensor, perm: &[i64]) -> Result<Tensor, KernelError> {
     if perm.len() != rank || perm.iter().any(|&p| p >= rank || std::mem::replace(&mut seen[p], true)) {
         return Err(KernelError::new(format!("perm {perm:?} is not a permutation of 0..{rank}")));
     }
-    Ok(map_dtype!(x, a => a.view().permuted_axes(IxDyn(&perm)).as_standard_layout().into_owned()))
+    fn permuted<T: Clone>(a: &ArrayD<T>, perm: &[usize]) -> Result<ArrayD<T>, KernelError> {
+        let v = a.view().permuted_axes(IxDyn(perm));
+        let shape = v.raw_dim();
+        let elements =
+            row_major(v).map_err(|_| KernelError::new(format!("cannot allocate a transpose to {shape:?}")))?;
+        ArrayD::from_shape_vec(shape, elements).map_err(|e| KernelError::new(format!("transpose: {e}")))
+    }
+    Ok(map_dtype!(x, a => permuted(a, &perm)?))
 }
 
 pub fn concat(inputs: &[&Tensor], axis: i64) -> Result<Tensor, KernelError> {
