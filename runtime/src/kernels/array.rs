@@ -57,7 +57,7 @@ pub fn concat(inputs: &[&Tensor], axis: i64) -> Result<Tensor, KernelError> {
                     other => Err(KernelError::new(format!("concat of {} and {}", first.dtype(), other.dtype()))),
                 })
                 .collect::<Result<Vec<_>, _>>()?;
-            Tensor::$variant(ndarray::concatenate(axis, &views).map_err(|e| KernelError::new(format!("concat: {e}")))?)
+            Tensor::$variant(join(axis, &views)?)
         }};
     }
     Ok(match first {
@@ -67,6 +67,37 @@ pub fn concat(inputs: &[&Tensor], axis: i64) -> Result<Tensor, KernelError> {
         Tensor::I64(_) => join!(I64),
         Tensor::Bool(_) => join!(Bool),
     })
+}
+
+/// The views joined along `axis`: each one's rows of `shape[axis..]` elements copied in
+/// turn, a copy per input per index before the axis (one per input for a batch-1 channel
+/// concat); views that are not row-major go through ndarray.
+fn join<T: Clone>(axis: Axis, views: &[ndarray::ArrayViewD<'_, T>]) -> Result<ArrayD<T>, KernelError> {
+    let err = |e: ndarray::ShapeError| KernelError::new(format!("concat: {e}"));
+    let slices: Option<Vec<&[T]>> = views.iter().map(|v| v.as_slice()).collect();
+    let (Some(slices), Some(first)) = (slices, views.first()) else {
+        return ndarray::concatenate(axis, views).map_err(err);
+    };
+    let a = axis.index();
+    let mut shape = first.shape().to_vec();
+    for v in &views[1..] {
+        let s = v.shape();
+        if s.len() != shape.len() || s.iter().zip(&shape).enumerate().any(|(d, (x, y))| d != a && x != y) {
+            return ndarray::concatenate(axis, views).map_err(err);
+        }
+        shape[a] = shape[a].checked_add(s[a]).ok_or_else(|| KernelError::new("a concat too large to index"))?;
+    }
+    let outer: usize = shape[..a].iter().product();
+    let rows: Vec<usize> = views.iter().map(|v| v.shape()[a..].iter().product()).collect();
+    let mut out = Vec::new();
+    out.try_reserve_exact(shape.iter().product())
+        .map_err(|_| KernelError::new(format!("cannot allocate a concat of shape {shape:?}")))?;
+    for o in 0..outer {
+        for (s, &r) in slices.iter().zip(&rows) {
+            out.extend_from_slice(&s[o * r..(o + 1) * r]);
+        }
+    }
+    ArrayD::from_shape_vec(IxDyn(&shape), out).map_err(err)
 }
 
 /// Python-style slicing with positive steps: negative bounds count from the end, then clamp.
@@ -260,5 +291,29 @@ mod tests {
         let e = split(&x, 0, &[i64::MAX, i64::MAX, 6]).unwrap_err();
         assert!(e.0.contains("do not sum to the axis' dim 4"), "{e}");
         assert_eq!(split(&x, 0, &[1, 3]).unwrap().len(), 2);
+    }
+
+    #[test]
+    fn row_copies_join_as_ndarray_does_on_every_axis() {
+        let a = ArrayD::from_shape_vec(IxDyn(&[2, 3, 4]), (0..24).collect::<Vec<i64>>()).unwrap();
+        let b = ArrayD::from_shape_vec(IxDyn(&[2, 3, 4]), (100..124).collect::<Vec<i64>>()).unwrap();
+        let empty = ArrayD::<i64>::zeros(IxDyn(&[2, 0, 4]));
+        for axis in 0..3 {
+            for views in [vec![a.view(), b.view()], vec![a.view(), b.view(), a.view()], vec![b.view()]] {
+                let want = ndarray::concatenate(Axis(axis), &views).unwrap();
+                assert_eq!(join(Axis(axis), &views).unwrap(), want, "axis {axis}");
+            }
+        }
+        let views = [a.view(), empty.view(), b.view()];
+        assert_eq!(join(Axis(1), &views).unwrap(), ndarray::concatenate(Axis(1), &views).unwrap());
+        // Views that are not row-major (strided, reversed): ndarray's answer.
+        let sliced = a.slice(ndarray::s![.., ..;2, ..]).into_dyn();
+        let views = [a.view(), sliced];
+        assert_eq!(join(Axis(1), &views).unwrap(), ndarray::concatenate(Axis(1), &views).unwrap());
+        let reversed = a.view().reversed_axes();
+        assert!(join(Axis(0), &[a.view(), reversed]).is_err(), "[2,3,4] and [4,3,2] do not join");
+        // Shapes that differ off the axis: an error, not a wrong join.
+        let c = ArrayD::<i64>::zeros(IxDyn(&[2, 3, 5]));
+        assert!(join(Axis(1), &[a.view(), c.view()]).is_err());
     }
 }
