@@ -67,7 +67,7 @@ impl PoolKernel {
             taps(ys[2 + i], xs[2 + i] as u64, w.kernel[i], w.strides[i], w.pads_begin[i], w.pads_end[i], w.dilations[i])
         };
         let (ty, tx) = (along(0), along(1));
-        let (h, wd, plane_out) = (xs[2], xs[3], ys[2] * ys[3]);
+        let (h, wd) = (xs[2], xs[3]);
         let ([sy, sx], [py, px], [dy, dx]) = (
             [w.strides[0] as usize, w.strides[1] as usize],
             [w.pads_begin[0] as usize, w.pads_begin[1] as usize],
@@ -77,50 +77,102 @@ impl PoolKernel {
         let include_pad = p.count_include_pad;
         // One plane: input `src` (`[h, w]`) into `dst` (`[oh, ow]`). Taps inside the input
         // are in bounds: lo..hi were derived from these very sizes.
-        let pool_plane = |src: &[f32], dst: &mut [f32]| {
-            for (oy, t_y) in ty.iter().enumerate() {
-                for (ox, t_x) in tx.iter().enumerate() {
-                    let (mut acc, mut sum) = (f32::NEG_INFINITY, 0.0f64);
+        let ow = tx.len();
+        // Unit column stride and dilation: whole output rows at a time, tap by tap (each
+        // output still takes its taps in (ky, kx) order), which vectorizes. Column `kx`
+        // reaches the outputs `ox` whose input column `ox + kx - px` is inside: a range, and
+        // the taps some output reaches span at most `ow + w` columns, however large the
+        // window or padding.
+        let rows = (sx == 1 && dx == 1).then(|| {
+            let px = px as i128;
+            let lo = tx.iter().filter(|t| t.lo < t.hi).map(|t| t.lo).min().unwrap_or(0);
+            let hi = tx.iter().map(|t| t.hi).max().unwrap_or(0).max(lo);
+            (lo..hi)
+                .filter_map(|kx| {
+                    let first = (px - kx as i128).clamp(0, ow as i128) as usize;
+                    let end = (px - kx as i128 + wd as i128).clamp(0, ow as i128) as usize;
+                    (first < end).then(|| (first, end, (first as i128 + kx as i128 - px) as usize))
+                })
+                .collect::<Vec<_>>()
+        });
+        // Output row `oy` of a plane: input `src` (`[h, w]`) into `out_row` (`[ow]`). Taps
+        // inside the input are in bounds: the ranges were derived from these very sizes. A
+        // maximum takes a tap when it is not NaN yet and the tap is NaN or larger (written
+        // without short cuts, so the row loops vectorize).
+        let take = |a: f32, v: f32| if !a.is_nan() & (v.is_nan() | (v > a)) { v } else { a };
+        let pool_row = |src: &[f32], oy: usize, out_row: &mut [f32]| {
+            let t_y = ty[oy];
+            let input_row = |ky: usize| &src[(oy * sy + ky * dy - py) * wd..][..wd];
+            let divide = |total: f64, t_x: &Taps| {
+                let count = if include_pad { t_y.counted * t_x.counted } else { (t_y.hi - t_y.lo) * (t_x.hi - t_x.lo) };
+                if count == 0 {
+                    f32::NAN
+                } else {
+                    (total / count as f64) as f32
+                }
+            };
+            match (&rows, max) {
+                (Some(columns), true) => {
+                    out_row.fill(f32::NEG_INFINITY);
                     for ky in t_y.lo..t_y.hi {
-                        let iy = oy * sy + ky * dy - py;
-                        let row = &src[iy * wd..][..wd];
-                        for kx in t_x.lo..t_x.hi {
-                            let v = row[ox * sx + kx * dx - px];
-                            if max {
-                                if !acc.is_nan() && (v.is_nan() || v > acc) {
-                                    acc = v;
-                                }
-                            } else {
-                                sum += f64::from(v);
+                        let row = input_row(ky);
+                        for &(first, end, ix) in columns {
+                            for (a, &v) in out_row[first..end].iter_mut().zip(&row[ix..ix + (end - first)]) {
+                                *a = take(*a, v);
                             }
                         }
                     }
-                    dst[oy * tx.len() + ox] = if max {
-                        acc
-                    } else {
-                        let count =
-                            if include_pad { t_y.counted * t_x.counted } else { (t_y.hi - t_y.lo) * (t_x.hi - t_x.lo) };
-                        if count == 0 {
-                            f32::NAN
-                        } else {
-                            (sum / count as f64) as f32
+                }
+                (Some(columns), false) => {
+                    let mut sum = vec![0.0f64; ow];
+                    for ky in t_y.lo..t_y.hi {
+                        let row = input_row(ky);
+                        for &(first, end, ix) in columns {
+                            for (a, &v) in sum[first..end].iter_mut().zip(&row[ix..ix + (end - first)]) {
+                                *a += f64::from(v);
+                            }
                         }
-                    };
+                    }
+                    for ((o, &total), t_x) in out_row.iter_mut().zip(&sum).zip(&tx) {
+                        *o = divide(total, t_x);
+                    }
+                }
+                (None, _) => {
+                    for (ox, t_x) in tx.iter().enumerate() {
+                        let (mut acc, mut sum) = (f32::NEG_INFINITY, 0.0f64);
+                        for ky in t_y.lo..t_y.hi {
+                            let row = input_row(ky);
+                            for kx in t_x.lo..t_x.hi {
+                                let v = row[ox * sx + kx * dx - px];
+                                if max {
+                                    acc = take(acc, v);
+                                } else {
+                                    sum += f64::from(v);
+                                }
+                            }
+                        }
+                        out_row[ox] = if max { acc } else { divide(sum, t_x) };
+                    }
                 }
             }
         };
         let len = ys.iter().product::<usize>();
         let mut out = operands.alloc_f32(len)?;
         out.resize(len, 0.0);
+        let (oh, plane_in) = (ty.len(), h * wd);
+        // Row by row of every plane, across the threads when there is enough work (one plane,
+        // as a local response normalization's pool over channels, splits too).
+        let row = |(i, out_row): (usize, &mut [f32])| {
+            let plane = i / oh;
+            pool_row(&x[plane * plane_in..][..plane_in], i % oh, out_row)
+        };
         let taps_per_window = w.kernel[0].min(h as u64).saturating_mul(w.kernel[1].min(wd as u64));
         let work = (len as u64).saturating_mul(taps_per_window);
-        if work >= PARALLEL_ELEMENTS as u64 && xs[0] * xs[1] > 1 && rayon::current_thread_index().is_none() {
+        if work >= PARALLEL_ELEMENTS as u64 && len > ow && rayon::current_thread_index().is_none() {
             use rayon::prelude::*;
-            x.par_chunks_exact(h * wd)
-                .zip(out.par_chunks_exact_mut(plane_out))
-                .for_each(|(src, dst)| pool_plane(src, dst));
+            out.par_chunks_exact_mut(ow).enumerate().for_each(row);
         } else {
-            x.chunks_exact(h * wd).zip(out.chunks_exact_mut(plane_out)).for_each(|(src, dst)| pool_plane(src, dst));
+            out.chunks_exact_mut(ow).enumerate().for_each(row);
         }
         Ok(vec![Tensor::from_f32(out, &p.out)?])
     }
