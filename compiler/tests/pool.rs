@@ -54,16 +54,7 @@ impl Case {
 }
 
 fn input(t: &graphc_ir::TensorType, seed: u64, patch: &dyn Fn(&mut Vec<f32>)) -> Tensor {
-    let n = t.num_elements().unwrap() as usize;
-    let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    let mut v: Vec<f32> = (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            (s % 2001) as f32 / 1000.0 - 1.0
-        })
-        .collect();
+    let mut v = common::seeded_f32(t.num_elements().unwrap() as usize, seed);
     patch(&mut v);
     let shape: Vec<usize> = t.shape.iter().map(|&d| d as usize).collect();
     Tensor::from_data(&shape, TensorData::F32(v)).unwrap()

@@ -45,16 +45,7 @@ pub fn loop_kernel(p: &LoopPlan, entry: Entry) -> LoopKernel {
 /// factors stored as the plan's flags say (the run half checks each against that shape).
 pub fn matmul_kernel(p: &MatMulPlan, epilogue: Option<Entry>) -> Result<MatMulKernel, String> {
     let epilogue = self::epilogue(&p.epilogue, epilogue, "matmul")?;
-    Ok(MatMulKernel {
-        m: p.m,
-        k: p.k,
-        n: p.n,
-        lhs: p.lhs,
-        rhs: p.rhs,
-        transpose_a: p.transpose_a,
-        transpose_b: p.transpose_b,
-        epilogue,
-    })
+    Ok(MatMulKernel { product: p.product(), lhs: p.lhs, rhs: p.rhs, epilogue })
 }
 
 /// A kernel's epilogue, running `code` (generated from its plan); an error when plan and code

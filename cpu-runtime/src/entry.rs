@@ -6,6 +6,7 @@
 //! extents).
 #![allow(unsafe_code)]
 
+pub use graphc_plan::Product;
 use std::any::Any;
 use std::sync::Arc;
 
@@ -209,58 +210,6 @@ struct Pointers {
 // buffers they point into live (the calls happen inside `Entry::run`, which borrows them).
 unsafe impl Send for Pointers {}
 unsafe impl Sync for Pointers {}
-
-/// A matrix product `[m, k] x [k, n]` and how its factors are stored: each row-major, the
-/// lhs as `[k, m]` when `transpose_a` and the rhs as `[n, k]` when `transpose_b` (the
-/// product reads a transposed factor through swapped strides, never a copy).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Product {
-    pub m: usize,
-    pub k: usize,
-    pub n: usize,
-    pub transpose_a: bool,
-    pub transpose_b: bool,
-}
-
-impl Product {
-    /// The lhs as stored: `[m, k]`, or `[k, m]` when transposed.
-    pub fn lhs_shape(&self) -> [usize; 2] {
-        if self.transpose_a {
-            [self.k, self.m]
-        } else {
-            [self.m, self.k]
-        }
-    }
-
-    /// The rhs as stored: `[k, n]`, or `[n, k]` when transposed.
-    pub fn rhs_shape(&self) -> [usize; 2] {
-        if self.transpose_b {
-            [self.n, self.k]
-        } else {
-            [self.k, self.n]
-        }
-    }
-
-    /// The strides (row, column) at which the product reads its `[m, k]` lhs from the stored
-    /// buffer.
-    pub fn lhs_strides(&self) -> (usize, usize) {
-        if self.transpose_a {
-            (1, self.m)
-        } else {
-            (self.k, 1)
-        }
-    }
-
-    /// The strides (row, column) at which the product reads its `[k, n]` rhs from the stored
-    /// buffer.
-    pub fn rhs_strides(&self) -> (usize, usize) {
-        if self.transpose_b {
-            (1, self.k)
-        } else {
-            (self.n, 1)
-        }
-    }
-}
 
 /// Transposed factors of at least this many elements are packed row-major before the product.
 const REPACK_ELEMENTS: usize = 4096;

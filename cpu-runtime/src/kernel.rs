@@ -32,20 +32,15 @@ pub struct LoopKernel {
     pub entry: Entry,
 }
 
-/// A matrix product `[m, k] x [k, n]` of operands `lhs` and `rhs`, and its elementwise
-/// epilogue: a loop kernel whose input 0 is the product, and whose other inputs are the
-/// operands listed. With `transpose_a` the lhs operand is stored `[k, m]`, with
-/// `transpose_b` the rhs `[n, k]` (the IR's matmul flags): the product reads them through
-/// swapped strides, and each operand is checked against its stored shape.
+/// A matrix product of operands `lhs` and `rhs` (its sizes and how its factors are stored:
+/// the product reads a transposed one through swapped strides, and each operand is checked
+/// against its stored shape), and its elementwise epilogue: a loop kernel whose input 0 is the
+/// product, and whose other inputs are the operands listed.
 #[derive(Debug)]
 pub struct MatMulKernel {
-    pub m: usize,
-    pub k: usize,
-    pub n: usize,
+    pub product: Product,
     pub lhs: usize,
     pub rhs: usize,
-    pub transpose_a: bool,
-    pub transpose_b: bool,
     pub epilogue: Option<(LoopKernel, Vec<usize>)>,
 }
 
@@ -140,11 +135,6 @@ impl LoopKernel {
 }
 
 impl MatMulKernel {
-    /// The product's sizes and how its factors are stored.
-    pub fn product(&self) -> Product {
-        Product { m: self.m, k: self.k, n: self.n, transpose_a: self.transpose_a, transpose_b: self.transpose_b }
-    }
-
     pub fn run(&self, operands: &Operands<'_>) -> Result<Vec<Tensor>, String> {
         let inputs = operands.all();
         let contiguous = |i: usize, [rows, cols]: [usize; 2]| -> Result<Cow<'_, [f32]>, String> {
@@ -158,8 +148,8 @@ impl MatMulKernel {
                 None => Err(format!("matmul operand {i} is missing")),
             }
         };
-        let (m, k, n) = (self.m, self.k, self.n);
-        let product = self.product();
+        let product = self.product;
+        let (m, k, n) = (product.m, product.k, product.n);
         // Each factor as stored (a transposed one too: the product reads it through its
         // strides), checked against the shape the plan stored it in.
         let (a, b) = (contiguous(self.lhs, product.lhs_shape())?, contiguous(self.rhs, product.rhs_shape())?);

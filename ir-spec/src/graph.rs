@@ -252,6 +252,22 @@ impl Graph {
         }
     }
 
+    /// Whether node `n`'s results are the same in every step once its operands are: a
+    /// `constant`, or a pure op (not stateful, not control flow, not `grad`) without an
+    /// `after` list and without regions other than a fusion's kernel. Sessions keep the
+    /// values of such nodes whose operands all come from such nodes (computed once), and
+    /// passes store those values as the kernels read them.
+    pub fn is_step_invariant_op(&self, n: Node) -> bool {
+        let nd = &self.nodes[n];
+        nd.op == Op::Constant
+            || (!nd.operands.is_empty()
+                && nd.control_deps.is_empty()
+                && !nd.op.is_stateful()
+                && nd.op.kind() != crate::ops::OpKind::Control
+                && nd.op != Op::Grad
+                && (nd.regions.is_empty() || nd.op == Op::Fusion))
+    }
+
     pub fn uses(&self, v: Value) -> &[Use] {
         &self.values[v].uses
     }

@@ -377,7 +377,26 @@ fn headed(g: &Graph, node: Node, head: Op) -> Option<(Node, &[Value], Option<Epi
 }
 
 impl MatMulPlan {
-    /// The lhs operand's shape as stored: `[m, k]`, or `[k, m]` when transposed.
+    /// The product's sizes and how its factors are stored.
+    pub fn product(&self) -> Product {
+        Product { m: self.m, k: self.k, n: self.n, transpose_a: self.transpose_a, transpose_b: self.transpose_b }
+    }
+}
+
+/// A matrix product `[m, k] x [k, n]` and how its factors are stored: each row-major, the
+/// lhs as `[k, m]` when `transpose_a` and the rhs as `[n, k]` when `transpose_b` (the
+/// product reads a transposed factor through swapped strides, never a copy).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Product {
+    pub m: usize,
+    pub k: usize,
+    pub n: usize,
+    pub transpose_a: bool,
+    pub transpose_b: bool,
+}
+
+impl Product {
+    /// The lhs as stored: `[m, k]`, or `[k, m]` when transposed.
     pub fn lhs_shape(&self) -> [usize; 2] {
         if self.transpose_a {
             [self.k, self.m]
@@ -386,7 +405,7 @@ impl MatMulPlan {
         }
     }
 
-    /// The rhs operand's shape as stored: `[k, n]`, or `[n, k]` when transposed.
+    /// The rhs as stored: `[k, n]`, or `[n, k]` when transposed.
     pub fn rhs_shape(&self) -> [usize; 2] {
         if self.transpose_b {
             [self.n, self.k]
@@ -395,8 +414,8 @@ impl MatMulPlan {
         }
     }
 
-    /// The strides (row, column), in elements of the stored lhs, at which the product reads
-    /// its `[m, k]` lhs.
+    /// The strides (row, column) at which the product reads its `[m, k]` lhs from the stored
+    /// buffer.
     pub fn lhs_strides(&self) -> (usize, usize) {
         if self.transpose_a {
             (1, self.m)
@@ -405,8 +424,8 @@ impl MatMulPlan {
         }
     }
 
-    /// The strides (row, column), in elements of the stored rhs, at which the product reads
-    /// its `[k, n]` rhs.
+    /// The strides (row, column) at which the product reads its `[k, n]` rhs from the stored
+    /// buffer.
     pub fn rhs_strides(&self) -> (usize, usize) {
         if self.transpose_b {
             (1, self.k)

@@ -184,9 +184,10 @@ fn write_matmul(f: &mut impl Write, p: &MatMulPlan, indent: &str) -> fmt::Result
     )?;
     // Each factor as stored, and the strides the product reads it with as `[m,k]` and
     // `[k,n]`: a transposed one (the matmul's flag) through swapped strides.
+    let product = p.product();
     let factors = [
-        ("lhs", p.lhs_shape(), p.lhs_strides(), p.transpose_a),
-        ("rhs", p.rhs_shape(), p.rhs_strides(), p.transpose_b),
+        ("lhs", product.lhs_shape(), product.lhs_strides(), p.transpose_a),
+        ("rhs", product.rhs_shape(), product.rhs_strides(), p.transpose_b),
     ];
     for (name, [r, c], (row, col), transposed) in factors {
         let transposed = if transposed { " transposed" } else { "" };

@@ -4,9 +4,8 @@
 //! into the IR (which stays small and printable): a step then neither converts a literal into
 //! a tensor again (a copy of every weight) nor recomputes what depends on literals alone.
 
-use crate::kernels;
 use crate::tensor::Tensor;
-use graphc_ir::{Graph, Node, Op, Type, ValueDef};
+use graphc_ir::{Graph, Node, Type};
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
@@ -25,7 +24,8 @@ pub struct ConstantCache {
 struct Inner {
     /// Per graph, the nodes whose results are step-invariant.
     nodes: HashMap<String, Arc<HashSet<Node>>>,
-    values: HashMap<(String, Node), Vec<Arc<Tensor>>>,
+    /// Per graph, the kept results of its nodes.
+    values: HashMap<String, HashMap<Node, Vec<Arc<Tensor>>>>,
     derived_bytes: u64,
 }
 
@@ -33,12 +33,17 @@ impl ConstantCache {
     /// The nodes of `g` (in any region) whose results are the same in every step.
     pub fn nodes(&self, g: &Graph) -> Arc<HashSet<Node>> {
         let mut inner = crate::wait::lock(&self.inner);
-        inner.nodes.entry(g.name.clone()).or_insert_with(|| Arc::new(invariant_nodes(g))).clone()
+        if let Some(nodes) = inner.nodes.get(&g.name) {
+            return nodes.clone();
+        }
+        let nodes = Arc::new(invariant_nodes(g));
+        inner.nodes.insert(g.name.clone(), nodes.clone());
+        nodes
     }
 
     /// The kept results of node `n` of graph `graph`.
     pub fn get(&self, graph: &str, n: Node) -> Option<Vec<Arc<Tensor>>> {
-        crate::wait::lock(&self.inner).values.get(&(graph.to_string(), n)).cloned()
+        crate::wait::lock(&self.inner).values.get(graph)?.get(&n).cloned()
     }
 
     /// Keeps the results of `n` (a literal's always, a derived node's while they fit).
@@ -51,24 +56,20 @@ impl ConstantCache {
             }
             inner.derived_bytes += bytes;
         }
-        inner.values.insert((graph.to_string(), n), results.to_vec());
+        inner.values.entry(graph.to_string()).or_default().insert(n, results.to_vec());
     }
 }
 
-/// The nodes whose results are the same in every step: `constant`s, and pure ops (or pure
-/// `fusion` kernels) without control dependencies whose operands are all results of such
-/// nodes. Walked in order, so producers are classified before their users.
+/// The nodes whose results are the same in every step: those `Graph::is_step_invariant_op`
+/// admits whose operands are all results of such nodes, with tensor results. Walked in order,
+/// so producers are classified before their users.
 fn invariant_nodes(g: &Graph) -> HashSet<Node> {
     let mut set = HashSet::new();
     for n in g.walk() {
         let nd = &g.nodes[n];
-        let tensors = nd.results.iter().all(|&v| matches!(g.values[v].ty, Type::Tensor(_)));
-        let pure = nd.op == Op::Constant
-            || ((kernels::is_kernel(nd.op) || nd.op == Op::Fusion)
-                && !nd.operands.is_empty()
-                && nd.control_deps.is_empty()
-                && nd.operands.iter().all(|&v| matches!(g.values[v].def, ValueDef::Result(p, _) if set.contains(&p))));
-        if pure && tensors && !nd.results.is_empty() {
+        let from_invariant = |v: &graphc_ir::Value| g.producer(*v).is_some_and(|p| set.contains(&p));
+        let tensors = !nd.results.is_empty() && nd.results.iter().all(|&v| matches!(g.values[v].ty, Type::Tensor(_)));
+        if tensors && g.is_step_invariant_op(n) && nd.operands.iter().all(from_invariant) {
             set.insert(n);
         }
     }

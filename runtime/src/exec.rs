@@ -117,7 +117,7 @@ pub(crate) struct Interp<'a> {
     invariant: Arc<HashSet<Node>>,
     /// Whether values derived from constants may come from the cache: not when a feed
     /// replaces a value of the body (what depends on it differs from the kept value).
-    pub derived_from_cache: bool,
+    derived_from_cache: bool,
 }
 
 impl<'a> Interp<'a> {

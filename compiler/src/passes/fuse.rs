@@ -1,15 +1,17 @@
 //! Fusion: groups ops into `fusion` regions that a backend compiles as one kernel each.
 //!
-//! The op kinds follow XLA's and TVM's: elementwise and injective ops fuse with each other
-//! (a "loop" kernel); a reduction takes its elementwise producers and then its elementwise and
-//! injective consumers (an "input" kernel; further reductions join it when they reduce values
+//! The op kinds follow XLA's and TVM's: elementwise ops and broadcasts fuse with each other
+//! (a "loop" kernel); a reduction takes its elementwise producers and then its elementwise
+//! consumers (an "input" kernel; further reductions join it when they reduce values
 //! of the same type along the same axes, as softmax and layernorm do); a matmul takes its
 //! elementwise epilogue (an "output" kernel: bias, activation). Matmul never joins a producer's
 //! group, so an expensive producer is never recomputed.
 //!
 //! Groups grow greedily in region order: an op joins the group of its first operand whose
 //! group accepts it, unless that would create a cycle (a path from the group to the op
-//! through a node outside the group). Only pure ops without `after` lists fuse, and no group
+//! through a node outside the group). Injective ops that move elements (reshape, transpose,
+//! concat, gather) stay out: no loop kernel reindexes, and one would leave its whole group on
+//! the interpreter. Only pure ops without `after` lists fuse, and no group
 //! spans a stateful op or one holding regions, so effects keep their order; the members of a
 //! group depend on the same effects (`Needs`), so a request runs no effect it did not. Small splat
 //! constants are copied into the kernels that use them. Each group of two or more ops becomes
@@ -91,8 +93,8 @@ struct Group {
 /// the widest result of elementwise ops. Every member's result broadcasts into it, and every
 /// result that leaves the kernel has it (or, in an input kernel, one value per row of it): a
 /// backend runs the kernel as one loop nest over it, and an output kernel's epilogue in place
-/// over the product's buffer. `None` once an op that reindexes (reshape, transpose, ...) is
-/// in the group, which no single shape describes.
+/// over the product's buffer. `None` only where a member's type gives no shape (ops that
+/// reindex, which no single shape describes, never join a group).
 type IterShape = Option<Vec<u64>>;
 
 /// Kernels a backend launches for a graph: one per fusion node, one per unfused compute op
@@ -264,7 +266,6 @@ fn fuse_region(g: &mut Graph, r: Region) -> Result<bool, String> {
                 let (kind, shape) = match op.kind() {
                     OpKind::Contraction => (Kind::Output, result_shape(g, n)),
                     OpKind::Reduction => (Kind::Input, operand_shape(g, n)),
-                    _ if reindexes(op) => (Kind::Loop, None),
                     _ => (Kind::Loop, result_shape(g, n)),
                 };
                 group_of.insert(n, groups.len());
@@ -519,9 +520,6 @@ fn joined_shape(g: &Graph, n: Node, gi: usize, grp: &Group, group_of: &HashMap<N
         };
     }
     let Some(s) = &grp.shape else { return Some(None) };
-    if reindexes(op) {
-        return Some(None);
-    }
     let out = result_shape(g, n)?;
     if broadcasts_to(&out, s) {
         return Some(grp.shape.clone());

@@ -10,9 +10,10 @@ pub fn is_pure(g: &Graph, n: Node) -> bool {
     !nd.op.is_stateful() && nd.regions.iter().all(|&r| g.regions[r].nodes.iter().all(|&m| is_pure(g, m)))
 }
 
-/// Whether `v` is the same in every step: a `constant`'s result, or a pure op's (no `after`
-/// list, no control flow) whose operands all are. Sessions compute such values once and keep
-/// them (`graphc_runtime::ConstantCache`). Chains longer than a few hundred nodes count as not.
+/// Whether `v` is the same in every step: the result of a node `Graph::is_step_invariant_op`
+/// admits whose operands all are (a constant, a weight broadcast from one). Sessions compute
+/// such values once and keep them (`graphc_runtime::ConstantCache`). Chains longer than a few
+/// hundred nodes count as not.
 pub fn step_invariant(g: &Graph, v: Value) -> bool {
     let (mut stack, mut seen) = (vec![v], HashSet::new());
     while let Some(v) = stack.pop() {
@@ -20,15 +21,10 @@ pub fn step_invariant(g: &Graph, v: Value) -> bool {
             continue;
         }
         let Some(p) = g.producer(v) else { return false };
-        let nd = &g.nodes[p];
-        if nd.op == Op::Constant {
-            continue;
-        }
-        let plain = nd.control_deps.is_empty() && nd.regions.is_empty() && !nd.operands.is_empty();
-        if !plain || !is_pure(g, p) || nd.op == Op::Grad || seen.len() > 256 {
+        if !g.is_step_invariant_op(p) || seen.len() > 256 {
             return false;
         }
-        stack.extend(nd.operands.iter().copied());
+        stack.extend(g.nodes[p].operands.iter().copied());
     }
     true
 }

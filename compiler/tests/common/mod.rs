@@ -68,3 +68,16 @@ pub fn examples() -> Vec<(String, String)> {
 }
 
 pub mod close;
+
+/// `n` seeded values in [-1, 1], multiples of 1/1000 (xorshift): the same for the same seed.
+pub fn seeded_f32(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s % 2001) as f32 / 1000.0 - 1.0
+        })
+        .collect()
+}
