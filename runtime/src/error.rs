@@ -25,6 +25,8 @@ pub enum ErrorKind {
     ResourceExhausted,
     /// A checkpoint could not be written, read or applied.
     Checkpoint,
+    /// Another task of the cluster failed, refused the request, or could not be reached.
+    Remote,
     /// A broken invariant inside graphc (a bug, not the user's fault).
     Internal,
 }

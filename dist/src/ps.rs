@@ -1,0 +1,442 @@
+//! A parameter server: one ps task's variables in a session of the runtime, read by the
+//! workers' pulls and updated by their pushes, combined as the sync mode says.
+//!
+//! Workers number their steps from 1. A worker's first pull or push of a step *enters* it:
+//! in `sync` and `backup:K` that waits until the round its previous step joined has been
+//! applied, then joins the next round (so a straggler whose update was dropped joins the
+//! current round, as SyncReplicasOptimizer's tokens make it); in `ssp:S` it waits until no
+//! other running worker is more than S steps behind. A worker's push is complete when every
+//! tensor the program expects has come; then `async` and `ssp` apply it at once, and the
+//! round modes add it to its round, which is applied, with each tensor averaged over the
+//! round's updates in worker order, once it has `n - K` of them (fewer when workers have
+//! finished). An update for a round already applied is dropped. Every wait is bounded by the
+//! peer timeout: a worker that never comes is an error naming what was awaited, not a hang.
+
+use crate::split::{input_name, PsProgram, APPLY};
+use crate::wire::SyncMode;
+use graphc_ir::{DType, TensorData};
+use graphc_runtime::{RunRequest, Session, SessionOptions, Tensor};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// How a ps task runs.
+#[derive(Clone, Debug)]
+pub struct PsOptions {
+    pub workers: u32,
+    pub sync: SyncMode,
+    /// The longest any wait for another task lasts.
+    pub peer_timeout: Duration,
+}
+
+/// One worker's tensors for one step, by key.
+type Update = BTreeMap<String, Arc<Tensor>>;
+
+#[derive(Debug, Default)]
+struct Progress {
+    /// Rounds applied (round modes), or updates applied (async, ssp).
+    applied: u64,
+    /// Per worker: the step it is in and the round it joined.
+    entered: Vec<Option<(u64, u64)>>,
+    /// Per worker: its last step whose update was complete.
+    pushed: Vec<u64>,
+    done: Vec<bool>,
+    /// Updates still coming in, by (worker, step).
+    partial: HashMap<(u32, u64), Update>,
+    /// Complete updates waiting for their round, by round.
+    rounds: BTreeMap<u64, Vec<(u32, Update)>>,
+    /// Updates dropped as stragglers'.
+    dropped: u64,
+    /// An apply failed: every later request gets this.
+    failed: Option<String>,
+}
+
+/// A ps task's state; the gRPC service in [`crate::service`] calls into it.
+#[derive(Debug)]
+pub struct ParameterServer {
+    pub index: usize,
+    session: Session,
+    program: PsProgram,
+    options: PsOptions,
+    progress: Mutex<Progress>,
+    changed: Condvar,
+}
+
+impl ParameterServer {
+    /// The task's session over its program (variables initialized from their `init`).
+    pub fn new(index: usize, program: PsProgram, options: PsOptions, session: SessionOptions) -> Result<Self, String> {
+        if options.workers == 0 {
+            return Err("a ps task needs at least one worker".into());
+        }
+        if let SyncMode::Backup(k) = options.sync {
+            if k >= options.workers {
+                return Err(format!(
+                    "--sync backup:{k}: with {} workers a round would need no update; K is below the number of workers",
+                    options.workers
+                ));
+            }
+        }
+        let session = Session::new(program.module.clone(), session).map_err(|e| e.to_string())?;
+        let n = options.workers as usize;
+        let progress =
+            Progress { entered: vec![None; n], pushed: vec![0; n], done: vec![false; n], ..Progress::default() };
+        Ok(ParameterServer {
+            index,
+            session,
+            program,
+            options,
+            progress: Mutex::new(progress),
+            changed: Condvar::new(),
+        })
+    }
+
+    pub fn program(&self) -> &PsProgram {
+        &self.program
+    }
+
+    pub fn options(&self) -> &PsOptions {
+        &self.options
+    }
+
+    /// The session holding the variables (for checkpoints).
+    pub fn session(&self) -> &Session {
+        &self.session
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Progress> {
+        self.progress.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn check_worker(&self, worker: u32) -> Result<(), String> {
+        if worker >= self.options.workers {
+            return Err(format!("worker {worker} is not in the cluster ({} workers)", self.options.workers));
+        }
+        Ok(())
+    }
+
+    /// Waits on `p` until `ready` holds, the deadline passes (an error saying what was
+    /// awaited), or an apply fails.
+    fn wait<'a>(
+        &self,
+        mut p: MutexGuard<'a, Progress>,
+        ready: impl Fn(&Progress) -> bool,
+        what: impl Fn(&Progress) -> String,
+    ) -> Result<MutexGuard<'a, Progress>, String> {
+        let deadline = Instant::now() + self.options.peer_timeout;
+        loop {
+            if let Some(e) = &p.failed {
+                return Err(e.clone());
+            }
+            if ready(&p) {
+                return Ok(p);
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(format!(
+                    "ps task {}: timed out after {:?} waiting for {}",
+                    self.index,
+                    self.options.peer_timeout,
+                    what(&p)
+                ));
+            }
+            p = self.changed.wait_timeout(p, deadline - now).unwrap_or_else(|e| e.into_inner()).0;
+        }
+    }
+
+    /// Worker `w` enters step `s` (see the module's header); returns the guard.
+    fn enter(&self, w: u32, s: u64) -> Result<MutexGuard<'_, Progress>, String> {
+        self.check_worker(w)?;
+        let p = self.lock();
+        let i = w as usize;
+        match p.entered[i] {
+            Some((step, _)) if step == s => return Ok(p),
+            Some((step, _)) if step > s => return Err(format!("worker {w} is at step {step}; step {s} is past")),
+            _ => {}
+        }
+        let mut p = match self.options.sync {
+            SyncMode::Async => p,
+            SyncMode::Sync | SyncMode::Backup(_) => {
+                let joined = p.entered[i].map_or(0, |(_, r)| r);
+                self.wait(
+                    p,
+                    |p| p.applied >= joined,
+                    |p| {
+                        format!(
+                            "round {joined} to be applied (it has {} of its updates)",
+                            p.rounds.get(&joined).map_or(0, Vec::len)
+                        )
+                    },
+                )?
+            }
+            SyncMode::Ssp(bound) => {
+                let floor = s.saturating_sub(1 + bound);
+                let behind = move |p: &Progress| {
+                    (0..p.done.len()).filter(|&v| v != i && !p.done[v] && p.pushed[v] < floor).collect::<Vec<_>>()
+                };
+                self.wait(
+                    p,
+                    |p| behind(p).is_empty(),
+                    |p| format!("workers {:?} to finish step {floor} (ssp:{bound}, worker {w} at step {s})", behind(p)),
+                )?
+            }
+        };
+        let round = p.applied + 1;
+        p.entered[i] = Some((s, round));
+        Ok(p)
+    }
+
+    /// Worker `w`'s read of `key` for its step `s`.
+    pub fn pull(&self, w: u32, s: u64, key: &str) -> Result<Arc<Tensor>, String> {
+        let name =
+            self.program.reads.get(key).ok_or_else(|| format!("ps task {} serves no read '{key}'", self.index))?;
+        let _entered = self.enter(w, s)?;
+        let var = self.session.state().variable(name).map_err(|e| e.to_string())?;
+        var.read().map_err(|e| e.to_string())
+    }
+
+    /// The type a pushed key must have.
+    pub fn push_type(&self, key: &str) -> Result<&graphc_ir::TensorType, String> {
+        self.program.pushes.get(key).ok_or_else(|| format!("ps task {} expects no push '{key}'", self.index))
+    }
+
+    /// Worker `w`'s tensor `key` for its step `s`. Returns whether it counts (false: its
+    /// round was applied without it).
+    pub fn push(&self, w: u32, s: u64, key: String, t: Tensor) -> Result<bool, String> {
+        self.push_type(&key)?;
+        let mut p = self.enter(w, s)?;
+        let round = p.entered[w as usize].map_or(0, |(_, r)| r);
+        let update = p.partial.entry((w, s)).or_default();
+        if update.insert(key.clone(), Arc::new(t)).is_some() {
+            return Err(format!("worker {w} pushed '{key}' twice in step {s}"));
+        }
+        if update.len() < self.program.pushes.len() {
+            return Ok(true);
+        }
+        let update = p.partial.remove(&(w, s)).expect("present above");
+        p.pushed[w as usize] = s;
+        let counted = match self.options.sync {
+            SyncMode::Async | SyncMode::Ssp(_) => {
+                let applied = self.apply(&[(w, update)]);
+                self.settle(&mut p, applied)?;
+                true
+            }
+            SyncMode::Sync | SyncMode::Backup(_) if round <= p.applied => {
+                p.dropped += 1;
+                false
+            }
+            SyncMode::Sync | SyncMode::Backup(_) => {
+                p.rounds.entry(round).or_default().push((w, update));
+                self.close_rounds(&mut p)?;
+                true
+            }
+        };
+        self.changed.notify_all();
+        Ok(counted)
+    }
+
+    /// Worker `w` has run its last step; returns whether every worker has.
+    pub fn done(&self, w: u32) -> Result<bool, String> {
+        self.check_worker(w)?;
+        let mut p = self.lock();
+        p.done[w as usize] = true;
+        // Its unfinished update will not be completed.
+        p.partial.retain(|(v, _), _| *v != w);
+        if matches!(self.options.sync, SyncMode::Sync | SyncMode::Backup(_)) {
+            self.close_rounds(&mut p)?;
+        }
+        self.changed.notify_all();
+        Ok(p.done.iter().all(|&d| d))
+    }
+
+    /// Whether every worker has said it is done.
+    pub fn finished(&self) -> bool {
+        self.lock().done.iter().all(|&d| d)
+    }
+
+    /// Updates dropped as stragglers' so far.
+    pub fn dropped(&self) -> u64 {
+        self.lock().dropped
+    }
+
+    /// Applies the next round while it has the updates it needs.
+    fn close_rounds(&self, p: &mut Progress) -> Result<(), String> {
+        let backups = match self.options.sync {
+            SyncMode::Backup(k) => k as usize,
+            _ => 0,
+        };
+        let running = p.done.iter().filter(|&&d| !d).count();
+        let need = (self.options.workers as usize - backups).min(running).max(1);
+        loop {
+            let next = p.applied + 1;
+            let have = p.rounds.get(&next).map_or(0, Vec::len);
+            if have == 0 || have < need {
+                return Ok(());
+            }
+            let mut updates = p.rounds.remove(&next).expect("present above");
+            updates.sort_by_key(|(w, _)| *w);
+            let applied = self.apply(&updates);
+            self.settle(p, applied)?;
+        }
+    }
+
+    fn settle(&self, p: &mut Progress, applied: Result<(), String>) -> Result<(), String> {
+        match applied {
+            Ok(()) => {
+                p.applied += 1;
+                Ok(())
+            }
+            Err(e) => {
+                let e = format!("ps task {}: applying the updates failed: {e}", self.index);
+                p.failed = Some(e.clone());
+                self.changed.notify_all();
+                Err(e)
+            }
+        }
+    }
+
+    /// Runs `@apply` once with each pushed tensor averaged over `updates`.
+    fn apply(&self, updates: &[(u32, Update)]) -> Result<(), String> {
+        if self.program.pushes.is_empty() {
+            return Ok(());
+        }
+        let mut request = RunRequest::new(APPLY);
+        for key in self.program.pushes.keys() {
+            let parts: Vec<&Arc<Tensor>> = updates.iter().map(|(_, u)| &u[key]).collect();
+            request = request.feed(input_name(key), mean(&parts)?);
+        }
+        self.session.run(request).map(|_| ()).map_err(|e| e.to_string())
+    }
+}
+
+/// The mean of tensors of one type: summed in f64 in order, divided by their number (so the
+/// mean of equal tensors is each of them exactly); integer and boolean tensors are taken
+/// from the first.
+fn mean(parts: &[&Arc<Tensor>]) -> Result<Arc<Tensor>, String> {
+    let first = parts[0];
+    if parts.len() == 1 || !first.dtype().is_float() {
+        return Ok(first.clone());
+    }
+    let mut sum = first.to_f64_vec();
+    for t in &parts[1..] {
+        for (s, x) in sum.iter_mut().zip(t.to_f64_vec()) {
+            *s += x;
+        }
+    }
+    let n = parts.len() as f64;
+    let data = match first.dtype() {
+        DType::F32 => TensorData::F32(sum.iter().map(|s| (s / n) as f32).collect()),
+        _ => TensorData::F64(sum.iter().map(|s| s / n).collect()),
+    };
+    Tensor::from_data(first.shape(), data).map(Arc::new).ok_or_else(|| "internal error averaging updates".to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::split::split;
+    use graphc_ir::TensorType;
+
+    const STEP: &str = r#"graph @step(%g: f32[2]) -> (loss: f32[]) {
+  %w = variable {name = "w", init = dense<[1.0, 2.0]> : f32[2]} : var<f32[2]>
+  %wv = read %w : f32[2]
+  %loss = reduce_sum %wv {axes = [0]} : f32[]
+  %lr = constant {value = dense<1.0> : f32[]} : f32[]
+  %u = apply_sgd %w, %lr, %g : f32[2]
+  %out = identity %loss after(%u) : f32[]
+  return %out
+}
+"#;
+
+    fn server(workers: u32, sync: SyncMode) -> Arc<ParameterServer> {
+        let m = graphc_ir::parse_module(STEP).unwrap();
+        let program = split(&m, "step", 1).unwrap().tasks.remove(0);
+        let options = PsOptions { workers, sync, peer_timeout: Duration::from_secs(5) };
+        Arc::new(ParameterServer::new(0, program, options, SessionOptions::default()).unwrap())
+    }
+
+    fn grad(v: f32) -> Tensor {
+        Tensor::from_f32(vec![v, v], &TensorType::new(DType::F32, vec![2])).unwrap()
+    }
+
+    fn read(ps: &ParameterServer, w: u32, s: u64) -> Vec<f64> {
+        ps.pull(w, s, "ps0/read/w").unwrap().to_f64_vec()
+    }
+
+    /// A worker's step: read, then push gradient `g` (lr 1 and the constant pushed too).
+    fn step(ps: &ParameterServer, w: u32, s: u64, g: f32) -> bool {
+        read(ps, w, s);
+        let lr = Tensor::scalar_f32(1.0);
+        ps.push(w, s, "ps0/u0_1".into(), lr).unwrap();
+        ps.push(w, s, "ps0/u0_2".into(), grad(g)).unwrap()
+    }
+
+    #[test]
+    fn sync_averages_a_round_and_holds_the_next_step() {
+        let ps = server(2, SyncMode::Sync);
+        assert!(step(&ps, 0, 1, 1.0));
+        // Worker 0's step 2 waits for the round, which worker 1 completes.
+        let ps2 = ps.clone();
+        let waiting = std::thread::spawn(move || read(&ps2, 0, 2));
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(!waiting.is_finished());
+        assert!(step(&ps, 1, 1, 3.0));
+        // w - mean(1, 3) = w - 2.
+        assert_eq!(waiting.join().unwrap(), [-1.0, 0.0]);
+    }
+
+    #[test]
+    fn backup_drops_the_straggler() {
+        let ps = server(2, SyncMode::Backup(1));
+        read(&ps, 1, 1);
+        assert!(step(&ps, 0, 1, 1.0));
+        assert_eq!(read(&ps, 0, 2), [0.0, 1.0]);
+        // Worker 1's update for the round already applied is dropped; it joins the next one.
+        assert!(!step(&ps, 1, 1, 5.0));
+        assert_eq!(ps.dropped(), 1);
+        assert_eq!(read(&ps, 1, 2), [0.0, 1.0]);
+    }
+
+    #[test]
+    fn async_applies_each_update_and_ssp_bounds_the_lead() {
+        let ps = server(2, SyncMode::Async);
+        assert!(step(&ps, 0, 1, 1.0));
+        assert!(step(&ps, 0, 2, 1.0));
+        assert_eq!(read(&ps, 1, 1), [-1.0, 0.0]);
+
+        let ps = server(2, SyncMode::Ssp(1));
+        assert!(step(&ps, 0, 1, 1.0));
+        assert!(step(&ps, 0, 2, 1.0));
+        // Step 3 would be 2 ahead of worker 1, which has finished none.
+        let ps2 = ps.clone();
+        let waiting = std::thread::spawn(move || read(&ps2, 0, 3));
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(!waiting.is_finished());
+        assert!(step(&ps, 1, 1, 0.0));
+        waiting.join().unwrap();
+    }
+
+    #[test]
+    fn a_finished_worker_does_not_hold_the_rounds() {
+        let ps = server(2, SyncMode::Sync);
+        assert!(!ps.done(1).unwrap());
+        assert!(step(&ps, 0, 1, 1.0));
+        assert_eq!(read(&ps, 0, 2), [0.0, 1.0]);
+        assert!(ps.done(0).unwrap());
+    }
+
+    #[test]
+    fn bad_requests_are_errors() {
+        let ps = server(1, SyncMode::Sync);
+        assert!(ps.pull(3, 1, "ps0/read/w").unwrap_err().contains("not in the cluster"));
+        assert!(ps.pull(0, 1, "ps0/read/v").unwrap_err().contains("no read"));
+        assert!(ps.push(0, 1, "ps0/u9_9".into(), grad(1.0)).unwrap_err().contains("no push"));
+        ps.push(0, 1, "ps0/u0_2".into(), grad(1.0)).unwrap();
+        assert!(ps.push(0, 1, "ps0/u0_2".into(), grad(1.0)).unwrap_err().contains("twice"));
+        let short = PsOptions { workers: 2, sync: SyncMode::Sync, peer_timeout: Duration::from_millis(50) };
+        let program = split(&graphc_ir::parse_module(STEP).unwrap(), "step", 1).unwrap().tasks.remove(0);
+        let ps = ParameterServer::new(0, program, short, SessionOptions::default()).unwrap();
+        assert!(step(&ps, 0, 1, 1.0));
+        let e = ps.pull(0, 2, "ps0/read/w").unwrap_err();
+        assert!(e.contains("timed out") && e.contains("round 1"), "{e}");
+    }
+}

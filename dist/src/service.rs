@@ -1,0 +1,392 @@
+//! The gRPC side of a ps task (serving [`ParameterServer`]) and of a worker (a client per ps
+//! task, and the rendezvous that turns the step graph's sends and recvs of `psN/` keys into
+//! pushes and pulls).
+//!
+//! Every request carries the shared token when the cluster has one; a server refuses one
+//! without it (and says so on stderr). Servers listen on loopback unless told otherwise, and
+//! another address needs a token. Streams are checked chunk by chunk ([`Assembly`]).
+
+use crate::ps::ParameterServer;
+use crate::split::task_of;
+use crate::wire::{self, Assembly, Chunk, Done, Empty, Hello, Pull, Pushed, Welcome};
+use graphc_runtime::{ErrorKind, LocalRendezvous, Rendezvous, RendezvousFactory, RtValue, RunError, WaitCtx};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+use tokio_stream::wrappers::{ReceiverStream, TcpListenerStream};
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::{Channel, Endpoint, Server};
+use tonic::{Request, Response, Status, Streaming};
+
+#[allow(missing_debug_implementations, clippy::all)]
+mod generated {
+    include!(concat!(env!("OUT_DIR"), "/graphc.dist.ParameterServer.rs"));
+}
+use generated::parameter_server_client::ParameterServerClient;
+use generated::parameter_server_server::{ParameterServer as PsRpc, ParameterServerServer};
+
+/// The shared secret every request carries (`--token-file`, `GRAPHC_TOKEN`). Debug output
+/// does not show it.
+#[derive(Clone, Default)]
+pub struct Token(Option<Arc<str>>);
+
+impl std::fmt::Debug for Token {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() { "Token(set)" } else { "Token(none)" })
+    }
+}
+
+impl Token {
+    pub fn new(secret: Option<String>) -> Token {
+        Token(secret.map(|s| Arc::from(s.trim())))
+    }
+
+    pub fn is_set(&self) -> bool {
+        self.0.is_some()
+    }
+
+    fn header(&self) -> Option<String> {
+        self.0.as_ref().map(|t| format!("Bearer {t}"))
+    }
+}
+
+/// Whether `a` and `b` are equal, looking at every byte either way.
+fn same(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |d, (x, y)| d | (x ^ y)) == 0
+}
+
+fn tokio(threads: usize) -> Result<tokio::runtime::Runtime, String> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads)
+        .thread_name("graphc-grpc")
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the gRPC runtime: {e}"))
+}
+
+struct PsService {
+    ps: Arc<ParameterServer>,
+    finished: Arc<tokio::sync::Notify>,
+}
+
+fn status(e: String) -> Status {
+    if e.contains("timed out") {
+        Status::deadline_exceeded(e)
+    } else {
+        Status::failed_precondition(e)
+    }
+}
+
+/// Runs `f` (which may wait on other workers) off the async threads.
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T, String> + Send + 'static) -> Result<T, Status> {
+    tokio::task::spawn_blocking(f).await.map_err(|e| Status::internal(format!("internal error: {e}")))?.map_err(status)
+}
+
+#[tonic::async_trait]
+impl PsRpc for PsService {
+    async fn hello(&self, request: Request<Hello>) -> Result<Response<Welcome>, Status> {
+        let h = request.into_inner();
+        let o = self.ps.options();
+        let index = self.ps.index;
+        if h.workers != o.workers || h.sync != o.sync.to_string() {
+            return Err(Status::failed_precondition(format!(
+                "ps task {index} trains with {} workers and --sync {}; worker {} came with {} workers and --sync {}",
+                o.workers, o.sync, h.worker, h.workers, h.sync
+            )));
+        }
+        if h.program != self.ps.program().fingerprint() {
+            return Err(Status::failed_precondition(format!(
+                "worker {} split the step into another program for ps task {index} than the ps did: give every task the same file, --graph and cluster",
+                h.worker
+            )));
+        }
+        Ok(Response::new(Welcome { ps: index as u32 }))
+    }
+
+    type PullStream = ReceiverStream<Result<Chunk, Status>>;
+
+    async fn pull(&self, request: Request<Pull>) -> Result<Response<Self::PullStream>, Status> {
+        let p = request.into_inner();
+        let ps = self.ps.clone();
+        let (worker, step, key) = (p.worker, p.step, p.key.clone());
+        let t = blocking(move || ps.pull(worker, step, &key)).await?;
+        let (tx, rx) = tokio::sync::mpsc::channel(4);
+        tokio::spawn(async move {
+            for c in wire::chunks(&p.key, p.worker, p.step, &t) {
+                if tx.send(Ok(c)).await.is_err() {
+                    return;
+                }
+            }
+        });
+        Ok(Response::new(ReceiverStream::new(rx)))
+    }
+
+    async fn push(&self, request: Request<Streaming<Chunk>>) -> Result<Response<Pushed>, Status> {
+        let mut stream = request.into_inner();
+        let first = stream.message().await?.ok_or_else(|| Status::invalid_argument("an empty push"))?;
+        let ps = &self.ps;
+        let mut a = Assembly::start(first, |key| ps.push_type(key).map(|t| Some(t.clone())), u64::MAX)
+            .map_err(Status::invalid_argument)?;
+        while let Some(c) = stream.message().await? {
+            a.add(c).map_err(Status::invalid_argument)?;
+        }
+        let (worker, step, key) = (a.worker, a.step, a.key.clone());
+        let t = a.finish().map_err(Status::invalid_argument)?;
+        let ps = self.ps.clone();
+        let counted = blocking(move || ps.push(worker, step, key, t)).await?;
+        Ok(Response::new(Pushed { counted }))
+    }
+
+    async fn done(&self, request: Request<Done>) -> Result<Response<Empty>, Status> {
+        let w = request.into_inner().worker;
+        let ps = self.ps.clone();
+        if blocking(move || ps.done(w)).await? {
+            self.finished.notify_one();
+        }
+        Ok(Response::new(Empty {}))
+    }
+}
+
+/// The interceptor checking the token.
+fn authenticate(token: Token, who: String) -> impl FnMut(Request<()>) -> Result<Request<()>, Status> + Clone {
+    move |r: Request<()>| {
+        let Some(want) = token.header() else { return Ok(r) };
+        let got = r.metadata().get("authorization").map(|v| v.as_bytes()).unwrap_or_default();
+        if same(got, want.as_bytes()) {
+            return Ok(r);
+        }
+        let from = r.remote_addr().map_or("an unknown address".to_string(), |a| a.to_string());
+        eprintln!(
+            "{who}: refused a request from {from}: {}",
+            if got.is_empty() { "no token" } else { "a wrong token" }
+        );
+        Err(Status::unauthenticated("this task needs the cluster's token (--token-file or GRAPHC_TOKEN)"))
+    }
+}
+
+/// Where a server listens: `listen` if given, else loopback at `address`'s port. Anything
+/// but loopback needs a token.
+pub fn listen_address(address: &str, listen: Option<&str>, token: &Token) -> Result<SocketAddr, String> {
+    let addr: SocketAddr = match listen {
+        Some(l) => l.parse().map_err(|_| format!("--listen {l}: expected IP:PORT, like 0.0.0.0:2222"))?,
+        None => {
+            let port = address
+                .rsplit_once(':')
+                .and_then(|(_, p)| p.parse::<u16>().ok())
+                .ok_or_else(|| format!("'{address}' has no port"))?;
+            SocketAddr::from(([127, 0, 0, 1], port))
+        }
+    };
+    if !addr.ip().is_loopback() && !token.is_set() {
+        return Err(format!("--listen {addr}: a server reachable from other machines needs authenticated peers: give --token-file PATH or GRAPHC_TOKEN"));
+    }
+    Ok(addr)
+}
+
+/// Serves `ps` on `addr` until every worker is done.
+pub fn serve(ps: Arc<ParameterServer>, addr: SocketAddr, token: Token) -> Result<(), String> {
+    let rt = tokio(2)?;
+    rt.block_on(async move {
+        let listener =
+            tokio::net::TcpListener::bind(addr).await.map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+        let finished = Arc::new(tokio::sync::Notify::new());
+        let who = format!("ps task {}", ps.index);
+        let service = PsService { ps, finished: finished.clone() };
+        let server = ParameterServerServer::new(service).max_decoding_message_size(wire::MAX_MESSAGE);
+        let intercepted = InterceptedService::new(server, authenticate(token, who));
+        Server::builder()
+            .add_service(intercepted)
+            .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async move { finished.notified().await })
+            .await
+            .map_err(|e| format!("serving on {addr}: {e}"))
+    })
+}
+
+/// Adds the token to every request a worker makes.
+#[derive(Clone)]
+struct WithToken(Option<tonic::metadata::AsciiMetadataValue>);
+
+impl tonic::service::Interceptor for WithToken {
+    fn call(&mut self, mut r: Request<()>) -> Result<Request<()>, Status> {
+        if let Some(h) = &self.0 {
+            r.metadata_mut().insert("authorization", h.clone());
+        }
+        Ok(r)
+    }
+}
+
+type Authed = InterceptedService<Channel, WithToken>;
+
+/// A worker's connections to the ps tasks.
+pub struct Client {
+    rt: tokio::runtime::Runtime,
+    ps: Vec<ParameterServerClient<Authed>>,
+    addresses: Vec<String>,
+    pub worker: u32,
+    /// Bytes pulled and pushed so far.
+    moved: AtomicU64,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client").field("ps", &self.addresses).field("worker", &self.worker).finish()
+    }
+}
+
+impl Client {
+    /// Connects to every ps task, trying until `timeout` (a ps may still be starting), and
+    /// says hello to each (`hello[i]` to ps task i).
+    pub fn connect(
+        addresses: &[String],
+        worker: u32,
+        token: &Token,
+        hello: Vec<Hello>,
+        timeout: Duration,
+    ) -> Result<Client, String> {
+        let rt = tokio(2)?;
+        let mut ps = Vec::with_capacity(addresses.len());
+        for (a, h) in addresses.iter().zip(hello) {
+            let endpoint =
+                Endpoint::from_shared(format!("http://{a}")).map_err(|e| format!("ps address '{a}': {e}"))?;
+            let deadline = Instant::now() + timeout;
+            let channel = loop {
+                match rt.block_on(endpoint.connect()) {
+                    Ok(c) => break c,
+                    Err(e) if Instant::now() >= deadline => {
+                        return Err(format!("cannot reach the ps task at {a} within {timeout:?}: {e}"));
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(100)),
+                }
+            };
+            let header = token
+                .header()
+                .map(|h| h.parse())
+                .transpose()
+                .map_err(|_| "the token is not printable ASCII".to_string())?;
+            let add = WithToken(header);
+            let mut c = ParameterServerClient::new(InterceptedService::new(channel, add))
+                .max_decoding_message_size(wire::MAX_MESSAGE);
+            rt.block_on(c.hello(h))
+                .map_err(|s| format!("the ps task at {a} refused worker {worker}: {}", s.message()))?;
+            ps.push(c);
+        }
+        Ok(Client { rt, ps, addresses: addresses.to_vec(), worker, moved: AtomicU64::new(0) })
+    }
+
+    fn task(&self, key: &str) -> Result<usize, RunError> {
+        task_of(key)
+            .filter(|&t| t < self.ps.len())
+            .ok_or_else(|| RunError::internal(format!("rendezvous key \"{key}\" names no ps task of the cluster")))
+    }
+
+    fn remote(&self, t: usize, s: Status) -> RunError {
+        RunError::new(ErrorKind::Remote, format!("ps task {t} ({}): {}", self.addresses[t], s.message()))
+    }
+
+    /// Reads `key` for step `step`.
+    pub fn pull(&self, step: u64, key: &str) -> Result<graphc_runtime::Tensor, RunError> {
+        let t = self.task(key)?;
+        let mut c = self.ps[t].clone();
+        let request = Pull { worker: self.worker, step, key: key.to_string() };
+        let tensor = self.rt.block_on(async {
+            let mut stream = c.pull(request).await?.into_inner();
+            let first = stream.message().await?.ok_or_else(|| Status::data_loss("an empty reply"))?;
+            let mut a = Assembly::start(first, |_| Ok(None), u64::MAX).map_err(Status::data_loss)?;
+            while let Some(chunk) = stream.message().await? {
+                a.add(chunk).map_err(Status::data_loss)?;
+            }
+            a.finish().map_err(Status::data_loss)
+        });
+        let tensor = tensor.map_err(|s| self.remote(t, s))?;
+        self.moved.fetch_add(tensor.to_le_bytes().len() as u64, Ordering::Relaxed);
+        Ok(tensor)
+    }
+
+    /// Sends `key` for step `step`; returns whether it counted.
+    pub fn push(&self, step: u64, key: &str, value: &graphc_runtime::Tensor) -> Result<bool, RunError> {
+        let t = self.task(key)?;
+        let mut c = self.ps[t].clone();
+        let chunks = wire::chunks(key, self.worker, step, value);
+        let bytes: usize = chunks.iter().map(|c| c.data.len()).sum();
+        let reply = self.rt.block_on(c.push(tokio_stream::iter(chunks))).map_err(|s| self.remote(t, s))?;
+        self.moved.fetch_add(bytes as u64, Ordering::Relaxed);
+        Ok(reply.into_inner().counted)
+    }
+
+    /// Tells every ps task this worker is done.
+    pub fn done(&self) -> Result<(), String> {
+        for (t, c) in self.ps.iter().enumerate() {
+            let mut c = c.clone();
+            self.rt
+                .block_on(c.done(Done { worker: self.worker }))
+                .map_err(|s| format!("ps task {t} ({}): {}", self.addresses[t], s.message()))?;
+        }
+        Ok(())
+    }
+
+    /// Bytes of tensors pulled and pushed so far.
+    pub fn bytes_moved(&self) -> u64 {
+        self.moved.load(Ordering::Relaxed)
+    }
+}
+
+/// The worker's rendezvous: `psN/` keys go to ps task N, other keys (between the task's own
+/// devices) stay in the process. Each step that touches a ps key takes the next training
+/// step number (runs of other graphs, like the input pipeline's, touch none).
+#[derive(Debug)]
+pub struct PsRendezvousFactory {
+    client: Arc<Client>,
+    steps: Arc<AtomicU64>,
+}
+
+impl PsRendezvousFactory {
+    /// Steps numbered from `from + 1`.
+    pub fn new(client: Arc<Client>, from: u64) -> Self {
+        PsRendezvousFactory { client, steps: Arc::new(AtomicU64::new(from)) }
+    }
+}
+
+impl RendezvousFactory for PsRendezvousFactory {
+    fn rendezvous(&self, _step: u64) -> Arc<dyn Rendezvous> {
+        Arc::new(PsRendezvous {
+            client: self.client.clone(),
+            steps: self.steps.clone(),
+            step: OnceLock::new(),
+            local: LocalRendezvous::default(),
+        })
+    }
+}
+
+#[derive(Debug)]
+struct PsRendezvous {
+    client: Arc<Client>,
+    steps: Arc<AtomicU64>,
+    step: OnceLock<u64>,
+    local: LocalRendezvous,
+}
+
+impl PsRendezvous {
+    fn step(&self) -> u64 {
+        *self.step.get_or_init(|| self.steps.fetch_add(1, Ordering::SeqCst) + 1)
+    }
+}
+
+impl Rendezvous for PsRendezvous {
+    fn send(&self, key: String, value: RtValue) -> Result<(), RunError> {
+        if task_of(&key).is_none() {
+            return self.local.send(key, value);
+        }
+        let t = value
+            .as_tensor()
+            .ok_or_else(|| RunError::internal(format!("send of \"{key}\" to a ps task is not a tensor")))?;
+        self.client.push(self.step(), &key, t).map(|_| ())
+    }
+
+    fn recv(&self, wait: &WaitCtx<'_>, key: &str) -> Result<RtValue, RunError> {
+        if task_of(key).is_none() {
+            return self.local.recv(wait, key);
+        }
+        self.client.pull(self.step(), key).map(RtValue::tensor)
+    }
+}
