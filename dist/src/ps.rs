@@ -265,11 +265,13 @@ impl ParameterServer {
             _ => 0,
         };
         let running = p.done.iter().filter(|&&d| !d).count();
-        let need = (self.options.workers as usize - backups).min(running).max(1);
         loop {
             let next = p.applied + 1;
-            let have = p.rounds.get(&next).map_or(0, Vec::len);
-            if have == 0 || have < need {
+            let Some(round) = p.rounds.get(&next) else { return Ok(()) };
+            // Workers that finished after joining this round still count for it.
+            let finished_in = round.iter().filter(|(w, _)| p.done[*w as usize]).count();
+            let need = (self.options.workers as usize - backups).min(running + finished_in).max(1);
+            if round.len() < need {
                 return Ok(());
             }
             let mut updates = p.rounds.remove(&next).expect("present above");
@@ -422,6 +424,13 @@ mod tests {
         assert!(step(&ps, 0, 1, 1.0));
         assert_eq!(read(&ps, 0, 2), [0.0, 1.0]);
         assert!(ps.done(0).unwrap());
+        // A worker done right after its last push leaves the round to the others.
+        let ps = server(2, SyncMode::Sync);
+        assert!(step(&ps, 0, 1, 1.0));
+        assert!(!ps.done(0).unwrap());
+        assert!(step(&ps, 1, 1, 3.0));
+        assert_eq!(ps.dropped(), 0);
+        assert_eq!(read(&ps, 1, 2), [-1.0, 0.0]);
     }
 
     #[test]

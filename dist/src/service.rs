@@ -14,8 +14,9 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
-use tokio_stream::wrappers::{ReceiverStream, TcpListenerStream};
+use tokio_stream::wrappers::ReceiverStream;
 use tonic::service::interceptor::InterceptedService;
+use tonic::transport::server::TcpIncoming;
 use tonic::transport::{Channel, Endpoint, Server};
 use tonic::{Request, Response, Status, Streaming};
 
@@ -197,7 +198,10 @@ pub fn serve(ps: Arc<ParameterServer>, addr: SocketAddr, token: Token) -> Result
         let intercepted = InterceptedService::new(server, authenticate(token, who));
         Server::builder()
             .add_service(intercepted)
-            .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async move { finished.notified().await })
+            // Small pulls and pushes, one after another: Nagle's delay would hold each.
+            .serve_with_incoming_shutdown(TcpIncoming::from(listener).with_nodelay(Some(true)), async move {
+                finished.notified().await
+            })
             .await
             .map_err(|e| format!("serving on {addr}: {e}"))
     })

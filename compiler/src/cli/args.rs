@@ -41,6 +41,9 @@ pub enum Command {
     /// one session, fed shuffled batches from --data through an input queue, logging the
     /// loss; checkpoints keep the data position, so a restored run sees the same batches.
     Train(TrainArgs),
+    /// Serve as a parameter server of a cluster (--cluster, or TF_CONFIG): hold this task's
+    /// share of the step graph's variables, apply the workers' updates, exit when they finish.
+    Serve(ServeArgs),
 }
 
 #[derive(clap::Args, Debug)]
@@ -99,6 +102,94 @@ pub struct TrainArgs {
     /// The backend, instruction set, limits and devices, as for `graphc run`.
     #[command(flatten)]
     pub session: SessionArgs,
+    /// Training across processes with parameter servers.
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+}
+
+/// A cluster's flags: with one (or with TF_CONFIG set), `graphc train` is one task of a
+/// parameter-server training, as the cluster says which.
+#[derive(clap::Args, Debug)]
+pub struct ClusterArgs {
+    /// Train across processes: this process is one task of the cluster given by `tf_config`
+    /// (the TF_CONFIG environment variable, TensorFlow's JSON; the default when it is set),
+    /// `slurm` (SLURM_PROCID, SLURM_NTASKS, SLURM_JOB_NODELIST), `mpi` (mpirun's
+    /// OMPI_COMM_WORLD_RANK or PMI_RANK, with --hosts) or a cluster FILE (TF_CONFIG's JSON,
+    /// with --task). A ps task holds variables and serves until the workers finish; a worker
+    /// runs the step graph.
+    #[arg(long, value_name = "tf_config|slurm|mpi|FILE")]
+    pub cluster: Option<String>,
+    /// This task, as JOB:INDEX (ps:0, worker:1, chief:0): needed with a cluster file, and
+    /// overrides the others.
+    #[arg(long, value_name = "JOB:INDEX")]
+    pub task: Option<String>,
+    /// How the ps tasks combine the workers' updates: async (each applied as it comes), sync
+    /// (averaged over every worker, applied once per round), backup:K (a round closes with
+    /// the first n-K updates; the stragglers' are dropped) or ssp:S (async, with no worker
+    /// more than S steps ahead of the slowest).
+    #[arg(long, value_name = "MODE", default_value = "async")]
+    pub sync: String,
+    /// Slurm and MPI: ranks 0..P-1 are the ps tasks, the rest workers.
+    #[arg(long = "ps", value_name = "P", default_value_t = 1)]
+    pub ps: usize,
+    /// Slurm and MPI: rank R listens at port BASE+R.
+    #[arg(long, value_name = "BASE", default_value_t = 2222)]
+    pub base_port: u16,
+    /// MPI: the host of each rank (or one host for all); default 127.0.0.1.
+    #[arg(long, value_name = "HOST,...", value_delimiter = ',')]
+    pub hosts: Vec<String>,
+    /// The cluster's shared token (its first line); else GRAPHC_TOKEN. Requests without it
+    /// are refused.
+    #[arg(long, value_name = "PATH")]
+    pub token_file: Option<PathBuf>,
+    /// Where a ps task listens (default: loopback, at its port in the cluster); anything but
+    /// loopback needs a token.
+    #[arg(long, value_name = "IP:PORT")]
+    pub listen: Option<String>,
+    /// The longest a task waits for another (to start, or to reach a step), in seconds.
+    #[arg(long, value_name = "SECS", default_value_t = 300)]
+    pub peer_timeout: u64,
+}
+
+impl ClusterArgs {
+    /// The training across processes these flags (or TF_CONFIG) ask for, if any.
+    pub fn distributed(&self) -> anyhow::Result<Option<graphc::driver::Distributed>> {
+        use graphc_dist::cluster::{Cluster, Ranks, Source};
+        let source = match &self.cluster {
+            Some(s) => Source::parse(s),
+            None if std::env::var_os("TF_CONFIG").is_some() => Source::TfConfig,
+            None => return Ok(None),
+        };
+        let ranks = Ranks { ps: self.ps, base_port: self.base_port, hosts: &self.hosts };
+        let cluster = Cluster::load(&source, &|k| std::env::var(k).ok(), self.task.as_deref(), &ranks)
+            .map_err(|e| anyhow::anyhow!(e))?;
+        let sync = graphc_dist::SyncMode::parse(&self.sync).map_err(|e| anyhow::anyhow!(e))?;
+        if self.peer_timeout == 0 {
+            anyhow::bail!("--peer-timeout 0: give the seconds a task may wait for another (at least 1)");
+        }
+        Ok(Some(graphc::driver::Distributed {
+            cluster,
+            sync,
+            token: graphc::driver::read_token(self.token_file.as_deref())?,
+            listen: self.listen.clone(),
+            peer_timeout: std::time::Duration::from_secs(self.peer_timeout),
+        }))
+    }
+}
+
+/// `graphc serve`: a ps task that only serves.
+#[derive(clap::Args, Debug)]
+pub struct ServeArgs {
+    /// The .gir or .onnx file the workers train ('-' reads standard input).
+    pub file: PathBuf,
+    /// The workers' step graph (default: the only graph, else the first).
+    #[arg(short, long = "graph", value_name = "STEP")]
+    pub graph: Option<String>,
+    /// Save this task's variables to this safetensors file when the workers are done.
+    #[arg(long, value_name = "PATH")]
+    pub checkpoint: Option<PathBuf>,
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
 }
 
 #[derive(clap::Args, Debug)]

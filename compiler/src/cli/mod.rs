@@ -42,6 +42,7 @@ pub fn main() -> ExitCode {
         Command::Simulate(a) => simulate::simulate(&a),
         Command::Run(a) => run::run(&a),
         Command::Train(a) => train::train(&a),
+        Command::Serve(a) => train::serve(&a),
     };
     match result {
         Ok(code) => code,

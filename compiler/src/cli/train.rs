@@ -2,16 +2,50 @@
 //! this shows the progress (a bar on a terminal, lines otherwise), writes the JSON-lines log,
 //! the loss curve (SVG), checkpoints and the final variables, and prints a summary.
 
-use super::args::TrainArgs;
+use super::args::{ServeArgs, TrainArgs};
 use super::output::write_file;
 use anyhow::{anyhow, bail};
-use graphc::driver::{self, import_options_for, plural, Resume, StepDone, Steps, TrainSpec, Training};
+use graphc::driver::{self, import_options_for, plural, Distributed, Resume, StepDone, Steps, TrainSpec, Training};
+use graphc_dist::{Role, Split};
 use graphc_runtime::{RtValue, SessionOptions};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::io::{BufWriter, IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
+
+/// `graphc serve`: a ps task of the cluster.
+pub fn serve(a: &ServeArgs) -> anyhow::Result<ExitCode> {
+    let Some(d) = a.cluster.distributed()? else {
+        bail!("graphc serve: give --cluster (or set TF_CONFIG): the task serves a cluster's workers");
+    };
+    let (file, module) = driver::load(&a.file, &import_options_for(&a.file, &[], &[])?)?;
+    let split = d.split(a.graph.as_deref(), &file, &module)?;
+    match d.cluster.role() {
+        Role::Ps(i) => serve_task(&d, i, split, a.checkpoint.as_deref()),
+        Role::Worker(w) => bail!("graphc serve: this task is worker {w}; a worker runs graphc train"),
+    }
+}
+
+/// Ps task `index`: serves until every worker is done, then saves its variables.
+fn serve_task(d: &Distributed, index: usize, split: Split, checkpoint: Option<&Path>) -> anyhow::Result<ExitCode> {
+    let (ps, addr) = d.parameter_server(index, split)?;
+    let (variables, bytes, workers) = (ps.program().reads.len(), ps.program().bytes, ps.options().workers as usize);
+    say!(
+        "ps task {index}: {variables} variable{} ({bytes} bytes) for {workers} worker{}, --sync {}, listening on {addr}",
+        plural(variables),
+        plural(workers),
+        d.sync
+    );
+    d.serve(&ps, addr)?;
+    let dropped = ps.dropped();
+    say!("ps task {index}: every worker is done; {dropped} straggler update{} dropped", plural(dropped as usize));
+    if let Some(path) = checkpoint {
+        ps.session().save(path, None).map_err(|e| anyhow!("{e}"))?;
+        say!("ps task {index}: saved its variables to {}", path.display());
+    }
+    Ok(ExitCode::SUCCESS)
+}
 
 pub fn train(a: &TrainArgs) -> anyhow::Result<ExitCode> {
     if a.steps == 0 {
@@ -37,6 +71,38 @@ pub fn train(a: &TrainArgs) -> anyhow::Result<ExitCode> {
         }
     }
     let (file, module) = driver::load(&a.file, &import_options_for(&a.file, &[], &[])?)?;
+    // In a cluster: a ps task serves; a worker trains the step graph with its variables on
+    // the ps tasks, its data shuffled with its own seed.
+    let dist = a.cluster.distributed()?;
+    let (module, client, seed) = match &dist {
+        None => (module, None, seed),
+        Some(d) => {
+            let split = d.split(a.graph.as_deref(), &file, &module)?;
+            let w = match d.cluster.role() {
+                Role::Ps(i) => return serve_task(d, i, split, a.checkpoint.as_deref()),
+                Role::Worker(w) => w,
+            };
+            for (flag, given) in [
+                ("--checkpoint", a.checkpoint.is_some()),
+                ("--restore", a.restore.is_some()),
+                ("--out-dir", a.out_dir.is_some()),
+            ] {
+                if given {
+                    bail!("{flag}: a worker holds no variables (they live on the ps tasks); give --checkpoint to the ps tasks");
+                }
+            }
+            let client = d.connect(w, &split)?;
+            let n = d.cluster.workers().len();
+            say!(
+                "worker {w} of {n}: --sync {}, variables on {} ps task{}",
+                d.sync,
+                split.tasks.len(),
+                plural(split.tasks.len())
+            );
+            let seed = if a.data.is_some() { seed.wrapping_add(w as u64) } else { seed };
+            (split.worker, Some(client), seed)
+        }
+    };
     let spec = TrainSpec { graph: a.graph.as_deref(), data: a.data.as_deref(), batch: a.batch, seed };
     let (module, training) = driver::plan_training(&spec, &file, module)?;
     // Where to take up, checked before anything is restored.
@@ -51,7 +117,10 @@ pub fn train(a: &TrainArgs) -> anyhow::Result<ExitCode> {
     // take for a deadlock (see the driver's train.rs).
     let options = SessionOptions { detect_deadlock: training.pipeline.is_none(), ..a.session.options() };
     // Kept to the end: dropping it waits for a background tier (auto) to finish compiling.
-    let (session, _compiled, warning) = driver::session(backend, module, options, &a.session.compile_options())?;
+    let (mut session, _compiled, warning) = driver::session(backend, module, options, &a.session.compile_options())?;
+    if let Some(c) = &client {
+        Distributed::attach(&mut session, c, from);
+    }
     if let Some(w) = warning {
         eprintln!("warning: {w}");
     }
@@ -99,6 +168,16 @@ pub fn train(a: &TrainArgs) -> anyhow::Result<ExitCode> {
     };
     let elapsed = started.elapsed();
     progress.finish(ran.is_ok());
+    // Done, failed or not: the ps tasks stop waiting for this worker.
+    if let Some(c) = &client {
+        let steps = (a.steps - from).max(1);
+        let told = c.done();
+        if ran.is_ok() {
+            told.map_err(|e| anyhow!("worker {}: {e}", c.worker))?;
+            let moved = c.bytes_moved();
+            say!("worker {}: {moved} bytes of tensors moved, {} per step", c.worker, moved / steps);
+        }
+    }
     let log_done = log.map(Log::finish).transpose();
     let end = ran?;
     log_done?;

@@ -9,10 +9,12 @@
 //!
 //! `inputs.rs` makes a step's feeds, `job.rs` its requests over the partitions, and
 //! `timeline.rs` records what ran for traces and profiles. `train.rs` runs a training step
-//! graph fed by an input pipeline (a queue in the module) from the data of `dataset.rs`.
+//! graph fed by an input pipeline (a queue in the module) from the data of `dataset.rs`;
+//! `distributed.rs` splits it over a cluster's parameter servers and workers.
 
 mod compile;
 mod dataset;
+mod distributed;
 mod inputs;
 mod job;
 mod load;
@@ -23,6 +25,7 @@ mod train;
 
 pub use compile::{optimize, session};
 pub use dataset::{Dataset, Position};
+pub use distributed::{read_token, Distributed};
 pub use inputs::{freeze_inputs, make_inputs, select_graphs, Feeds, Inputs};
 pub use job::{prepare, Job, Prepared};
 pub use load::{import_options_for, is_onnx, load};

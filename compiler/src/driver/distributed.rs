@@ -1,0 +1,106 @@
+//! `graphc train` and `graphc serve` in a cluster: between-graph replication with parameter
+//! servers (crate `graphc-dist`). Every task loads the same file and splits the step graph the
+//! same way; a ps task serves its share of the variables until every worker is done, and a
+//! worker trains the step graph as `graphc train` does on one machine, its reads and updates
+//! of variables going to the ps tasks through the session's rendezvous.
+
+use super::inputs::select_graphs;
+use anyhow::{anyhow, bail};
+use graphc_dist::service::{self, listen_address};
+use graphc_dist::{Client, Cluster, ParameterServer, PsOptions, Split, SyncMode, Token};
+use graphc_ir::{Module, SourceFile};
+use graphc_runtime::{Session, SessionOptions};
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A training across the tasks of a cluster.
+#[derive(Debug)]
+pub struct Distributed {
+    pub cluster: Cluster,
+    pub sync: SyncMode,
+    pub token: Token,
+    /// `--listen`: where a ps task listens instead of loopback at its port.
+    pub listen: Option<String>,
+    /// The longest a task waits for another.
+    pub peer_timeout: Duration,
+}
+
+impl Distributed {
+    /// The step graph (as `graphc train` picks it) split over the cluster's ps tasks.
+    pub fn split(&self, graph: Option<&str>, file: &SourceFile, module: &Module) -> anyhow::Result<Split> {
+        let wanted: Vec<String> = graph.iter().map(|g| g.to_string()).collect();
+        let step = select_graphs(&wanted, file, module)?.remove(0);
+        graphc_dist::split(module, &step, self.cluster.ps().len()).map_err(|e| anyhow!("{}: {e}", file.name))
+    }
+
+    /// Ps task `index`: its share of the variables in a session, and where it listens.
+    pub fn parameter_server(
+        &self,
+        index: usize,
+        mut split: Split,
+    ) -> anyhow::Result<(Arc<ParameterServer>, SocketAddr)> {
+        let program = split.tasks.swap_remove(index);
+        let workers = u32::try_from(self.cluster.workers().len()).map_err(|_| anyhow!("too many workers"))?;
+        let options = PsOptions { workers, sync: self.sync, peer_timeout: self.peer_timeout };
+        let addr =
+            listen_address(self.cluster.address(), self.listen.as_deref(), &self.token).map_err(|e| anyhow!(e))?;
+        let ps = ParameterServer::new(index, program, options, SessionOptions::default()).map_err(|e| anyhow!(e))?;
+        Ok((Arc::new(ps), addr))
+    }
+
+    /// Serves `ps` on `addr` until every worker is done.
+    pub fn serve(&self, ps: &Arc<ParameterServer>, addr: SocketAddr) -> anyhow::Result<()> {
+        service::serve(ps.clone(), addr, self.token.clone()).map_err(|e| anyhow!("ps task {}: {e}", ps.index))
+    }
+
+    /// Worker `worker`'s connections to every ps task, each checked to hold the program this
+    /// worker split.
+    pub fn connect(&self, worker: usize, split: &Split) -> anyhow::Result<Arc<Client>> {
+        let workers = self.cluster.workers().len() as u32;
+        let hello = split
+            .tasks
+            .iter()
+            .map(|t| graphc_dist::wire::Hello {
+                worker: worker as u32,
+                workers,
+                sync: self.sync.to_string(),
+                program: t.fingerprint(),
+            })
+            .collect();
+        let client = Client::connect(self.cluster.ps(), worker as u32, &self.token, hello, self.peer_timeout)
+            .map_err(|e| anyhow!("worker {worker}: {e}"))?;
+        Ok(Arc::new(client))
+    }
+
+    /// Routes the session's transfers to the ps tasks; training steps are numbered from
+    /// `from + 1`.
+    pub fn attach(session: &mut Session, client: &Arc<Client>, from: u64) {
+        session.set_rendezvous(Arc::new(graphc_dist::PsRendezvousFactory::new(client.clone(), from)));
+    }
+}
+
+/// The shared token: `--token-file`'s first line, else `GRAPHC_TOKEN`, else none.
+pub fn read_token(file: Option<&Path>) -> anyhow::Result<Token> {
+    let secret = match file {
+        Some(p) => {
+            let text =
+                graphc_runtime::fsutil::read_regular(p, "a token file").map_err(|e| anyhow!("--token-file: {e}"))?;
+            let text = String::from_utf8(text)
+                .map_err(|_| anyhow!("--token-file {}: expected a line of text", p.display()))?;
+            let line = text.lines().next().unwrap_or_default().trim().to_string();
+            if line.is_empty() {
+                bail!("--token-file {}: the file is empty; expected the token on its first line", p.display());
+            }
+            Some(line)
+        }
+        None => std::env::var("GRAPHC_TOKEN").ok().filter(|t| !t.trim().is_empty()),
+    };
+    if let Some(t) = &secret {
+        if !t.bytes().all(|b| b.is_ascii_graphic()) {
+            bail!("the cluster token must be printable ASCII without spaces");
+        }
+    }
+    Ok(Token::new(secret))
+}
