@@ -1,0 +1,272 @@
+//! Parameter-server training across processes, on loopback: the bundled example
+//! `ir-spec/examples/ps_mlp.gir` trained by 1 ps and 2 workers as separate `graphc`
+//! processes, each started with its TF_CONFIG (or a cluster file and --task) as the README
+//! shows. Sync mode ends with the single-process weights bit for bit (each worker computes the
+//! same gradient, and the mean of equal tensors is each of them); async and backup training
+//! reach the example's loss; two ps tasks share the variables; a wrong token is refused and
+//! garbage on the port crashes nothing. Every process is bounded in time.
+
+use std::io::Write;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const EXAMPLE: &str = "ir-spec/examples/ps_mlp.gir";
+
+fn example() -> String {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().unwrap().join(EXAMPLE).display().to_string()
+}
+
+fn tmpdir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("graphc-dist-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// `n` ports free right now.
+fn free_ports(n: usize) -> Vec<u16> {
+    let listeners: Vec<TcpListener> = (0..n).map(|_| TcpListener::bind("127.0.0.1:0").unwrap()).collect();
+    listeners.iter().map(|l| l.local_addr().unwrap().port()).collect()
+}
+
+/// TF_CONFIG's JSON for a cluster of `ps` and `workers` addresses, as task `job:index`.
+fn tf_config(ps: &[u16], workers: &[u16], job: &str, index: usize) -> String {
+    let list = |ports: &[u16]| ports.iter().map(|p| format!("\"127.0.0.1:{p}\"")).collect::<Vec<_>>().join(", ");
+    format!(
+        r#"{{"cluster": {{"ps": [{}], "worker": [{}]}}, "task": {{"type": "{job}", "index": {index}}}}}"#,
+        list(ps),
+        list(workers)
+    )
+}
+
+fn spawn(args: &[&str], env: &[(&str, &str)], dir: &Path) -> Child {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_graphc"));
+    c.args(args)
+        .current_dir(dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .env_remove("TF_CONFIG")
+        .env_remove("GRAPHC_TOKEN");
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c.spawn().expect("graphc starts")
+}
+
+/// Waits for `child` at most `limit`; killed past it (and the test fails).
+fn finish(mut child: Child, limit: Duration, what: &str) -> Output {
+    let start = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if start.elapsed() > limit {
+            child.kill().unwrap();
+            let o = child.wait_with_output().unwrap();
+            panic!(
+                "{what} ran past {limit:?}:\n{}{}",
+                String::from_utf8_lossy(&o.stdout),
+                String::from_utf8_lossy(&o.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}
+
+fn text(o: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+}
+
+fn succeeded(o: Output, what: &str) -> String {
+    let t = text(&o);
+    assert!(o.status.success(), "{what} failed:\n{t}");
+    t
+}
+
+const LIMIT: Duration = Duration::from_secs(240);
+
+/// Trains the example with 1 ps (saving its variables to `dir/ps.ckpt`) and 2 workers
+/// (logging to `dir/wI.jsonl`); returns the workers' outputs.
+fn train_cluster(dir: &Path, steps: u32, sync: &str) -> Vec<String> {
+    let ports = free_ports(3);
+    let (ps, workers) = (&ports[..1], &ports[1..]);
+    let file = example();
+    let steps = steps.to_string();
+    let common =
+        ["train", file.as_str(), "--graph", "step", "--steps", steps.as_str(), "--sync", sync, "--peer-timeout", "60"];
+    let server = spawn(
+        &[&common[..], &["--checkpoint", "ps.ckpt"]].concat(),
+        &[("TF_CONFIG", &tf_config(ps, workers, "ps", 0))],
+        dir,
+    );
+    let children: Vec<Child> = (0..2)
+        .map(|i| {
+            let log = format!("w{i}.jsonl");
+            let config = tf_config(ps, workers, "worker", i);
+            spawn(&[&common[..], &["--log", log.as_str()]].concat(), &[("TF_CONFIG", config.as_str())], dir)
+        })
+        .collect();
+    let outs: Vec<String> = children
+        .into_iter()
+        .enumerate()
+        .map(|(i, c)| succeeded(finish(c, LIMIT, "a worker"), &format!("worker {i}")))
+        .collect();
+    let ps_out = succeeded(finish(server, LIMIT, "the ps task"), "the ps task");
+    assert!(ps_out.contains("every worker is done") && ps_out.contains("saved its variables"), "{ps_out}");
+    outs
+}
+
+/// The losses a worker logged, in step order.
+fn losses(log: &Path) -> Vec<f64> {
+    let text = std::fs::read_to_string(log).unwrap();
+    text.lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            v["loss"].as_f64().unwrap()
+        })
+        .collect()
+}
+
+/// The tensors of a safetensors file, by name, as raw bytes.
+fn tensors(path: &Path) -> Vec<(String, Vec<u8>)> {
+    let bytes = std::fs::read(path).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let mut all: Vec<(String, Vec<u8>)> = st.tensors().into_iter().map(|(n, v)| (n, v.data().to_vec())).collect();
+    all.sort();
+    all
+}
+
+#[test]
+fn sync_training_across_processes_ends_with_the_single_process_weights() {
+    let dir = tmpdir("sync");
+    let outs = train_cluster(&dir, 40, "sync");
+    for o in &outs {
+        assert!(o.contains("--sync sync, variables on 1 ps task") && o.contains("bytes of tensors moved"), "{o}");
+    }
+    let single = Command::new(env!("CARGO_BIN_EXE_graphc"))
+        .args(["train", &example(), "--graph", "step", "--steps", "40", "--checkpoint"])
+        .arg(dir.join("single.ckpt"))
+        .env_remove("TF_CONFIG")
+        .output()
+        .unwrap();
+    succeeded(single, "single-process training");
+    let (ps, one) = (tensors(&dir.join("ps.ckpt")), tensors(&dir.join("single.ckpt")));
+    assert_eq!(ps.len(), 24, "every variable and Adam slot is on the ps");
+    assert_eq!(ps, one, "the ps task's weights differ from the single process's");
+    // Both workers saw every step's loss of the single run.
+    assert_eq!(losses(&dir.join("w0.jsonl")), losses(&dir.join("w1.jsonl")));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn async_training_halves_the_loss_within_300_steps() {
+    let dir = tmpdir("async");
+    train_cluster(&dir, 300, "async");
+    for i in 0..2 {
+        let l = losses(&dir.join(format!("w{i}.jsonl")));
+        assert_eq!(l.len(), 300);
+        assert!(l[299] <= l[0] / 2.0, "worker {i}: loss {} -> {}", l[0], l[299]);
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn two_ps_tasks_from_a_cluster_file_with_backup_workers() {
+    let dir = tmpdir("file");
+    let ports = free_ports(4);
+    let list = |ports: &[u16]| ports.iter().map(|p| format!("\"127.0.0.1:{p}\"")).collect::<Vec<_>>().join(", ");
+    let cluster = format!(r#"{{"cluster": {{"ps": [{}], "worker": [{}]}}}}"#, list(&ports[..2]), list(&ports[2..]));
+    std::fs::write(dir.join("cluster.json"), cluster).unwrap();
+    let file = example();
+    let run = |task: &str, extra: &[&str]| {
+        let args = [
+            &["train", file.as_str(), "--graph", "step", "--steps", "100", "--sync", "backup:1"][..],
+            &["--cluster", "cluster.json", "--task", task, "--peer-timeout", "60"],
+            extra,
+        ]
+        .concat();
+        spawn(&args, &[], &dir)
+    };
+    let servers = [run("ps:0", &["--checkpoint", "ps0.ckpt"]), run("ps:1", &["--checkpoint", "ps1.ckpt"])];
+    let workers = [run("worker:0", &["--log", "w0.jsonl"]), run("worker:1", &["--log", "w1.jsonl"])];
+    for (i, w) in workers.into_iter().enumerate() {
+        let o = succeeded(finish(w, LIMIT, "a worker"), &format!("worker {i}"));
+        assert!(o.contains("variables on 2 ps tasks"), "{o}");
+    }
+    for s in servers {
+        succeeded(finish(s, LIMIT, "a ps task"), "a ps task");
+    }
+    // The variables are spread over both, each held once.
+    let (a, b) = (tensors(&dir.join("ps0.ckpt")), tensors(&dir.join("ps1.ckpt")));
+    assert!(!a.is_empty() && !b.is_empty());
+    assert_eq!(a.len() + b.len(), 24);
+    assert!(a.iter().all(|(n, _)| b.iter().all(|(m, _)| n != m)));
+    let l = losses(&dir.join("w0.jsonl"));
+    assert!(l[99] <= l[0] / 2.0, "loss {} -> {}", l[0], l[99]);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_wrong_token_is_refused_and_garbage_crashes_nothing() {
+    let dir = tmpdir("token");
+    let ports = free_ports(2);
+    let file = example();
+    let args = ["train", file.as_str(), "--graph", "step", "--steps", "5", "--peer-timeout", "60"];
+    let server =
+        spawn(&args, &[("TF_CONFIG", &tf_config(&ports[..1], &ports[1..], "ps", 0)), ("GRAPHC_TOKEN", "right")], &dir);
+    let address = format!("127.0.0.1:{}", ports[0]);
+    // Garbage bytes first, once the server listens; then a worker with the wrong token.
+    let start = Instant::now();
+    let mut sock = loop {
+        match std::net::TcpStream::connect(&address) {
+            Ok(s) => break s,
+            Err(_) if start.elapsed() < Duration::from_secs(60) => std::thread::sleep(Duration::from_millis(50)),
+            Err(e) => panic!("the ps task does not listen: {e}"),
+        }
+    };
+    let _ = sock.write_all(&[0xde, 0xad, 0xbe, 0xef].repeat(4096));
+    drop(sock);
+    let config = tf_config(&ports[..1], &ports[1..], "worker", 0);
+    let wrong =
+        finish(spawn(&args, &[("TF_CONFIG", config.as_str()), ("GRAPHC_TOKEN", "wrong")], &dir), LIMIT, "the worker");
+    assert!(!wrong.status.success());
+    let t = text(&wrong);
+    assert!(t.contains("refused worker 0") && t.contains("token"), "{t}");
+    // The server lives on and trains the right worker.
+    let right =
+        finish(spawn(&args, &[("TF_CONFIG", config.as_str()), ("GRAPHC_TOKEN", "right")], &dir), LIMIT, "the worker");
+    succeeded(right, "the worker with the right token");
+    let ps = succeeded(finish(server, LIMIT, "the ps task"), "the ps task");
+    assert!(ps.contains("refused a request from 127.0.0.1") && ps.contains("a wrong token"), "{ps}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn bad_clusters_are_one_line_errors() {
+    let file = example();
+    let run = |extra: &[&str], env: &[(&str, &str)]| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_graphc"));
+        c.args([&["train", file.as_str(), "--steps", "1"][..], extra].concat())
+            .env_remove("TF_CONFIG")
+            .env_remove("GRAPHC_TOKEN");
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        let o = c.output().unwrap();
+        assert!(!o.status.success());
+        String::from_utf8_lossy(&o.stderr).into_owned()
+    };
+    let e = run(&[], &[("TF_CONFIG", "{not json")]);
+    assert!(e.starts_with("error: TF_CONFIG: expected TensorFlow's cluster JSON") && e.lines().count() == 1, "{e}");
+    let e = run(&["--cluster", "mpi"], &[]);
+    assert!(e.contains("run under mpirun"), "{e}");
+    let config =
+        r#"{"cluster": {"ps": ["127.0.0.1:1"], "worker": ["127.0.0.1:2"]}, "task": {"type": "ps", "index": 0}}"#;
+    let e = run(&["--sync", "sometimes"], &[("TF_CONFIG", config)]);
+    assert!(e.contains("expected async, sync, backup:K or ssp:S"), "{e}");
+    let e = run(&["--listen", "0.0.0.0:0"], &[("TF_CONFIG", config)]);
+    assert!(e.contains("needs authenticated peers"), "{e}");
+    let worker = config.replace(r#""type": "ps""#, r#""type": "worker""#);
+    let e = run(&["--checkpoint", "x.ckpt"], &[("TF_CONFIG", worker.as_str())]);
+    assert!(e.contains("a worker holds no variables"), "{e}");
+}
