@@ -20,6 +20,8 @@ fn main() {
         .method(method("pull", "Pull", "Pull", "Chunk").server_streaming().build())
         .method(method("push", "Push", "Chunk", "Pushed").client_streaming().build())
         .method(method("done", "Done", "Done", "Empty").build())
+        .method(method("save", "Save", "Save", "Saved").build())
+        .method(method("abort", "Abort", "Abort", "Empty").build())
         .build();
     Builder::new().compile(&[ps]);
 }

@@ -1,10 +1,12 @@
 //! graphc across processes: a cluster of tasks in TensorFlow's shape ([`cluster`]), the
 //! training step split between workers and parameter servers ([`split`]), the parameter
 //! server's state and sync modes ([`ps`]), and the gRPC between them ([`service`], over the
-//! messages and chunked tensors of [`wire`]). The runtime knows none of this: a worker's
+//! messages and chunked tensors of [`wire`]), and the cluster's sharded checkpoints
+//! ([`checkpoint`]). The runtime knows none of this: a worker's
 //! session reaches the ps tasks through the rendezvous seam
 //! (`Session::set_rendezvous` with [`service::PsRendezvousFactory`]).
 
+pub mod checkpoint;
 pub mod cluster;
 pub mod ps;
 pub mod service;

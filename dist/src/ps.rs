@@ -17,6 +17,7 @@ use crate::wire::SyncMode;
 use graphc_ir::{DType, TensorData};
 use graphc_runtime::{RunRequest, Session, SessionOptions, Tensor};
 use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -27,6 +28,11 @@ pub struct PsOptions {
     pub sync: SyncMode,
     /// The longest any wait for another task lasts.
     pub peer_timeout: Duration,
+    /// The cluster's checkpoint index (`--checkpoint`): shards are written beside it, and a
+    /// task starting where it exists restores its shard from it.
+    pub checkpoint: Option<PathBuf>,
+    /// The ps tasks in the cluster.
+    pub tasks: usize,
 }
 
 /// One worker's tensors for one step, by key.
@@ -47,8 +53,10 @@ struct Progress {
     rounds: BTreeMap<u64, Vec<(u32, Update)>>,
     /// Updates dropped as stragglers'.
     dropped: u64,
-    /// An apply failed: every later request gets this.
+    /// An apply or a worker's step failed: every later request gets this.
     failed: Option<String>,
+    /// The step of the newest shard written.
+    saved: Option<u64>,
 }
 
 /// A ps task's state; the gRPC service in [`crate::service`] calls into it.
@@ -60,6 +68,8 @@ pub struct ParameterServer {
     options: PsOptions,
     progress: Mutex<Progress>,
     changed: Condvar,
+    /// The checkpoint step the variables were restored from.
+    pub restored: Option<u64>,
 }
 
 impl ParameterServer {
@@ -77,6 +87,10 @@ impl ParameterServer {
             }
         }
         let session = Session::new(program.module.clone(), session).map_err(|e| e.to_string())?;
+        let restored = match &options.checkpoint {
+            Some(path) => crate::checkpoint::restore_shard(&session, path, index, options.tasks)?,
+            None => None,
+        };
         let n = options.workers as usize;
         let progress =
             Progress { entered: vec![None; n], pushed: vec![0; n], done: vec![false; n], ..Progress::default() };
@@ -87,6 +101,7 @@ impl ParameterServer {
             options,
             progress: Mutex::new(progress),
             changed: Condvar::new(),
+            restored,
         })
     }
 
@@ -147,6 +162,9 @@ impl ParameterServer {
     fn enter(&self, w: u32, s: u64) -> Result<MutexGuard<'_, Progress>, String> {
         self.check_worker(w)?;
         let p = self.lock();
+        if let Some(e) = &p.failed {
+            return Err(e.clone());
+        }
         let i = w as usize;
         match p.entered[i] {
             Some((step, _)) if step == s => return Ok(p),
@@ -185,6 +203,56 @@ impl ParameterServer {
         Ok(p)
     }
 
+    /// Worker `w` (re)joins: whatever it left unfinished is forgotten, and it takes up after
+    /// its last step whose update this task has, which is returned.
+    pub fn hello(&self, w: u32) -> Result<u64, String> {
+        self.check_worker(w)?;
+        let mut p = self.lock();
+        let i = w as usize;
+        p.entered[i] = None;
+        p.done[i] = false;
+        p.partial.retain(|(v, _), _| *v != w);
+        self.changed.notify_all();
+        Ok(p.pushed[i])
+    }
+
+    /// Worker `w`'s step failed with `error`: every task's training stops with it.
+    pub fn abort(&self, w: u32, error: &str) {
+        let mut p = self.lock();
+        if p.failed.is_none() {
+            p.failed = Some(format!("worker {w} failed: {error}"));
+        }
+        self.changed.notify_all();
+    }
+
+    /// Why the training failed, if it did.
+    pub fn failure(&self) -> Option<String> {
+        self.lock().failed.clone()
+    }
+
+    /// Saves this task's shard of the checkpoint of the chief's step `step` (between applies);
+    /// returns its path.
+    pub fn save(&self, step: u64) -> Result<PathBuf, String> {
+        let path = self.options.checkpoint.as_ref().ok_or_else(|| {
+            format!("ps task {} was started without --checkpoint, so it cannot save its shard", self.index)
+        })?;
+        // The checkpoint of a step holds that step's updates: in the round modes, the chief's
+        // last round is applied first.
+        let p = self.lock();
+        let joined = p.entered[0].map_or(0, |(_, r)| r);
+        let mut p = match self.options.sync {
+            SyncMode::Sync | SyncMode::Backup(_) => self.wait(
+                p,
+                |p| p.applied >= joined,
+                |_| format!("round {joined} to be applied before the checkpoint of step {step}"),
+            )?,
+            SyncMode::Async | SyncMode::Ssp(_) => p,
+        };
+        let written = crate::checkpoint::write_shard(&self.session, path, self.index, step, p.saved)?;
+        p.saved = Some(step);
+        Ok(written)
+    }
+
     /// Worker `w`'s read of `key` for its step `s`.
     pub fn pull(&self, w: u32, s: u64, key: &str) -> Result<Arc<Tensor>, String> {
         let name =
@@ -199,15 +267,20 @@ impl ParameterServer {
         self.program.pushes.get(key).ok_or_else(|| format!("ps task {} expects no push '{key}'", self.index))
     }
 
-    /// Worker `w`'s tensor `key` for its step `s`. Returns whether it counts (false: its
-    /// round was applied without it).
-    pub fn push(&self, w: u32, s: u64, key: String, t: Tensor) -> Result<bool, String> {
-        self.push_type(&key)?;
+    /// Worker `w`'s tensors for its step `s` (its whole update for this task, or part of it).
+    /// Returns whether they count (false: their round was applied without them).
+    pub fn push(&self, w: u32, s: u64, tensors: Vec<(String, Tensor)>) -> Result<bool, String> {
+        for (key, _) in &tensors {
+            self.push_type(key)?;
+        }
         let mut p = self.enter(w, s)?;
         let round = p.entered[w as usize].map_or(0, |(_, r)| r);
         let update = p.partial.entry((w, s)).or_default();
-        if update.insert(key.clone(), Arc::new(t)).is_some() {
-            return Err(format!("worker {w} pushed '{key}' twice in step {s}"));
+        for (key, t) in tensors {
+            if update.contains_key(&key) {
+                return Err(format!("worker {w} pushed '{key}' twice in step {s}"));
+            }
+            update.insert(key, Arc::new(t));
         }
         if update.len() < self.program.pushes.len() {
             return Ok(true);
@@ -352,8 +425,11 @@ mod tests {
     fn server(workers: u32, sync: SyncMode) -> Arc<ParameterServer> {
         let m = graphc_ir::parse_module(STEP).unwrap();
         let program = split(&m, "step", 1).unwrap().tasks.remove(0);
-        let options = PsOptions { workers, sync, peer_timeout: Duration::from_secs(5) };
-        Arc::new(ParameterServer::new(0, program, options, SessionOptions::default()).unwrap())
+        Arc::new(ParameterServer::new(0, program, options(workers, sync), SessionOptions::default()).unwrap())
+    }
+
+    fn options(workers: u32, sync: SyncMode) -> PsOptions {
+        PsOptions { workers, sync, peer_timeout: Duration::from_secs(5), checkpoint: None, tasks: 1 }
     }
 
     fn grad(v: f32) -> Tensor {
@@ -368,8 +444,8 @@ mod tests {
     fn step(ps: &ParameterServer, w: u32, s: u64, g: f32) -> bool {
         read(ps, w, s);
         let lr = Tensor::scalar_f32(1.0);
-        ps.push(w, s, "ps0/u0_1".into(), lr).unwrap();
-        ps.push(w, s, "ps0/u0_2".into(), grad(g)).unwrap()
+        ps.push(w, s, vec![("ps0/u0_1".into(), lr)]).unwrap();
+        ps.push(w, s, vec![("ps0/u0_2".into(), grad(g))]).unwrap()
     }
 
     #[test]
@@ -434,14 +510,46 @@ mod tests {
     }
 
     #[test]
+    fn a_failed_worker_stops_the_others_and_a_restarted_one_takes_up_after_its_last_update() {
+        let ps = server(2, SyncMode::Async);
+        assert!(step(&ps, 1, 1, 1.0));
+        assert!(step(&ps, 1, 2, 1.0));
+        read(&ps, 1, 3);
+        assert_eq!(ps.hello(1).unwrap(), 2);
+        assert!(step(&ps, 1, 3, 1.0));
+        ps.abort(1, "kernel failed");
+        let e = ps.pull(0, 1, "ps0/read/w").unwrap_err();
+        assert_eq!(e, "worker 1 failed: kernel failed");
+    }
+
+    #[test]
+    fn shards_restore_into_a_new_task() {
+        let dir = std::env::temp_dir().join(format!("graphc-ps-shard-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let index = dir.join("ckpt");
+        let with = |workers| PsOptions { checkpoint: Some(index.clone()), ..options(workers, SyncMode::Async) };
+        let program = split(&graphc_ir::parse_module(STEP).unwrap(), "step", 1).unwrap().tasks.remove(0);
+        let ps = ParameterServer::new(0, program.clone(), with(1), SessionOptions::default()).unwrap();
+        assert_eq!(ps.restored, None);
+        assert!(step(&ps, 0, 1, 1.0));
+        let shard = ps.save(1).unwrap();
+        crate::checkpoint::write_index(&index, 1, &[shard]).unwrap();
+        assert!(step(&ps, 0, 2, 1.0));
+        let again = ParameterServer::new(0, program, with(1), SessionOptions::default()).unwrap();
+        assert_eq!(again.restored, Some(1));
+        assert_eq!(read(&again, 0, 1), [0.0, 1.0]);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
     fn bad_requests_are_errors() {
         let ps = server(1, SyncMode::Sync);
         assert!(ps.pull(3, 1, "ps0/read/w").unwrap_err().contains("not in the cluster"));
         assert!(ps.pull(0, 1, "ps0/read/v").unwrap_err().contains("no read"));
-        assert!(ps.push(0, 1, "ps0/u9_9".into(), grad(1.0)).unwrap_err().contains("no push"));
-        ps.push(0, 1, "ps0/u0_2".into(), grad(1.0)).unwrap();
-        assert!(ps.push(0, 1, "ps0/u0_2".into(), grad(1.0)).unwrap_err().contains("twice"));
-        let short = PsOptions { workers: 2, sync: SyncMode::Sync, peer_timeout: Duration::from_millis(50) };
+        assert!(ps.push(0, 1, vec![("ps0/u9_9".into(), grad(1.0))]).unwrap_err().contains("no push"));
+        ps.push(0, 1, vec![("ps0/u0_2".into(), grad(1.0))]).unwrap();
+        assert!(ps.push(0, 1, vec![("ps0/u0_2".into(), grad(1.0))]).unwrap_err().contains("twice"));
+        let short = PsOptions { peer_timeout: Duration::from_millis(50), ..options(2, SyncMode::Sync) };
         let program = split(&graphc_ir::parse_module(STEP).unwrap(), "step", 1).unwrap().tasks.remove(0);
         let ps = ParameterServer::new(0, program, short, SessionOptions::default()).unwrap();
         assert!(step(&ps, 0, 1, 1.0));

@@ -8,7 +8,7 @@
 
 use crate::ps::ParameterServer;
 use crate::split::task_of;
-use crate::wire::{self, Assembly, Chunk, Done, Empty, Hello, Pull, Pushed, Welcome};
+use crate::wire::{self, Abort, Assembly, Chunk, Done, Empty, Hello, Pull, Pushed, Save, Saved, Welcome};
 use graphc_runtime::{ErrorKind, LocalRendezvous, Rendezvous, RendezvousFactory, RtValue, RunError, WaitCtx};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -102,7 +102,9 @@ impl PsRpc for PsService {
                 h.worker
             )));
         }
-        Ok(Response::new(Welcome { ps: index as u32 }))
+        let ps = self.ps.clone();
+        let resume = blocking(move || ps.hello(h.worker)).await?;
+        Ok(Response::new(Welcome { ps: index as u32, resume }))
     }
 
     type PullStream = ReceiverStream<Result<Chunk, Status>>;
@@ -125,18 +127,51 @@ impl PsRpc for PsService {
 
     async fn push(&self, request: Request<Streaming<Chunk>>) -> Result<Response<Pushed>, Status> {
         let mut stream = request.into_inner();
-        let first = stream.message().await?.ok_or_else(|| Status::invalid_argument("an empty push"))?;
         let ps = &self.ps;
-        let mut a = Assembly::start(first, |key| ps.push_type(key).map(|t| Some(t.clone())), u64::MAX)
-            .map_err(Status::invalid_argument)?;
+        let expect = |key: &str| ps.push_type(key).map(|t| Some(t.clone()));
+        let (mut tensors, mut current): (Vec<Assembly>, Option<Assembly>) = (Vec::new(), None);
         while let Some(c) = stream.message().await? {
-            a.add(c).map_err(Status::invalid_argument)?;
+            match current.take() {
+                Some(mut a) if !a.is_complete() => {
+                    a.add(c).map_err(Status::invalid_argument)?;
+                    current = Some(a);
+                }
+                before => {
+                    tensors.extend(before);
+                    if tensors.len() >= ps.program().pushes.len() {
+                        return Err(Status::invalid_argument("a push with more tensors than the update has"));
+                    }
+                    current = Some(Assembly::start(c, expect, u64::MAX).map_err(Status::invalid_argument)?);
+                }
+            }
         }
-        let (worker, step, key) = (a.worker, a.step, a.key.clone());
-        let t = a.finish().map_err(Status::invalid_argument)?;
+        tensors.extend(current);
+        let first = tensors.first().ok_or_else(|| Status::invalid_argument("an empty push"))?;
+        let (worker, step) = (first.worker, first.step);
+        let mut update = Vec::with_capacity(tensors.len());
+        for a in tensors {
+            if (a.worker, a.step) != (worker, step) {
+                return Err(Status::invalid_argument("a push mixing workers or steps"));
+            }
+            let key = a.key.clone();
+            update.push((key, a.finish().map_err(Status::invalid_argument)?));
+        }
         let ps = self.ps.clone();
-        let counted = blocking(move || ps.push(worker, step, key, t)).await?;
+        let counted = blocking(move || ps.push(worker, step, update)).await?;
         Ok(Response::new(Pushed { counted }))
+    }
+
+    async fn save(&self, request: Request<Save>) -> Result<Response<Saved>, Status> {
+        let step = request.into_inner().step;
+        let ps = self.ps.clone();
+        let path = blocking(move || ps.save(step)).await?;
+        Ok(Response::new(Saved { file: path.display().to_string() }))
+    }
+
+    async fn abort(&self, request: Request<Abort>) -> Result<Response<Empty>, Status> {
+        let a = request.into_inner();
+        self.ps.abort(a.worker, &a.error);
+        Ok(Response::new(Empty {}))
     }
 
     async fn done(&self, request: Request<Done>) -> Result<Response<Empty>, Status> {
@@ -185,9 +220,10 @@ pub fn listen_address(address: &str, listen: Option<&str>, token: &Token) -> Res
     Ok(addr)
 }
 
-/// Serves `ps` on `addr` until every worker is done.
+/// Serves `ps` on `addr` until every worker is done; an error if the training failed.
 pub fn serve(ps: Arc<ParameterServer>, addr: SocketAddr, token: Token) -> Result<(), String> {
     let rt = tokio(2)?;
+    let watched = ps.clone();
     rt.block_on(async move {
         let listener =
             tokio::net::TcpListener::bind(addr).await.map_err(|e| format!("cannot listen on {addr}: {e}"))?;
@@ -204,7 +240,8 @@ pub fn serve(ps: Arc<ParameterServer>, addr: SocketAddr, token: Token) -> Result
             })
             .await
             .map_err(|e| format!("serving on {addr}: {e}"))
-    })
+    })?;
+    watched.failure().map_or(Ok(()), |e| Err(format!("the training failed: {e}")))
 }
 
 /// Adds the token to every request a worker makes.
@@ -222,12 +259,17 @@ impl tonic::service::Interceptor for WithToken {
 
 type Authed = InterceptedService<Channel, WithToken>;
 
-/// A worker's connections to the ps tasks.
+/// A worker's connections to the ps tasks. A ps task that cannot be reached (restarting after
+/// a failure) is retried until the peer timeout.
 pub struct Client {
     rt: tokio::runtime::Runtime,
     ps: Vec<ParameterServerClient<Authed>>,
     addresses: Vec<String>,
     pub worker: u32,
+    /// The last step whose update every ps task has... at the most advanced one: where a
+    /// restarted worker takes up.
+    pub resume: u64,
+    timeout: Duration,
     /// Bytes pulled and pushed so far.
     moved: AtomicU64,
 }
@@ -236,6 +278,12 @@ impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Client").field("ps", &self.addresses).field("worker", &self.worker).finish()
     }
+}
+
+/// Whether a failed call may succeed once the task is back.
+fn unreachable(s: &Status) -> bool {
+    matches!(s.code(), tonic::Code::Unavailable)
+        || (s.code() == tonic::Code::Unknown && s.message().contains("transport"))
 }
 
 impl Client {
@@ -249,33 +297,70 @@ impl Client {
         timeout: Duration,
     ) -> Result<Client, String> {
         let rt = tokio(2)?;
+        let header = token
+            .header()
+            .map(|h| h.parse())
+            .transpose()
+            .map_err(|_| "the token is not printable ASCII".to_string())?;
         let mut ps = Vec::with_capacity(addresses.len());
-        for (a, h) in addresses.iter().zip(hello) {
-            let endpoint =
-                Endpoint::from_shared(format!("http://{a}")).map_err(|e| format!("ps address '{a}': {e}"))?;
-            let deadline = Instant::now() + timeout;
-            let channel = loop {
-                match rt.block_on(endpoint.connect()) {
-                    Ok(c) => break c,
-                    Err(e) if Instant::now() >= deadline => {
-                        return Err(format!("cannot reach the ps task at {a} within {timeout:?}: {e}"));
-                    }
-                    Err(_) => std::thread::sleep(Duration::from_millis(100)),
-                }
-            };
-            let header = token
-                .header()
-                .map(|h| h.parse())
-                .transpose()
-                .map_err(|_| "the token is not printable ASCII".to_string())?;
-            let add = WithToken(header);
-            let mut c = ParameterServerClient::new(InterceptedService::new(channel, add))
-                .max_decoding_message_size(wire::MAX_MESSAGE);
-            rt.block_on(c.hello(h))
-                .map_err(|s| format!("the ps task at {a} refused worker {worker}: {}", s.message()))?;
-            ps.push(c);
+        // Lazy channels spawn their connection tasks on this runtime.
+        let _inside = rt.enter();
+        for a in addresses {
+            let endpoint = Endpoint::from_shared(format!("http://{a}"))
+                .map_err(|e| format!("ps address '{a}': {e}"))?
+                .tcp_nodelay(true);
+            // Connected on first use, and again after the task restarts.
+            let channel = endpoint.connect_lazy();
+            ps.push(
+                ParameterServerClient::new(InterceptedService::new(channel, WithToken(header.clone())))
+                    .max_decoding_message_size(wire::MAX_MESSAGE),
+            );
         }
-        Ok(Client { rt, ps, addresses: addresses.to_vec(), worker, moved: AtomicU64::new(0) })
+        let mut client =
+            Client { rt, ps, addresses: addresses.to_vec(), worker, resume: 0, timeout, moved: AtomicU64::new(0) };
+        for (t, h) in hello.into_iter().enumerate() {
+            let welcome = client
+                .call(t, |mut c| {
+                    let h = h.clone();
+                    async move { c.hello(h).await }
+                })
+                .map_err(|e| {
+                    format!(
+                        "the ps task at {} refused worker {worker}: {}",
+                        client.addresses[t],
+                        e.message.split_once(": ").map_or(e.message.as_str(), |(_, m)| m)
+                    )
+                })?;
+            client.resume = client.resume.max(welcome.resume);
+        }
+        Ok(client)
+    }
+
+    /// Calls ps task `t`, again while it cannot be reached, up to the peer timeout.
+    fn call<T, F>(&self, t: usize, f: impl Fn(ParameterServerClient<Authed>) -> F) -> Result<T, RunError>
+    where
+        F: std::future::Future<Output = Result<Response<T>, Status>>,
+    {
+        let mut since: Option<Instant> = None;
+        loop {
+            match self.rt.block_on(f(self.ps[t].clone())) {
+                Ok(r) => return Ok(r.into_inner()),
+                Err(s) if unreachable(&s) => {
+                    let start = *since.get_or_insert_with(|| {
+                        eprintln!(
+                            "worker {}: ps task {t} ({}) is unreachable; waiting up to {:?} for it",
+                            self.worker, self.addresses[t], self.timeout
+                        );
+                        Instant::now()
+                    });
+                    if start.elapsed() >= self.timeout {
+                        return Err(self.remote(t, s));
+                    }
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                Err(s) => return Err(self.remote(t, s)),
+            }
+        }
     }
 
     fn task(&self, key: &str) -> Result<usize, RunError> {
@@ -291,40 +376,62 @@ impl Client {
     /// Reads `key` for step `step`.
     pub fn pull(&self, step: u64, key: &str) -> Result<graphc_runtime::Tensor, RunError> {
         let t = self.task(key)?;
-        let mut c = self.ps[t].clone();
         let request = Pull { worker: self.worker, step, key: key.to_string() };
-        let tensor = self.rt.block_on(async {
-            let mut stream = c.pull(request).await?.into_inner();
-            let first = stream.message().await?.ok_or_else(|| Status::data_loss("an empty reply"))?;
-            let mut a = Assembly::start(first, |_| Ok(None), u64::MAX).map_err(Status::data_loss)?;
-            while let Some(chunk) = stream.message().await? {
-                a.add(chunk).map_err(Status::data_loss)?;
+        let tensor = self.call(t, |mut c| {
+            let request = request.clone();
+            async move {
+                let mut stream = c.pull(request).await?.into_inner();
+                let first = stream.message().await?.ok_or_else(|| Status::data_loss("an empty reply"))?;
+                let mut a = Assembly::start(first, |_| Ok(None), u64::MAX).map_err(Status::data_loss)?;
+                while let Some(chunk) = stream.message().await? {
+                    a.add(chunk).map_err(Status::data_loss)?;
+                }
+                a.finish().map(Response::new).map_err(Status::data_loss)
             }
-            a.finish().map_err(Status::data_loss)
-        });
-        let tensor = tensor.map_err(|s| self.remote(t, s))?;
+        })?;
         self.moved.fetch_add(tensor.to_le_bytes().len() as u64, Ordering::Relaxed);
         Ok(tensor)
     }
 
-    /// Sends `key` for step `step`; returns whether it counted.
-    pub fn push(&self, step: u64, key: &str, value: &graphc_runtime::Tensor) -> Result<bool, RunError> {
-        let t = self.task(key)?;
-        let mut c = self.ps[t].clone();
-        let chunks = wire::chunks(key, self.worker, step, value);
+    /// Sends step `step`'s update for ps task `t` (its tensors by key) in one stream.
+    pub fn push(
+        &self,
+        step: u64,
+        t: usize,
+        update: &[(String, Arc<graphc_runtime::Tensor>)],
+    ) -> Result<bool, RunError> {
+        let chunks: Vec<Chunk> = update.iter().flat_map(|(k, v)| wire::chunks(k, self.worker, step, v)).collect();
         let bytes: usize = chunks.iter().map(|c| c.data.len()).sum();
-        let reply = self.rt.block_on(c.push(tokio_stream::iter(chunks))).map_err(|s| self.remote(t, s))?;
+        let reply = self.call(t, |mut c| {
+            let chunks = chunks.clone();
+            async move { c.push(tokio_stream::iter(chunks)).await }
+        })?;
         self.moved.fetch_add(bytes as u64, Ordering::Relaxed);
-        Ok(reply.into_inner().counted)
+        Ok(reply.counted)
+    }
+
+    /// Asks every ps task for its shard of step `step`; returns their paths, in task order.
+    pub fn save(&self, step: u64) -> Result<Vec<std::path::PathBuf>, RunError> {
+        (0..self.ps.len())
+            .map(|t| self.call(t, |mut c| async move { c.save(Save { step }).await }).map(|s| s.file.into()))
+            .collect()
+    }
+
+    /// Tells every ps task this worker's step failed (as far as they can be reached now).
+    pub fn abort(&self, error: &str) {
+        for c in &self.ps {
+            let mut c = c.clone();
+            let request = Abort { worker: self.worker, error: error.to_string() };
+            let _ =
+                self.rt.block_on(async move { tokio::time::timeout(Duration::from_secs(5), c.abort(request)).await });
+        }
     }
 
     /// Tells every ps task this worker is done.
     pub fn done(&self) -> Result<(), String> {
-        for (t, c) in self.ps.iter().enumerate() {
-            let mut c = c.clone();
-            self.rt
-                .block_on(c.done(Done { worker: self.worker }))
-                .map_err(|s| format!("ps task {t} ({}): {}", self.addresses[t], s.message()))?;
+        for t in 0..self.ps.len() {
+            let worker = self.worker;
+            self.call(t, |mut c| async move { c.done(Done { worker }).await }).map_err(|e| e.message)?;
         }
         Ok(())
     }
@@ -336,18 +443,22 @@ impl Client {
 }
 
 /// The worker's rendezvous: `psN/` keys go to ps task N, other keys (between the task's own
-/// devices) stay in the process. Each step that touches a ps key takes the next training
-/// step number (runs of other graphs, like the input pipeline's, touch none).
+/// devices) stay in the process. A step's sends to one ps task are held until all of them
+/// came, then go as one push, so a ps task gets a worker's update whole or not at all. Each
+/// step that touches a ps key takes the next training step number (runs of other graphs,
+/// like the input pipeline's, touch none).
 #[derive(Debug)]
 pub struct PsRendezvousFactory {
     client: Arc<Client>,
     steps: Arc<AtomicU64>,
+    /// Per ps task: the sends of a step.
+    pushes: Arc<Vec<usize>>,
 }
 
 impl PsRendezvousFactory {
-    /// Steps numbered from `from + 1`.
-    pub fn new(client: Arc<Client>, from: u64) -> Self {
-        PsRendezvousFactory { client, steps: Arc::new(AtomicU64::new(from)) }
+    /// Steps numbered from `from + 1`; `pushes[t]`: the keys a step sends to ps task t.
+    pub fn new(client: Arc<Client>, from: u64, pushes: Vec<usize>) -> Self {
+        PsRendezvousFactory { client, steps: Arc::new(AtomicU64::new(from)), pushes: Arc::new(pushes) }
     }
 }
 
@@ -358,6 +469,8 @@ impl RendezvousFactory for PsRendezvousFactory {
             steps: self.steps.clone(),
             step: OnceLock::new(),
             local: LocalRendezvous::default(),
+            expected: self.pushes.clone(),
+            held: std::sync::Mutex::new(vec![Vec::new(); self.pushes.len()]),
         })
     }
 }
@@ -368,6 +481,8 @@ struct PsRendezvous {
     steps: Arc<AtomicU64>,
     step: OnceLock<u64>,
     local: LocalRendezvous,
+    expected: Arc<Vec<usize>>,
+    held: std::sync::Mutex<Vec<Vec<(String, Arc<graphc_runtime::Tensor>)>>>,
 }
 
 impl PsRendezvous {
@@ -378,13 +493,23 @@ impl PsRendezvous {
 
 impl Rendezvous for PsRendezvous {
     fn send(&self, key: String, value: RtValue) -> Result<(), RunError> {
-        if task_of(&key).is_none() {
-            return self.local.send(key, value);
-        }
-        let t = value
-            .as_tensor()
-            .ok_or_else(|| RunError::internal(format!("send of \"{key}\" to a ps task is not a tensor")))?;
-        self.client.push(self.step(), &key, t).map(|_| ())
+        let Some(t) = task_of(&key) else { return self.local.send(key, value) };
+        let RtValue::Tensor(tensor) = value else {
+            return Err(RunError::internal(format!("send of \"{key}\" to a ps task is not a tensor")));
+        };
+        let step = self.step();
+        let update = {
+            let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+            let slot = held.get_mut(t).ok_or_else(|| {
+                RunError::internal(format!("rendezvous key \"{key}\" names no ps task of the cluster"))
+            })?;
+            slot.push((key, tensor));
+            if slot.len() < self.expected[t] {
+                return Ok(());
+            }
+            std::mem::take(slot)
+        };
+        self.client.push(step, t, &update).map(|_| ())
     }
 
     fn recv(&self, wait: &WaitCtx<'_>, key: &str) -> Result<RtValue, RunError> {
@@ -392,5 +517,10 @@ impl Rendezvous for PsRendezvous {
             return self.local.recv(wait, key);
         }
         self.client.pull(self.step(), key).map(RtValue::tensor)
+    }
+
+    /// A failed step stops the training on every task, with this error.
+    fn abort(&self, error: &RunError) {
+        self.client.abort(&error.to_string());
     }
 }

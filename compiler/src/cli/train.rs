@@ -5,7 +5,9 @@
 use super::args::{ServeArgs, TrainArgs};
 use super::output::write_file;
 use anyhow::{anyhow, bail};
-use graphc::driver::{self, import_options_for, plural, Distributed, Resume, StepDone, Steps, TrainSpec, Training};
+use graphc::driver::{
+    self, import_options_for, plural, ClusterCheckpoints, Distributed, Resume, StepDone, Steps, TrainSpec, Training,
+};
 use graphc_dist::{Role, Split};
 use graphc_runtime::{RtValue, SessionOptions};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -29,7 +31,10 @@ pub fn serve(a: &ServeArgs) -> anyhow::Result<ExitCode> {
 
 /// Ps task `index`: serves until every worker is done, then saves its variables.
 fn serve_task(d: &Distributed, index: usize, split: Split, checkpoint: Option<&Path>) -> anyhow::Result<ExitCode> {
-    let (ps, addr) = d.parameter_server(index, split)?;
+    let (ps, addr) = d.parameter_server(index, split, checkpoint)?;
+    if let (Some(step), Some(path)) = (ps.restored, checkpoint) {
+        say!("ps task {index}: restored its variables from {} (step {step})", path.display());
+    }
     let (variables, bytes, workers) = (ps.program().reads.len(), ps.program().bytes, ps.options().workers as usize);
     say!(
         "ps task {index}: {variables} variable{} ({bytes} bytes) for {workers} worker{}, --sync {}, listening on {addr}",
@@ -40,10 +45,6 @@ fn serve_task(d: &Distributed, index: usize, split: Split, checkpoint: Option<&P
     d.serve(&ps, addr)?;
     let dropped = ps.dropped();
     say!("ps task {index}: every worker is done; {dropped} straggler update{} dropped", plural(dropped as usize));
-    if let Some(path) = checkpoint {
-        ps.session().save(path, None).map_err(|e| anyhow!("{e}"))?;
-        say!("ps task {index}: saved its variables to {}", path.display());
-    }
     Ok(ExitCode::SUCCESS)
 }
 
@@ -82,13 +83,9 @@ pub fn train(a: &TrainArgs) -> anyhow::Result<ExitCode> {
                 Role::Ps(i) => return serve_task(d, i, split, a.checkpoint.as_deref()),
                 Role::Worker(w) => w,
             };
-            for (flag, given) in [
-                ("--checkpoint", a.checkpoint.is_some()),
-                ("--restore", a.restore.is_some()),
-                ("--out-dir", a.out_dir.is_some()),
-            ] {
+            for (flag, given) in [("--restore", a.restore.is_some()), ("--out-dir", a.out_dir.is_some())] {
                 if given {
-                    bail!("{flag}: a worker holds no variables (they live on the ps tasks); give --checkpoint to the ps tasks");
+                    bail!("{flag}: a worker holds no variables (they live on the ps tasks, which restore from their --checkpoint)");
                 }
             }
             let client = d.connect(w, &split)?;
@@ -99,14 +96,21 @@ pub fn train(a: &TrainArgs) -> anyhow::Result<ExitCode> {
                 split.tasks.len(),
                 plural(split.tasks.len())
             );
+            if client.resume > 0 {
+                say!("worker {w}: the ps tasks have its updates up to step {}; taking up after it", client.resume);
+            }
             let seed = if a.data.is_some() { seed.wrapping_add(w as u64) } else { seed };
-            (split.worker, Some(client), seed)
+            let pushes: Vec<usize> = split.tasks.iter().map(|t| t.pushes.len()).collect();
+            (split.worker, Some((client, pushes, w == 0)), seed)
         }
     };
     let spec = TrainSpec { graph: a.graph.as_deref(), data: a.data.as_deref(), batch: a.batch, seed };
     let (module, training) = driver::plan_training(&spec, &file, module)?;
     // Where to take up, checked before anything is restored.
-    let (from, position) = training.start(resume.as_ref())?;
+    let (from, position) = match &client {
+        Some((c, _, _)) => training.start_at(c.resume),
+        None => training.start(resume.as_ref())?,
+    };
     let backend = a.session.backend()?;
     let module = driver::optimize(backend, module, false, &file)?;
     let (module, job) = training.prepare(&a.session.devices.devices(), &file, module)?;
@@ -118,9 +122,14 @@ pub fn train(a: &TrainArgs) -> anyhow::Result<ExitCode> {
     let options = SessionOptions { detect_deadlock: training.pipeline.is_none(), ..a.session.options() };
     // Kept to the end: dropping it waits for a background tier (auto) to finish compiling.
     let (mut session, _compiled, warning) = driver::session(backend, module, options, &a.session.compile_options())?;
-    if let Some(c) = &client {
-        Distributed::attach(&mut session, c, from);
+    if let Some((c, pushes, _)) = &client {
+        Distributed::attach(&mut session, c, from, pushes.clone());
     }
+    // In a cluster the chief checkpoints the ps tasks' variables (a shard each and an index).
+    let cluster_checkpoints = match (&client, &a.checkpoint) {
+        (Some((c, _, true)), Some(path)) => Some((ClusterCheckpoints::start(c.clone(), path.clone()), path.clone())),
+        _ => None,
+    };
     if let Some(w) = warning {
         eprintln!("warning: {w}");
     }
@@ -140,7 +149,8 @@ pub fn train(a: &TrainArgs) -> anyhow::Result<ExitCode> {
     let mut curve: Vec<(u64, f64)> = Vec::with_capacity((a.steps - from).min(1 << 20) as usize);
     let mut nonfinite = 0u64;
     let mut progress = Progress::new(from, a.steps);
-    let steps = Steps { from, to: a.steps, position, periodic: a.checkpoint.as_deref().zip(a.checkpoint_every) };
+    let periodic = if client.is_some() { None } else { a.checkpoint.as_deref().zip(a.checkpoint_every) };
+    let steps = Steps { from, to: a.steps, position, periodic };
     let started = Instant::now();
     let ran = if from < a.steps {
         training.run(&session, &job, &file, &steps, |d: &StepDone| {
@@ -159,6 +169,11 @@ pub fn train(a: &TrainArgs) -> anyhow::Result<ExitCode> {
                 l.write(d)?;
             }
             curve.push((d.step, d.loss));
+            if let (Some((saver, _)), Some(every)) = (&cluster_checkpoints, a.checkpoint_every) {
+                if d.step.is_multiple_of(every) && d.step < a.steps {
+                    saver.submit(d.step);
+                }
+            }
             progress.step(d);
             Ok(())
         })
@@ -168,14 +183,23 @@ pub fn train(a: &TrainArgs) -> anyhow::Result<ExitCode> {
     };
     let elapsed = started.elapsed();
     progress.finish(ran.is_ok());
-    // Done, failed or not: the ps tasks stop waiting for this worker.
-    if let Some(c) = &client {
-        let steps = (a.steps - from).max(1);
+    // The chief's last checkpoint, then (failed or not) the ps tasks stop waiting for this
+    // worker.
+    if let Some((c, _, _)) = &client {
+        let saved = match cluster_checkpoints {
+            Some((saver, path)) => saver.finish().and_then(|()| {
+                graphc_dist::checkpoint::save_cluster(c, &path, a.steps).map_err(|e| anyhow!("{e}"))?;
+                say!("saved the ps tasks' variables at step {}: {} and its shards", a.steps, path.display());
+                Ok(())
+            }),
+            None => Ok(()),
+        };
         let told = c.done();
         if ran.is_ok() {
+            saved?;
             told.map_err(|e| anyhow!("worker {}: {e}", c.worker))?;
             let moved = c.bytes_moved();
-            say!("worker {}: {moved} bytes of tensors moved, {} per step", c.worker, moved / steps);
+            say!("worker {}: {moved} bytes of tensors moved, {} per step", c.worker, moved / (a.steps - from).max(1));
         }
     }
     let log_done = log.map(Log::finish).transpose();
@@ -185,7 +209,7 @@ pub fn train(a: &TrainArgs) -> anyhow::Result<ExitCode> {
         eprintln!("warning: {nonfinite} steps had a NaN or infinite loss");
     }
 
-    if let Some(path) = &a.checkpoint {
+    if let Some(path) = a.checkpoint.as_ref().filter(|_| client.is_none()) {
         training.save(&session, path, a.steps, end)?;
         let n = session.state().variables.len();
         say!("saved {n} variable{}, the step and the data position to {}", plural(n), path.display());

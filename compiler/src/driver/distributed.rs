@@ -11,8 +11,8 @@ use graphc_dist::{Client, Cluster, ParameterServer, PsOptions, Split, SyncMode, 
 use graphc_ir::{Module, SourceFile};
 use graphc_runtime::{Session, SessionOptions};
 use std::net::SocketAddr;
-use std::path::Path;
-use std::sync::Arc;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 /// A training across the tasks of a cluster.
@@ -35,15 +35,25 @@ impl Distributed {
         graphc_dist::split(module, &step, self.cluster.ps().len()).map_err(|e| anyhow!("{}: {e}", file.name))
     }
 
-    /// Ps task `index`: its share of the variables in a session, and where it listens.
+    /// Ps task `index`: its share of the variables in a session, and where it listens. With
+    /// `checkpoint` (the cluster's checkpoint index) it restores its shard from there if the
+    /// index exists, and saves its shards beside it.
     pub fn parameter_server(
         &self,
         index: usize,
         mut split: Split,
+        checkpoint: Option<&Path>,
     ) -> anyhow::Result<(Arc<ParameterServer>, SocketAddr)> {
+        let tasks = split.tasks.len();
         let program = split.tasks.swap_remove(index);
         let workers = u32::try_from(self.cluster.workers().len()).map_err(|_| anyhow!("too many workers"))?;
-        let options = PsOptions { workers, sync: self.sync, peer_timeout: self.peer_timeout };
+        let options = PsOptions {
+            workers,
+            sync: self.sync,
+            peer_timeout: self.peer_timeout,
+            checkpoint: checkpoint.map(Path::to_path_buf),
+            tasks,
+        };
         let addr =
             listen_address(self.cluster.address(), self.listen.as_deref(), &self.token).map_err(|e| anyhow!(e))?;
         let ps = ParameterServer::new(index, program, options, SessionOptions::default()).map_err(|e| anyhow!(e))?;
@@ -75,9 +85,66 @@ impl Distributed {
     }
 
     /// Routes the session's transfers to the ps tasks; training steps are numbered from
-    /// `from + 1`.
-    pub fn attach(session: &mut Session, client: &Arc<Client>, from: u64) {
-        session.set_rendezvous(Arc::new(graphc_dist::PsRendezvousFactory::new(client.clone(), from)));
+    /// `from + 1`; `pushes[t]`: the tensors a step sends ps task t.
+    pub fn attach(session: &mut Session, client: &Arc<Client>, from: u64, pushes: Vec<usize>) {
+        session.set_rendezvous(Arc::new(graphc_dist::PsRendezvousFactory::new(client.clone(), from, pushes)));
+    }
+}
+
+/// The chief's checkpoints in the background: a step hands over its number and goes on; a
+/// newer request replaces one not started yet.
+#[derive(Debug)]
+pub struct ClusterCheckpoints {
+    wanted: Arc<(Mutex<(Option<u64>, bool)>, Condvar)>,
+    thread: Option<std::thread::JoinHandle<Vec<String>>>,
+}
+
+impl ClusterCheckpoints {
+    pub fn start(client: Arc<Client>, index: PathBuf) -> Self {
+        let wanted: Arc<(Mutex<(Option<u64>, bool)>, Condvar)> = Arc::default();
+        let shared = wanted.clone();
+        let thread = std::thread::spawn(move || {
+            let mut failures = Vec::new();
+            loop {
+                let step = {
+                    let (lock, wake) = &*shared;
+                    let mut w = lock.lock().unwrap_or_else(|e| e.into_inner());
+                    while w.0.is_none() && !w.1 {
+                        w = wake.wait(w).unwrap_or_else(|e| e.into_inner());
+                    }
+                    match w.0.take() {
+                        Some(s) => s,
+                        None => return failures,
+                    }
+                };
+                if let Err(e) = graphc_dist::checkpoint::save_cluster(&client, &index, step) {
+                    failures.push(format!("the cluster checkpoint of step {step}: {e}"));
+                }
+            }
+        });
+        ClusterCheckpoints { wanted, thread: Some(thread) }
+    }
+
+    /// Asks for the checkpoint of `step`.
+    pub fn submit(&self, step: u64) {
+        let (lock, wake) = &*self.wanted;
+        lock.lock().unwrap_or_else(|e| e.into_inner()).0 = Some(step);
+        wake.notify_all();
+    }
+
+    /// Saves what is pending and ends; the failures, if any.
+    pub fn finish(mut self) -> anyhow::Result<()> {
+        {
+            let (lock, wake) = &*self.wanted;
+            lock.lock().unwrap_or_else(|e| e.into_inner()).1 = true;
+            wake.notify_all();
+        }
+        let failures =
+            self.thread.take().map(|t| t.join().unwrap_or_else(|_| vec!["the checkpoint thread panicked".into()]));
+        match failures.unwrap_or_default().into_iter().next() {
+            Some(e) => bail!("{e}"),
+            None => Ok(()),
+        }
     }
 }
 

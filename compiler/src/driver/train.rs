@@ -328,6 +328,12 @@ impl Training {
         }
     }
 
+    /// Where training takes up at step `step` without a checkpoint of its own (a restarted
+    /// worker of a cluster): the data position the uninterrupted run had there.
+    pub fn start_at(&self, step: u64) -> (u64, Option<Position>) {
+        (step, self.dataset.as_ref().map(|d| d.position_of(step)))
+    }
+
     /// The metadata a checkpoint of this training holds besides the step.
     fn metadata(&self, position: Option<Position>) -> HashMap<String, String> {
         let mut meta = HashMap::new();
