@@ -287,3 +287,75 @@ fn bad_clusters_are_one_line_errors() {
     let e = run(&["--out-dir", "x"], &[("TF_CONFIG", worker.as_str())]);
     assert!(e.contains("a worker holds no variables"), "{e}");
 }
+
+/// The step of the cluster checkpoint indexed at `path`, once there is one.
+fn checkpoint_step(path: &Path) -> Option<u64> {
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(path).ok()?).ok()?;
+    v["step"].as_u64()
+}
+
+/// Waits until the chief has checkpointed step `step` or later.
+fn await_checkpoint(path: &Path, step: u64) {
+    let start = Instant::now();
+    while checkpoint_step(path).is_none_or(|s| s < step) {
+        assert!(start.elapsed() < LIMIT, "no checkpoint of step {step} within {LIMIT:?}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn killed_tasks_restart_and_the_training_ends_within_5_percent_of_the_uninterrupted_loss() {
+    let dir = tmpdir("kill");
+    let ports = free_ports(3);
+    let (ps, workers) = (&ports[..1], &ports[1..]);
+    let file = example();
+    let steps = "1000";
+    let args = |log: &str| -> Vec<String> {
+        let mut a: Vec<String> =
+            ["train", &file, "--graph", "step", "--steps", steps, "--sync", "sync"].map(String::from).to_vec();
+        a.extend(["--checkpoint", "ck", "--checkpoint-every", "10", "--peer-timeout", "120"].map(String::from));
+        if !log.is_empty() {
+            a.extend(["--log".to_string(), log.to_string()]);
+        }
+        a
+    };
+    let start = |job: &str, i: usize, log: &str| {
+        let a = args(log);
+        let a: Vec<&str> = a.iter().map(String::as_str).collect();
+        spawn(&a, &[("TF_CONFIG", &tf_config(ps, workers, job, i))], &dir)
+    };
+    let mut server = start("ps", 0, "");
+    let chief = start("worker", 0, "w0.jsonl");
+    let mut other = start("worker", 1, "w1.jsonl");
+    let ck = dir.join("ck");
+    // A worker killed with SIGKILL mid-training, and started again by its "launcher".
+    await_checkpoint(&ck, 100);
+    other.kill().unwrap();
+    other.wait().unwrap();
+    let other = start("worker", 1, "w1b.jsonl");
+    // Then the ps task.
+    await_checkpoint(&ck, 400);
+    server.kill().unwrap();
+    server.wait().unwrap();
+    let server = start("ps", 0, "");
+    let chief = succeeded(finish(chief, LIMIT, "the chief"), "the chief");
+    assert!(chief.contains("is unreachable; waiting up to 120s"), "{chief}");
+    let other = succeeded(finish(other, LIMIT, "the restarted worker"), "the restarted worker");
+    assert!(other.contains("taking up after it"), "{other}");
+    let ps = succeeded(finish(server, LIMIT, "the restarted ps task"), "the restarted ps task");
+    assert!(ps.contains("restored its variables from ck (step"), "{ps}");
+
+    let single = Command::new(env!("CARGO_BIN_EXE_graphc"))
+        .args(["train", &example(), "--graph", "step", "--steps", steps, "--log"])
+        .arg(dir.join("single.jsonl"))
+        .env_remove("TF_CONFIG")
+        .output()
+        .unwrap();
+    succeeded(single, "single-process training");
+    let want = *losses(&dir.join("single.jsonl")).last().unwrap();
+    for log in ["w0.jsonl", "w1b.jsonl"] {
+        let got = *losses(&dir.join(log)).last().unwrap();
+        assert!((got - want).abs() <= 0.05 * want, "{log}: final loss {got}, uninterrupted {want}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -92,8 +92,10 @@ impl ParameterServer {
             None => None,
         };
         let n = options.workers as usize;
-        let progress =
-            Progress { entered: vec![None; n], pushed: vec![0; n], done: vec![false; n], ..Progress::default() };
+        // Restored from the chief's step C, every worker's updates up to C are in: a worker
+        // restarted later takes up after it.
+        let pushed = vec![restored.unwrap_or(0); n];
+        let progress = Progress { entered: vec![None; n], pushed, done: vec![false; n], ..Progress::default() };
         Ok(ParameterServer {
             index,
             session,
@@ -537,7 +539,8 @@ mod tests {
         assert!(step(&ps, 0, 2, 1.0));
         let again = ParameterServer::new(0, program, with(1), SessionOptions::default()).unwrap();
         assert_eq!(again.restored, Some(1));
-        assert_eq!(read(&again, 0, 1), [0.0, 1.0]);
+        assert_eq!(again.hello(0).unwrap(), 1);
+        assert_eq!(read(&again, 0, 2), [0.0, 1.0]);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -280,10 +280,13 @@ impl std::fmt::Debug for Client {
     }
 }
 
-/// Whether a failed call may succeed once the task is back.
+/// Whether a failed call may succeed once the task is back: it could not connect, or the
+/// connection broke (the task died mid-reply). Statuses the server gives never retry.
 fn unreachable(s: &Status) -> bool {
-    matches!(s.code(), tonic::Code::Unavailable)
-        || (s.code() == tonic::Code::Unknown && s.message().contains("transport"))
+    use tonic::Code;
+    let m = s.message();
+    let broken = ["transport", "h2 protocol", "connection", "broken pipe"].iter().any(|w| m.contains(w));
+    matches!(s.code(), Code::Unavailable | Code::Cancelled | Code::Unknown) || (s.code() == Code::Internal && broken)
 }
 
 impl Client {
@@ -482,8 +485,11 @@ struct PsRendezvous {
     step: OnceLock<u64>,
     local: LocalRendezvous,
     expected: Arc<Vec<usize>>,
-    held: std::sync::Mutex<Vec<Vec<(String, Arc<graphc_runtime::Tensor>)>>>,
+    held: std::sync::Mutex<Vec<Update>>,
 }
+
+/// A step's tensors for one ps task, by key.
+type Update = Vec<(String, Arc<graphc_runtime::Tensor>)>;
 
 impl PsRendezvous {
     fn step(&self) -> u64 {

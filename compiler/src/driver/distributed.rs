@@ -95,13 +95,17 @@ impl Distributed {
 /// newer request replaces one not started yet.
 #[derive(Debug)]
 pub struct ClusterCheckpoints {
-    wanted: Arc<(Mutex<(Option<u64>, bool)>, Condvar)>,
+    wanted: Arc<(Mutex<Wanted>, Condvar)>,
     thread: Option<std::thread::JoinHandle<Vec<String>>>,
 }
 
+/// The step to save next, and whether the training is over.
+#[derive(Debug, Default)]
+struct Wanted(Option<u64>, bool);
+
 impl ClusterCheckpoints {
     pub fn start(client: Arc<Client>, index: PathBuf) -> Self {
-        let wanted: Arc<(Mutex<(Option<u64>, bool)>, Condvar)> = Arc::default();
+        let wanted: Arc<(Mutex<Wanted>, Condvar)> = Arc::default();
         let shared = wanted.clone();
         let thread = std::thread::spawn(move || {
             let mut failures = Vec::new();

@@ -84,7 +84,7 @@ out.append(f"""  %0 = matmul %x, %w1v : f32[{N},{H}]
 names = [n for n, _, _ in layers]
 types = [t for _, _, t in layers]
 out.append("  " + ", ".join(f"%d{n}" for n in names) + " = grad %loss, " + ", ".join(f"%{n}v" for n in names) + " : " + ", ".join(types))
-out.append("  %lr = constant {value = dense<0.01> : f32[]} : f32[]")
+out.append("  %lr = constant {value = dense<0.002> : f32[]} : f32[]")
 for name, _, ty in layers:
     out.append(f"  %u_{name} = apply_adam %{name}, %m_{name}, %v_{name}, %t_{name}, %lr, %d{name} : {ty}")
 out.append("  %done = no_op after(" + ", ".join(f"%u_{n}" for n in names) + ") : token")
