@@ -3,7 +3,8 @@
 # feature, then the workspace's (with the LLVM tier and the GPU backend built in; every
 # example's PTX through ptxas), the CPU kernels' and the fuzzer's again on the LLVM tier's
 # kernels, and the ONNX node suite on each backend. Installs what it needs on a fresh Debian
-# bookworm machine: MLIR 19 for the llvm feature (apt, as root or through sudo), ptxas from
+# bookworm machine: MLIR 19 for the llvm feature and Open MPI's mpirun (apt, as root or through
+# sudo), ptxas from
 # NVIDIA's PyPI wheel, and the ONNX venv (conformance.py, on first use).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,6 +13,8 @@ export CARGO_INCREMENTAL=${CARGO_INCREMENTAL:-0}
 cargo --version
 cargo fmt --all -- --check
 tests/mlir-toolchain.sh
+# mpirun, which launches a parameter-server training in compiler/tests/distributed.rs.
+tests/apt-install.sh openmpi-bin
 cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo clippy --workspace --all-targets --locked --features graphc/llvm -- -D warnings
 # ptxas, for the GPU tests' check of every example's PTX, from NVIDIA's wheel (no CUDA needed).

@@ -359,3 +359,32 @@ fn killed_tasks_restart_and_the_training_ends_within_5_percent_of_the_uninterrup
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn mpirun_launches_the_cluster_as_ranks() {
+    let dir = tmpdir("mpi");
+    // Three ports in a row from a free one (rank r listens at base + r).
+    let base = free_ports(1)[0].min(u16::MAX - 3);
+    let graphc = env!("CARGO_BIN_EXE_graphc");
+    let command = format!(
+        "exec {graphc} train {} --graph step --steps 300 --sync sync --cluster mpi --ps 1 --base-port {base} --peer-timeout 60 --log w$OMPI_COMM_WORLD_RANK.jsonl",
+        example()
+    );
+    let mpirun = Command::new("mpirun")
+        .args(["-n", "3", "--oversubscribe", "sh", "-c", &command])
+        .current_dir(&dir)
+        .env_remove("TF_CONFIG")
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("mpirun runs (Debian's openmpi-bin; tests/all.sh installs it)");
+    let out = succeeded(finish(mpirun, LIMIT, "mpirun"), "mpirun");
+    assert!(out.contains("ps task 0: every worker is done"), "{out}");
+    // Ranks 1 and 2 are the workers; in sync mode they log the same losses.
+    let (a, b) = (losses(&dir.join("w1.jsonl")), losses(&dir.join("w2.jsonl")));
+    assert_eq!(a, b);
+    assert!(a[299] <= a[0] / 2.0, "loss {} -> {}", a[0], a[299]);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
