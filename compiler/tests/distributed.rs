@@ -95,7 +95,7 @@ fn train_cluster(dir: &Path, steps: u32, sync: &str) -> Vec<String> {
     let common =
         ["train", file.as_str(), "--graph", "step", "--steps", steps.as_str(), "--sync", sync, "--peer-timeout", "60"];
     let server = spawn(
-        &[&common[..], &["--checkpoint", "ps.ckpt"]].concat(),
+        &[&common[..], &["--checkpoint", "ps.ckpt", "--log", "ps.jsonl"]].concat(),
         &[("TF_CONFIG", &tf_config(ps, workers, "ps", 0))],
         dir,
     );
@@ -166,6 +166,14 @@ fn sync_training_across_processes_ends_with_the_single_process_weights() {
     assert_eq!(names(&ps), names(&one));
     let differ: Vec<&String> = ps.iter().zip(&one).filter(|(a, b)| a.1 != b.1).map(|(a, _)| &a.0).collect();
     assert!(differ.is_empty(), "the ps task's weights differ from the single process's: {differ:?}");
+    // The ps task applied 40 rounds, each averaging both workers' updates.
+    let rounds: Vec<serde_json::Value> = std::fs::read_to_string(dir.join("ps.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(rounds.len(), 40);
+    assert!(rounds.iter().enumerate().all(|(i, r)| r["update"] == i as u64 + 1 && r["workers"] == 2));
     // Both workers saw every step's loss of the single run.
     assert_eq!(losses(&dir.join("w0.jsonl")), losses(&dir.join("w1.jsonl")));
     std::fs::remove_dir_all(&dir).unwrap();

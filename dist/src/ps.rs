@@ -17,6 +17,7 @@ use crate::wire::SyncMode;
 use graphc_ir::{DType, TensorData};
 use graphc_runtime::{RunRequest, Session, SessionOptions, Tensor};
 use std::collections::{BTreeMap, HashMap};
+use std::io::Write;
 use std::path::PathBuf;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -33,6 +34,9 @@ pub struct PsOptions {
     pub checkpoint: Option<PathBuf>,
     /// The ps tasks in the cluster.
     pub tasks: usize,
+    /// `--log`: a JSON line per update applied (`update`, `workers` averaged, `dropped` so far,
+    /// `time_s`).
+    pub log: Option<PathBuf>,
 }
 
 /// One worker's tensors for one step, by key.
@@ -70,6 +74,8 @@ pub struct ParameterServer {
     changed: Condvar,
     /// The checkpoint step the variables were restored from.
     pub restored: Option<u64>,
+    log: Mutex<Option<std::io::BufWriter<std::fs::File>>>,
+    started: Instant,
 }
 
 impl ParameterServer {
@@ -91,6 +97,12 @@ impl ParameterServer {
             Some(path) => crate::checkpoint::restore_shard(&session, path, index, options.tasks)?,
             None => None,
         };
+        let log = match &options.log {
+            Some(path) => Some(std::io::BufWriter::new(
+                std::fs::File::create(path).map_err(|e| format!("--log {}: {e}", path.display()))?,
+            )),
+            None => None,
+        };
         let n = options.workers as usize;
         // Restored from the chief's step C, every worker's updates up to C are in: a worker
         // restarted later takes up after it.
@@ -104,6 +116,8 @@ impl ParameterServer {
             progress: Mutex::new(progress),
             changed: Condvar::new(),
             restored,
+            log: Mutex::new(log),
+            started: Instant::now(),
         })
     }
 
@@ -292,7 +306,7 @@ impl ParameterServer {
         let counted = match self.options.sync {
             SyncMode::Async | SyncMode::Ssp(_) => {
                 let applied = self.apply(&[(w, update)]);
-                self.settle(&mut p, applied)?;
+                self.settle(&mut p, applied, 1)?;
                 true
             }
             SyncMode::Sync | SyncMode::Backup(_) if round <= p.applied => {
@@ -321,6 +335,14 @@ impl ParameterServer {
         }
         self.changed.notify_all();
         Ok(p.done.iter().all(|&d| d))
+    }
+
+    /// Writes out what the log holds.
+    pub fn flush_log(&self) -> Result<(), String> {
+        match self.log.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
+            Some(f) => f.flush().map_err(|e| format!("ps task {}: cannot write its log: {e}", self.index)),
+            None => Ok(()),
+        }
     }
 
     /// Whether every worker has said it is done.
@@ -352,14 +374,28 @@ impl ParameterServer {
             let mut updates = p.rounds.remove(&next).expect("present above");
             updates.sort_by_key(|(w, _)| *w);
             let applied = self.apply(&updates);
-            self.settle(p, applied)?;
+            self.settle(p, applied, updates.len())?;
         }
     }
 
-    fn settle(&self, p: &mut Progress, applied: Result<(), String>) -> Result<(), String> {
+    /// Counts an apply of `workers` updates, or records its failure.
+    fn settle(&self, p: &mut Progress, applied: Result<(), String>, workers: usize) -> Result<(), String> {
         match applied {
             Ok(()) => {
                 p.applied += 1;
+                let mut log = self.log.lock().unwrap_or_else(|e| e.into_inner());
+                if let Some(f) = log.as_mut() {
+                    let line = format!(
+                        "{{\"update\": {}, \"workers\": {workers}, \"dropped\": {}, \"time_s\": {}}}",
+                        p.applied,
+                        p.dropped,
+                        self.started.elapsed().as_secs_f64()
+                    );
+                    if let Err(e) = writeln!(f, "{line}") {
+                        *log = None;
+                        eprintln!("warning: ps task {}: cannot write its log ({e}); no more lines", self.index);
+                    }
+                }
                 Ok(())
             }
             Err(e) => {
@@ -431,7 +467,7 @@ mod tests {
     }
 
     fn options(workers: u32, sync: SyncMode) -> PsOptions {
-        PsOptions { workers, sync, peer_timeout: Duration::from_secs(5), checkpoint: None, tasks: 1 }
+        PsOptions { workers, sync, peer_timeout: Duration::from_secs(5), checkpoint: None, tasks: 1, log: None }
     }
 
     fn grad(v: f32) -> Tensor {

@@ -185,9 +185,13 @@ pub struct ServeArgs {
     /// The workers' step graph (default: the only graph, else the first).
     #[arg(short, long = "graph", value_name = "STEP")]
     pub graph: Option<String>,
-    /// Save this task's variables to this safetensors file when the workers are done.
+    /// The cluster's checkpoint index: restore this task's shard from it if it exists, and
+    /// write the shards the chief asks for beside it.
     #[arg(long, value_name = "PATH")]
     pub checkpoint: Option<PathBuf>,
+    /// Write a JSON line per update applied: {"update", "workers", "dropped", "time_s"}.
+    #[arg(long, value_name = "OUT.jsonl")]
+    pub log: Option<PathBuf>,
     #[command(flatten)]
     pub cluster: ClusterArgs,
 }

@@ -24,14 +24,20 @@ pub fn serve(a: &ServeArgs) -> anyhow::Result<ExitCode> {
     let (file, module) = driver::load(&a.file, &import_options_for(&a.file, &[], &[])?)?;
     let split = d.split(a.graph.as_deref(), &file, &module)?;
     match d.cluster.role() {
-        Role::Ps(i) => serve_task(&d, i, split, a.checkpoint.as_deref()),
+        Role::Ps(i) => serve_task(&d, i, split, a.checkpoint.as_deref(), a.log.as_deref()),
         Role::Worker(w) => bail!("graphc serve: this task is worker {w}; a worker runs graphc train"),
     }
 }
 
 /// Ps task `index`: serves until every worker is done, then saves its variables.
-fn serve_task(d: &Distributed, index: usize, split: Split, checkpoint: Option<&Path>) -> anyhow::Result<ExitCode> {
-    let (ps, addr) = d.parameter_server(index, split, checkpoint)?;
+fn serve_task(
+    d: &Distributed,
+    index: usize,
+    split: Split,
+    checkpoint: Option<&Path>,
+    log: Option<&Path>,
+) -> anyhow::Result<ExitCode> {
+    let (ps, addr) = d.parameter_server(index, split, checkpoint, log)?;
     if let (Some(step), Some(path)) = (ps.restored, checkpoint) {
         say!("ps task {index}: restored its variables from {} (step {step})", path.display());
     }
@@ -80,7 +86,7 @@ pub fn train(a: &TrainArgs) -> anyhow::Result<ExitCode> {
         Some(d) => {
             let split = d.split(a.graph.as_deref(), &file, &module)?;
             let w = match d.cluster.role() {
-                Role::Ps(i) => return serve_task(d, i, split, a.checkpoint.as_deref()),
+                Role::Ps(i) => return serve_task(d, i, split, a.checkpoint.as_deref(), a.log.as_deref()),
                 Role::Worker(w) => w,
             };
             for (flag, given) in [("--restore", a.restore.is_some()), ("--out-dir", a.out_dir.is_some())] {

@@ -37,12 +37,13 @@ impl Distributed {
 
     /// Ps task `index`: its share of the variables in a session, and where it listens. With
     /// `checkpoint` (the cluster's checkpoint index) it restores its shard from there if the
-    /// index exists, and saves its shards beside it.
+    /// index exists, and saves its shards beside it; `log` gets a line per update applied.
     pub fn parameter_server(
         &self,
         index: usize,
         mut split: Split,
         checkpoint: Option<&Path>,
+        log: Option<&Path>,
     ) -> anyhow::Result<(Arc<ParameterServer>, SocketAddr)> {
         let tasks = split.tasks.len();
         let program = split.tasks.swap_remove(index);
@@ -53,6 +54,7 @@ impl Distributed {
             peer_timeout: self.peer_timeout,
             checkpoint: checkpoint.map(Path::to_path_buf),
             tasks,
+            log: log.map(Path::to_path_buf),
         };
         let addr =
             listen_address(self.cluster.address(), self.listen.as_deref(), &self.token).map_err(|e| anyhow!(e))?;
@@ -62,7 +64,10 @@ impl Distributed {
 
     /// Serves `ps` on `addr` until every worker is done.
     pub fn serve(&self, ps: &Arc<ParameterServer>, addr: SocketAddr) -> anyhow::Result<()> {
-        service::serve(ps.clone(), addr, self.token.clone()).map_err(|e| anyhow!("ps task {}: {e}", ps.index))
+        let served =
+            service::serve(ps.clone(), addr, self.token.clone()).map_err(|e| anyhow!("ps task {}: {e}", ps.index));
+        ps.flush_log().map_err(|e| anyhow!(e))?;
+        served
     }
 
     /// Worker `worker`'s connections to every ps task, each checked to hold the program this
