@@ -73,12 +73,6 @@ pub fn write_index(index: &Path, step: u64, shards: &[PathBuf]) -> Result<(), St
         .map_err(|e| format!("cannot write checkpoint index {}: {e}", index.display()))
 }
 
-/// The chief's checkpoint of step `step`: every ps task's shard, then the index at `index`.
-pub fn save_cluster(client: &crate::Client, index: &Path, step: u64) -> Result<(), String> {
-    let shards = client.save(step).map_err(|e| e.message)?;
-    write_index(index, step, &shards)
-}
-
 /// The index at `path`, or None when there is no file there.
 pub fn read_index(path: &Path) -> Result<Option<Index>, String> {
     if !path.exists() {

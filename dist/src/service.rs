@@ -420,6 +420,13 @@ impl Client {
             .collect()
     }
 
+    /// The cluster's checkpoint of step `step` (the chief's): every ps task's shard, then the
+    /// index at `index`.
+    pub fn checkpoint(&self, index: &std::path::Path, step: u64) -> Result<(), String> {
+        let shards = self.save(step).map_err(|e| e.message)?;
+        crate::checkpoint::write_index(index, step, &shards)
+    }
+
     /// Tells every ps task this worker's step failed (as far as they can be reached now).
     pub fn abort(&self, error: &str) {
         for c in &self.ps {

@@ -194,7 +194,7 @@ pub fn train(a: &TrainArgs) -> anyhow::Result<ExitCode> {
     if let Some((c, _, _)) = &client {
         let saved = match cluster_checkpoints {
             Some((saver, path)) => saver.finish().and_then(|()| {
-                graphc_dist::checkpoint::save_cluster(c, &path, a.steps).map_err(|e| anyhow!("{e}"))?;
+                c.checkpoint(&path, a.steps).map_err(|e| anyhow!("{e}"))?;
                 say!("saved the ps tasks' variables at step {}: {} and its shards", a.steps, path.display());
                 Ok(())
             }),

@@ -126,7 +126,7 @@ impl ClusterCheckpoints {
                         None => return failures,
                     }
                 };
-                if let Err(e) = graphc_dist::checkpoint::save_cluster(&client, &index, step) {
+                if let Err(e) = client.checkpoint(&index, step) {
                     failures.push(format!("the cluster checkpoint of step {step}: {e}"));
                 }
             }
