@@ -27,6 +27,10 @@ mod generated {
 use generated::parameter_server_client::ParameterServerClient;
 use generated::parameter_server_server::{ParameterServer as PsRpc, ParameterServerServer};
 
+/// HTTP/2 flow-control windows: the default 64 KiB would make a tensor of megabytes wait for
+/// a window update every 64 KiB.
+const WINDOW: u32 = 16 << 20;
+
 /// The shared secret every request carries (`--token-file`, `GRAPHC_TOKEN`). Debug output
 /// does not show it.
 #[derive(Clone, Default)]
@@ -233,6 +237,8 @@ pub fn serve(ps: Arc<ParameterServer>, addr: SocketAddr, token: Token) -> Result
         let server = ParameterServerServer::new(service).max_decoding_message_size(wire::MAX_MESSAGE);
         let intercepted = InterceptedService::new(server, authenticate(token, who));
         Server::builder()
+            .initial_stream_window_size(WINDOW)
+            .initial_connection_window_size(WINDOW)
             .add_service(intercepted)
             // Small pulls and pushes, one after another: Nagle's delay would hold each.
             .serve_with_incoming_shutdown(TcpIncoming::from(listener).with_nodelay(Some(true)), async move {
@@ -311,7 +317,9 @@ impl Client {
         for a in addresses {
             let endpoint = Endpoint::from_shared(format!("http://{a}"))
                 .map_err(|e| format!("ps address '{a}': {e}"))?
-                .tcp_nodelay(true);
+                .tcp_nodelay(true)
+                .initial_stream_window_size(WINDOW)
+                .initial_connection_window_size(WINDOW);
             // Connected on first use, and again after the task restarts.
             let channel = endpoint.connect_lazy();
             ps.push(
@@ -392,7 +400,7 @@ impl Client {
                 a.finish().map(Response::new).map_err(Status::data_loss)
             }
         })?;
-        self.moved.fetch_add(tensor.to_le_bytes().len() as u64, Ordering::Relaxed);
+        self.moved.fetch_add((tensor.len() * tensor.dtype().size_bytes()) as u64, Ordering::Relaxed);
         Ok(tensor)
     }
 
@@ -403,10 +411,10 @@ impl Client {
         t: usize,
         update: &[(String, Arc<graphc_runtime::Tensor>)],
     ) -> Result<bool, RunError> {
-        let chunks: Vec<Chunk> = update.iter().flat_map(|(k, v)| wire::chunks(k, self.worker, step, v)).collect();
-        let bytes: usize = chunks.iter().map(|c| c.data.len()).sum();
+        let bytes: usize = update.iter().map(|(_, v)| v.len() * v.dtype().size_bytes()).sum();
         let reply = self.call(t, |mut c| {
-            let chunks = chunks.clone();
+            // Cut again per attempt: a stream is spent by its call.
+            let chunks: Vec<Chunk> = update.iter().flat_map(|(k, v)| wire::chunks(k, self.worker, step, v)).collect();
             async move { c.push(tokio_stream::iter(chunks)).await }
         })?;
         self.moved.fetch_add(bytes as u64, Ordering::Relaxed);

@@ -156,7 +156,11 @@ impl std::fmt::Display for SyncMode {
 pub fn chunks(key: &str, worker: u32, step: u64, t: &Tensor) -> Vec<Chunk> {
     let bytes = t.to_le_bytes();
     let total = bytes.len() as u64;
-    let mut out: Vec<Chunk> = bytes.chunks(CHUNK).map(|d| Chunk { data: d.to_vec(), ..Chunk::default() }).collect();
+    let mut out: Vec<Chunk> = if bytes.len() <= CHUNK {
+        vec![Chunk { data: bytes, ..Chunk::default() }]
+    } else {
+        bytes.chunks(CHUNK).map(|d| Chunk { data: d.to_vec(), ..Chunk::default() }).collect()
+    };
     if out.is_empty() {
         out.push(Chunk::default());
     }

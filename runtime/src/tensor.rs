@@ -157,11 +157,19 @@ impl Tensor {
     /// Little-endian element bytes, row-major (the safetensors layout; a bool is one byte, 0
     /// or 1).
     pub fn to_le_bytes(&self) -> Vec<u8> {
+        /// A row-major array's bytes in one copy where the host is little-endian, else
+        /// element by element.
+        fn bytes<T: bytemuck::Pod, const N: usize>(a: &ndarray::ArrayD<T>, le: fn(T) -> [u8; N]) -> Vec<u8> {
+            match a.as_slice() {
+                Some(s) if cfg!(target_endian = "little") => bytemuck::cast_slice(s).to_vec(),
+                _ => a.iter().flat_map(|&x| le(x)).collect(),
+            }
+        }
         match self {
-            Tensor::F32(a) => a.iter().flat_map(|x| x.to_le_bytes()).collect(),
-            Tensor::F64(a) => a.iter().flat_map(|x| x.to_le_bytes()).collect(),
-            Tensor::I32(a) => a.iter().flat_map(|x| x.to_le_bytes()).collect(),
-            Tensor::I64(a) => a.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            Tensor::F32(a) => bytes(a, f32::to_le_bytes),
+            Tensor::F64(a) => bytes(a, f64::to_le_bytes),
+            Tensor::I32(a) => bytes(a, i32::to_le_bytes),
+            Tensor::I64(a) => bytes(a, i64::to_le_bytes),
             Tensor::Bool(a) => a.iter().map(|&x| u8::from(x)).collect(),
         }
     }
@@ -169,16 +177,23 @@ impl Tensor {
     /// A tensor of `dtype` and `shape` from little-endian row-major element bytes (any nonzero
     /// byte a true bool); `None` when their number does not fit the shape.
     pub fn from_le_bytes(dtype: DType, shape: &[usize], data: &[u8]) -> Option<Tensor> {
-        fn chunks<const N: usize, T>(data: &[u8], f: fn([u8; N]) -> T) -> Option<Vec<T>> {
-            data.len()
-                .is_multiple_of(N)
-                .then(|| data.chunks_exact(N).map(|c| f(c.try_into().expect("chunks_exact gives N bytes"))).collect())
+        fn elements<T: bytemuck::Pod, const N: usize>(data: &[u8], le: fn([u8; N]) -> T) -> Option<Vec<T>> {
+            if !data.len().is_multiple_of(N) {
+                return None;
+            }
+            if cfg!(target_endian = "little") {
+                // One copy into the elements' own (aligned) storage.
+                let mut v = vec![T::zeroed(); data.len() / N];
+                bytemuck::cast_slice_mut(&mut v).copy_from_slice(data);
+                return Some(v);
+            }
+            Some(data.chunks_exact(N).map(|c| le(c.try_into().expect("chunks_exact gives N bytes"))).collect())
         }
         let data = match dtype {
-            DType::F32 => TensorData::F32(chunks(data, f32::from_le_bytes)?),
-            DType::F64 => TensorData::F64(chunks(data, f64::from_le_bytes)?),
-            DType::I32 => TensorData::I32(chunks(data, i32::from_le_bytes)?),
-            DType::I64 => TensorData::I64(chunks(data, i64::from_le_bytes)?),
+            DType::F32 => TensorData::F32(elements(data, f32::from_le_bytes)?),
+            DType::F64 => TensorData::F64(elements(data, f64::from_le_bytes)?),
+            DType::I32 => TensorData::I32(elements(data, i32::from_le_bytes)?),
+            DType::I64 => TensorData::I64(elements(data, i64::from_le_bytes)?),
             DType::Bool => TensorData::Bool(data.iter().map(|&b| b != 0).collect()),
         };
         Tensor::from_data(shape, data)

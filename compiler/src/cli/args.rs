@@ -149,6 +149,10 @@ pub struct ClusterArgs {
     /// The longest a task waits for another (to start, or to reach a step), in seconds.
     #[arg(long, value_name = "SECS", default_value_t = 300)]
     pub peer_timeout: u64,
+    /// A worker sleeps this long after each step: a deliberate straggler, for measuring
+    /// backup workers.
+    #[arg(long, value_name = "MS", default_value_t = 0)]
+    pub step_delay: u64,
 }
 
 impl ClusterArgs {

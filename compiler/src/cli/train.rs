@@ -175,6 +175,9 @@ pub fn train(a: &TrainArgs) -> anyhow::Result<ExitCode> {
                 l.write(d)?;
             }
             curve.push((d.step, d.loss));
+            if a.cluster.step_delay > 0 {
+                std::thread::sleep(Duration::from_millis(a.cluster.step_delay));
+            }
             if let (Some((saver, _)), Some(every)) = (&cluster_checkpoints, a.checkpoint_every) {
                 if d.step.is_multiple_of(every) && d.step < a.steps {
                     saver.submit(d.step);
