@@ -43,13 +43,16 @@ pub fn write_shard(
     let path = shard_path(index, task, step);
     write_atomically(&path, |f| std::io::Write::write_all(f, &bytes))
         .map_err(|e| format!("cannot write checkpoint shard {}: {e}", path.display()))?;
-    // Shards older than the previous one are named by no index the chief can still write.
+    // Shards older than the previous one are named by no index the chief can still write;
+    // the one the index on disk names is kept whatever its step (a save that failed on
+    // another task left the index where it was).
+    let indexed = read_index(index).ok().flatten().and_then(|i| i.shards.get(task).cloned());
     if let Ok(dir) = std::fs::read_dir(path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."))) {
         let stem = format!("{}.ps{task}.step", index.file_name().unwrap_or_default().to_string_lossy());
         for e in dir.flatten() {
             let name = e.file_name().to_string_lossy().into_owned();
             let Some(n) = name.strip_prefix(&stem).and_then(|n| n.parse::<u64>().ok()) else { continue };
-            if n != step && Some(n) != previous {
+            if n != step && Some(n) != previous && indexed.as_deref() != Some(name.as_str()) {
                 let _ = std::fs::remove_file(e.path());
             }
         }

@@ -16,7 +16,7 @@ use crate::split::{input_name, PsProgram, APPLY};
 use crate::wire::SyncMode;
 use graphc_ir::{DType, TensorData};
 use graphc_runtime::{RunRequest, Session, SessionOptions, Tensor};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::PathBuf;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -48,11 +48,11 @@ struct Progress {
     applied: u64,
     /// Per worker: the step it is in and the round it joined.
     entered: Vec<Option<(u64, u64)>>,
-    /// Per worker: its last step whose update was complete.
+    /// Per worker: its last step whose update came.
     pushed: Vec<u64>,
+    /// Per worker: the round of its last update (round modes); its next step waits for it.
+    last_round: Vec<u64>,
     done: Vec<bool>,
-    /// Updates still coming in, by (worker, step).
-    partial: HashMap<(u32, u64), Update>,
     /// Complete updates waiting for their round, by round.
     rounds: BTreeMap<u64, Vec<(u32, Update)>>,
     /// Updates dropped as stragglers'.
@@ -107,7 +107,15 @@ impl ParameterServer {
         // Restored from the chief's step C, every worker's updates up to C are in: a worker
         // restarted later takes up after it.
         let pushed = vec![restored.unwrap_or(0); n];
-        let progress = Progress { entered: vec![None; n], pushed, done: vec![false; n], ..Progress::default() };
+        let saved = restored;
+        let progress = Progress {
+            entered: vec![None; n],
+            pushed,
+            last_round: vec![0; n],
+            done: vec![false; n],
+            saved,
+            ..Progress::default()
+        };
         Ok(ParameterServer {
             index,
             session,
@@ -190,7 +198,7 @@ impl ParameterServer {
         let mut p = match self.options.sync {
             SyncMode::Async => p,
             SyncMode::Sync | SyncMode::Backup(_) => {
-                let joined = p.entered[i].map_or(0, |(_, r)| r);
+                let joined = p.last_round[i];
                 self.wait(
                     p,
                     |p| p.applied >= joined,
@@ -203,7 +211,7 @@ impl ParameterServer {
                 )?
             }
             SyncMode::Ssp(bound) => {
-                let floor = s.saturating_sub(1 + bound);
+                let floor = s.saturating_sub(bound.saturating_add(1));
                 let behind = move |p: &Progress| {
                     (0..p.done.len()).filter(|&v| v != i && !p.done[v] && p.pushed[v] < floor).collect::<Vec<_>>()
                 };
@@ -225,20 +233,22 @@ impl ParameterServer {
         self.check_worker(w)?;
         let mut p = self.lock();
         let i = w as usize;
+        // Its round stays: a restarted worker never joins the round holding its last update.
         p.entered[i] = None;
         p.done[i] = false;
-        p.partial.retain(|(v, _), _| *v != w);
         self.changed.notify_all();
         Ok(p.pushed[i])
     }
 
     /// Worker `w`'s step failed with `error`: every task's training stops with it.
-    pub fn abort(&self, w: u32, error: &str) {
+    pub fn abort(&self, w: u32, error: &str) -> Result<(), String> {
+        self.check_worker(w)?;
         let mut p = self.lock();
         if p.failed.is_none() {
             p.failed = Some(format!("worker {w} failed: {error}"));
         }
         self.changed.notify_all();
+        Ok(())
     }
 
     /// Why the training failed, if it did.
@@ -252,10 +262,14 @@ impl ParameterServer {
         let path = self.options.checkpoint.as_ref().ok_or_else(|| {
             format!("ps task {} was started without --checkpoint, so it cannot save its shard", self.index)
         })?;
-        // The checkpoint of a step holds that step's updates: in the round modes, the chief's
-        // last round is applied first.
+        // The checkpoint of a step holds at least that step's updates: in the round modes, the
+        // chief's last round is applied first (the chief may be a step or two further by now,
+        // and those rounds may be in too: a restore then re-applies them once).
         let p = self.lock();
-        let joined = p.entered[0].map_or(0, |(_, r)| r);
+        if let Some(e) = &p.failed {
+            return Err(format!("no checkpoint of a failed training: {e}"));
+        }
+        let joined = p.last_round[0];
         let mut p = match self.options.sync {
             SyncMode::Sync | SyncMode::Backup(_) => self.wait(
                 p,
@@ -286,23 +300,32 @@ impl ParameterServer {
     /// Worker `w`'s tensors for its step `s` (its whole update for this task, or part of it).
     /// Returns whether they count (false: their round was applied without them).
     pub fn push(&self, w: u32, s: u64, tensors: Vec<(String, Tensor)>) -> Result<bool, String> {
-        for (key, _) in &tensors {
-            self.push_type(key)?;
+        let mut update = Update::new();
+        for (key, t) in tensors {
+            self.push_type(&key)?;
+            if update.insert(key.clone(), Arc::new(t)).is_some() {
+                return Err(format!("worker {w} pushed '{key}' twice in step {s}"));
+            }
+        }
+        if update.len() != self.program.pushes.len() {
+            return Err(format!(
+                "worker {w}'s update for step {s} has {} of the {} tensors this task expects; an update comes whole",
+                update.len(),
+                self.program.pushes.len()
+            ));
+        }
+        {
+            self.check_worker(w)?;
+            let p = self.lock();
+            // A call retried after its reply was lost: the update is in already.
+            if s <= p.pushed[w as usize] {
+                return Ok(true);
+            }
         }
         let mut p = self.enter(w, s)?;
         let round = p.entered[w as usize].map_or(0, |(_, r)| r);
-        let update = p.partial.entry((w, s)).or_default();
-        for (key, t) in tensors {
-            if update.contains_key(&key) {
-                return Err(format!("worker {w} pushed '{key}' twice in step {s}"));
-            }
-            update.insert(key, Arc::new(t));
-        }
-        if update.len() < self.program.pushes.len() {
-            return Ok(true);
-        }
-        let update = p.partial.remove(&(w, s)).expect("present above");
         p.pushed[w as usize] = s;
+        p.last_round[w as usize] = round;
         let counted = match self.options.sync {
             SyncMode::Async | SyncMode::Ssp(_) => {
                 let applied = self.apply(&[(w, update)]);
@@ -328,8 +351,6 @@ impl ParameterServer {
         self.check_worker(w)?;
         let mut p = self.lock();
         p.done[w as usize] = true;
-        // Its unfinished update will not be completed.
-        p.partial.retain(|(v, _), _| *v != w);
         if matches!(self.options.sync, SyncMode::Sync | SyncMode::Backup(_)) {
             self.close_rounds(&mut p)?;
         }
@@ -482,8 +503,7 @@ mod tests {
     fn step(ps: &ParameterServer, w: u32, s: u64, g: f32) -> bool {
         read(ps, w, s);
         let lr = Tensor::scalar_f32(1.0);
-        ps.push(w, s, vec![("ps0/u0_1".into(), lr)]).unwrap();
-        ps.push(w, s, vec![("ps0/u0_2".into(), grad(g))]).unwrap()
+        ps.push(w, s, vec![("ps0/u0_1".into(), lr), ("ps0/u0_2".into(), grad(g))]).unwrap()
     }
 
     #[test]
@@ -555,9 +575,27 @@ mod tests {
         read(&ps, 1, 3);
         assert_eq!(ps.hello(1).unwrap(), 2);
         assert!(step(&ps, 1, 3, 1.0));
-        ps.abort(1, "kernel failed");
+        ps.abort(1, "kernel failed").unwrap();
+        assert!(ps.abort(7, "x").is_err());
         let e = ps.pull(0, 1, "ps0/read/w").unwrap_err();
         assert_eq!(e, "worker 1 failed: kernel failed");
+    }
+
+    #[test]
+    fn a_restarted_worker_never_fills_its_round_twice_and_a_retried_push_counts_once() {
+        let ps = server(2, SyncMode::Sync);
+        // Round 1 holds worker 1's update and waits for worker 0's; worker 1 restarts.
+        assert!(step(&ps, 1, 1, 3.0));
+        assert_eq!(ps.hello(1).unwrap(), 1);
+        let ps2 = ps.clone();
+        let waiting = std::thread::spawn(move || read(&ps2, 1, 2));
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(!waiting.is_finished(), "the restarted worker joined the round holding its update");
+        assert!(step(&ps, 0, 1, 1.0));
+        assert_eq!(waiting.join().unwrap(), [-1.0, 0.0]);
+        // Worker 0's step 1 again (its reply lost): nothing is applied twice.
+        assert!(step(&ps, 0, 1, 1.0));
+        assert_eq!(read(&ps, 0, 2), [-1.0, 0.0]);
     }
 
     #[test]
@@ -586,8 +624,9 @@ mod tests {
         assert!(ps.pull(3, 1, "ps0/read/w").unwrap_err().contains("not in the cluster"));
         assert!(ps.pull(0, 1, "ps0/read/v").unwrap_err().contains("no read"));
         assert!(ps.push(0, 1, vec![("ps0/u9_9".into(), grad(1.0))]).unwrap_err().contains("no push"));
-        ps.push(0, 1, vec![("ps0/u0_2".into(), grad(1.0))]).unwrap();
-        assert!(ps.push(0, 1, vec![("ps0/u0_2".into(), grad(1.0))]).unwrap_err().contains("twice"));
+        let twice = vec![("ps0/u0_2".into(), grad(1.0)), ("ps0/u0_2".into(), grad(1.0))];
+        assert!(ps.push(0, 1, twice).unwrap_err().contains("twice"));
+        assert!(ps.push(0, 1, vec![("ps0/u0_2".into(), grad(1.0))]).unwrap_err().contains("comes whole"));
         let short = PsOptions { peer_timeout: Duration::from_millis(50), ..options(2, SyncMode::Sync) };
         let program = split(&graphc_ir::parse_module(STEP).unwrap(), "step", 1).unwrap().tasks.remove(0);
         let ps = ParameterServer::new(0, program, short, SessionOptions::default()).unwrap();

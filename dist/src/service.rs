@@ -174,7 +174,8 @@ impl PsRpc for PsService {
 
     async fn abort(&self, request: Request<Abort>) -> Result<Response<Empty>, Status> {
         let a = request.into_inner();
-        self.ps.abort(a.worker, &a.error);
+        let ps = self.ps.clone();
+        blocking(move || ps.abort(a.worker, &a.error)).await?;
         Ok(Response::new(Empty {}))
     }
 
@@ -205,18 +206,23 @@ fn authenticate(token: Token, who: String) -> impl FnMut(Request<()>) -> Result<
     }
 }
 
-/// Where a server listens: `listen` if given, else loopback at `address`'s port. Anything
-/// but loopback needs a token.
+/// Where a server listens: `listen` if given (an IP alone takes `address`'s port), else
+/// loopback at `address`'s port. Anything but loopback needs a token.
 pub fn listen_address(address: &str, listen: Option<&str>, token: &Token) -> Result<SocketAddr, String> {
+    let port = || {
+        address
+            .rsplit_once(':')
+            .and_then(|(_, p)| p.parse::<u16>().ok())
+            .ok_or_else(|| format!("'{address}' has no port"))
+    };
     let addr: SocketAddr = match listen {
-        Some(l) => l.parse().map_err(|_| format!("--listen {l}: expected IP:PORT, like 0.0.0.0:2222"))?,
-        None => {
-            let port = address
-                .rsplit_once(':')
-                .and_then(|(_, p)| p.parse::<u16>().ok())
-                .ok_or_else(|| format!("'{address}' has no port"))?;
-            SocketAddr::from(([127, 0, 0, 1], port))
-        }
+        // An IP alone: this task's port in the cluster (one flag serves every rank).
+        Some(l) => match (l.parse::<SocketAddr>(), l.parse::<std::net::IpAddr>()) {
+            (Ok(a), _) => a,
+            (_, Ok(ip)) => SocketAddr::new(ip, port()?),
+            _ => return Err(format!("--listen {l}: expected IP or IP:PORT, like 0.0.0.0 or 0.0.0.0:2222")),
+        },
+        None => SocketAddr::from(([127, 0, 0, 1], port()?)),
     };
     if !addr.ip().is_loopback() && !token.is_set() {
         return Err(format!("--listen {addr}: a server reachable from other machines needs authenticated peers: give --token-file PATH or GRAPHC_TOKEN"));
@@ -237,6 +243,8 @@ pub fn serve(ps: Arc<ParameterServer>, addr: SocketAddr, token: Token) -> Result
         let server = ParameterServerServer::new(service).max_decoding_message_size(wire::MAX_MESSAGE);
         let intercepted = InterceptedService::new(server, authenticate(token, who));
         Server::builder()
+            // A worker makes a call per ps key at a time; more is somebody else.
+            .concurrency_limit_per_connection(64)
             .initial_stream_window_size(WINDOW)
             .initial_connection_window_size(WINDOW)
             .add_service(intercepted)
@@ -272,8 +280,8 @@ pub struct Client {
     ps: Vec<ParameterServerClient<Authed>>,
     addresses: Vec<String>,
     pub worker: u32,
-    /// The last step whose update every ps task has... at the most advanced one: where a
-    /// restarted worker takes up.
+    /// The last step whose update every ps task has: where a restarted worker takes up (a
+    /// task that has a later one ignores it when it comes again).
     pub resume: u64,
     timeout: Duration,
     /// Bytes pulled and pushed so far.
@@ -319,7 +327,11 @@ impl Client {
                 .map_err(|e| format!("ps address '{a}': {e}"))?
                 .tcp_nodelay(true)
                 .initial_stream_window_size(WINDOW)
-                .initial_connection_window_size(WINDOW);
+                .initial_connection_window_size(WINDOW)
+                .connect_timeout(Duration::from_secs(10))
+                // A connection gone half-open is found in a minute, not never.
+                .http2_keep_alive_interval(Duration::from_secs(30))
+                .keep_alive_timeout(Duration::from_secs(30));
             // Connected on first use, and again after the task restarts.
             let channel = endpoint.connect_lazy();
             ps.push(
@@ -342,7 +354,7 @@ impl Client {
                         e.message.split_once(": ").map_or(e.message.as_str(), |(_, m)| m)
                     )
                 })?;
-            client.resume = client.resume.max(welcome.resume);
+            client.resume = if t == 0 { welcome.resume } else { client.resume.min(welcome.resume) };
         }
         Ok(client)
     }
@@ -540,8 +552,12 @@ impl Rendezvous for PsRendezvous {
         self.client.pull(self.step(), key).map(RtValue::tensor)
     }
 
-    /// A failed step stops the training on every task, with this error.
+    /// A failed training step stops the training on every task, with this error. Runs of
+    /// other graphs (the input pipeline's, which retries its timeouts) and steps cancelled by
+    /// another graph's failure are not the training's failures.
     fn abort(&self, error: &RunError) {
-        self.client.abort(&error.to_string());
+        if self.step.get().is_some() && !matches!(error.kind, ErrorKind::Cancelled | ErrorKind::QueueClosed) {
+            self.client.abort(&error.to_string());
+        }
     }
 }

@@ -120,6 +120,7 @@ pub fn split(m: &Module, step: &str, ps: usize) -> Result<Split, String> {
             updates.push(n);
         }
     }
+    check_order(g, step, &vars, &var_of, &updates)?;
     let groups = group_variables(g, &vars, &var_of, &updates);
     let task_of_var = spread(&vars, &groups, ps);
     let task_of_update: Vec<usize> = updates.iter().map(|&u| task_of_var[var_of[&g.nodes[u].operands[0]]]).collect();
@@ -138,6 +139,59 @@ pub fn split(m: &Module, step: &str, ps: usize) -> Result<Split, String> {
         }
     }
     Ok(Split { worker, tasks })
+}
+
+/// What the ps tasks cannot run as one process would: a variable updated twice in a step (the
+/// updates would meet on the ps in any order), or read after its update (the read is a pull at
+/// the step's start, and the update is applied when the step's round closes).
+fn check_order(
+    g: &Graph,
+    step: &str,
+    vars: &[(Node, String, TensorType)],
+    var_of: &HashMap<Value, usize>,
+    updates: &[Node],
+) -> Result<(), String> {
+    let touched =
+        |n: Node| -> Vec<usize> { g.nodes[n].operands.iter().filter_map(|v| var_of.get(v).copied()).collect() };
+    let mut updated_by: HashMap<usize, Node> = HashMap::new();
+    for &u in updates {
+        for v in touched(u) {
+            if let Some(&first) = updated_by.get(&v) {
+                return Err(format!(
+                    "@{step}: variable '{}' is updated by {} and by {}; with parameter servers a step updates each variable once",
+                    vars[v].1,
+                    g.describe(first),
+                    g.describe(u)
+                ));
+            }
+            updated_by.insert(v, u);
+        }
+    }
+    for n in g.walk() {
+        if g.nodes[n].op != Op::Read {
+            continue;
+        }
+        let v = var_of[&g.nodes[n].operands[0]];
+        let Some(&u) = updated_by.get(&v) else { continue };
+        // Everything the read waits for, through operands and `after` lists.
+        let mut seen = std::collections::HashSet::new();
+        let mut stack: Vec<Value> = g.nodes[n].operands.iter().chain(&g.nodes[n].control_deps).copied().collect();
+        while let Some(x) = stack.pop() {
+            let Some(p) = g.producer(x) else { continue };
+            if p == u {
+                return Err(format!(
+                    "@{step}: {} reads variable '{}' after {} updates it; with parameter servers a step reads its variables before updating them",
+                    g.describe(n),
+                    vars[v].1,
+                    g.describe(u)
+                ));
+            }
+            if seen.insert(p) {
+                stack.extend(g.nodes[p].operands.iter().chain(&g.nodes[p].control_deps).copied());
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Variables an update touches together, as groups of indices (union-find).
@@ -380,6 +434,18 @@ mod tests {
         );
         let e = split(&module(&used), "step", 1).unwrap_err();
         assert!(e.contains("uses the value"), "{e}");
+        let twice = STEP.replace("%u2 = apply_sgd %b, %lr, %db", "%u2 = apply_sgd %w, %lr, %dw");
+        let twice = twice.replace(" : f32[1]\n  %done", " : f32[4,1]\n  %done");
+        assert!(split(&module(&twice), "step", 1).unwrap_err().contains("updates each variable once"));
+        let late = STEP.replace(
+            "%out = identity %loss after(%done) : f32[]",
+            "%late = read %b after(%u2) : f32[1]\n  %out = identity %loss after(%done, %late) : f32[]",
+        );
+        assert!(
+            split(&module(&late), "step", 1).unwrap_err().contains("after 'apply_sgd %u2' updates it"),
+            "{}",
+            split(&module(&late), "step", 1).unwrap_err()
+        );
         let none = "graph @s(%x: f32[]) -> (loss: f32[]) {\n  return %x\n}\n";
         assert!(split(&module(none), "s", 1).unwrap_err().contains("no variables"));
     }

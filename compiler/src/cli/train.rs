@@ -196,6 +196,8 @@ pub fn train(a: &TrainArgs) -> anyhow::Result<ExitCode> {
     // worker.
     if let Some((c, _, _)) = &client {
         let saved = match cluster_checkpoints {
+            // A failed training's last step is no checkpoint.
+            Some((saver, _)) if ran.is_err() => saver.finish(),
             Some((saver, path)) => saver.finish().and_then(|()| {
                 c.checkpoint(&path, a.steps).map_err(|e| anyhow!("{e}"))?;
                 say!("saved the ps tasks' variables at step {}: {} and its shards", a.steps, path.display());

@@ -5,6 +5,7 @@ generator, the targets computed in the graph from a fixed function of the points
 initial weights from the same generator, so the file is reproducible without numpy.
 
     python3 ir-spec/examples/data/make_ps_mlp.py > ir-spec/examples/ps_mlp.gir
+    graphc fmt --in-place ir-spec/examples/ps_mlp.gir   # the canonical text the tests expect
 """
 import math
 
