@@ -403,3 +403,19 @@ fn mpirun_launches_the_cluster_as_ranks() {
     assert!(a[299] <= a[0] / 2.0, "loss {} -> {}", a[0], a[299]);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn a_ps_task_whose_workers_never_come_gives_up_after_the_peer_timeout() {
+    let dir = tmpdir("idle");
+    let ports = free_ports(2);
+    let file = example();
+    let args = ["train", file.as_str(), "--graph", "step", "--steps", "5", "--peer-timeout", "2"];
+    let start = Instant::now();
+    let server = spawn(&args, &[("TF_CONFIG", &tf_config(&ports[..1], &ports[1..], "ps", 0))], &dir);
+    let o = finish(server, Duration::from_secs(60), "the ps task");
+    assert!(!o.status.success());
+    let t = text(&o);
+    assert!(t.contains("no worker called for 2s, and workers [0] have not said they are done"), "{t}");
+    assert!(start.elapsed() < Duration::from_secs(30));
+    std::fs::remove_dir_all(&dir).unwrap();
+}

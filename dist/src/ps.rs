@@ -61,6 +61,8 @@ struct Progress {
     failed: Option<String>,
     /// The step of the newest shard written.
     saved: Option<u64>,
+    /// When a worker last called (None: since the task started).
+    last_call: Option<Instant>,
 }
 
 /// A ps task's state; the gRPC service in [`crate::service`] calls into it.
@@ -146,6 +148,34 @@ impl ParameterServer {
         self.progress.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// The state, for a worker's call (which [`ParameterServer::idle`] counts from).
+    fn call(&self) -> MutexGuard<'_, Progress> {
+        let mut p = self.lock();
+        p.last_call = Some(Instant::now());
+        p
+    }
+
+    /// Why this task should stop waiting: some worker has not said it is done, and no worker
+    /// has called for the peer timeout (a worker killed and never restarted).
+    pub fn idle(&self) -> Option<String> {
+        let p = self.lock();
+        let quiet = p.last_call.unwrap_or(self.started).elapsed();
+        let missing: Vec<usize> = (0..p.done.len()).filter(|&w| !p.done[w]).collect();
+        (quiet >= self.options.peer_timeout && !missing.is_empty()).then(|| {
+            format!(
+                "ps task {}: no worker called for {:?}, and workers {missing:?} have not said they are done",
+                self.index, self.options.peer_timeout
+            )
+        })
+    }
+
+    /// Stops the training with `error` (every later request gets it).
+    pub fn give_up(&self, error: String) {
+        let mut p = self.lock();
+        p.failed.get_or_insert(error);
+        self.changed.notify_all();
+    }
+
     fn check_worker(&self, worker: u32) -> Result<(), String> {
         if worker >= self.options.workers {
             return Err(format!("worker {worker} is not in the cluster ({} workers)", self.options.workers));
@@ -185,7 +215,7 @@ impl ParameterServer {
     /// Worker `w` enters step `s` (see the module's header); returns the guard.
     fn enter(&self, w: u32, s: u64) -> Result<MutexGuard<'_, Progress>, String> {
         self.check_worker(w)?;
-        let p = self.lock();
+        let p = self.call();
         if let Some(e) = &p.failed {
             return Err(e.clone());
         }
@@ -231,7 +261,7 @@ impl ParameterServer {
     /// its last step whose update this task has, which is returned.
     pub fn hello(&self, w: u32) -> Result<u64, String> {
         self.check_worker(w)?;
-        let mut p = self.lock();
+        let mut p = self.call();
         let i = w as usize;
         // Its round stays: a restarted worker never joins the round holding its last update.
         p.entered[i] = None;
@@ -243,7 +273,7 @@ impl ParameterServer {
     /// Worker `w`'s step failed with `error`: every task's training stops with it.
     pub fn abort(&self, w: u32, error: &str) -> Result<(), String> {
         self.check_worker(w)?;
-        let mut p = self.lock();
+        let mut p = self.call();
         if p.failed.is_none() {
             p.failed = Some(format!("worker {w} failed: {error}"));
         }
@@ -265,7 +295,7 @@ impl ParameterServer {
         // The checkpoint of a step holds at least that step's updates: in the round modes, the
         // chief's last round is applied first (the chief may be a step or two further by now,
         // and those rounds may be in too: a restore then re-applies them once).
-        let p = self.lock();
+        let p = self.call();
         if let Some(e) = &p.failed {
             return Err(format!("no checkpoint of a failed training: {e}"));
         }
@@ -316,7 +346,7 @@ impl ParameterServer {
         }
         {
             self.check_worker(w)?;
-            let p = self.lock();
+            let p = self.call();
             // A call retried after its reply was lost: the update is in already.
             if s <= p.pushed[w as usize] {
                 return Ok(true);
@@ -349,7 +379,7 @@ impl ParameterServer {
     /// Worker `w` has run its last step; returns whether every worker has.
     pub fn done(&self, w: u32) -> Result<bool, String> {
         self.check_worker(w)?;
-        let mut p = self.lock();
+        let mut p = self.call();
         p.done[w as usize] = true;
         if matches!(self.options.sync, SyncMode::Sync | SyncMode::Backup(_)) {
             self.close_rounds(&mut p)?;
@@ -596,6 +626,21 @@ mod tests {
         // Worker 0's step 1 again (its reply lost): nothing is applied twice.
         assert!(step(&ps, 0, 1, 1.0));
         assert_eq!(read(&ps, 0, 2), [-1.0, 0.0]);
+    }
+
+    #[test]
+    fn a_task_whose_workers_stop_calling_gives_up_after_the_peer_timeout() {
+        let file_program = split(&graphc_ir::parse_module(STEP).unwrap(), "step", 1).unwrap().tasks.remove(0);
+        let short = PsOptions { peer_timeout: Duration::from_millis(30), ..options(2, SyncMode::Async) };
+        let ps = ParameterServer::new(0, file_program, short, SessionOptions::default()).unwrap();
+        assert!(step(&ps, 0, 1, 1.0));
+        assert_eq!(ps.idle(), None);
+        ps.done(0).unwrap();
+        std::thread::sleep(Duration::from_millis(40));
+        let why = ps.idle().unwrap();
+        assert!(why.contains("workers [1] have not said they are done"), "{why}");
+        ps.give_up(why);
+        assert!(ps.pull(1, 1, "ps0/read/w").unwrap_err().contains("no worker called"));
     }
 
     #[test]

@@ -238,6 +238,18 @@ pub fn serve(ps: Arc<ParameterServer>, addr: SocketAddr, token: Token) -> Result
         let listener =
             tokio::net::TcpListener::bind(addr).await.map_err(|e| format!("cannot listen on {addr}: {e}"))?;
         let finished = Arc::new(tokio::sync::Notify::new());
+        // A worker killed and never restarted would keep this task waiting forever.
+        let (quiet, stop) = (ps.clone(), finished.clone());
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                if let Some(why) = quiet.idle() {
+                    quiet.give_up(why);
+                    stop.notify_one();
+                    return;
+                }
+            }
+        });
         let who = format!("ps task {}", ps.index);
         let service = PsService { ps, finished: finished.clone() };
         let server = ParameterServerServer::new(service).max_decoding_message_size(wire::MAX_MESSAGE);
