@@ -396,11 +396,6 @@ impl ParameterServer {
         }
     }
 
-    /// Whether every worker has said it is done.
-    pub fn finished(&self) -> bool {
-        self.lock().done.iter().all(|&d| d)
-    }
-
     /// Updates dropped as stragglers' so far.
     pub fn dropped(&self) -> u64 {
         self.lock().dropped
@@ -512,9 +507,21 @@ mod tests {
 "#;
 
     fn server(workers: u32, sync: SyncMode) -> Arc<ParameterServer> {
-        let m = graphc_ir::parse_module(STEP).unwrap();
-        let program = split(&m, "step", 1).unwrap().tasks.remove(0);
-        Arc::new(ParameterServer::new(0, program, options(workers, sync), SessionOptions::default()).unwrap())
+        server_with(options(workers, sync))
+    }
+
+    fn server_with(options: PsOptions) -> Arc<ParameterServer> {
+        let program = split(&graphc_ir::parse_module(STEP).unwrap(), "step", 1).unwrap().tasks.remove(0);
+        Arc::new(ParameterServer::new(0, program, options, SessionOptions::default()).unwrap())
+    }
+
+    /// Worker `w`'s read for step `s` on another thread, checked to be waiting still.
+    fn blocked_read(ps: &Arc<ParameterServer>, w: u32, s: u64, why: &str) -> std::thread::JoinHandle<Vec<f64>> {
+        let ps = ps.clone();
+        let waiting = std::thread::spawn(move || read(&ps, w, s));
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(!waiting.is_finished(), "{why}");
+        waiting
     }
 
     fn options(workers: u32, sync: SyncMode) -> PsOptions {
@@ -541,10 +548,7 @@ mod tests {
         let ps = server(2, SyncMode::Sync);
         assert!(step(&ps, 0, 1, 1.0));
         // Worker 0's step 2 waits for the round, which worker 1 completes.
-        let ps2 = ps.clone();
-        let waiting = std::thread::spawn(move || read(&ps2, 0, 2));
-        std::thread::sleep(Duration::from_millis(50));
-        assert!(!waiting.is_finished());
+        let waiting = blocked_read(&ps, 0, 2, "step 2 went ahead of the round");
         assert!(step(&ps, 1, 1, 3.0));
         // w - mean(1, 3) = w - 2.
         assert_eq!(waiting.join().unwrap(), [-1.0, 0.0]);
@@ -573,10 +577,7 @@ mod tests {
         assert!(step(&ps, 0, 1, 1.0));
         assert!(step(&ps, 0, 2, 1.0));
         // Step 3 would be 2 ahead of worker 1, which has finished none.
-        let ps2 = ps.clone();
-        let waiting = std::thread::spawn(move || read(&ps2, 0, 3));
-        std::thread::sleep(Duration::from_millis(50));
-        assert!(!waiting.is_finished());
+        let waiting = blocked_read(&ps, 0, 3, "worker 0 ran 2 steps ahead");
         assert!(step(&ps, 1, 1, 0.0));
         waiting.join().unwrap();
     }
@@ -617,10 +618,7 @@ mod tests {
         // Round 1 holds worker 1's update and waits for worker 0's; worker 1 restarts.
         assert!(step(&ps, 1, 1, 3.0));
         assert_eq!(ps.hello(1).unwrap(), 1);
-        let ps2 = ps.clone();
-        let waiting = std::thread::spawn(move || read(&ps2, 1, 2));
-        std::thread::sleep(Duration::from_millis(50));
-        assert!(!waiting.is_finished(), "the restarted worker joined the round holding its update");
+        let waiting = blocked_read(&ps, 1, 2, "the restarted worker joined the round holding its update");
         assert!(step(&ps, 0, 1, 1.0));
         assert_eq!(waiting.join().unwrap(), [-1.0, 0.0]);
         // Worker 0's step 1 again (its reply lost): nothing is applied twice.
@@ -630,9 +628,7 @@ mod tests {
 
     #[test]
     fn a_task_whose_workers_stop_calling_gives_up_after_the_peer_timeout() {
-        let file_program = split(&graphc_ir::parse_module(STEP).unwrap(), "step", 1).unwrap().tasks.remove(0);
-        let short = PsOptions { peer_timeout: Duration::from_millis(30), ..options(2, SyncMode::Async) };
-        let ps = ParameterServer::new(0, file_program, short, SessionOptions::default()).unwrap();
+        let ps = server_with(PsOptions { peer_timeout: Duration::from_millis(30), ..options(2, SyncMode::Async) });
         assert!(step(&ps, 0, 1, 1.0));
         assert_eq!(ps.idle(), None);
         ps.done(0).unwrap();
@@ -649,14 +645,13 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let index = dir.join("ckpt");
         let with = |workers| PsOptions { checkpoint: Some(index.clone()), ..options(workers, SyncMode::Async) };
-        let program = split(&graphc_ir::parse_module(STEP).unwrap(), "step", 1).unwrap().tasks.remove(0);
-        let ps = ParameterServer::new(0, program.clone(), with(1), SessionOptions::default()).unwrap();
+        let ps = server_with(with(1));
         assert_eq!(ps.restored, None);
         assert!(step(&ps, 0, 1, 1.0));
         let shard = ps.save(1).unwrap();
         crate::checkpoint::write_index(&index, 1, &[shard]).unwrap();
         assert!(step(&ps, 0, 2, 1.0));
-        let again = ParameterServer::new(0, program, with(1), SessionOptions::default()).unwrap();
+        let again = server_with(with(1));
         assert_eq!(again.restored, Some(1));
         assert_eq!(again.hello(0).unwrap(), 1);
         assert_eq!(read(&again, 0, 2), [0.0, 1.0]);
@@ -672,9 +667,7 @@ mod tests {
         let twice = vec![("ps0/u0_2".into(), grad(1.0)), ("ps0/u0_2".into(), grad(1.0))];
         assert!(ps.push(0, 1, twice).unwrap_err().contains("twice"));
         assert!(ps.push(0, 1, vec![("ps0/u0_2".into(), grad(1.0))]).unwrap_err().contains("comes whole"));
-        let short = PsOptions { peer_timeout: Duration::from_millis(50), ..options(2, SyncMode::Sync) };
-        let program = split(&graphc_ir::parse_module(STEP).unwrap(), "step", 1).unwrap().tasks.remove(0);
-        let ps = ParameterServer::new(0, program, short, SessionOptions::default()).unwrap();
+        let ps = server_with(PsOptions { peer_timeout: Duration::from_millis(50), ..options(2, SyncMode::Sync) });
         assert!(step(&ps, 0, 1, 1.0));
         let e = ps.pull(0, 2, "ps0/read/w").unwrap_err();
         assert!(e.contains("timed out") && e.contains("round 1"), "{e}");

@@ -125,11 +125,9 @@ pub fn split(m: &Module, step: &str, ps: usize) -> Result<Split, String> {
     let task_of_var = spread(&vars, &groups, ps);
     let task_of_update: Vec<usize> = updates.iter().map(|&u| task_of_var[var_of[&g.nodes[u].operands[0]]]).collect();
 
-    let worker = worker_graph(g, &vars, &var_of, &updates, &task_of_var, &task_of_update)?;
-    let mut tasks = Vec::with_capacity(ps);
-    for t in 0..ps {
-        tasks.push(ps_program(g, &vars, &var_of, &updates, &task_of_var, &task_of_update, t)?);
-    }
+    let placed = Placed { g, vars: &vars, var_of: &var_of, updates: &updates, task_of_var, task_of_update };
+    let worker = placed.worker_graph()?;
+    let tasks = (0..ps).map(|t| placed.ps_program(t)).collect::<Result<Vec<_>, _>>()?;
     let worker = Module { graphs: vec![worker], ..Module::default() };
     for (what, m) in
         std::iter::once(("the worker's step", &worker)).chain(tasks.iter().map(|t| ("a ps task's program", &t.module)))
@@ -250,130 +248,130 @@ fn internal(e: impl std::fmt::Display) -> String {
     format!("internal error splitting the step: {e}")
 }
 
-/// The step graph with reads as recvs and updates as sends.
-fn worker_graph(
-    g: &Graph,
-    vars: &[(Node, String, TensorType)],
-    var_of: &HashMap<Value, usize>,
-    updates: &[Node],
-    task_of_var: &[usize],
-    task_of_update: &[usize],
-) -> Result<Graph, String> {
-    let mut w = Graph::new(g.name.clone());
-    w.span = g.span;
-    w.comments = g.comments.clone();
-    let body = w.body;
-    let mut map: HashMap<Value, Value> = HashMap::new();
-    for &v in g.inputs() {
-        let kept = w.add_input(g.values[v].name.as_deref().unwrap_or_default(), g.values[v].ty.clone());
-        map.insert(v, kept);
-    }
-    for &n in &g.regions[g.body].nodes {
-        let nd = &g.nodes[n];
-        let deps: Vec<Value> = nd.control_deps.iter().filter_map(|v| map.get(v).copied()).collect();
-        if nd.op == Op::Variable {
-            continue;
-        }
-        if nd.op == Op::Read {
-            let i = var_of[&nd.operands[0]];
-            let t = task_of_var[i];
-            let spec = NodeSpec::new(Op::Recv, Vec::<Value>::new())
-                .attr("key", Attr::Str(format!("ps{t}/read/{}", vars[i].1)))
-                .attr("from", Attr::Str(ps_device(t)))
-                .declared(vec![Type::Tensor(vars[i].2.clone())])
-                .after(deps)
-                .span(nd.span);
-            let r = w.add(body, spec).map_err(internal)?[0];
-            if let Some(name) = &g.values[nd.results[0]].name {
-                w.set_name(r, name);
-            }
-            map.insert(nd.results[0], r);
-            continue;
-        }
-        if let Some(u) = updates.iter().position(|&x| x == n) {
-            let t = task_of_update[u];
-            let mut sent = Vec::new();
-            for (i, v) in nd.operands.iter().enumerate() {
-                if var_of.contains_key(v) {
-                    continue;
-                }
-                let spec = NodeSpec::new(Op::Send, vec![map[v]])
-                    .attr("key", Attr::Str(format!("ps{t}/u{u}_{i}")))
-                    .attr("to", Attr::Str(ps_device(t)))
-                    .after(deps.clone())
-                    .span(nd.span);
-                sent.push(w.add(body, spec).map_err(internal)?[0]);
-            }
-            let token = if sent.len() == 1 {
-                sent[0]
-            } else {
-                w.add(body, NodeSpec::new(Op::NoOp, Vec::<Value>::new()).after(sent).span(nd.span)).map_err(internal)?
-                    [0]
-            };
-            map.insert(nd.results[0], token);
-            continue;
-        }
-        let operands = nd.operands.iter().map(|v| map[v]).collect();
-        let results = w.import_node(body, g, n, operands, deps).map_err(internal)?;
-        map.extend(nd.results.iter().copied().zip(results));
-    }
-    w.set_outputs(g.outputs.iter().zip(g.output_values()).map(|(o, v)| (o.name.clone(), map[v])).collect());
-    Ok(w)
+/// The step's variables and updates, each with its ps task.
+struct Placed<'a> {
+    g: &'a Graph,
+    vars: &'a [(Node, String, TensorType)],
+    var_of: &'a HashMap<Value, usize>,
+    updates: &'a [Node],
+    task_of_var: Vec<usize>,
+    task_of_update: Vec<usize>,
 }
 
-/// Ps task `t`'s `@apply`: its variables, and its updates with their tensor operands as inputs.
-fn ps_program(
-    g: &Graph,
-    vars: &[(Node, String, TensorType)],
-    var_of: &HashMap<Value, usize>,
-    updates: &[Node],
-    task_of_var: &[usize],
-    task_of_update: &[usize],
-    t: usize,
-) -> Result<PsProgram, String> {
-    let mut a = Graph::new(APPLY);
-    a.comments = vec![format!(" the variables of ps task {t} and their updates, fed by the workers' pushes")];
-    let body = a.body;
-    let mut handle: HashMap<Value, Value> = HashMap::new();
-    let mut reads = BTreeMap::new();
-    let mut held = 0u64;
-    for (i, (n, name, ty)) in vars.iter().enumerate() {
-        if task_of_var[i] != t {
-            continue;
+impl Placed<'_> {
+    /// The step graph with reads as recvs and updates as sends.
+    fn worker_graph(&self) -> Result<Graph, String> {
+        let Placed { g, vars, var_of, updates, task_of_var, task_of_update } = self;
+        let mut w = Graph::new(g.name.clone());
+        w.span = g.span;
+        w.comments = g.comments.clone();
+        let body = w.body;
+        let mut map: HashMap<Value, Value> = HashMap::new();
+        for &v in g.inputs() {
+            let kept = w.add_input(g.values[v].name.as_deref().unwrap_or_default(), g.values[v].ty.clone());
+            w.values[kept].span = g.values[v].span;
+            map.insert(v, kept);
         }
-        let h = a.import_node(body, g, *n, vec![], vec![]).map_err(internal)?[0];
-        handle.insert(g.nodes[*n].results[0], h);
-        reads.insert(format!("ps{t}/read/{name}"), name.clone());
-        held += bytes(ty);
-    }
-    let mut pushes = BTreeMap::new();
-    let mut outputs = Vec::new();
-    for (u, &n) in updates.iter().enumerate() {
-        if task_of_update[u] != t {
-            continue;
-        }
-        let nd = &g.nodes[n];
-        let mut operands = Vec::with_capacity(nd.operands.len());
-        for (i, v) in nd.operands.iter().enumerate() {
-            if let Some(&h) = handle.get(v) {
-                operands.push(h);
+        for &n in &g.regions[g.body].nodes {
+            let nd = &g.nodes[n];
+            let deps: Vec<Value> = nd.control_deps.iter().filter_map(|v| map.get(v).copied()).collect();
+            if nd.op == Op::Variable {
                 continue;
             }
-            if var_of.contains_key(v) {
-                return Err(internal(format!("{} touches variables on two ps tasks", g.describe(n))));
+            if nd.op == Op::Read {
+                let i = var_of[&nd.operands[0]];
+                let t = task_of_var[i];
+                let spec = NodeSpec::new(Op::Recv, Vec::<Value>::new())
+                    .attr("key", Attr::Str(format!("ps{t}/read/{}", vars[i].1)))
+                    .attr("from", Attr::Str(ps_device(t)))
+                    .declared(vec![Type::Tensor(vars[i].2.clone())])
+                    .after(deps)
+                    .span(nd.span);
+                let r = w.add(body, spec).map_err(internal)?[0];
+                if let Some(name) = &g.values[nd.results[0]].name {
+                    w.set_name(r, name);
+                }
+                map.insert(nd.results[0], r);
+                continue;
             }
-            let key = format!("ps{t}/u{u}_{i}");
-            let Type::Tensor(ty) = &g.values[*v].ty else {
-                return Err(format!("{}: operand {i} is not a tensor", g.describe(n)));
-            };
-            operands.push(a.add_input(input_name(&key), Type::Tensor(ty.clone())));
-            pushes.insert(key, ty.clone());
+            if let Some(u) = updates.iter().position(|&x| x == n) {
+                let t = task_of_update[u];
+                let mut sent = Vec::new();
+                for (i, v) in nd.operands.iter().enumerate() {
+                    if var_of.contains_key(v) {
+                        continue;
+                    }
+                    let spec = NodeSpec::new(Op::Send, vec![map[v]])
+                        .attr("key", Attr::Str(format!("ps{t}/u{u}_{i}")))
+                        .attr("to", Attr::Str(ps_device(t)))
+                        .after(deps.clone())
+                        .span(nd.span);
+                    sent.push(w.add(body, spec).map_err(internal)?[0]);
+                }
+                let token = if sent.len() == 1 {
+                    sent[0]
+                } else {
+                    w.add(body, NodeSpec::new(Op::NoOp, Vec::<Value>::new()).after(sent).span(nd.span))
+                        .map_err(internal)?[0]
+                };
+                map.insert(nd.results[0], token);
+                continue;
+            }
+            let operands = nd.operands.iter().map(|v| map[v]).collect();
+            let results = w.import_node(body, g, n, operands, deps).map_err(internal)?;
+            map.extend(nd.results.iter().copied().zip(results));
         }
-        let r = a.import_node(body, g, n, operands, vec![]).map_err(internal)?[0];
-        outputs.push((format!("u{u}"), r));
+        w.set_outputs(g.outputs.iter().zip(g.output_values()).map(|(o, v)| (o.name.clone(), map[v])).collect());
+        Ok(w)
     }
-    a.set_outputs(outputs);
-    Ok(PsProgram { module: Module { graphs: vec![a], ..Module::default() }, reads, pushes, bytes: held })
+
+    /// Ps task `t`'s `@apply`: its variables, and its updates with their tensor operands as inputs.
+    fn ps_program(&self, t: usize) -> Result<PsProgram, String> {
+        let Placed { g, vars, var_of, updates, task_of_var, task_of_update } = self;
+        let mut a = Graph::new(APPLY);
+        a.comments = vec![format!(" the variables of ps task {t} and their updates, fed by the workers' pushes")];
+        let body = a.body;
+        let mut handle: HashMap<Value, Value> = HashMap::new();
+        let mut reads = BTreeMap::new();
+        let mut held = 0u64;
+        for (i, (n, name, ty)) in vars.iter().enumerate() {
+            if task_of_var[i] != t {
+                continue;
+            }
+            let h = a.import_node(body, g, *n, vec![], vec![]).map_err(internal)?[0];
+            handle.insert(g.nodes[*n].results[0], h);
+            reads.insert(format!("ps{t}/read/{name}"), name.clone());
+            held += bytes(ty);
+        }
+        let mut pushes = BTreeMap::new();
+        let mut outputs = Vec::new();
+        for (u, &n) in updates.iter().enumerate() {
+            if task_of_update[u] != t {
+                continue;
+            }
+            let nd = &g.nodes[n];
+            let mut operands = Vec::with_capacity(nd.operands.len());
+            for (i, v) in nd.operands.iter().enumerate() {
+                if let Some(&h) = handle.get(v) {
+                    operands.push(h);
+                    continue;
+                }
+                if var_of.contains_key(v) {
+                    return Err(internal(format!("{} touches variables on two ps tasks", g.describe(n))));
+                }
+                let key = format!("ps{t}/u{u}_{i}");
+                let Type::Tensor(ty) = &g.values[*v].ty else {
+                    return Err(format!("{}: operand {i} is not a tensor", g.describe(n)));
+                };
+                operands.push(a.add_input(input_name(&key), Type::Tensor(ty.clone())));
+                pushes.insert(key, ty.clone());
+            }
+            let r = a.import_node(body, g, n, operands, vec![]).map_err(internal)?[0];
+            outputs.push((format!("u{u}"), r));
+        }
+        a.set_outputs(outputs);
+        Ok(PsProgram { module: Module { graphs: vec![a], ..Module::default() }, reads, pushes, bytes: held })
+    }
 }
 
 #[cfg(test)]

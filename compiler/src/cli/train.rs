@@ -6,7 +6,7 @@ use super::args::{ServeArgs, TrainArgs};
 use super::output::write_file;
 use anyhow::{anyhow, bail};
 use graphc::driver::{
-    self, import_options_for, plural, ClusterCheckpoints, Distributed, Resume, StepDone, Steps, TrainSpec, Training,
+    self, import_options_for, plural, Distributed, Periodic, Resume, StepDone, Steps, TrainSpec, Training,
 };
 use graphc_dist::{Role, Split};
 use graphc_runtime::{RtValue, SessionOptions};
@@ -131,9 +131,10 @@ pub fn train(a: &TrainArgs) -> anyhow::Result<ExitCode> {
     if let Some((c, pushes, _)) = &client {
         Distributed::attach(&mut session, c, from, pushes.clone());
     }
-    // In a cluster the chief checkpoints the ps tasks' variables (a shard each and an index).
-    let cluster_checkpoints = match (&client, &a.checkpoint) {
-        (Some((c, _, true)), Some(path)) => Some((ClusterCheckpoints::start(c.clone(), path.clone()), path.clone())),
+    // In a cluster only the chief checkpoints: the ps tasks' variables, a shard each and an
+    // index.
+    let chief = match &client {
+        Some((c, _, true)) => Some(c),
         _ => None,
     };
     if let Some(w) = warning {
@@ -155,7 +156,12 @@ pub fn train(a: &TrainArgs) -> anyhow::Result<ExitCode> {
     let mut curve: Vec<(u64, f64)> = Vec::with_capacity((a.steps - from).min(1 << 20) as usize);
     let mut nonfinite = 0u64;
     let mut progress = Progress::new(from, a.steps);
-    let periodic = if client.is_some() { None } else { a.checkpoint.as_deref().zip(a.checkpoint_every) };
+    let periodic = match (&client, chief) {
+        (None, _) => a.checkpoint.as_deref().map(Periodic::File),
+        (Some(_), Some(c)) => a.checkpoint.as_deref().map(|path| Periodic::Cluster(c, path)),
+        (Some(_), None) => None,
+    };
+    let periodic = periodic.zip(a.checkpoint_every);
     let steps = Steps { from, to: a.steps, position, periodic };
     let started = Instant::now();
     let ran = if from < a.steps {
@@ -178,11 +184,6 @@ pub fn train(a: &TrainArgs) -> anyhow::Result<ExitCode> {
             if a.cluster.step_delay > 0 {
                 std::thread::sleep(Duration::from_millis(a.cluster.step_delay));
             }
-            if let (Some((saver, _)), Some(every)) = (&cluster_checkpoints, a.checkpoint_every) {
-                if d.step.is_multiple_of(every) && d.step < a.steps {
-                    saver.submit(d.step);
-                }
-            }
             progress.step(d);
             Ok(())
         })
@@ -195,19 +196,16 @@ pub fn train(a: &TrainArgs) -> anyhow::Result<ExitCode> {
     // The chief's last checkpoint, then (failed or not) the ps tasks stop waiting for this
     // worker.
     if let Some((c, _, _)) = &client {
-        let saved = match cluster_checkpoints {
-            // A failed training's last step is no checkpoint.
-            Some((saver, _)) if ran.is_err() => saver.finish(),
-            Some((saver, path)) => saver.finish().and_then(|()| {
-                c.checkpoint(&path, a.steps).map_err(|e| anyhow!("{e}"))?;
+        // A failed training's last step is no checkpoint.
+        let saved = match (chief, &a.checkpoint) {
+            (Some(_), Some(path)) if ran.is_ok() => c.checkpoint(path, a.steps).map(|()| {
                 say!("saved the ps tasks' variables at step {}: {} and its shards", a.steps, path.display());
-                Ok(())
             }),
-            None => Ok(()),
+            _ => Ok(()),
         };
         let told = c.done();
         if ran.is_ok() {
-            saved?;
+            saved.map_err(|e| anyhow!("{e}"))?;
             told.map_err(|e| anyhow!("worker {}: {e}", c.worker))?;
             let moved = c.bytes_moved();
             say!("worker {}: {moved} bytes of tensors moved, {} per step", c.worker, moved / (a.steps - from).max(1));

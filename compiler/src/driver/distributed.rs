@@ -11,8 +11,8 @@ use graphc_dist::{Client, Cluster, ParameterServer, PsOptions, Split, SyncMode, 
 use graphc_ir::{Module, SourceFile};
 use graphc_runtime::{Session, SessionOptions};
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, Condvar, Mutex};
+use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// A training across the tasks of a cluster.
@@ -93,67 +93,6 @@ impl Distributed {
     /// `from + 1`; `pushes[t]`: the tensors a step sends ps task t.
     pub fn attach(session: &mut Session, client: &Arc<Client>, from: u64, pushes: Vec<usize>) {
         session.set_rendezvous(Arc::new(graphc_dist::PsRendezvousFactory::new(client.clone(), from, pushes)));
-    }
-}
-
-/// The chief's checkpoints in the background: a step hands over its number and goes on; a
-/// newer request replaces one not started yet.
-#[derive(Debug)]
-pub struct ClusterCheckpoints {
-    wanted: Arc<(Mutex<Wanted>, Condvar)>,
-    thread: Option<std::thread::JoinHandle<Vec<String>>>,
-}
-
-/// The step to save next, and whether the training is over.
-#[derive(Debug, Default)]
-struct Wanted(Option<u64>, bool);
-
-impl ClusterCheckpoints {
-    pub fn start(client: Arc<Client>, index: PathBuf) -> Self {
-        let wanted: Arc<(Mutex<Wanted>, Condvar)> = Arc::default();
-        let shared = wanted.clone();
-        let thread = std::thread::spawn(move || {
-            let mut failures = Vec::new();
-            loop {
-                let step = {
-                    let (lock, wake) = &*shared;
-                    let mut w = lock.lock().unwrap_or_else(|e| e.into_inner());
-                    while w.0.is_none() && !w.1 {
-                        w = wake.wait(w).unwrap_or_else(|e| e.into_inner());
-                    }
-                    match w.0.take() {
-                        Some(s) => s,
-                        None => return failures,
-                    }
-                };
-                if let Err(e) = client.checkpoint(&index, step) {
-                    failures.push(format!("the cluster checkpoint of step {step}: {e}"));
-                }
-            }
-        });
-        ClusterCheckpoints { wanted, thread: Some(thread) }
-    }
-
-    /// Asks for the checkpoint of `step`.
-    pub fn submit(&self, step: u64) {
-        let (lock, wake) = &*self.wanted;
-        lock.lock().unwrap_or_else(|e| e.into_inner()).0 = Some(step);
-        wake.notify_all();
-    }
-
-    /// Saves what is pending and ends; the failures, if any.
-    pub fn finish(mut self) -> anyhow::Result<()> {
-        {
-            let (lock, wake) = &*self.wanted;
-            lock.lock().unwrap_or_else(|e| e.into_inner()).1 = true;
-            wake.notify_all();
-        }
-        let failures =
-            self.thread.take().map(|t| t.join().unwrap_or_else(|_| vec!["the checkpoint thread panicked".into()]));
-        match failures.unwrap_or_default().into_iter().next() {
-            Some(e) => bail!("{e}"),
-            None => Ok(()),
-        }
     }
 }
 

@@ -375,7 +375,7 @@ impl Training {
                 })),
                 _ => None,
             };
-            let saver = steps.periodic.map(|(path, _)| s.spawn(move || writer.serve(path)));
+            let saver = steps.periodic.map(|_| s.spawn(move || writer.serve()));
             let result = self.steps(session, job, file, steps, writer, &mut on_step);
             // Wake and end the producer (its pending enqueue fails on the closed queue) and the
             // writer (after what is pending).
@@ -410,13 +410,13 @@ impl Training {
         })
     }
 
-    fn steps(
+    fn steps<'a>(
         &self,
         session: &Session,
         job: &TrainJob,
         file: &SourceFile,
-        steps: &Steps<'_>,
-        writer: &Writer,
+        steps: &Steps<'a>,
+        writer: &Writer<'a>,
         on_step: &mut impl FnMut(&StepDone) -> anyhow::Result<()>,
     ) -> anyhow::Result<Option<Position>> {
         let (from, to, mut position) = (steps.from, steps.to, steps.position);
@@ -442,9 +442,16 @@ impl Training {
             if let Some(e) = writer.failures().into_iter().next() {
                 bail!("{e}; stopped after step {step}");
             }
-            if let Some((_, every)) = steps.periodic {
+            if let Some((to_where, every)) = steps.periodic {
                 if step.is_multiple_of(every) && step < to {
-                    writer.submit(session.snapshot(), step, self.metadata(position));
+                    let job: SaveJob<'a> = match to_where {
+                        Periodic::File(path) => {
+                            let (snapshot, meta) = (session.snapshot(), self.metadata(position));
+                            Box::new(move || save(&snapshot, step, &meta, path))
+                        }
+                        Periodic::Cluster(client, index) => Box::new(move || client.checkpoint(index, step)),
+                    };
+                    writer.submit(step, job);
                 }
             }
             // The previous step's results are done with: their buffers take the next results.
@@ -461,7 +468,16 @@ pub struct Steps<'a> {
     pub from: u64,
     pub to: u64,
     pub position: Option<Position>,
-    pub periodic: Option<(&'a Path, u64)>,
+    pub periodic: Option<(Periodic<'a>, u64)>,
+}
+
+/// Where the periodic checkpoints of a run go.
+#[derive(Clone, Copy, Debug)]
+pub enum Periodic<'a> {
+    /// The session's variables, the step and the data position, to this file.
+    File(&'a Path),
+    /// A cluster's (the chief's): the ps tasks' shards, then the index at this path.
+    Cluster(&'a graphc_dist::Client, &'a Path),
 }
 
 /// What a step returned: its number (from 1 over the whole training), the loss, and the time
@@ -537,28 +553,32 @@ fn produce(
     Ok(())
 }
 
-/// Saves checkpoints in the background: a step hands over a snapshot (pointer copies) and goes
-/// on; the newest snapshot waiting replaces any not yet started.
-#[derive(Debug, Default)]
-struct Writer {
-    pending: Mutex<Pending>,
+/// A checkpoint to save: the writer thread runs it.
+type SaveJob<'a> = Box<dyn FnOnce() -> Result<(), String> + Send + 'a>;
+
+/// Saves checkpoints in the background: a step hands over a job (a snapshot's pointer copies,
+/// or a cluster checkpoint's step) and goes on; the newest job waiting replaces any not yet
+/// started.
+#[derive(Default)]
+struct Writer<'a> {
+    pending: Mutex<Pending<'a>>,
     wake: Condvar,
 }
 
-#[derive(Debug, Default)]
-struct Pending {
-    next: Option<(Snapshot, u64, HashMap<String, String>)>,
+#[derive(Default)]
+struct Pending<'a> {
+    next: Option<(u64, SaveJob<'a>)>,
     done: bool,
     failures: Vec<String>,
 }
 
-impl Writer {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Pending> {
+impl<'a> Writer<'a> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Pending<'a>> {
         self.pending.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn submit(&self, snapshot: Snapshot, step: u64, meta: HashMap<String, String>) {
-        self.lock().next = Some((snapshot, step, meta));
+    fn submit(&self, step: u64, job: SaveJob<'a>) {
+        self.lock().next = Some((step, job));
         self.wake.notify_all();
     }
 
@@ -573,10 +593,10 @@ impl Writer {
         self.wake.notify_all();
     }
 
-    /// The writer thread: saves each snapshot handed over until finished.
-    fn serve(&self, path: &Path) {
+    /// The writer thread: runs each job handed over until finished.
+    fn serve(&self) {
         loop {
-            let (snapshot, step, meta) = {
+            let (step, job) = {
                 let mut p = self.lock();
                 while p.next.is_none() && !p.done {
                     p = self.wake.wait(p).unwrap_or_else(|e| e.into_inner());
@@ -586,7 +606,7 @@ impl Writer {
                     None => return,
                 }
             };
-            if let Err(e) = save(&snapshot, step, &meta, path) {
+            if let Err(e) = job() {
                 self.lock().failures.push(format!("saving step {step}: {e}"));
             }
         }

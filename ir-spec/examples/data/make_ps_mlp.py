@@ -9,14 +9,7 @@ initial weights from the same generator, so the file is reproducible without num
 """
 import math
 
-
-class Lcg:
-    def __init__(self, seed):
-        self.s = seed
-
-    def unit(self):
-        self.s = (self.s * 6364136223846793005 + 1442695040888963407) % (1 << 64)
-        return (self.s >> 11) / float(1 << 53)
+from make_spirals import Lcg  # the same generator, beside this script
 
 
 def fmt(v):
