@@ -88,23 +88,34 @@ const LIMIT: Duration = Duration::from_secs(240);
 /// Trains the example with 1 ps and 2 workers (logging to `dir/wI.jsonl`), the chief
 /// checkpointing the ps task to `dir/ps.ckpt` at the end; returns the workers' outputs.
 fn train_cluster(dir: &Path, steps: u32, sync: &str) -> Vec<String> {
-    let ports = free_ports(3);
-    let (ps, workers) = (&ports[..1], &ports[1..]);
+    train_cluster_with(dir, 1, steps, sync, &[])
+}
+
+/// [`train_cluster`] with `ps` ps tasks (logging to `dir/psI.jsonl`) and `extra` flags for
+/// every task.
+fn train_cluster_with(dir: &Path, ps: usize, steps: u32, sync: &str, extra: &[&str]) -> Vec<String> {
+    let ports = free_ports(ps + 2);
+    let (ps_ports, workers) = ports.split_at(ps);
     let file = example();
     let steps = steps.to_string();
-    let common =
-        ["train", file.as_str(), "--graph", "step", "--steps", steps.as_str(), "--sync", sync, "--peer-timeout", "60"];
-    let server = spawn(
-        &[&common[..], &["--checkpoint", "ps.ckpt", "--log", "ps.jsonl"]].concat(),
-        &[("TF_CONFIG", &tf_config(ps, workers, "ps", 0))],
-        dir,
-    );
+    let common = [
+        &["train", file.as_str(), "--graph", "step", "--steps", steps.as_str(), "--sync", sync][..],
+        &["--peer-timeout", "60", "--checkpoint", "ps.ckpt"],
+        extra,
+    ]
+    .concat();
+    let servers: Vec<Child> = (0..ps)
+        .map(|i| {
+            let log = if ps == 1 { "ps.jsonl".to_string() } else { format!("ps{i}.jsonl") };
+            let config = tf_config(ps_ports, workers, "ps", i);
+            spawn(&[&common[..], &["--log", log.as_str()]].concat(), &[("TF_CONFIG", config.as_str())], dir)
+        })
+        .collect();
     let children: Vec<Child> = (0..2)
         .map(|i| {
             let log = format!("w{i}.jsonl");
-            let config = tf_config(ps, workers, "worker", i);
-            let args = [&common[..], &["--log", log.as_str(), "--checkpoint", "ps.ckpt"]].concat();
-            spawn(&args, &[("TF_CONFIG", config.as_str())], dir)
+            let config = tf_config(ps_ports, workers, "worker", i);
+            spawn(&[&common[..], &["--log", log.as_str()]].concat(), &[("TF_CONFIG", config.as_str())], dir)
         })
         .collect();
     let outs: Vec<String> = children
@@ -112,8 +123,10 @@ fn train_cluster(dir: &Path, steps: u32, sync: &str) -> Vec<String> {
         .enumerate()
         .map(|(i, c)| succeeded(finish(c, LIMIT, "a worker"), &format!("worker {i}")))
         .collect();
-    let ps_out = succeeded(finish(server, LIMIT, "the ps task"), "the ps task");
-    assert!(ps_out.contains("every worker is done"), "{ps_out}");
+    for server in servers {
+        let ps_out = succeeded(finish(server, LIMIT, "a ps task"), "a ps task");
+        assert!(ps_out.contains("every worker is done"), "{ps_out}");
+    }
     assert!(outs[0].contains("saved the ps tasks' variables"), "{}", outs[0]);
     outs
 }
@@ -129,14 +142,39 @@ fn losses(log: &Path) -> Vec<f64> {
         .collect()
 }
 
-/// The tensors of a safetensors file (or of the shards a cluster checkpoint's index names),
-/// by name, as raw bytes.
+/// The tensors of a safetensors file (or of the shards a cluster checkpoint's index names,
+/// the parts of a partitioned variable joined: `w/part_K`'s rows in order, a scalar's copies
+/// checked equal), by name, as raw bytes.
 fn tensors(path: &Path) -> Vec<(String, Vec<u8>)> {
     let bytes = std::fs::read(path).unwrap();
     if let Ok(index) = serde_json::from_slice::<serde_json::Value>(&bytes) {
         let shards = index["shards"].as_array().unwrap();
-        let mut all: Vec<(String, Vec<u8>)> =
-            shards.iter().flat_map(|s| tensors(&path.with_file_name(s.as_str().unwrap()))).collect();
+        let mut parts: Vec<(String, usize, Vec<u64>, Vec<u8>)> = Vec::new();
+        let mut all: Vec<(String, Vec<u8>)> = Vec::new();
+        for s in shards {
+            let bytes = std::fs::read(path.with_file_name(s.as_str().unwrap())).unwrap();
+            let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+            for (name, view) in st.tensors() {
+                let shape = view.shape().iter().map(|&d| d as u64).collect();
+                match name.rsplit_once("/part_") {
+                    Some((base, k)) => parts.push((base.to_string(), k.parse().unwrap(), shape, view.data().to_vec())),
+                    None => all.push((name, view.data().to_vec())),
+                }
+            }
+        }
+        parts.sort();
+        let mut bases: Vec<String> = parts.iter().map(|p| p.0.clone()).collect();
+        bases.dedup();
+        for base in bases {
+            let mine: Vec<_> = parts.iter().filter(|p| p.0 == base).collect();
+            assert!(mine.iter().enumerate().all(|(i, p)| p.1 == i), "{base}: parts missing");
+            if mine[0].2.is_empty() {
+                assert!(mine.iter().all(|p| p.3 == mine[0].3), "{base}: the copies of a scalar differ");
+                all.push((base, mine[0].3.clone()));
+            } else {
+                all.push((base, mine.iter().flat_map(|p| p.3.clone()).collect()));
+            }
+        }
         all.sort();
         return all;
     }
@@ -146,6 +184,27 @@ fn tensors(path: &Path) -> Vec<(String, Vec<u8>)> {
     all
 }
 
+/// Trains the example for `steps` steps in one process, checkpointing to `dir/single.ckpt`.
+fn train_single(dir: &Path, steps: u32) {
+    let single = Command::new(env!("CARGO_BIN_EXE_graphc"))
+        .args(["train", &example(), "--graph", "step", "--steps", &steps.to_string(), "--checkpoint"])
+        .arg(dir.join("single.ckpt"))
+        .env_remove("TF_CONFIG")
+        .output()
+        .unwrap();
+    succeeded(single, "single-process training");
+}
+
+/// The names of the tensors that differ between the cluster's checkpoint and the single
+/// process's (both holding every variable and Adam slot).
+fn differing(dir: &Path) -> Vec<String> {
+    let (ps, one) = (tensors(&dir.join("ps.ckpt")), tensors(&dir.join("single.ckpt")));
+    assert_eq!(ps.len(), 24, "every variable and Adam slot is on the ps");
+    let names = |t: &[(String, Vec<u8>)]| t.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>();
+    assert_eq!(names(&ps), names(&one));
+    ps.iter().zip(&one).filter(|(a, b)| a.1 != b.1).map(|(a, _)| a.0.clone()).collect()
+}
+
 #[test]
 fn sync_training_across_processes_ends_with_the_single_process_weights() {
     let dir = tmpdir("sync");
@@ -153,18 +212,8 @@ fn sync_training_across_processes_ends_with_the_single_process_weights() {
     for o in &outs {
         assert!(o.contains("--sync sync, variables on 1 ps task") && o.contains("bytes of tensors moved"), "{o}");
     }
-    let single = Command::new(env!("CARGO_BIN_EXE_graphc"))
-        .args(["train", &example(), "--graph", "step", "--steps", "40", "--checkpoint"])
-        .arg(dir.join("single.ckpt"))
-        .env_remove("TF_CONFIG")
-        .output()
-        .unwrap();
-    succeeded(single, "single-process training");
-    let (ps, one) = (tensors(&dir.join("ps.ckpt")), tensors(&dir.join("single.ckpt")));
-    assert_eq!(ps.len(), 24, "every variable and Adam slot is on the ps");
-    let names = |t: &[(String, Vec<u8>)]| t.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>();
-    assert_eq!(names(&ps), names(&one));
-    let differ: Vec<&String> = ps.iter().zip(&one).filter(|(a, b)| a.1 != b.1).map(|(a, _)| &a.0).collect();
+    train_single(&dir, 40);
+    let differ = differing(&dir);
     assert!(differ.is_empty(), "the ps task's weights differ from the single process's: {differ:?}");
     // The ps task applied 40 rounds, each averaging both workers' updates.
     let rounds: Vec<serde_json::Value> = std::fs::read_to_string(dir.join("ps.jsonl"))
@@ -176,6 +225,32 @@ fn sync_training_across_processes_ends_with_the_single_process_weights() {
     assert!(rounds.iter().enumerate().all(|(i, r)| r["update"] == i as u64 + 1 && r["workers"] == 2));
     // Both workers saw every step's loss of the single run.
     assert_eq!(losses(&dir.join("w0.jsonl")), losses(&dir.join("w1.jsonl")));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn large_variables_split_row_wise_over_two_ps_tasks_train_as_one_process() {
+    let dir = tmpdir("rows");
+    // Slices of 256 bytes: w1 (512 bytes), w2 (4 KiB) and their Adam moments are split in
+    // two parts, one per ps task; the biases and w3 (128 bytes) stay whole.
+    let outs = train_cluster_with(&dir, 2, 30, "sync", &["--min-slice-bytes", "256"]);
+    assert!(outs[0].contains("variables on 2 ps tasks (split in rows: adam/m/w1 in 2, "), "{}", outs[0]);
+    let index: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("ps.ckpt")).unwrap()).unwrap();
+    let shard = |i: usize| {
+        let bytes = std::fs::read(dir.join(index["shards"][i].as_str().unwrap())).unwrap();
+        let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+        let mut names: Vec<String> = st.names().into_iter().map(String::from).collect();
+        names.sort();
+        names
+    };
+    let (a, b) = (shard(0), shard(1));
+    for part in ["w2/part_", "w1/part_", "adam/m/w2/part_", "adam/t/w2/part_"] {
+        assert!(a.iter().chain(&b).filter(|n| n.starts_with(part)).count() == 2, "{part}: {a:?} {b:?}");
+        assert!(a.iter().any(|n| n.starts_with(part)) && b.iter().any(|n| n.starts_with(part)), "{a:?} {b:?}");
+    }
+    train_single(&dir, 30);
+    let differ = differing(&dir);
+    assert!(differ.is_empty(), "the partitioned weights differ from the single process's: {differ:?}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

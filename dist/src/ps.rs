@@ -511,7 +511,10 @@ mod tests {
     }
 
     fn server_with(options: PsOptions) -> Arc<ParameterServer> {
-        let program = split(&graphc_ir::parse_module(STEP).unwrap(), "step", 1).unwrap().tasks.remove(0);
+        let program = split(&graphc_ir::parse_module(STEP).unwrap(), "step", 1, crate::split::MIN_SLICE_BYTES)
+            .unwrap()
+            .tasks
+            .remove(0);
         Arc::new(ParameterServer::new(0, program, options, SessionOptions::default()).unwrap())
     }
 

@@ -51,6 +51,17 @@ impl TensorData {
         }
     }
 
+    /// Elements `range`, in order.
+    pub fn sub(&self, range: std::ops::Range<usize>) -> TensorData {
+        match self {
+            TensorData::F32(v) => TensorData::F32(v[range].to_vec()),
+            TensorData::F64(v) => TensorData::F64(v[range].to_vec()),
+            TensorData::I32(v) => TensorData::I32(v[range].to_vec()),
+            TensorData::I64(v) => TensorData::I64(v[range].to_vec()),
+            TensorData::Bool(v) => TensorData::Bool(v[range].to_vec()),
+        }
+    }
+
     fn truncate(&mut self, n: usize) {
         match self {
             TensorData::F32(v) => v.truncate(n),
@@ -141,6 +152,26 @@ impl TensorLiteral {
 
     pub fn is_splat(&self) -> bool {
         self.data.len() == 1 && self.ty.num_elements() != Some(1)
+    }
+
+    /// Rows `start..end` of dim 0 (a splat stays one). Errors when the literal has no rows
+    /// or the range is not within them.
+    pub fn rows(&self, start: u64, end: u64) -> Result<TensorLiteral, String> {
+        let Some(&dim0) = self.ty.shape.first() else {
+            return Err(format!("a scalar literal of type {} has no rows", self.ty));
+        };
+        if start > end || end > dim0 {
+            return Err(format!("rows {start}..{end} are not within the {dim0} rows of {}", self.ty));
+        }
+        let mut shape = self.ty.shape.clone();
+        shape[0] = end - start;
+        let ty = self.ty.with_shape(shape);
+        if self.data.len() == 1 {
+            return Ok(TensorLiteral { ty, data: self.data.clone() });
+        }
+        let row: u64 = self.ty.shape[1..].iter().product();
+        let data = self.data.sub((start * row) as usize..(end * row) as usize);
+        TensorLiteral::new(ty, data)
     }
 
     fn write_nested(&self, f: &mut impl fmt::Write, dim: usize, offset: &mut usize) -> fmt::Result {
@@ -400,6 +431,19 @@ mod tests {
         assert_eq!(e.to_string(), "dense<[[], []]> : f32[2,0]");
         let sc = TensorLiteral::new(TensorType::scalar(DType::Bool), TensorData::Bool(vec![true])).unwrap();
         assert_eq!(sc.to_string(), "dense<true> : bool[]");
+    }
+
+    #[test]
+    fn rows_of_a_literal() {
+        let t =
+            TensorLiteral::new(TensorType::new(DType::I32, [3, 2]), TensorData::I32(vec![1, 2, 3, 4, 5, 6])).unwrap();
+        assert_eq!(t.rows(1, 3).unwrap().to_string(), "dense<[[3, 4], [5, 6]]> : i32[2,2]");
+        assert_eq!(t.rows(0, 1).unwrap().to_string(), "dense<[[1, 2]]> : i32[1,2]");
+        let s = TensorLiteral::new(TensorType::new(DType::F32, [5, 4]), TensorData::F32(vec![0.5])).unwrap();
+        assert_eq!(s.rows(2, 5).unwrap().to_string(), "dense<0.5> : f32[3,4]");
+        assert!(t.rows(2, 4).unwrap_err().contains("not within the 3 rows"));
+        let sc = TensorLiteral::new(TensorType::scalar(DType::F32), TensorData::F32(vec![1.0])).unwrap();
+        assert!(sc.rows(0, 1).unwrap_err().contains("no rows"));
     }
 
     #[test]

@@ -153,6 +153,11 @@ pub struct ClusterArgs {
     /// backup workers.
     #[arg(long, value_name = "MS", default_value_t = 0)]
     pub step_delay: u64,
+    /// Split a variable (with its optimizer slots) of at least this many bytes row-wise over
+    /// the ps tasks, a part per slice of this size, at most one per task (TensorFlow's
+    /// min-max partitioner); 0 keeps every variable whole. Every task must be given the same.
+    #[arg(long, value_name = "BYTES", default_value_t = graphc_dist::split::MIN_SLICE_BYTES)]
+    pub min_slice_bytes: u64,
 }
 
 impl ClusterArgs {
@@ -177,6 +182,7 @@ impl ClusterArgs {
             token: graphc::driver::read_token(self.token_file.as_deref())?,
             listen: self.listen.clone(),
             peer_timeout: std::time::Duration::from_secs(self.peer_timeout),
+            min_slice_bytes: self.min_slice_bytes,
         }))
     }
 }

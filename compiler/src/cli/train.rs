@@ -96,8 +96,14 @@ pub fn train(a: &TrainArgs) -> anyhow::Result<ExitCode> {
             }
             let client = d.connect(w, &split)?;
             let n = d.cluster.workers().len();
+            let rows = if split.partitioned.is_empty() {
+                String::new()
+            } else {
+                let parts: Vec<String> = split.partitioned.iter().map(|(v, k)| format!("{v} in {k}")).collect();
+                format!(" (split in rows: {})", parts.join(", "))
+            };
             say!(
-                "worker {w} of {n}: --sync {}, variables on {} ps task{}",
+                "worker {w} of {n}: --sync {}, variables on {} ps task{}{rows}",
                 d.sync,
                 split.tasks.len(),
                 plural(split.tasks.len())

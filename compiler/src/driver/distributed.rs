@@ -25,6 +25,8 @@ pub struct Distributed {
     pub listen: Option<String>,
     /// The longest a task waits for another.
     pub peer_timeout: Duration,
+    /// Variables of at least this many bytes are split row-wise over the ps tasks (0: never).
+    pub min_slice_bytes: u64,
 }
 
 impl Distributed {
@@ -32,7 +34,8 @@ impl Distributed {
     pub fn split(&self, graph: Option<&str>, file: &SourceFile, module: &Module) -> anyhow::Result<Split> {
         let wanted: Vec<String> = graph.iter().map(|g| g.to_string()).collect();
         let step = select_graphs(&wanted, file, module)?.remove(0);
-        graphc_dist::split(module, &step, self.cluster.ps().len()).map_err(|e| anyhow!("{}: {e}", file.name))
+        graphc_dist::split(module, &step, self.cluster.ps().len(), self.min_slice_bytes)
+            .map_err(|e| anyhow!("{}: {e}", file.name))
     }
 
     /// Ps task `index`: its share of the variables in a session, and where it listens. With
