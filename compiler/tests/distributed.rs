@@ -348,6 +348,72 @@ fn a_wrong_token_is_refused_and_garbage_crashes_nothing() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// Writes `NAME.ca.pem` (a CA) and `NAME.pem`, `NAME.key` (a certificate for 127.0.0.1 it
+/// signed, for clients and servers) in `dir`.
+fn certificates(dir: &Path, name: &str) {
+    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, ExtendedKeyUsagePurpose, IsCa, KeyPair};
+    let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca = CertifiedIssuer::self_signed(ca, KeyPair::generate().unwrap()).unwrap();
+    let mut leaf = CertificateParams::new(vec!["127.0.0.1".to_string()]).unwrap();
+    leaf.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth, ExtendedKeyUsagePurpose::ClientAuth];
+    let key = KeyPair::generate().unwrap();
+    let cert = leaf.signed_by(&key, &ca).unwrap();
+    std::fs::write(dir.join(format!("{name}.ca.pem")), ca.pem()).unwrap();
+    std::fs::write(dir.join(format!("{name}.pem")), cert.pem()).unwrap();
+    std::fs::write(dir.join(format!("{name}.key")), key.serialize_pem()).unwrap();
+}
+
+#[test]
+fn mutual_tls_trains_and_refuses_a_certificate_of_another_ca() {
+    let dir = tmpdir("tls");
+    certificates(&dir, "cluster");
+    certificates(&dir, "stranger");
+    let ports = free_ports(2);
+    let file = example();
+    let tls = |name: &str| {
+        let pem = |suffix: &str| format!("{name}{suffix}");
+        // Every task trusts the cluster's CA; the stranger shows a certificate of its own.
+        [
+            "--tls-cert".to_string(),
+            pem(".pem"),
+            "--tls-key".into(),
+            pem(".key"),
+            "--tls-ca".into(),
+            "cluster.ca.pem".into(),
+        ]
+    };
+    let run = |job: &str, name: &str| {
+        let flags = tls(name);
+        let args = [
+            &["train", file.as_str(), "--graph", "step", "--steps", "20", "--peer-timeout", "20"][..],
+            &flags.iter().map(String::as_str).collect::<Vec<_>>(),
+        ]
+        .concat();
+        spawn(&args, &[("TF_CONFIG", &tf_config(&ports[..1], &ports[1..], job, 0))], &dir)
+    };
+    let server = run("ps", "cluster");
+    let stranger = finish(run("worker", "stranger"), LIMIT, "the stranger");
+    assert!(!stranger.status.success());
+    let t = text(&stranger);
+    assert!(t.contains("TLS failed: received fatal alert") && t.contains("signed by the cluster's CA"), "{t}");
+    let worker =
+        succeeded(finish(run("worker", "cluster"), LIMIT, "the worker"), "the worker with the cluster's certificate");
+    assert!(worker.contains("worker 0 of 1"), "{worker}");
+    let ps = succeeded(finish(server, LIMIT, "the ps task"), "the ps task");
+    assert!(ps.contains("refused a connection from 127.0.0.1"), "{ps}");
+    // The files are checked up front.
+    let bad = Command::new(env!("CARGO_BIN_EXE_graphc"))
+        .args(["train", &file, "--steps", "1", "--tls-cert", "cluster.key"])
+        .args(["--tls-key", "cluster.key", "--tls-ca", "cluster.ca.pem"])
+        .env("TF_CONFIG", tf_config(&ports[..1], &ports[1..], "ps", 0))
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    assert!(text(&bad).contains("--tls-cert: expected a PEM certificate"), "{}", text(&bad));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 #[test]
 fn bad_clusters_are_one_line_errors() {
     let file = example();

@@ -3,11 +3,14 @@
 //! pushes and pulls).
 //!
 //! Every request carries the shared token when the cluster has one; a server refuses one
-//! without it (and says so on stderr). Servers listen on loopback unless told otherwise, and
-//! another address needs a token. Streams are checked chunk by chunk ([`Assembly`]).
+//! without it (and says so on stderr). With mutual TLS ([`Tls`]) every connection is
+//! encrypted and both ends show a certificate of the cluster's CA. Servers listen on loopback
+//! unless told otherwise, and another address needs a token or TLS. Streams are checked chunk
+//! by chunk ([`Assembly`]).
 
 use crate::ps::ParameterServer;
 use crate::split::task_of;
+use crate::tls::Tls;
 use crate::wire::{self, Abort, Assembly, Chunk, Done, Empty, Hello, Pull, Pushed, Save, Saved, Welcome};
 use graphc_runtime::{ErrorKind, LocalRendezvous, Rendezvous, RendezvousFactory, RtValue, RunError, WaitCtx};
 use std::net::SocketAddr;
@@ -53,6 +56,19 @@ impl Token {
 
     fn header(&self) -> Option<String> {
         self.0.as_ref().map(|t| format!("Bearer {t}"))
+    }
+}
+
+/// How tasks know each other: the shared token, mutual TLS, both or neither (loopback only).
+#[derive(Clone, Debug, Default)]
+pub struct Auth {
+    pub token: Token,
+    pub tls: Option<Tls>,
+}
+
+impl Auth {
+    fn authenticated(&self) -> bool {
+        self.token.is_set() || self.tls.is_some()
     }
 }
 
@@ -207,8 +223,8 @@ fn authenticate(token: Token, who: String) -> impl FnMut(Request<()>) -> Result<
 }
 
 /// Where a server listens: `listen` if given (an IP alone takes `address`'s port), else
-/// loopback at `address`'s port. Anything but loopback needs a token.
-pub fn listen_address(address: &str, listen: Option<&str>, token: &Token) -> Result<SocketAddr, String> {
+/// loopback at `address`'s port. Anything but loopback needs a token or TLS.
+pub fn listen_address(address: &str, listen: Option<&str>, auth: &Auth) -> Result<SocketAddr, String> {
     let port = || {
         address
             .rsplit_once(':')
@@ -224,14 +240,14 @@ pub fn listen_address(address: &str, listen: Option<&str>, token: &Token) -> Res
         },
         None => SocketAddr::from(([127, 0, 0, 1], port()?)),
     };
-    if !addr.ip().is_loopback() && !token.is_set() {
-        return Err(format!("--listen {addr}: a server reachable from other machines needs authenticated peers: give --token-file PATH or GRAPHC_TOKEN"));
+    if !addr.ip().is_loopback() && !auth.authenticated() {
+        return Err(format!("--listen {addr}: a server reachable from other machines needs authenticated peers: give --token-file PATH or GRAPHC_TOKEN, or --tls-cert, --tls-key and --tls-ca"));
     }
     Ok(addr)
 }
 
 /// Serves `ps` on `addr` until every worker is done; an error if the training failed.
-pub fn serve(ps: Arc<ParameterServer>, addr: SocketAddr, token: Token) -> Result<(), String> {
+pub fn serve(ps: Arc<ParameterServer>, addr: SocketAddr, auth: Auth) -> Result<(), String> {
     let rt = tokio(2)?;
     let watched = ps.clone();
     rt.block_on(async move {
@@ -253,19 +269,27 @@ pub fn serve(ps: Arc<ParameterServer>, addr: SocketAddr, token: Token) -> Result
         let who = format!("ps task {}", ps.index);
         let service = PsService { ps, finished: finished.clone() };
         let server = ParameterServerServer::new(service).max_decoding_message_size(wire::MAX_MESSAGE);
-        let intercepted = InterceptedService::new(server, authenticate(token, who));
-        Server::builder()
+        let intercepted = InterceptedService::new(server, authenticate(auth.token, who.clone()));
+        let router = Server::builder()
             // A worker makes a call per ps key at a time; more is somebody else.
             .concurrency_limit_per_connection(64)
             .initial_stream_window_size(WINDOW)
             .initial_connection_window_size(WINDOW)
-            .add_service(intercepted)
+            .add_service(intercepted);
+        let stop = async move { finished.notified().await };
+        let served = match auth.tls {
             // Small pulls and pushes, one after another: Nagle's delay would hold each.
-            .serve_with_incoming_shutdown(TcpIncoming::from(listener).with_nodelay(Some(true)), async move {
-                finished.notified().await
-            })
-            .await
-            .map_err(|e| format!("serving on {addr}: {e}"))
+            None => {
+                router.serve_with_incoming_shutdown(TcpIncoming::from(listener).with_nodelay(Some(true)), stop).await
+            }
+            Some(tls) => {
+                let (tx, rx) = tokio::sync::mpsc::channel(16);
+                tokio::spawn(async move { tls.accept(listener, tx, who).await });
+                let incoming = tokio_stream::StreamExt::map(ReceiverStream::new(rx), Ok::<_, std::io::Error>);
+                router.serve_with_incoming_shutdown(incoming, stop).await
+            }
+        };
+        served.map_err(|e| format!("serving on {addr}: {e}"))
     })?;
     watched.failure().map_or(Ok(()), |e| Err(format!("the training failed: {e}")))
 }
@@ -315,18 +339,34 @@ fn unreachable(s: &Status) -> bool {
     matches!(s.code(), Code::Unavailable | Code::Cancelled | Code::Unknown) || (s.code() == Code::Internal && broken)
 }
 
+/// A failed TLS handshake among `s`'s causes (rustls reports one as invalid data): trying
+/// again cannot mend it.
+fn tls_failure(s: &Status) -> Option<String> {
+    let mut cause = std::error::Error::source(s);
+    while let Some(e) = cause {
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            if io.kind() == std::io::ErrorKind::InvalidData {
+                return Some(io.to_string());
+            }
+        }
+        cause = e.source();
+    }
+    None
+}
+
 impl Client {
     /// Connects to every ps task, trying until `timeout` (a ps may still be starting), and
     /// says hello to each (`hello[i]` to ps task i).
     pub fn connect(
         addresses: &[String],
         worker: u32,
-        token: &Token,
+        auth: &Auth,
         hello: Vec<Hello>,
         timeout: Duration,
     ) -> Result<Client, String> {
         let rt = tokio(2)?;
-        let header = token
+        let header = auth
+            .token
             .header()
             .map(|h| h.parse())
             .transpose()
@@ -335,8 +375,13 @@ impl Client {
         // Lazy channels spawn their connection tasks on this runtime.
         let _inside = rt.enter();
         for a in addresses {
-            let endpoint = Endpoint::from_shared(format!("http://{a}"))
-                .map_err(|e| format!("ps address '{a}': {e}"))?
+            let scheme = if auth.tls.is_some() { "https" } else { "http" };
+            let mut endpoint =
+                Endpoint::from_shared(format!("{scheme}://{a}")).map_err(|e| format!("ps address '{a}': {e}"))?;
+            if let Some(tls) = &auth.tls {
+                endpoint = endpoint.tls_config(tls.client()).map_err(|e| format!("TLS to the ps task at {a}: {e}"))?;
+            }
+            let endpoint = endpoint
                 .tcp_nodelay(true)
                 .initial_stream_window_size(WINDOW)
                 .initial_connection_window_size(WINDOW)
@@ -380,6 +425,16 @@ impl Client {
         loop {
             match self.rt.block_on(f(self.ps[t].clone())) {
                 Ok(r) => return Ok(r.into_inner()),
+                Err(s) if tls_failure(&s).is_some() => {
+                    let why = tls_failure(&s).unwrap_or_default();
+                    return Err(RunError::new(
+                        ErrorKind::Remote,
+                        format!(
+                            "ps task {t} ({}): TLS failed: {why} (every task's certificate must be signed by the cluster's CA, --tls-ca)",
+                            self.addresses[t]
+                        ),
+                    ));
+                }
                 Err(s) if unreachable(&s) => {
                     let start = *since.get_or_insert_with(|| {
                         eprintln!(
@@ -405,7 +460,18 @@ impl Client {
     }
 
     fn remote(&self, t: usize, s: Status) -> RunError {
-        RunError::new(ErrorKind::Remote, format!("ps task {t} ({}): {}", self.addresses[t], s.message()))
+        // A transport error's message is a word ("transport error"); its cause says what failed.
+        let mut cause = std::error::Error::source(&s);
+        let mut deepest = None;
+        while let Some(e) = cause {
+            deepest = Some(e.to_string());
+            cause = e.source();
+        }
+        let why = match deepest {
+            Some(d) if !s.message().contains(&d) => format!("{}: {d}", s.message()),
+            _ => s.message().to_string(),
+        };
+        RunError::new(ErrorKind::Remote, format!("ps task {t} ({}): {why}", self.addresses[t]))
     }
 
     /// Reads `key` for step `step`.

@@ -40,10 +40,10 @@ pub enum Command {
     /// Train: run a step graph (one with a float scalar output `loss`) for --steps steps on
     /// one session, fed shuffled batches from --data through an input queue, logging the
     /// loss; checkpoints keep the data position, so a restored run sees the same batches.
-    Train(TrainArgs),
+    Train(Box<TrainArgs>),
     /// Serve as a parameter server of a cluster (--cluster, or TF_CONFIG): hold this task's
     /// share of the step graph's variables, apply the workers' updates, exit when they finish.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
 }
 
 #[derive(clap::Args, Debug)]
@@ -142,8 +142,18 @@ pub struct ClusterArgs {
     /// are refused.
     #[arg(long, value_name = "PATH")]
     pub token_file: Option<PathBuf>,
+    /// Mutual TLS: this task's certificate chain (PEM). With --tls-key and --tls-ca, every
+    /// connection is encrypted and both ends must show a certificate the CA signed.
+    #[arg(long, value_name = "PEM", requires_all = ["tls_key", "tls_ca"])]
+    pub tls_cert: Option<PathBuf>,
+    /// Mutual TLS: this task's private key (PEM).
+    #[arg(long, value_name = "PEM", requires_all = ["tls_cert", "tls_ca"])]
+    pub tls_key: Option<PathBuf>,
+    /// Mutual TLS: the cluster's CA certificate (PEM), which signs every task's certificate.
+    #[arg(long, value_name = "PEM", requires_all = ["tls_cert", "tls_key"])]
+    pub tls_ca: Option<PathBuf>,
     /// Where a ps task listens (default: loopback, at its port in the cluster); anything but
-    /// loopback needs a token.
+    /// loopback needs a token or mutual TLS.
     #[arg(long, value_name = "IP:PORT")]
     pub listen: Option<String>,
     /// The longest a task waits for another (to start, or to reach a step), in seconds.
@@ -179,7 +189,15 @@ impl ClusterArgs {
         Ok(Some(graphc::driver::Distributed {
             cluster,
             sync,
-            token: graphc::driver::read_token(self.token_file.as_deref())?,
+            auth: graphc_dist::Auth {
+                token: graphc::driver::read_token(self.token_file.as_deref())?,
+                tls: match (&self.tls_cert, &self.tls_key, &self.tls_ca) {
+                    (Some(c), Some(k), Some(a)) => {
+                        Some(graphc_dist::Tls::load(c, k, a).map_err(|e| anyhow::anyhow!(e))?)
+                    }
+                    _ => None,
+                },
+            },
             listen: self.listen.clone(),
             peer_timeout: std::time::Duration::from_secs(self.peer_timeout),
             min_slice_bytes: self.min_slice_bytes,

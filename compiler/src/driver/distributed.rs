@@ -7,7 +7,7 @@
 use super::inputs::select_graphs;
 use anyhow::{anyhow, bail};
 use graphc_dist::service::{self, listen_address};
-use graphc_dist::{Client, Cluster, ParameterServer, PsOptions, Split, SyncMode, Token};
+use graphc_dist::{Auth, Client, Cluster, ParameterServer, PsOptions, Split, SyncMode, Token};
 use graphc_ir::{Module, SourceFile};
 use graphc_runtime::{Session, SessionOptions};
 use std::net::SocketAddr;
@@ -20,7 +20,8 @@ use std::time::Duration;
 pub struct Distributed {
     pub cluster: Cluster,
     pub sync: SyncMode,
-    pub token: Token,
+    /// The token and mutual TLS the tasks know each other by.
+    pub auth: Auth,
     /// `--listen`: where a ps task listens instead of loopback at its port.
     pub listen: Option<String>,
     /// The longest a task waits for another.
@@ -60,7 +61,7 @@ impl Distributed {
             log: log.map(Path::to_path_buf),
         };
         let addr =
-            listen_address(self.cluster.address(), self.listen.as_deref(), &self.token).map_err(|e| anyhow!(e))?;
+            listen_address(self.cluster.address(), self.listen.as_deref(), &self.auth).map_err(|e| anyhow!(e))?;
         let ps = ParameterServer::new(index, program, options, SessionOptions::default()).map_err(|e| anyhow!(e))?;
         Ok((Arc::new(ps), addr))
     }
@@ -68,7 +69,7 @@ impl Distributed {
     /// Serves `ps` on `addr` until every worker is done.
     pub fn serve(&self, ps: &Arc<ParameterServer>, addr: SocketAddr) -> anyhow::Result<()> {
         let served =
-            service::serve(ps.clone(), addr, self.token.clone()).map_err(|e| anyhow!("ps task {}: {e}", ps.index));
+            service::serve(ps.clone(), addr, self.auth.clone()).map_err(|e| anyhow!("ps task {}: {e}", ps.index));
         ps.flush_log().map_err(|e| anyhow!(e))?;
         served
     }
@@ -87,7 +88,7 @@ impl Distributed {
                 program: t.fingerprint(),
             })
             .collect();
-        let client = Client::connect(self.cluster.ps(), worker as u32, &self.token, hello, self.peer_timeout)
+        let client = Client::connect(self.cluster.ps(), worker as u32, &self.auth, hello, self.peer_timeout)
             .map_err(|e| anyhow!("worker {worker}: {e}"))?;
         Ok(Arc::new(client))
     }
