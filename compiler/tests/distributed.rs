@@ -273,8 +273,16 @@ fn two_ps_tasks_from_a_cluster_file_with_backup_workers() {
     let dir = tmpdir("file");
     let ports = free_ports(4);
     let list = |ports: &[u16]| ports.iter().map(|p| format!("\"127.0.0.1:{p}\"")).collect::<Vec<_>>().join(", ");
-    let cluster = format!(r#"{{"cluster": {{"ps": [{}], "worker": [{}]}}}}"#, list(&ports[..2]), list(&ports[2..]));
+    // Each worker places its step graph on the devices the file gives it: two CPUs, one.
+    let cluster = format!(
+        r#"{{"cluster": {{"ps": [{}], "worker": [{}]}}, "devices": {{"worker": ["two_cpus.toml", "one_cpu.toml"]}}}}"#,
+        list(&ports[..2]),
+        list(&ports[2..])
+    );
     std::fs::write(dir.join("cluster.json"), cluster).unwrap();
+    let cpu = |i: usize| format!("[[device]]\nspec = \"/job:localhost/replica:0/task:0/device:cpu:{i}\"\n");
+    std::fs::write(dir.join("two_cpus.toml"), cpu(0) + &cpu(1)).unwrap();
+    std::fs::write(dir.join("one_cpu.toml"), cpu(0)).unwrap();
     let file = example();
     let run = |task: &str, extra: &[&str]| {
         let args = [
@@ -291,6 +299,7 @@ fn two_ps_tasks_from_a_cluster_file_with_backup_workers() {
     for (i, w) in workers.into_iter().enumerate() {
         let o = succeeded(finish(w, LIMIT, "a worker"), &format!("worker {i}"));
         assert!(o.contains("variables on 2 ps tasks"), "{o}");
+        assert_eq!(o.contains("placed @step on 2 devices: cpu0"), i == 0, "{o}");
     }
     for s in servers {
         succeeded(finish(s, LIMIT, "a ps task"), "a ps task");

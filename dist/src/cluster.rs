@@ -8,7 +8,7 @@
 
 use serde::Deserialize;
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// The job names a cluster may have.
 const JOBS: [&str; 3] = ["ps", "worker", "chief"];
@@ -41,6 +41,9 @@ pub struct Cluster {
     /// Addresses (`host:port`) per job.
     pub jobs: BTreeMap<String, Vec<String>>,
     pub task: TaskId,
+    /// Device spec files per job (a cluster file's `devices`), one per task, resolved beside
+    /// the file: where placement puts each task's nodes.
+    pub devices: BTreeMap<String, Vec<PathBuf>>,
 }
 
 /// Where the cluster comes from (`--cluster`).
@@ -84,6 +87,17 @@ struct Config {
     environment: Option<String>,
     #[serde(default)]
     rpc_layer: Option<String>,
+    /// graphc's addition: device spec files per job, one for every task or a list of one per
+    /// task (`{"worker": "cpu2.toml"}`, `{"worker": ["a.toml", "b.toml"]}`).
+    #[serde(default)]
+    devices: BTreeMap<String, DeviceFiles>,
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum DeviceFiles {
+    Every(PathBuf),
+    Each(Vec<PathBuf>),
 }
 
 #[derive(Deserialize)]
@@ -108,11 +122,12 @@ impl Cluster {
             Source::TfConfig => {
                 let json =
                     env("TF_CONFIG").ok_or("--cluster tf_config: the TF_CONFIG environment variable is not set")?;
-                from_json(&json, "TF_CONFIG")?
+                from_json(&json, "TF_CONFIG", Path::new(""))?
             }
             Source::File(path) => {
                 let text = read_small(path)?;
-                from_json(&text, &format!("cluster file {}", path.display()))?
+                let dir = path.parent().unwrap_or(Path::new(""));
+                from_json(&text, &format!("cluster file {}", path.display()), dir)?
             }
             Source::Slurm => from_slurm(env, ranks)?,
             Source::Mpi => from_mpi(env, ranks)?,
@@ -149,6 +164,11 @@ impl Cluster {
         &self.jobs[&self.task.job][self.task.index]
     }
 
+    /// This task's device spec, if the cluster gives one.
+    pub fn task_devices(&self) -> Option<&Path> {
+        self.devices.get(&self.task.job).map(|d| d[self.task.index].as_path())
+    }
+
     fn check(&self) -> Result<(), String> {
         for (job, tasks) in &self.jobs {
             if !JOBS.contains(&job.as_str()) {
@@ -169,6 +189,21 @@ impl Cluster {
         }
         if self.workers().is_empty() {
             return Err("the cluster has no worker (nor chief) task".into());
+        }
+        for (job, files) in &self.devices {
+            let tasks = self.jobs.get(job).map_or(0, Vec::len);
+            if job == "ps" {
+                return Err("the cluster's devices name job 'ps': a ps task applies the updates on its CPU; give device specs for the worker and chief tasks".into());
+            }
+            if tasks == 0 {
+                return Err(format!("the cluster's devices name job '{job}', which the cluster does not have"));
+            }
+            if files.len() != tasks {
+                return Err(format!(
+                    "the cluster's devices for job '{job}' list {} spec file(s); expected one per task ({tasks}), or one file for all",
+                    files.len()
+                ));
+            }
         }
         let n = self.jobs.get(&self.task.job).map_or(0, Vec::len);
         if self.task.index >= n {
@@ -199,7 +234,8 @@ pub fn parse_task(s: &str) -> Result<TaskId, String> {
     Ok(TaskId { job: job.to_string(), index })
 }
 
-fn from_json(text: &str, what: &str) -> Result<Cluster, String> {
+/// The cluster in `text`, its device spec files resolved against `dir`.
+fn from_json(text: &str, what: &str, dir: &Path) -> Result<Cluster, String> {
     let c: Config = serde_json::from_str(text).map_err(|e| format!("{what}: expected TensorFlow's cluster JSON ({{\"cluster\": {{\"ps\": [\"host:port\"], \"worker\": [...]}}, \"task\": {{\"type\": \"worker\", \"index\": 0}}}}): {e}"))?;
     let _ = (&c.environment, &c.rpc_layer);
     let task = match c.task {
@@ -207,7 +243,19 @@ fn from_json(text: &str, what: &str) -> Result<Cluster, String> {
         // A file shared by every task: --task says which this is (checked by `check`).
         None => TaskId { job: String::new(), index: 0 },
     };
-    Ok(Cluster { jobs: c.cluster, task })
+    let devices = c
+        .devices
+        .into_iter()
+        .map(|(job, files)| {
+            let n = c.cluster.get(&job).map_or(0, Vec::len);
+            let files = match files {
+                DeviceFiles::Every(f) => vec![dir.join(f); n.max(1)],
+                DeviceFiles::Each(list) => list.iter().map(|f| dir.join(f)).collect(),
+            };
+            (job, files)
+        })
+        .collect();
+    Ok(Cluster { jobs: c.cluster, task, devices })
 }
 
 /// `host:port` with a port number.
@@ -243,7 +291,7 @@ fn from_ranks(rank: usize, n: usize, hosts: &[String], ranks: &Ranks<'_>, what: 
     } else {
         TaskId { job: "worker".into(), index: rank - ranks.ps }
     };
-    Ok(Cluster { jobs, task })
+    Ok(Cluster { jobs, task, devices: BTreeMap::new() })
 }
 
 fn number(env: &dyn Fn(&str) -> Option<String>, name: &str) -> Result<Option<usize>, String> {
@@ -457,6 +505,28 @@ mod tests {
         assert!(Cluster::load(&src, &env_of(&[]), None, &RANKS).unwrap_err().contains("not in the cluster"));
         let c = Cluster::load(&src, &env_of(&[]), Some("ps:0"), &RANKS).unwrap();
         assert_eq!(c.role(), Role::Ps(0));
+        assert_eq!(c.task_devices(), None);
+        // Device specs per task, beside the file: one for all of a job's tasks, or a list.
+        let cluster =
+            r#""cluster": {"ps": ["127.0.0.1:1"], "worker": ["127.0.0.1:2", "127.0.0.1:3"], "chief": ["127.0.0.1:4"]}"#;
+        std::fs::write(
+            &path,
+            format!(r#"{{{cluster}, "devices": {{"worker": ["a.toml", "b.toml"], "chief": "c.toml"}}}}"#),
+        )
+        .unwrap();
+        let c = Cluster::load(&src, &env_of(&[]), Some("worker:1"), &RANKS).unwrap();
+        assert_eq!(c.task_devices(), Some(dir.join("b.toml").as_path()));
+        let c = Cluster::load(&src, &env_of(&[]), Some("chief:0"), &RANKS).unwrap();
+        assert_eq!(c.task_devices(), Some(dir.join("c.toml").as_path()));
+        for (devices, why) in [
+            (r#"{"worker": ["a.toml"]}"#, "list 1 spec file(s); expected one per task (2)"),
+            (r#"{"ps": "p.toml"}"#, "a ps task applies the updates on its CPU"),
+            (r#"{"evaluator": "e.toml"}"#, "the cluster does not have"),
+        ] {
+            std::fs::write(&path, format!(r#"{{{cluster}, "devices": {devices}}}"#)).unwrap();
+            let e = Cluster::load(&src, &env_of(&[]), Some("worker:0"), &RANKS).unwrap_err();
+            assert!(e.contains(why), "{e}");
+        }
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -125,7 +125,12 @@ pub fn train(a: &TrainArgs) -> anyhow::Result<ExitCode> {
     };
     let backend = a.session.backend()?;
     let module = driver::optimize(backend, module, false, &file)?;
-    let (module, job) = training.prepare(&a.session.devices.devices(), &file, module)?;
+    // A worker's devices: --devices, else its spec in the cluster file.
+    let mut devices = a.session.devices.devices();
+    if devices.spec.is_none() {
+        devices.spec = dist.as_ref().and_then(|d| d.cluster.task_devices()).map(Path::to_path_buf);
+    }
+    let (module, job) = training.prepare(&devices, &file, module)?;
     for p in &job.placements {
         say!("{p}");
     }
