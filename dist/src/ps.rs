@@ -1,7 +1,8 @@
 //! A parameter server: one ps task's variables in a session of the runtime, read by the
 //! workers' pulls and updated by their pushes, combined as the sync mode says.
 //!
-//! Workers number their steps from 1. A worker's first pull or push of a step *enters* it:
+//! Workers other than the chief join once the chief has (it starts the training). Workers
+//! number their steps from 1. A worker's first pull or push of a step *enters* it:
 //! in `sync` and `backup:K` that waits until the round its previous step joined has been
 //! applied, then joins the next round (so a straggler whose update was dropped joins the
 //! current round, as SyncReplicasOptimizer's tokens make it); in `ssp:S` it waits until no
@@ -63,6 +64,9 @@ struct Progress {
     saved: Option<u64>,
     /// When a worker last called (None: since the task started).
     last_call: Option<Instant>,
+    /// The chief has said hello (or the variables come from its checkpoint): the other
+    /// workers' steps wait for it, as TensorFlow's wait for the chief's session.
+    chief_started: bool,
 }
 
 /// A ps task's state; the gRPC service in [`crate::service`] calls into it.
@@ -116,6 +120,7 @@ impl ParameterServer {
             last_round: vec![0; n],
             done: vec![false; n],
             saved,
+            chief_started: restored.is_some(),
             ..Progress::default()
         };
         Ok(ParameterServer {
@@ -254,14 +259,22 @@ impl ParameterServer {
         };
         let round = p.applied + 1;
         p.entered[i] = Some((s, round));
+        // The chief is training (this task may have restarted since its hello).
+        p.chief_started |= i == 0;
         Ok(p)
     }
 
     /// Worker `w` (re)joins: whatever it left unfinished is forgotten, and it takes up after
-    /// its last step whose update this task has, which is returned.
+    /// its last step whose update this task has, which is returned. The other workers wait
+    /// for the chief to join first (the chief starts the training).
     pub fn hello(&self, w: u32) -> Result<u64, String> {
         self.check_worker(w)?;
         let mut p = self.call();
+        if w == 0 {
+            p.chief_started = true;
+        } else {
+            p = self.wait(p, |p| p.chief_started, |_| "the chief (worker 0) to start the training".to_string())?;
+        }
         let i = w as usize;
         // Its round stays: a restarted worker never joins the round holding its last update.
         p.entered[i] = None;
@@ -607,7 +620,13 @@ mod tests {
         assert!(step(&ps, 1, 1, 1.0));
         assert!(step(&ps, 1, 2, 1.0));
         read(&ps, 1, 3);
-        assert_eq!(ps.hello(1).unwrap(), 2);
+        // A worker other than the chief joins once the chief has.
+        let ps2 = ps.clone();
+        let joining = std::thread::spawn(move || ps2.hello(1));
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(!joining.is_finished(), "worker 1 waits for the chief");
+        assert_eq!(ps.hello(0).unwrap(), 0);
+        assert_eq!(joining.join().unwrap().unwrap(), 2);
         assert!(step(&ps, 1, 3, 1.0));
         ps.abort(1, "kernel failed").unwrap();
         assert!(ps.abort(7, "x").is_err());
@@ -620,6 +639,7 @@ mod tests {
         let ps = server(2, SyncMode::Sync);
         // Round 1 holds worker 1's update and waits for worker 0's; worker 1 restarts.
         assert!(step(&ps, 1, 1, 3.0));
+        ps.hello(0).unwrap();
         assert_eq!(ps.hello(1).unwrap(), 1);
         let waiting = blocked_read(&ps, 1, 2, "the restarted worker joined the round holding its update");
         assert!(step(&ps, 0, 1, 1.0));
