@@ -251,6 +251,21 @@ fn large_variables_split_row_wise_over_two_ps_tasks_train_as_one_process() {
     train_single(&dir, 30);
     let differ = differing(&dir);
     assert!(differ.is_empty(), "the partitioned weights differ from the single process's: {differ:?}");
+    // One process takes the cluster's checkpoint up as its own: the parts joined, the same
+    // weights; ten more steps from it equal ten more steps of the single run.
+    let more = |restore: &str, out: &str| {
+        let o = Command::new(env!("CARGO_BIN_EXE_graphc"))
+            .args(["train", &example(), "--graph", "step", "--steps", "40", "--restore", restore, "--checkpoint", out])
+            .current_dir(&dir)
+            .env_remove("TF_CONFIG")
+            .output()
+            .unwrap();
+        succeeded(o, "training on from a checkpoint")
+    };
+    let said = more("ps.ckpt", "from_cluster.ckpt");
+    assert!(said.contains("step 30"), "{said}");
+    more("single.ckpt", "from_single.ckpt");
+    assert_eq!(tensors(&dir.join("from_cluster.ckpt")), tensors(&dir.join("from_single.ckpt")));
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

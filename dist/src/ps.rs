@@ -672,7 +672,7 @@ mod tests {
         assert_eq!(ps.restored, None);
         assert!(step(&ps, 0, 1, 1.0));
         let shard = ps.save(1).unwrap();
-        crate::checkpoint::write_index(&index, 1, &[shard]).unwrap();
+        crate::checkpoint::write_index(&index, 1, &[shard], &Default::default()).unwrap();
         assert!(step(&ps, 0, 2, 1.0));
         let again = server_with(with(1));
         assert_eq!(again.restored, Some(1));

@@ -322,6 +322,8 @@ pub struct Client {
     timeout: Duration,
     /// Bytes pulled and pushed so far.
     moved: AtomicU64,
+    /// The partitioned variables, as the chief's checkpoint index records them.
+    pub parts: crate::checkpoint::Parts,
 }
 
 impl std::fmt::Debug for Client {
@@ -396,8 +398,16 @@ impl Client {
                     .max_decoding_message_size(wire::MAX_MESSAGE),
             );
         }
-        let mut client =
-            Client { rt, ps, addresses: addresses.to_vec(), worker, resume: 0, timeout, moved: AtomicU64::new(0) };
+        let mut client = Client {
+            rt,
+            ps,
+            addresses: addresses.to_vec(),
+            worker,
+            resume: 0,
+            timeout,
+            moved: AtomicU64::new(0),
+            parts: Default::default(),
+        };
         for (t, h) in hello.into_iter().enumerate() {
             let welcome = client
                 .call(t, |mut c| {
@@ -522,7 +532,7 @@ impl Client {
     /// index at `index`.
     pub fn checkpoint(&self, index: &std::path::Path, step: u64) -> Result<(), String> {
         let shards = self.save(step).map_err(|e| e.message)?;
-        crate::checkpoint::write_index(index, step, &shards)
+        crate::checkpoint::write_index(index, step, &shards, &self.parts)
     }
 
     /// Tells every ps task this worker's step failed (as far as they can be reached now).

@@ -32,6 +32,8 @@ pub struct Split {
     pub tasks: Vec<PsProgram>,
     /// The variables split row-wise (tensors, not their scalar slots), with their parts.
     pub partitioned: BTreeMap<String, usize>,
+    /// The scalar slots of partitioned groups, with their copies (one per part).
+    pub copied: BTreeMap<String, usize>,
 }
 
 /// What one ps task holds and does.
@@ -141,12 +143,20 @@ pub fn split(m: &Module, step: &str, ps: usize, min_slice_bytes: u64) -> Result<
     spread(&mut groups, ps);
 
     let placed = Placed { g, vars: &vars, var_of: &var_of, updates: &updates, group_of, groups };
-    let partitioned = placed
-        .groups
-        .iter()
-        .filter(|gr| gr.partitioned())
-        .flat_map(|gr| gr.vars.iter().filter(|&&i| vars[i].2.rank() > 0).map(|&i| (vars[i].1.clone(), gr.parts.len())))
-        .collect();
+    let parts = |rows: bool| -> BTreeMap<String, usize> {
+        placed
+            .groups
+            .iter()
+            .filter(|gr| gr.partitioned())
+            .flat_map(|gr| {
+                gr.vars
+                    .iter()
+                    .filter(|&&i| (vars[i].2.rank() > 0) == rows)
+                    .map(|&i| (vars[i].1.clone(), gr.parts.len()))
+            })
+            .collect()
+    };
+    let (partitioned, copied) = (parts(true), parts(false));
     let worker = placed.worker_graph()?;
     let tasks = (0..ps).map(|t| placed.ps_program(t)).collect::<Result<Vec<_>, _>>()?;
     let worker = Module { graphs: vec![worker], ..Module::default() };
@@ -157,7 +167,7 @@ pub fn split(m: &Module, step: &str, ps: usize, min_slice_bytes: u64) -> Result<
             return Err(format!("internal error: {what} does not verify: {}", d.message));
         }
     }
-    Ok(Split { worker, tasks, partitioned })
+    Ok(Split { worker, tasks, partitioned, copied })
 }
 
 /// What the ps tasks cannot run as one process would: a variable updated twice in a step (the

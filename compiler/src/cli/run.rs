@@ -36,7 +36,15 @@ fn run_loaded(a: &RunArgs, file: &SourceFile, module: Module) -> anyhow::Result<
         eprintln!("warning: {w}");
     }
     if let Some(path) = &a.restore {
-        let step = session.restore(path).map_err(|e| anyhow!("{e}"))?;
+        // A cluster's checkpoint (its index) restores as one process's.
+        let step = match graphc_dist::checkpoint::load_merged(path).map_err(|e| anyhow!("--restore: {e}"))? {
+            Some(merged) => {
+                graphc_runtime::checkpoint::restore(session.state(), &merged)
+                    .map_err(|e| anyhow!("--restore {}: {e}", path.display()))?;
+                merged.step
+            }
+            None => session.restore(path).map_err(|e| anyhow!("{e}"))?,
+        };
         let at = step.map(|s| format!(" (saved at step {s})")).unwrap_or_default();
         let n = session.state().variables.len();
         say!("restored {n} variable{} from {}{at}", plural(n), path.display());

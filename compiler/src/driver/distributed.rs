@@ -88,8 +88,9 @@ impl Distributed {
                 program: t.fingerprint(),
             })
             .collect();
-        let client = Client::connect(self.cluster.ps(), worker as u32, &self.auth, hello, self.peer_timeout)
+        let mut client = Client::connect(self.cluster.ps(), worker as u32, &self.auth, hello, self.peer_timeout)
             .map_err(|e| anyhow!("worker {worker}: {e}"))?;
+        client.parts = graphc_dist::checkpoint::Parts { rows: split.partitioned.clone(), copies: split.copied.clone() };
         Ok(Arc::new(client))
     }
 

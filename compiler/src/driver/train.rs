@@ -649,8 +649,14 @@ pub struct Resume {
 }
 
 impl Resume {
-    /// Reads a checkpoint: variables, step, and `graphc train`'s metadata if it has some.
+    /// Reads a checkpoint (a file, or a cluster's index and shards): variables, step, and
+    /// `graphc train`'s metadata if it has some.
     pub fn read(path: &Path) -> anyhow::Result<Resume> {
+        // A cluster's checkpoint (its index): the variables as one process's, no data position.
+        if let Some(loaded) = graphc_dist::checkpoint::load_merged(path).map_err(|e| anyhow!("--restore: {e}"))? {
+            let step = loaded.step.unwrap_or(0);
+            return Ok(Resume { path: path.to_path_buf(), step, seed: None, data: None, loaded });
+        }
         let bytes = graphc_runtime::fsutil::read_regular(path, "a safetensors checkpoint")
             .map_err(|e| anyhow!("--restore: {}", e.replacen("cannot read ", "cannot read checkpoint ", 1)))?;
         let invalid = |why: String| anyhow!("--restore: {} is not a valid checkpoint: {why}", path.display());
