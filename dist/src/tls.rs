@@ -97,7 +97,14 @@ impl Tls {
     ) {
         let acceptor = TlsAcceptor::from(self.server.clone());
         loop {
-            let Ok((tcp, peer)) = listener.accept().await else { continue };
+            let (tcp, peer) = match listener.accept().await {
+                Ok(accepted) => accepted,
+                // Out of descriptors, say: the next accept may do, but not in a busy loop.
+                Err(_) => {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            };
             let _ = tcp.set_nodelay(true);
             let (acceptor, out, who) = (acceptor.clone(), out.clone(), who.clone());
             tokio::spawn(async move {
