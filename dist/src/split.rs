@@ -265,8 +265,23 @@ struct Group {
 
 struct Part {
     task: usize,
-    /// Rows `start..end` of the group's tensors, when partitioned.
+    /// Rows `start..end` of the group's tensors, when partitioned (else the one part is the
+    /// whole group).
     rows: Option<(u64, u64)>,
+}
+
+impl Part {
+    /// A tensor of the group's shape as this part holds it: its rows (a scalar stays whole).
+    fn cut(&self, ty: &TensorType) -> TensorType {
+        match self.rows {
+            Some((a, b)) if ty.rank() > 0 => {
+                let mut shape = ty.shape.clone();
+                shape[0] = b - a;
+                ty.with_shape(shape)
+            }
+            _ => ty.clone(),
+        }
+    }
 }
 
 impl Group {
@@ -381,27 +396,22 @@ struct Placed<'a> {
 }
 
 impl Placed<'_> {
-    fn group(&self, var: usize) -> &Group {
+    fn group_index(&self, var: usize) -> usize {
         let root = self.group_of[var];
-        self.groups.iter().find(|gr| gr.vars.contains(&root)).expect("every variable has a group")
+        self.groups.iter().position(|gr| gr.vars.contains(&root)).expect("every variable has a group")
+    }
+
+    fn group(&self, var: usize) -> &Group {
+        &self.groups[self.group_index(var)]
     }
 
     /// Variable `var` as part `k` of its group holds it: its session name and type.
     fn part_of(&self, var: usize, k: usize) -> (String, TensorType) {
         let (_, name, ty) = &self.vars[var];
-        let group = self.group(var);
-        match group.parts[k].rows {
-            Some((a, b)) if group.partitioned() => {
-                let ty = if ty.rank() == 0 {
-                    ty.clone()
-                } else {
-                    let mut shape = ty.shape.clone();
-                    shape[0] = b - a;
-                    ty.with_shape(shape)
-                };
-                (part_name(name, k), ty)
-            }
-            _ => (name.clone(), ty.clone()),
+        let part = &self.group(var).parts[k];
+        match part.rows {
+            Some(_) => (part_name(name, k), part.cut(ty)),
+            None => (name.clone(), ty.clone()),
         }
     }
 
@@ -470,7 +480,7 @@ impl Placed<'_> {
                             continue;
                         }
                         let mut value = map[v];
-                        if let (Some((a, b)), true) = (part.rows, group.partitioned()) {
+                        if let Some((a, b)) = part.rows {
                             let Type::Tensor(ty) = &g.values[*v].ty else {
                                 return Err(format!("{}: operand {i} is not a tensor", g.describe(n)));
                             };
@@ -486,7 +496,7 @@ impl Placed<'_> {
                             }
                         }
                         let spec = NodeSpec::new(Op::Send, vec![value])
-                            .attr("key", Attr::Str(self.push_key(u, k, i, part.task, group.partitioned())))
+                            .attr("key", Attr::Str(self.push_key(u, k, i, part.task, part.rows.is_some())))
                             .attr("to", Attr::Str(ps_device(part.task)))
                             .after(deps.clone())
                             .span(nd.span);
@@ -536,9 +546,7 @@ impl Placed<'_> {
                         .span(nd.span);
                     if let Some(init) = nd.attrs.tensor("init") {
                         let init = match part.rows {
-                            Some((a, b)) if group.partitioned() && ty.rank() > 0 => {
-                                init.rows(a, b).map_err(internal)?
-                            }
+                            Some((a, b)) if ty.rank() > 0 => init.rows(a, b).map_err(internal)?,
                             _ => init.clone(),
                         };
                         spec = spec.attr("init", Attr::Tensor(init));
@@ -557,8 +565,7 @@ impl Placed<'_> {
         let mut outputs = Vec::new();
         for (u, &n) in updates.iter().enumerate() {
             let nd = &g.nodes[n];
-            let var = var_of[&nd.operands[0]];
-            let gi = self.groups.iter().position(|gr| gr.vars.contains(&self.group_of[var])).expect("a group");
+            let gi = self.group_index(var_of[&nd.operands[0]]);
             let group = &self.groups[gi];
             for (k, part) in group.parts.iter().enumerate() {
                 if part.task != t {
@@ -576,22 +583,15 @@ impl Placed<'_> {
                     let Type::Tensor(ty) = &g.values[*v].ty else {
                         return Err(format!("{}: operand {i} is not a tensor", g.describe(n)));
                     };
-                    let ty = match part.rows {
-                        Some((a, b)) if group.partitioned() && ty.rank() > 0 => {
-                            let mut shape = ty.shape.clone();
-                            shape[0] = b - a;
-                            ty.with_shape(shape)
-                        }
-                        _ => ty.clone(),
-                    };
-                    let key = self.push_key(u, k, i, t, group.partitioned());
+                    let ty = part.cut(ty);
+                    let key = self.push_key(u, k, i, t, part.rows.is_some());
                     operands.push(a.add_input(input_name(&key), Type::Tensor(ty.clone())));
                     pushes.insert(key, ty);
                 }
                 let mut spec = NodeSpec::new(nd.op, operands).span(nd.span);
                 spec.attrs = nd.attrs.clone();
                 let r = a.add(body, spec).map_err(internal)?[0];
-                let out = if group.partitioned() { format!("u{u}p{k}") } else { format!("u{u}") };
+                let out = if part.rows.is_some() { format!("u{u}p{k}") } else { format!("u{u}") };
                 outputs.push((out, r));
             }
         }
