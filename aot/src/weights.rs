@@ -6,7 +6,7 @@
 //! object holds weights as bytes, read-only and parsed by nobody, and `--weights-file` can
 //! move them to a file of their own.
 
-use graphc_ir::{Attr, Module, Node, TensorData, TensorLiteral};
+use graphc_ir::{Attr, Module, Node, TensorLiteral};
 use graphc_runtime::checkpoint::{decode, encode};
 use graphc_runtime::Tensor;
 use std::sync::Arc;
@@ -30,7 +30,7 @@ pub fn strip(m: &mut Module) -> Result<(Vec<u8>, Vec<String>), String> {
             for name in names {
                 let Some(Attr::Tensor(lit)) = data.attrs.get(&name).cloned() else { continue };
                 let t = Tensor::from_literal(&lit).map_err(|e| format!("@{} attribute {name}: {e}", g.name))?;
-                let splat = TensorLiteral::new(lit.ty().clone(), first_element(lit.data()))?;
+                let splat = TensorLiteral::new(lit.ty().clone(), lit.data().sub(0..1))?;
                 data.attrs.set(name.clone(), Attr::Tensor(splat));
                 taken.push((format!("{gi}/{}/{name}", node.as_u32()), Some(Arc::new(t))));
             }
@@ -69,17 +69,6 @@ pub fn restore(m: &mut Module, blob: &[u8], keys: &[String]) -> Result<(), Strin
         data.attrs.set(attr, Attr::Tensor(t.to_literal()));
     }
     Ok(())
-}
-
-/// A literal's first element, as the data of a splat.
-fn first_element(d: &TensorData) -> TensorData {
-    match d {
-        TensorData::F32(v) => TensorData::F32(v[..1].to_vec()),
-        TensorData::F64(v) => TensorData::F64(v[..1].to_vec()),
-        TensorData::I32(v) => TensorData::I32(v[..1].to_vec()),
-        TensorData::I64(v) => TensorData::I64(v[..1].to_vec()),
-        TensorData::Bool(v) => TensorData::Bool(v[..1].to_vec()),
-    }
 }
 
 #[cfg(test)]

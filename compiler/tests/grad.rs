@@ -50,14 +50,8 @@ fn rand_input(shape: &[u64], lo: f64, hi: f64, seed: u64) -> Input {
 
 fn tensor(i: &Input) -> Tensor {
     let shape: Vec<usize> = i.ty.shape.iter().map(|&d| d as usize).collect();
-    let data = match i.ty.dtype {
-        DType::F64 => TensorData::F64(i.data.clone()),
-        DType::I64 => TensorData::I64(i.data.iter().map(|&x| x as i64).collect()),
-        DType::I32 => TensorData::I32(i.data.iter().map(|&x| x as i32).collect()),
-        DType::Bool => TensorData::Bool(i.data.iter().map(|&x| x != 0.0).collect()),
-        DType::F32 => TensorData::F32(i.data.iter().map(|&x| x as f32).collect()),
-    };
-    Tensor::from_data(&shape, data).expect("input matches its shape")
+    let wide = Tensor::from_data(&shape, TensorData::F64(i.data.clone())).expect("input matches its shape");
+    graphc_runtime::kernels::cast(&wide, i.ty.dtype)
 }
 
 pub fn op(g: &mut Graph, op: Op, operands: &[Value], attrs: &[(&str, Attr)]) -> Value {

@@ -228,14 +228,21 @@ fn truncated_and_foreign_npy_files_are_refused() {
         let err = fails(&["run", g.to_str().unwrap(), "--input", &format!("x={}", p.display())]);
         assert!(err.starts_with("error: input 'x': ") && err.contains("not a valid .npy file"), "cut {cut}: {err}");
     }
-    // float16 is numpy's but not graphc's.
+    // complex64 is numpy's but not graphc's.
     let at = bytes.windows(3).position(|w| w == b"<f4").unwrap();
-    let mut half_bytes = bytes.clone();
-    half_bytes[at + 2] = b'2';
-    let half = dir.join("half.npy");
-    std::fs::write(&half, half_bytes).unwrap();
-    let err = fails(&["run", g.to_str().unwrap(), "--input", &format!("x={}", half.display())]);
-    assert!(err.contains("holds elements of numpy type") && err.contains("'<f2'"), "{err}");
+    let mut complex = bytes.clone();
+    complex[at + 1..at + 3].copy_from_slice(b"c8");
+    let path = dir.join("complex.npy");
+    std::fs::write(&path, complex).unwrap();
+    let err = fails(&["run", g.to_str().unwrap(), "--input", &format!("x={}", path.display())]);
+    assert!(err.contains("holds elements of numpy type") && err.contains("'<c8'"), "{err}");
+    // float16 is graphc's too: the same bytes read as f16 are twice the data the shape holds.
+    let mut half = bytes.clone();
+    half[at + 2] = b'2';
+    let path = dir.join("half.npy");
+    std::fs::write(&path, half).unwrap();
+    let err = fails(&["run", g.to_str().unwrap(), "--input", &format!("x={}", path.display())]);
+    assert!(err.contains("declares 6 elements (12 bytes) but the file holds 24 bytes"), "{err}");
 }
 
 #[test]

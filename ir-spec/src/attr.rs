@@ -3,6 +3,8 @@
 use crate::types::{DType, TensorType};
 use std::fmt;
 
+pub use half::{bf16, f16};
+
 /// The elements of a tensor literal, in row-major order.
 #[derive(Clone, Debug)]
 pub enum TensorData {
@@ -11,17 +13,88 @@ pub enum TensorData {
     I32(Vec<i32>),
     I64(Vec<i64>),
     Bool(Vec<bool>),
+    F16(Vec<f16>),
+    BF16(Vec<bf16>),
+    I8(Vec<i8>),
+    I16(Vec<i16>),
+    U8(Vec<u8>),
+    U16(Vec<u16>),
+    U32(Vec<u32>),
+    U64(Vec<u64>),
 }
+
+/// Applies the same expression to the vector inside a [`TensorData`], whatever its dtype;
+/// `map` rewraps the result in the same variant.
+#[macro_export]
+#[doc(hidden)]
+macro_rules! each_data {
+    (map $d:expr, $v:ident => $body:expr) => {{
+        use $crate::TensorData as D;
+        match $d {
+            D::F32($v) => D::F32($body),
+            D::F64($v) => D::F64($body),
+            D::I32($v) => D::I32($body),
+            D::I64($v) => D::I64($body),
+            D::Bool($v) => D::Bool($body),
+            D::F16($v) => D::F16($body),
+            D::BF16($v) => D::BF16($body),
+            D::I8($v) => D::I8($body),
+            D::I16($v) => D::I16($body),
+            D::U8($v) => D::U8($body),
+            D::U16($v) => D::U16($body),
+            D::U32($v) => D::U32($body),
+            D::U64($v) => D::U64($body),
+        }
+    }};
+    ($d:expr, $v:ident => $body:expr) => {{
+        use $crate::TensorData as D;
+        match $d {
+            D::F32($v) => $body,
+            D::F64($v) => $body,
+            D::I32($v) => $body,
+            D::I64($v) => $body,
+            D::Bool($v) => $body,
+            D::F16($v) => $body,
+            D::BF16($v) => $body,
+            D::I8($v) => $body,
+            D::I16($v) => $body,
+            D::U8($v) => $body,
+            D::U16($v) => $body,
+            D::U32($v) => $body,
+            D::U64($v) => $body,
+        }
+    }};
+}
+
+/// Bit equality of floats, with every NaN the same value (literals compare structurally).
+trait SameElem: Copy + PartialEq {
+    fn same(self, o: Self) -> bool {
+        self == o
+    }
+}
+macro_rules! same_float {
+    ($($t:ty),*) => {$(
+        impl SameElem for $t {
+            fn same(self, o: Self) -> bool {
+                self.to_bits() == o.to_bits() || (self.is_nan() && o.is_nan())
+            }
+        }
+    )*};
+}
+same_float!(f32, f64, f16, bf16);
+impl SameElem for i8 {}
+impl SameElem for i16 {}
+impl SameElem for i32 {}
+impl SameElem for i64 {}
+impl SameElem for u8 {}
+impl SameElem for u16 {}
+impl SameElem for u32 {}
+impl SameElem for u64 {}
+impl SameElem for bool {}
 
 impl TensorData {
     pub fn len(&self) -> usize {
-        match self {
-            TensorData::F32(v) => v.len(),
-            TensorData::F64(v) => v.len(),
-            TensorData::I32(v) => v.len(),
-            TensorData::I64(v) => v.len(),
-            TensorData::Bool(v) => v.len(),
-        }
+        each_data!(self, v => v.len())
     }
 
     pub fn is_empty(&self) -> bool {
@@ -35,40 +108,66 @@ impl TensorData {
             TensorData::I32(_) => DType::I32,
             TensorData::I64(_) => DType::I64,
             TensorData::Bool(_) => DType::Bool,
+            TensorData::F16(_) => DType::F16,
+            TensorData::BF16(_) => DType::BF16,
+            TensorData::I8(_) => DType::I8,
+            TensorData::I16(_) => DType::I16,
+            TensorData::U8(_) => DType::U8,
+            TensorData::U16(_) => DType::U16,
+            TensorData::U32(_) => DType::U32,
+            TensorData::U64(_) => DType::U64,
         }
     }
 
     fn all_equal(&self) -> bool {
-        fn eq<T: Copy>(v: &[T], same: impl Fn(T, T) -> bool) -> bool {
-            v.windows(2).all(|w| same(w[0], w[1]))
-        }
-        match self {
-            TensorData::F32(v) => eq(v, |a, b| a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan())),
-            TensorData::F64(v) => eq(v, |a, b| a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan())),
-            TensorData::I32(v) => eq(v, |a, b| a == b),
-            TensorData::I64(v) => eq(v, |a, b| a == b),
-            TensorData::Bool(v) => eq(v, |a, b| a == b),
-        }
+        each_data!(self, v => v.windows(2).all(|w| w[0].same(w[1])))
     }
 
     /// Elements `range`, in order.
     pub fn sub(&self, range: std::ops::Range<usize>) -> TensorData {
-        match self {
-            TensorData::F32(v) => TensorData::F32(v[range].to_vec()),
-            TensorData::F64(v) => TensorData::F64(v[range].to_vec()),
-            TensorData::I32(v) => TensorData::I32(v[range].to_vec()),
-            TensorData::I64(v) => TensorData::I64(v[range].to_vec()),
-            TensorData::Bool(v) => TensorData::Bool(v[range].to_vec()),
-        }
+        each_data!(map self, v => v[range].to_vec())
     }
 
     fn truncate(&mut self, n: usize) {
+        each_data!(self, v => v.truncate(n))
+    }
+
+    /// One element of `dtype` of value `x`, converted as `cast` converts (a float to an
+    /// integer truncates; to a 16-bit float rounds to nearest-even; nonzero is true).
+    pub fn from_f64(dtype: DType, x: f64) -> TensorData {
+        match dtype {
+            DType::F32 => TensorData::F32(vec![x as f32]),
+            DType::F64 => TensorData::F64(vec![x]),
+            DType::F16 => TensorData::F16(vec![f16::from_f64(x)]),
+            DType::BF16 => TensorData::BF16(vec![bf16::from_f64(x)]),
+            DType::I8 => TensorData::I8(vec![x as i8]),
+            DType::I16 => TensorData::I16(vec![x as i16]),
+            DType::I32 => TensorData::I32(vec![x as i32]),
+            DType::I64 => TensorData::I64(vec![x as i64]),
+            DType::U8 => TensorData::U8(vec![x as u8]),
+            DType::U16 => TensorData::U16(vec![x as u16]),
+            DType::U32 => TensorData::U32(vec![x as u32]),
+            DType::U64 => TensorData::U64(vec![x as u64]),
+            DType::Bool => TensorData::Bool(vec![x != 0.0]),
+        }
+    }
+
+    /// Element `i` widened to f64 (a bool is 0 or 1; a 64-bit integer may round).
+    pub fn f64_at(&self, i: usize) -> f64 {
         match self {
-            TensorData::F32(v) => v.truncate(n),
-            TensorData::F64(v) => v.truncate(n),
-            TensorData::I32(v) => v.truncate(n),
-            TensorData::I64(v) => v.truncate(n),
-            TensorData::Bool(v) => v.truncate(n),
+            TensorData::F32(v) => v[i] as f64,
+            TensorData::F64(v) => v[i],
+            TensorData::I32(v) => v[i] as f64,
+            TensorData::I64(v) => v[i] as f64,
+            TensorData::Bool(v) => u8::from(v[i]) as f64,
+            TensorData::F16(v) => v[i].to_f64(),
+            TensorData::BF16(v) => v[i].to_f64(),
+            TensorData::I8(v) => v[i] as f64,
+            TensorData::I16(v) => v[i] as f64,
+            TensorData::U8(v) => v[i] as f64,
+            TensorData::U16(v) => v[i] as f64,
+            TensorData::U32(v) => v[i] as f64,
+            TensorData::U64(v) => v[i] as f64,
         }
     }
 
@@ -77,9 +176,18 @@ impl TensorData {
         match self {
             TensorData::F32(v) => write_float(f, v[i] as f64, v[i]),
             TensorData::F64(v) => write_float(f, v[i], v[i]),
+            // The f32 of a 16-bit float's value prints shortest and parses back to it.
+            TensorData::F16(v) => write_float(f, v[i].to_f64(), v[i].to_f32()),
+            TensorData::BF16(v) => write_float(f, v[i].to_f64(), v[i].to_f32()),
+            TensorData::Bool(v) => write!(f, "{}", v[i]),
             TensorData::I32(v) => write!(f, "{}", v[i]),
             TensorData::I64(v) => write!(f, "{}", v[i]),
-            TensorData::Bool(v) => write!(f, "{}", v[i]),
+            TensorData::I8(v) => write!(f, "{}", v[i]),
+            TensorData::I16(v) => write!(f, "{}", v[i]),
+            TensorData::U8(v) => write!(f, "{}", v[i]),
+            TensorData::U16(v) => write!(f, "{}", v[i]),
+            TensorData::U32(v) => write!(f, "{}", v[i]),
+            TensorData::U64(v) => write!(f, "{}", v[i]),
         }
     }
 }
@@ -98,18 +206,23 @@ fn write_float(f: &mut impl fmt::Write, v: f64, shortest: impl fmt::Debug) -> fm
 /// Element equality that treats every NaN as the same value, so literals compare structurally.
 impl PartialEq for TensorData {
     fn eq(&self, other: &Self) -> bool {
-        fn feq32(a: &f32, b: &f32) -> bool {
-            a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan())
-        }
-        fn feq64(a: &f64, b: &f64) -> bool {
-            a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan())
+        fn same<T: SameElem>(a: &[T], b: &[T]) -> bool {
+            a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.same(*y))
         }
         match (self, other) {
-            (TensorData::F32(a), TensorData::F32(b)) => a.len() == b.len() && a.iter().zip(b).all(|(x, y)| feq32(x, y)),
-            (TensorData::F64(a), TensorData::F64(b)) => a.len() == b.len() && a.iter().zip(b).all(|(x, y)| feq64(x, y)),
-            (TensorData::I32(a), TensorData::I32(b)) => a == b,
-            (TensorData::I64(a), TensorData::I64(b)) => a == b,
-            (TensorData::Bool(a), TensorData::Bool(b)) => a == b,
+            (TensorData::F32(a), TensorData::F32(b)) => same(a, b),
+            (TensorData::F64(a), TensorData::F64(b)) => same(a, b),
+            (TensorData::I32(a), TensorData::I32(b)) => same(a, b),
+            (TensorData::I64(a), TensorData::I64(b)) => same(a, b),
+            (TensorData::Bool(a), TensorData::Bool(b)) => same(a, b),
+            (TensorData::F16(a), TensorData::F16(b)) => same(a, b),
+            (TensorData::BF16(a), TensorData::BF16(b)) => same(a, b),
+            (TensorData::I8(a), TensorData::I8(b)) => same(a, b),
+            (TensorData::I16(a), TensorData::I16(b)) => same(a, b),
+            (TensorData::U8(a), TensorData::U8(b)) => same(a, b),
+            (TensorData::U16(a), TensorData::U16(b)) => same(a, b),
+            (TensorData::U32(a), TensorData::U32(b)) => same(a, b),
+            (TensorData::U64(a), TensorData::U64(b)) => same(a, b),
             _ => false,
         }
     }
@@ -249,7 +362,7 @@ impl AttrKind {
             AttrKind::Float => "a number",
             AttrKind::Bool => "true or false",
             AttrKind::Str => "a string",
-            AttrKind::DType => "an element type (f32, f64, i32, i64, bool)",
+            AttrKind::DType => "an element type (f32, i64, bool, ...)",
             AttrKind::Ints => "a list of integers like [0, 1]",
             AttrKind::Tensor => "a tensor literal like dense<[1.0, 2.0]> : f32[2]",
         }

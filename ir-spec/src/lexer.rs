@@ -14,7 +14,8 @@ pub enum Tok {
     /// `@name` or `@"any text"`: a graph name.
     Global(String),
     /// An integer literal, sign included.
-    Int(i64),
+    /// An integer literal: any value of a 64-bit integer type, signed or unsigned.
+    Int(i128),
     /// A float literal as written (sign included), converted once its dtype is known.
     Float(String),
     Str(String),
@@ -276,12 +277,12 @@ impl Lexer<'_, '_> {
         if is_float {
             self.push(Tok::Float(text.to_string()), start);
         } else {
-            match text.parse::<i64>() {
-                Ok(i) => self.push(Tok::Int(i), start),
-                Err(_) => {
+            match text.parse::<i128>().ok().filter(|&i| i >= i64::MIN as i128 && i <= u64::MAX as i128) {
+                Some(i) => self.push(Tok::Int(i), start),
+                None => {
                     self.error(start, self.pos, format!("integer {text} does not fit in 64 bits"));
                     // A stand-in keeps the parser from reporting the same token again.
-                    self.push(Tok::Int(i64::MAX), start);
+                    self.push(Tok::Int(i64::MAX as i128), start);
                 }
             }
         }

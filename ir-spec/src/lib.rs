@@ -25,7 +25,7 @@ pub mod types;
 pub mod verify;
 pub mod window;
 
-pub use attr::{Attr, AttrKind, Attrs, TensorData, TensorLiteral};
+pub use attr::{bf16, f16, Attr, AttrKind, Attrs, TensorData, TensorLiteral};
 pub use device::{DeviceKind, DeviceSpec};
 pub use diag::{Diagnostic, Severity, SourceFile, Span};
 pub use graph::{Graph, Module, Node, NodeSpec, Region, Use, Value, ValueDef};

@@ -163,7 +163,7 @@ fn build_def(op: Op) -> OpDef {
             operands: "input",
             arity: (1, Some(1)),
             attrs: vec![required("to", K::DType, "The result element type.")],
-            semantics: "Float to int truncates toward zero (out-of-range values are undefined, NaN gives 0); int to float rounds to nearest; bool to number gives 0 or 1; number to bool is `x != 0`.",
+            semantics: "Float to int truncates toward zero (out-of-range values are undefined, NaN gives 0); int to int keeps the low bits (two's complement wrapping); to a float rounds to nearest, ties to even (beyond its range to ±inf); bool to number gives 0 or 1; number to bool is `x != 0`.",
             example: "graph @g(%x: f32[3]) -> (y: i32[3]) {\n  %0 = cast %x {to = i32} : i32[3]\n  return %0\n}\n",
             infer: rules::cast,
         }

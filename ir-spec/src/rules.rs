@@ -124,11 +124,11 @@ fn one(ctx: &InferCtx, t: TensorType) -> R {
 }
 
 pub fn unary_float(ctx: &InferCtx) -> R {
-    one(ctx, check_dtype(ctx, 0, DType::is_float, "floats (f32, f64)")?)
+    one(ctx, check_dtype(ctx, 0, DType::is_float, "floats (f16, bf16, f32, f64)")?)
 }
 
 pub fn unary_numeric(ctx: &InferCtx) -> R {
-    one(ctx, check_dtype(ctx, 0, DType::is_numeric, "numbers (f32, f64, i32, i64)")?)
+    one(ctx, check_dtype(ctx, 0, DType::is_numeric, "numbers (floats or integers)")?)
 }
 
 pub fn unary_bool(ctx: &InferCtx) -> R {
@@ -144,7 +144,7 @@ fn binary(ctx: &InferCtx, ok: fn(DType) -> bool, what: &str, out: Option<DType>)
 }
 
 pub fn binary_numeric(ctx: &InferCtx) -> R {
-    binary(ctx, DType::is_numeric, "numbers (f32, f64, i32, i64)", None)
+    binary(ctx, DType::is_numeric, "numbers (floats or integers)", None)
 }
 
 pub fn binary_bool(ctx: &InferCtx) -> R {
@@ -156,7 +156,7 @@ pub fn compare_eq(ctx: &InferCtx) -> R {
 }
 
 pub fn compare_ordered(ctx: &InferCtx) -> R {
-    binary(ctx, DType::is_numeric, "numbers (f32, f64, i32, i64)", Some(DType::Bool))
+    binary(ctx, DType::is_numeric, "numbers (floats or integers)", Some(DType::Bool))
 }
 
 pub fn select(ctx: &InferCtx) -> R {
@@ -351,7 +351,7 @@ pub fn split(ctx: &InferCtx) -> R {
 
 pub fn gather(ctx: &InferCtx) -> R {
     let data = ctx.tensor(0)?;
-    let idx = check_dtype(ctx, 1, DType::is_int, "integer indices (i32, i64)")?;
+    let idx = check_dtype(ctx, 1, DType::is_index, "integer indices (i32, i64)")?;
     let axis = ctx.axis("axis", data.rank())?;
     let mut shape = data.shape[..axis].to_vec();
     shape.extend_from_slice(&idx.shape);
@@ -370,8 +370,8 @@ pub fn rank_of(ctx: &InferCtx) -> R {
 }
 
 pub fn matmul(ctx: &InferCtx) -> R {
-    let a = check_dtype(ctx, 0, DType::is_numeric, "numbers (f32, f64, i32, i64)")?;
-    let b = check_dtype(ctx, 1, DType::is_numeric, "numbers (f32, f64, i32, i64)")?;
+    let a = check_dtype(ctx, 0, DType::is_numeric, "numbers (floats or integers)")?;
+    let b = check_dtype(ctx, 1, DType::is_numeric, "numbers (floats or integers)")?;
     same_dtype(ctx, 0, 1)?;
     for (i, t) in [(0, &a), (1, &b)] {
         if t.rank() < 2 {
@@ -451,8 +451,8 @@ fn conv_result(ctx: &InferCtx, x: &TensorType, w: &TensorType, xb: Blame, wb: Bl
 }
 
 pub fn conv(ctx: &InferCtx) -> R {
-    let x = check_dtype(ctx, 0, DType::is_float, "floats (f32, f64)")?;
-    let w = check_dtype(ctx, 1, DType::is_float, "floats (f32, f64)")?;
+    let x = check_dtype(ctx, 0, DType::is_float, "floats (f16, bf16, f32, f64)")?;
+    let w = check_dtype(ctx, 1, DType::is_float, "floats (f16, bf16, f32, f64)")?;
     same_dtype(ctx, 0, 1)?;
     let y = conv_result(ctx, &x, &w, Blame::Operand(0), Blame::Operand(1))?;
     one(ctx, y)
@@ -481,8 +481,8 @@ fn same_as_forward(
 }
 
 pub fn conv_input_grad(ctx: &InferCtx) -> R {
-    let dy = check_dtype(ctx, 0, DType::is_float, "floats (f32, f64)")?;
-    let w = check_dtype(ctx, 1, DType::is_float, "floats (f32, f64)")?;
+    let dy = check_dtype(ctx, 0, DType::is_float, "floats (f16, bf16, f32, f64)")?;
+    let w = check_dtype(ctx, 1, DType::is_float, "floats (f16, bf16, f32, f64)")?;
     same_dtype(ctx, 0, 1)?;
     let x = shape_attr(ctx, dy.dtype)?;
     let y = conv_result(ctx, &x, &w, Blame::Attr("shape"), Blame::Operand(1))?;
@@ -491,8 +491,8 @@ pub fn conv_input_grad(ctx: &InferCtx) -> R {
 }
 
 pub fn conv_filter_grad(ctx: &InferCtx) -> R {
-    let x = check_dtype(ctx, 0, DType::is_float, "floats (f32, f64)")?;
-    let dy = check_dtype(ctx, 1, DType::is_float, "floats (f32, f64)")?;
+    let x = check_dtype(ctx, 0, DType::is_float, "floats (f16, bf16, f32, f64)")?;
+    let dy = check_dtype(ctx, 1, DType::is_float, "floats (f16, bf16, f32, f64)")?;
     same_dtype(ctx, 0, 1)?;
     let w = shape_attr(ctx, x.dtype)?;
     let y = conv_result(ctx, &x, &w, Blame::Operand(0), Blame::Attr("shape"))?;
@@ -521,9 +521,9 @@ fn pool_result(ctx: &InferCtx, x: &TensorType, xb: Blame) -> Result<TensorType, 
 
 pub fn pool(ctx: &InferCtx) -> R {
     let x = if ctx.op == Op::AvgPool {
-        check_dtype(ctx, 0, DType::is_float, "floats (f32, f64)")?
+        check_dtype(ctx, 0, DType::is_float, "floats (f16, bf16, f32, f64)")?
     } else {
-        check_dtype(ctx, 0, DType::is_numeric, "numbers (f32, f64, i32, i64)")?
+        check_dtype(ctx, 0, DType::is_numeric, "numbers (floats or integers)")?
     };
     let mut out = one(ctx, pool_result(ctx, &x, Blame::Operand(0))?)?;
     if matches!(ctx.attr("indices"), Some(Attr::Bool(true))) {
@@ -534,7 +534,7 @@ pub fn pool(ctx: &InferCtx) -> R {
 }
 
 pub fn avg_pool_grad(ctx: &InferCtx) -> R {
-    let dy = check_dtype(ctx, 0, DType::is_float, "floats (f32, f64)")?;
+    let dy = check_dtype(ctx, 0, DType::is_float, "floats (f16, bf16, f32, f64)")?;
     let x = shape_attr(ctx, dy.dtype)?;
     let y = pool_result(ctx, &x, Blame::Attr("shape"))?;
     same_as_forward(ctx, 0, &dy, &y, &format!("avg_pool of an input {x}"))?;
@@ -542,8 +542,8 @@ pub fn avg_pool_grad(ctx: &InferCtx) -> R {
 }
 
 pub fn scatter_add(ctx: &InferCtx) -> R {
-    let base = check_dtype(ctx, 0, DType::is_numeric, "numbers (f32, f64, i32, i64)")?;
-    let idx = check_dtype(ctx, 1, DType::is_int, "integer indices (i32, i64)")?;
+    let base = check_dtype(ctx, 0, DType::is_numeric, "numbers (floats or integers)")?;
+    let idx = check_dtype(ctx, 1, DType::is_index, "integer indices (i32, i64)")?;
     let upd = ctx.tensor(2)?;
     same_dtype(ctx, 0, 2)?;
     let axis = ctx.axis("axis", base.rank())?;
@@ -619,8 +619,8 @@ fn loss_reduction<'a>(ctx: &InferCtx<'a>) -> Result<&'a str, InferError> {
 }
 
 pub fn softmax_cross_entropy(ctx: &InferCtx) -> R {
-    let x = check_dtype(ctx, 0, DType::is_float, "floats (f32, f64)")?;
-    let labels = check_dtype(ctx, 1, DType::is_int, "integer labels (i32, i64)")?;
+    let x = check_dtype(ctx, 0, DType::is_float, "floats (f16, bf16, f32, f64)")?;
+    let labels = check_dtype(ctx, 1, DType::is_index, "integer labels (i32, i64)")?;
     if x.rank() < 1 {
         return err(
             Blame::Operand(0),
@@ -642,7 +642,7 @@ pub fn softmax_cross_entropy(ctx: &InferCtx) -> R {
 }
 
 pub fn mean_squared_error(ctx: &InferCtx) -> R {
-    let p = check_dtype(ctx, 0, DType::is_float, "floats (f32, f64)")?;
+    let p = check_dtype(ctx, 0, DType::is_float, "floats (f16, bf16, f32, f64)")?;
     let t = ctx.tensor(1)?;
     if *t != p {
         return err(
@@ -698,15 +698,15 @@ fn reduce(ctx: &InferCtx, ok: fn(DType) -> bool, what: &str) -> R {
 }
 
 pub fn reduce_numeric(ctx: &InferCtx) -> R {
-    reduce(ctx, DType::is_numeric, "numbers (f32, f64, i32, i64)")
+    reduce(ctx, DType::is_numeric, "numbers (floats or integers)")
 }
 
 pub fn reduce_float(ctx: &InferCtx) -> R {
-    reduce(ctx, DType::is_float, "floats (f32, f64)")
+    reduce(ctx, DType::is_float, "floats (f16, bf16, f32, f64)")
 }
 
 pub fn softmax(ctx: &InferCtx) -> R {
-    let t = check_dtype(ctx, 0, DType::is_float, "floats (f32, f64)")?;
+    let t = check_dtype(ctx, 0, DType::is_float, "floats (f16, bf16, f32, f64)")?;
     ctx.axis("axis", t.rank())?;
     one(ctx, t)
 }
@@ -764,7 +764,7 @@ pub fn assign(ctx: &InferCtx) -> R {
 
 pub fn assign_add(ctx: &InferCtx) -> R {
     let r = assign(ctx)?;
-    check_dtype(ctx, 1, DType::is_numeric, "numbers (f32, f64, i32, i64)")?;
+    check_dtype(ctx, 1, DType::is_numeric, "numbers (floats or integers)")?;
     Ok(r)
 }
 

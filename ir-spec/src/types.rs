@@ -3,6 +3,9 @@
 use std::fmt;
 
 /// Element type of a tensor.
+///
+/// f16 and bf16 are storage types: every op computes on them in f32 and rounds the result to
+/// nearest-even when it stores it. Integers wrap.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum DType {
     F32,
@@ -10,10 +13,32 @@ pub enum DType {
     I32,
     I64,
     Bool,
+    F16,
+    BF16,
+    I8,
+    I16,
+    U8,
+    U16,
+    U32,
+    U64,
 }
 
 impl DType {
-    pub const ALL: [DType; 5] = [DType::F32, DType::F64, DType::I32, DType::I64, DType::Bool];
+    pub const ALL: [DType; 13] = [
+        DType::F32,
+        DType::F64,
+        DType::I32,
+        DType::I64,
+        DType::Bool,
+        DType::F16,
+        DType::BF16,
+        DType::I8,
+        DType::I16,
+        DType::U8,
+        DType::U16,
+        DType::U32,
+        DType::U64,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -22,6 +47,14 @@ impl DType {
             DType::I32 => "i32",
             DType::I64 => "i64",
             DType::Bool => "bool",
+            DType::F16 => "f16",
+            DType::BF16 => "bf16",
+            DType::I8 => "i8",
+            DType::I16 => "i16",
+            DType::U8 => "u8",
+            DType::U16 => "u16",
+            DType::U32 => "u32",
+            DType::U64 => "u64",
         }
     }
 
@@ -29,11 +62,29 @@ impl DType {
         DType::ALL.into_iter().find(|d| d.name() == s)
     }
 
+    /// Every dtype's name, for messages: "f32, f64, ..., bool".
+    pub fn names() -> String {
+        DType::ALL.map(DType::name).join(", ")
+    }
+
     pub fn is_float(self) -> bool {
-        matches!(self, DType::F32 | DType::F64)
+        matches!(self, DType::F32 | DType::F64 | DType::F16 | DType::BF16)
     }
 
     pub fn is_int(self) -> bool {
+        self.is_signed_int() || self.is_unsigned()
+    }
+
+    pub fn is_signed_int(self) -> bool {
+        matches!(self, DType::I8 | DType::I16 | DType::I32 | DType::I64)
+    }
+
+    pub fn is_unsigned(self) -> bool {
+        matches!(self, DType::U8 | DType::U16 | DType::U32 | DType::U64)
+    }
+
+    /// The integer types indices, labels and counts come in.
+    pub fn is_index(self) -> bool {
         matches!(self, DType::I32 | DType::I64)
     }
 
@@ -44,9 +95,10 @@ impl DType {
 
     pub fn size_bytes(self) -> usize {
         match self {
-            DType::F32 | DType::I32 => 4,
-            DType::F64 | DType::I64 => 8,
-            DType::Bool => 1,
+            DType::Bool | DType::I8 | DType::U8 => 1,
+            DType::F16 | DType::BF16 | DType::I16 | DType::U16 => 2,
+            DType::F32 | DType::I32 | DType::U32 => 4,
+            DType::F64 | DType::I64 | DType::U64 => 8,
         }
     }
 }

@@ -2,25 +2,40 @@
 //! stored in external files.
 
 use crate::proto::{data_type, TensorProto};
-use graphc_ir::{DType, TensorData};
+use graphc_ir::{bf16, f16, DType, TensorData};
 use graphc_runtime::Tensor;
 use std::path::Path;
 
+/// ONNX's data types and graphc's dtypes for them.
+const DTYPES: [(i32, DType); 13] = [
+    (data_type::FLOAT, DType::F32),
+    (data_type::DOUBLE, DType::F64),
+    (data_type::FLOAT16, DType::F16),
+    (data_type::BFLOAT16, DType::BF16),
+    (data_type::INT8, DType::I8),
+    (data_type::INT16, DType::I16),
+    (data_type::INT32, DType::I32),
+    (data_type::INT64, DType::I64),
+    (data_type::UINT8, DType::U8),
+    (data_type::UINT16, DType::U16),
+    (data_type::UINT32, DType::U32),
+    (data_type::UINT64, DType::U64),
+    (data_type::BOOL, DType::Bool),
+];
+
 /// The graphc dtype of an ONNX data type, or a message naming the unsupported type.
 pub fn dtype_of(t: i32) -> Result<DType, String> {
-    Ok(match t {
-        data_type::FLOAT => DType::F32,
-        data_type::DOUBLE => DType::F64,
-        data_type::INT32 => DType::I32,
-        data_type::INT64 => DType::I64,
-        data_type::BOOL => DType::Bool,
-        other => {
-            return Err(format!(
-                "data type {} is not supported (graphc has float, double, int32, int64 and bool)",
-                data_type::name(other)
-            ))
-        }
+    DTYPES.iter().find(|(o, _)| *o == t).map(|(_, d)| *d).ok_or_else(|| {
+        format!(
+            "data type {} is not supported (graphc has the floats FLOAT16, BFLOAT16, FLOAT and DOUBLE, the integers INT8 to INT64 and UINT8 to UINT64, and BOOL)",
+            data_type::name(t)
+        )
     })
+}
+
+/// The ONNX data type of a graphc dtype.
+pub fn onnx_type_of(d: DType) -> i32 {
+    DTYPES.iter().find(|(_, g)| *g == d).map(|(o, _)| *o).expect("every dtype has an ONNX data type")
 }
 
 /// Decodes a tensor; `base` is the model's directory, where external data files live.
@@ -50,22 +65,25 @@ pub fn tensor_from_proto(t: &TensorProto, base: &Path) -> Result<Tensor, String>
                     bytes.len()
                 ));
             }
-            fn le<const N: usize, T>(b: &[u8], f: fn([u8; N]) -> T) -> Vec<T> {
-                b.chunks_exact(N).map(|c| f(c.try_into().expect("exact chunks"))).collect()
-            }
-            match dtype {
-                DType::F32 => TensorData::F32(le(bytes, f32::from_le_bytes)),
-                DType::F64 => TensorData::F64(le(bytes, f64::from_le_bytes)),
-                DType::I32 => TensorData::I32(le(bytes, i32::from_le_bytes)),
-                DType::I64 => TensorData::I64(le(bytes, i64::from_le_bytes)),
-                DType::Bool => TensorData::Bool(bytes.iter().map(|&b| b != 0).collect()),
-            }
+            return Tensor::from_le_bytes(dtype, &shape, bytes)
+                .ok_or(format!("tensor '{name}' of shape {shape:?} does not fit its {need} bytes"));
         }
+        // onnx.proto's packing: the types narrower than 32 bits (and the 16-bit floats' bit
+        // patterns) in int32_data, the unsigned 32 and 64-bit ones in uint64_data; each value
+        // keeps its low bits.
         None => match dtype {
             DType::F32 => TensorData::F32(t.float_data.clone()),
             DType::F64 => TensorData::F64(t.double_data.clone()),
+            DType::F16 => TensorData::F16(t.int32_data.iter().map(|&b| f16::from_bits(b as u16)).collect()),
+            DType::BF16 => TensorData::BF16(t.int32_data.iter().map(|&b| bf16::from_bits(b as u16)).collect()),
+            DType::I8 => TensorData::I8(t.int32_data.iter().map(|&v| v as i8).collect()),
+            DType::I16 => TensorData::I16(t.int32_data.iter().map(|&v| v as i16).collect()),
             DType::I32 => TensorData::I32(t.int32_data.clone()),
             DType::I64 => TensorData::I64(t.int64_data.clone()),
+            DType::U8 => TensorData::U8(t.int32_data.iter().map(|&v| v as u8).collect()),
+            DType::U16 => TensorData::U16(t.int32_data.iter().map(|&v| v as u16).collect()),
+            DType::U32 => TensorData::U32(t.uint64_data.iter().map(|&v| v as u32).collect()),
+            DType::U64 => TensorData::U64(t.uint64_data.clone()),
             DType::Bool => TensorData::Bool(t.int32_data.iter().map(|&b| b != 0).collect()),
         },
     };

@@ -126,25 +126,29 @@ pub fn restore(state: &State, loaded: &Loaded) -> Result<(), RunError> {
     Ok(())
 }
 
+/// The safetensors name of each dtype.
+const ST_DTYPES: [(DType, Dtype); 13] = [
+    (DType::F32, Dtype::F32),
+    (DType::F64, Dtype::F64),
+    (DType::F16, Dtype::F16),
+    (DType::BF16, Dtype::BF16),
+    (DType::I8, Dtype::I8),
+    (DType::I16, Dtype::I16),
+    (DType::I32, Dtype::I32),
+    (DType::I64, Dtype::I64),
+    (DType::U8, Dtype::U8),
+    (DType::U16, Dtype::U16),
+    (DType::U32, Dtype::U32),
+    (DType::U64, Dtype::U64),
+    (DType::Bool, Dtype::BOOL),
+];
+
 fn st_dtype(d: DType) -> Dtype {
-    match d {
-        DType::F32 => Dtype::F32,
-        DType::F64 => Dtype::F64,
-        DType::I32 => Dtype::I32,
-        DType::I64 => Dtype::I64,
-        DType::Bool => Dtype::BOOL,
-    }
+    ST_DTYPES.iter().find(|(g, _)| *g == d).expect("every dtype has a safetensors name").1
 }
 
 fn from_le_bytes(dt: Dtype, shape: &[usize], data: &[u8]) -> Option<Tensor> {
-    let dtype = match dt {
-        Dtype::F32 => DType::F32,
-        Dtype::F64 => DType::F64,
-        Dtype::I32 => DType::I32,
-        Dtype::I64 => DType::I64,
-        Dtype::BOOL => DType::Bool,
-        _ => return None,
-    };
+    let dtype = ST_DTYPES.iter().find(|(_, s)| *s == dt)?.0;
     Tensor::from_le_bytes(dtype, shape, data)
 }
 

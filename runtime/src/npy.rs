@@ -1,28 +1,30 @@
 //! Tensors to and from `.npy` files (numpy's format). Reading parses the header strictly
 //! and checks the declared size against the file before allocating anything (a few bytes that
 //! claim a huge shape, or a device that never ends, must be an error, not an abort or a hang);
-//! writing goes through ndarray-npy.
+//! writing puts the same header before the tensor's little-endian bytes.
 
 use crate::fsutil::{open_regular, write_atomically};
 use crate::tensor::Tensor;
+use graphc_ir::DType;
 use graphc_ir::TensorData;
-use ndarray_npy::WriteNpyExt;
-use std::io::Read;
+use graphc_ir::{bf16, f16};
+use std::io::{Read, Write};
 use std::path::Path;
 
 /// numpy itself refuses headers over 10000 bytes unless told otherwise; anything this large is
 /// not a header.
 const MAX_HEADER_BYTES: u64 = 1 << 16;
 
-/// Reads a `.npy` file of any dtype graphc has (f32, f64, i32, i64, bool), either byte order,
-/// C or Fortran order. The error is one line naming the file and what is wrong with it.
+/// Reads a `.npy` file of any dtype graphc has, either byte order, C or Fortran order. numpy
+/// has no bfloat16: a file of 2-byte raw elements (`<V2`, what numpy writes for ml_dtypes'
+/// bfloat16 arrays) is read as bf16. The error is one line naming the file and what is wrong with it.
 pub fn read_npy(path: &Path) -> Result<Tensor, String> {
     let (mut file, len) = open_regular(path, "a .npy file")?;
     let invalid = |why: String| format!("{} is not a valid .npy file: {why}", path.display());
     let header = read_header(&mut file, len).map_err(invalid)?;
     let dtype = Dtype::parse(&header.descr).ok_or_else(|| {
         format!(
-            "{} holds elements of numpy type '{}', which graphc has no dtype for (it reads float32, float64, int32, int64 and bool)",
+            "{} holds elements of numpy type '{}', which graphc has no dtype for (it reads float16/32/64, int8/16/32/64, uint8/16/32/64, bool and bfloat16 as V2)",
             path.display(),
             header.descr
         )
@@ -248,10 +250,27 @@ impl DictParser<'_> {
 /// An element type graphc reads, and its byte order.
 #[derive(Clone, Copy, Debug)]
 struct Dtype {
-    kind: u8,
+    dtype: DType,
     size: usize,
     big_endian: bool,
 }
+
+/// numpy's type code of each dtype (bf16 as ml_dtypes' arrays are saved: raw 2-byte elements).
+const CODES: [(&str, DType); 13] = [
+    ("f4", DType::F32),
+    ("f8", DType::F64),
+    ("f2", DType::F16),
+    ("V2", DType::BF16),
+    ("i1", DType::I8),
+    ("i2", DType::I16),
+    ("i4", DType::I32),
+    ("i8", DType::I64),
+    ("u1", DType::U8),
+    ("u2", DType::U16),
+    ("u4", DType::U32),
+    ("u8", DType::U64),
+    ("b1", DType::Bool),
+];
 
 impl Dtype {
     fn parse(descr: &str) -> Option<Dtype> {
@@ -259,20 +278,15 @@ impl Dtype {
             c @ (b'<' | b'>' | b'|' | b'=') => (*c, &descr[1..]),
             _ => (b'=', descr),
         };
-        let (kind, size) = match code {
-            "f4" => (b'f', 4),
-            "f8" => (b'f', 8),
-            "i4" => (b'i', 4),
-            "i8" => (b'i', 8),
-            "b1" | "?" => (b'b', 1),
-            _ => return None,
-        };
+        let code = if code == "?" { "b1" } else { code };
+        let dtype = CODES.iter().find(|(c, _)| *c == code)?.1;
+        let size = dtype.size_bytes();
         // '|' means "byte order does not apply": only for one-byte types.
         if order == b'|' && size != 1 {
             return None;
         }
         let big_endian = order == b'>' || (order == b'=' && cfg!(target_endian = "big"));
-        Some(Dtype { kind, size, big_endian })
+        Some(Dtype { dtype, size, big_endian })
     }
 }
 
@@ -305,24 +319,53 @@ fn read_data(f: &mut impl Read, dt: Dtype, count: usize) -> Result<TensorData, S
             })
         };
     }
-    Ok(match (dt.kind, dt.size) {
-        (b'f', 4) => TensorData::F32(num!(f32, 4)?),
-        (b'f', 8) => TensorData::F64(num!(f64, 8)?),
-        (b'i', 4) => TensorData::I32(num!(i32, 4)?),
-        (b'i', 8) => TensorData::I64(num!(i64, 8)?),
-        _ => TensorData::Bool(elems::<1, bool>(f, count, |[b]| match b {
+    Ok(match dt.dtype {
+        DType::F32 => TensorData::F32(num!(f32, 4)?),
+        DType::F64 => TensorData::F64(num!(f64, 8)?),
+        DType::F16 => TensorData::F16(num!(f16, 2)?),
+        DType::BF16 => TensorData::BF16(num!(bf16, 2)?),
+        DType::I8 => TensorData::I8(num!(i8, 1)?),
+        DType::I16 => TensorData::I16(num!(i16, 2)?),
+        DType::I32 => TensorData::I32(num!(i32, 4)?),
+        DType::I64 => TensorData::I64(num!(i64, 8)?),
+        DType::U8 => TensorData::U8(num!(u8, 1)?),
+        DType::U16 => TensorData::U16(num!(u16, 2)?),
+        DType::U32 => TensorData::U32(num!(u32, 4)?),
+        DType::U64 => TensorData::U64(num!(u64, 8)?),
+        DType::Bool => TensorData::Bool(elems::<1, bool>(f, count, |[b]| match b {
             0 | 1 => Ok(b == 1),
             _ => Err(format!("a bool element is the byte {b}, neither 0 nor 1")),
         })?),
     })
 }
 
-/// Writes a tensor as a `.npy` file, atomically.
+/// Writes a tensor as a `.npy` file (format 1.0, little-endian, C order), atomically.
 pub fn write_npy(path: &Path, t: &Tensor) -> Result<(), String> {
     write_atomically(path, |f| {
-        let w = std::io::BufWriter::new(f);
-        let r = crate::each_dtype!(t, a => a.write_npy(w));
-        r.map_err(std::io::Error::other)
+        let mut w = std::io::BufWriter::new(f);
+        w.write_all(&npy_header(t))?;
+        w.write_all(&t.to_le_bytes())?;
+        w.flush()
     })
     .map_err(|e| format!("cannot write {}: {e}", path.display()))
+}
+
+/// The magic, version, length and header dict of a tensor's file, padded with spaces and a
+/// newline to a multiple of 64 bytes, as numpy writes it.
+fn npy_header(t: &Tensor) -> Vec<u8> {
+    let code = CODES.iter().find(|(_, d)| *d == t.dtype()).expect("every dtype has a code").0;
+    let order = if t.dtype().size_bytes() == 1 { '|' } else { '<' };
+    let dims: Vec<String> = t.shape().iter().map(|d| d.to_string()).collect();
+    let shape = match dims.len() {
+        1 => format!("({},)", dims[0]),
+        _ => format!("({})", dims.join(", ")),
+    };
+    let mut dict = format!("{{'descr': '{order}{code}', 'fortran_order': False, 'shape': {shape}, }}");
+    let unpadded = 10 + dict.len() + 1;
+    dict.push_str(&" ".repeat(unpadded.next_multiple_of(64) - unpadded));
+    dict.push('\n');
+    let mut out = b"\x93NUMPY\x01\x00".to_vec();
+    out.extend_from_slice(&(dict.len() as u16).to_le_bytes());
+    out.extend_from_slice(dict.as_bytes());
+    out
 }

@@ -57,6 +57,11 @@ pub fn random_tensor(ty: &TensorType, seed: u64, range: Range) -> Result<Tensor,
         DType::I32 => Tensor::I32(gen(shape, n, ty, || (rng.next_u64() % below) as i32)?),
         DType::I64 => Tensor::I64(gen(shape, n, ty, || (rng.next_u64() % below) as i64)?),
         DType::Bool => Tensor::Bool(gen(shape, n, ty, || rng.next_u64() & 1 == 1)?),
+        // Other dtypes: the f64 or integer draw, converted with cast's rules.
+        DType::F16 | DType::BF16 => {
+            crate::kernels::cast(&Tensor::F64(gen(shape, n, ty, || rng.next_f64() * 2.0 - 1.0)?), ty.dtype)
+        }
+        _ => crate::kernels::cast(&Tensor::I64(gen(shape, n, ty, || (rng.next_u64() % below) as i64)?), ty.dtype),
     })
 }
 

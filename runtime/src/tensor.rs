@@ -1,7 +1,7 @@
 //! Tensors at run time: an n-dimensional ndarray of one of the IR's dtypes.
 
 use graphc_ir::shape::fmt_shape;
-use graphc_ir::{DType, TensorData, TensorLiteral, TensorType};
+use graphc_ir::{bf16, f16, DType, TensorData, TensorLiteral, TensorType};
 use ndarray::{ArrayD, Dimension, IxDyn};
 use std::borrow::Cow;
 use std::fmt;
@@ -14,6 +14,14 @@ pub enum Tensor {
     I32(ArrayD<i32>),
     I64(ArrayD<i64>),
     Bool(ArrayD<bool>),
+    F16(ArrayD<f16>),
+    BF16(ArrayD<bf16>),
+    I8(ArrayD<i8>),
+    I16(ArrayD<i16>),
+    U8(ArrayD<u8>),
+    U16(ArrayD<u16>),
+    U32(ArrayD<u32>),
+    U64(ArrayD<u64>),
 }
 
 /// Applies the same expression to the array inside a tensor, whatever its dtype.
@@ -27,6 +35,14 @@ macro_rules! each_dtype {
             $crate::tensor::Tensor::I32($a) => $body,
             $crate::tensor::Tensor::I64($a) => $body,
             $crate::tensor::Tensor::Bool($a) => $body,
+            $crate::tensor::Tensor::F16($a) => $body,
+            $crate::tensor::Tensor::BF16($a) => $body,
+            $crate::tensor::Tensor::I8($a) => $body,
+            $crate::tensor::Tensor::I16($a) => $body,
+            $crate::tensor::Tensor::U8($a) => $body,
+            $crate::tensor::Tensor::U16($a) => $body,
+            $crate::tensor::Tensor::U32($a) => $body,
+            $crate::tensor::Tensor::U64($a) => $body,
         }
     };
 }
@@ -42,8 +58,73 @@ macro_rules! map_dtype {
             $crate::tensor::Tensor::I32($a) => $crate::tensor::Tensor::I32($body),
             $crate::tensor::Tensor::I64($a) => $crate::tensor::Tensor::I64($body),
             $crate::tensor::Tensor::Bool($a) => $crate::tensor::Tensor::Bool($body),
+            $crate::tensor::Tensor::F16($a) => $crate::tensor::Tensor::F16($body),
+            $crate::tensor::Tensor::BF16($a) => $crate::tensor::Tensor::BF16($body),
+            $crate::tensor::Tensor::I8($a) => $crate::tensor::Tensor::I8($body),
+            $crate::tensor::Tensor::I16($a) => $crate::tensor::Tensor::I16($body),
+            $crate::tensor::Tensor::U8($a) => $crate::tensor::Tensor::U8($body),
+            $crate::tensor::Tensor::U16($a) => $crate::tensor::Tensor::U16($body),
+            $crate::tensor::Tensor::U32($a) => $crate::tensor::Tensor::U32($body),
+            $crate::tensor::Tensor::U64($a) => $crate::tensor::Tensor::U64($body),
         }
     };
+}
+
+/// Converts between enums with the same dtype variants (`Tensor`, `TensorData`): the arm of
+/// each variant applies `$body` to its contents and wraps the result in the same variant of
+/// `$to`.
+#[macro_export]
+#[doc(hidden)]
+macro_rules! same_variant {
+    ($from:path => $to:path, $x:expr, $a:ident => $body:expr) => {{
+        use $from as F;
+        use $to as T;
+        match $x {
+            F::F32($a) => T::F32($body),
+            F::F64($a) => T::F64($body),
+            F::I32($a) => T::I32($body),
+            F::I64($a) => T::I64($body),
+            F::Bool($a) => T::Bool($body),
+            F::F16($a) => T::F16($body),
+            F::BF16($a) => T::BF16($body),
+            F::I8($a) => T::I8($body),
+            F::I16($a) => T::I16($body),
+            F::U8($a) => T::U8($body),
+            F::U16($a) => T::U16($body),
+            F::U32($a) => T::U32($body),
+            F::U64($a) => T::U64($body),
+        }
+    }};
+}
+
+/// An element widened to f64 (a bool is 0 or 1; a 64-bit integer may round).
+pub trait ToF64: Copy {
+    fn to_f64(self) -> f64;
+}
+macro_rules! to_f64_as {
+    ($($t:ty),*) => {$(
+        impl ToF64 for $t {
+            fn to_f64(self) -> f64 {
+                self as f64
+            }
+        }
+    )*};
+}
+to_f64_as!(f32, f64, i8, i16, i32, i64, u8, u16, u32, u64);
+impl ToF64 for bool {
+    fn to_f64(self) -> f64 {
+        u8::from(self) as f64
+    }
+}
+impl ToF64 for f16 {
+    fn to_f64(self) -> f64 {
+        f16::to_f64(self)
+    }
+}
+impl ToF64 for bf16 {
+    fn to_f64(self) -> f64 {
+        bf16::to_f64(self)
+    }
 }
 
 /// The elements of a view (a transpose, a broadcast, a slice) in row-major order, lane by lane
@@ -101,6 +182,14 @@ impl Tensor {
             Tensor::I32(_) => DType::I32,
             Tensor::I64(_) => DType::I64,
             Tensor::Bool(_) => DType::Bool,
+            Tensor::F16(_) => DType::F16,
+            Tensor::BF16(_) => DType::BF16,
+            Tensor::I8(_) => DType::I8,
+            Tensor::I16(_) => DType::I16,
+            Tensor::U8(_) => DType::U8,
+            Tensor::U16(_) => DType::U16,
+            Tensor::U32(_) => DType::U32,
+            Tensor::U64(_) => DType::U64,
         }
     }
 
@@ -132,6 +221,14 @@ impl Tensor {
             DType::I32 => Tensor::I32(from_vec(shape, filled(n, 0, ty)?)),
             DType::I64 => Tensor::I64(from_vec(shape, filled(n, 0, ty)?)),
             DType::Bool => Tensor::Bool(from_vec(shape, filled(n, false, ty)?)),
+            DType::F16 => Tensor::F16(from_vec(shape, filled(n, f16::ZERO, ty)?)),
+            DType::BF16 => Tensor::BF16(from_vec(shape, filled(n, bf16::ZERO, ty)?)),
+            DType::I8 => Tensor::I8(from_vec(shape, filled(n, 0, ty)?)),
+            DType::I16 => Tensor::I16(from_vec(shape, filled(n, 0, ty)?)),
+            DType::U8 => Tensor::U8(from_vec(shape, filled(n, 0, ty)?)),
+            DType::U16 => Tensor::U16(from_vec(shape, filled(n, 0, ty)?)),
+            DType::U32 => Tensor::U32(from_vec(shape, filled(n, 0, ty)?)),
+            DType::U64 => Tensor::U64(from_vec(shape, filled(n, 0, ty)?)),
         })
     }
 
@@ -145,13 +242,7 @@ impl Tensor {
         fn arr<T>(shape: &[usize], v: Vec<T>) -> Option<ArrayD<T>> {
             ArrayD::from_shape_vec(IxDyn(shape), v).ok()
         }
-        Some(match data {
-            TensorData::F32(v) => Tensor::F32(arr(shape, v)?),
-            TensorData::F64(v) => Tensor::F64(arr(shape, v)?),
-            TensorData::I32(v) => Tensor::I32(arr(shape, v)?),
-            TensorData::I64(v) => Tensor::I64(arr(shape, v)?),
-            TensorData::Bool(v) => Tensor::Bool(arr(shape, v)?),
-        })
+        Some(crate::same_variant!(TensorData => Tensor, data, v => arr(shape, v)?))
     }
 
     /// Little-endian element bytes, row-major (the safetensors layout; a bool is one byte, 0
@@ -171,6 +262,14 @@ impl Tensor {
             Tensor::I32(a) => bytes(a, i32::to_le_bytes),
             Tensor::I64(a) => bytes(a, i64::to_le_bytes),
             Tensor::Bool(a) => a.iter().map(|&x| u8::from(x)).collect(),
+            Tensor::F16(a) => bytes(a, f16::to_le_bytes),
+            Tensor::BF16(a) => bytes(a, bf16::to_le_bytes),
+            Tensor::I8(a) => bytes(a, i8::to_le_bytes),
+            Tensor::I16(a) => bytes(a, i16::to_le_bytes),
+            Tensor::U8(a) => bytes(a, u8::to_le_bytes),
+            Tensor::U16(a) => bytes(a, u16::to_le_bytes),
+            Tensor::U32(a) => bytes(a, u32::to_le_bytes),
+            Tensor::U64(a) => bytes(a, u64::to_le_bytes),
         }
     }
 
@@ -195,6 +294,14 @@ impl Tensor {
             DType::I32 => TensorData::I32(elements(data, i32::from_le_bytes)?),
             DType::I64 => TensorData::I64(elements(data, i64::from_le_bytes)?),
             DType::Bool => TensorData::Bool(data.iter().map(|&b| b != 0).collect()),
+            DType::F16 => TensorData::F16(elements(data, f16::from_le_bytes)?),
+            DType::BF16 => TensorData::BF16(elements(data, bf16::from_le_bytes)?),
+            DType::I8 => TensorData::I8(elements(data, i8::from_le_bytes)?),
+            DType::I16 => TensorData::I16(elements(data, i16::from_le_bytes)?),
+            DType::U8 => TensorData::U8(elements(data, u8::from_le_bytes)?),
+            DType::U16 => TensorData::U16(elements(data, u16::from_le_bytes)?),
+            DType::U32 => TensorData::U32(elements(data, u32::from_le_bytes)?),
+            DType::U64 => TensorData::U64(elements(data, u64::from_le_bytes)?),
         };
         Tensor::from_data(shape, data)
     }
@@ -208,24 +315,12 @@ impl Tensor {
             let v = if v.len() == 1 { filled(shape.size() as u64, v[0].clone(), ty)? } else { v.to_vec() };
             ArrayD::from_shape_vec(shape, v).map_err(|_| format!("a literal of type {ty} lacks elements"))
         }
-        Ok(match lit.data() {
-            TensorData::F32(v) => Tensor::F32(fill(shape, v, ty)?),
-            TensorData::F64(v) => Tensor::F64(fill(shape, v, ty)?),
-            TensorData::I32(v) => Tensor::I32(fill(shape, v, ty)?),
-            TensorData::I64(v) => Tensor::I64(fill(shape, v, ty)?),
-            TensorData::Bool(v) => Tensor::Bool(fill(shape, v, ty)?),
-        })
+        Ok(crate::same_variant!(TensorData => Tensor, lit.data(), v => fill(shape.clone(), v, ty)?))
     }
 
     /// The elements in row-major order.
     pub fn to_data(&self) -> TensorData {
-        match self {
-            Tensor::F32(a) => TensorData::F32(a.iter().copied().collect()),
-            Tensor::F64(a) => TensorData::F64(a.iter().copied().collect()),
-            Tensor::I32(a) => TensorData::I32(a.iter().copied().collect()),
-            Tensor::I64(a) => TensorData::I64(a.iter().copied().collect()),
-            Tensor::Bool(a) => TensorData::Bool(a.iter().copied().collect()),
-        }
+        crate::same_variant!(Tensor => TensorData, self, a => a.iter().copied().collect())
     }
 
     /// The tensor as a literal of its own type (constant folding writes these into the IR).
@@ -239,25 +334,12 @@ impl Tensor {
         if self.shape() != other.shape() {
             return false;
         }
-        match (self, other) {
-            (Tensor::F32(a), Tensor::F32(b)) => a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits()),
-            (Tensor::F64(a), Tensor::F64(b)) => a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits()),
-            (Tensor::I32(a), Tensor::I32(b)) => a == b,
-            (Tensor::I64(a), Tensor::I64(b)) => a == b,
-            (Tensor::Bool(a), Tensor::Bool(b)) => a == b,
-            _ => false,
-        }
+        self.dtype() == other.dtype() && self.to_le_bytes() == other.to_le_bytes()
     }
 
     /// Elements widened to f64, for comparisons and summaries.
     pub fn to_f64_vec(&self) -> Vec<f64> {
-        match self {
-            Tensor::F32(a) => a.iter().map(|&x| x as f64).collect(),
-            Tensor::F64(a) => a.iter().copied().collect(),
-            Tensor::I32(a) => a.iter().map(|&x| x as f64).collect(),
-            Tensor::I64(a) => a.iter().map(|&x| x as f64).collect(),
-            Tensor::Bool(a) => a.iter().map(|&x| if x { 1.0 } else { 0.0 }).collect(),
-        }
+        each_dtype!(self, a => a.iter().map(|&x| x.to_f64()).collect())
     }
 
     /// A one-line summary: the type and the first `n` elements.
@@ -277,6 +359,14 @@ impl PartialEq for Tensor {
             (Tensor::I32(a), Tensor::I32(b)) => a == b,
             (Tensor::I64(a), Tensor::I64(b)) => a == b,
             (Tensor::Bool(a), Tensor::Bool(b)) => a == b,
+            (Tensor::F16(a), Tensor::F16(b)) => a == b,
+            (Tensor::BF16(a), Tensor::BF16(b)) => a == b,
+            (Tensor::I8(a), Tensor::I8(b)) => a == b,
+            (Tensor::I16(a), Tensor::I16(b)) => a == b,
+            (Tensor::U8(a), Tensor::U8(b)) => a == b,
+            (Tensor::U16(a), Tensor::U16(b)) => a == b,
+            (Tensor::U32(a), Tensor::U32(b)) => a == b,
+            (Tensor::U64(a), Tensor::U64(b)) => a == b,
             _ => false,
         }
     }
@@ -288,6 +378,12 @@ impl fmt::Display for Tensor {
     }
 }
 
+/// An element type of tensors: the variant holding arrays of it.
+pub trait Element: Copy + Default + fmt::Debug + Send + Sync + 'static {
+    /// The tensor's array when it holds this element type.
+    fn array(t: &Tensor) -> Option<&ArrayD<Self>>;
+}
+
 macro_rules! from_array {
     ($($t:ty => $v:ident),*) => {$(
         impl From<ArrayD<$t>> for Tensor {
@@ -295,9 +391,18 @@ macro_rules! from_array {
                 Tensor::$v(a)
             }
         }
+        impl Element for $t {
+            fn array(t: &Tensor) -> Option<&ArrayD<Self>> {
+                match t {
+                    Tensor::$v(a) => Some(a),
+                    _ => None,
+                }
+            }
+        }
     )*};
 }
-from_array!(f32 => F32, f64 => F64, i32 => I32, i64 => I64, bool => Bool);
+from_array!(f32 => F32, f64 => F64, i32 => I32, i64 => I64, bool => Bool, f16 => F16, bf16 => BF16, i8 => I8,
+    i16 => I16, u8 => U8, u16 => U16, u32 => U32, u64 => U64);
 
 /// The ndarray shape of a type, checked: every dim and the element count fit in `usize`, and
 /// the bytes in `isize` (what Rust's allocator and ndarray accept).

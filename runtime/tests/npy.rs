@@ -1,7 +1,7 @@
 //! `.npy` input: strict headers, sizes checked against the file before allocating, only
 //! regular files; every broken file is a one-line error, never an abort or a hang.
 
-use graphc_ir::TensorData;
+use graphc_ir::{bf16, f16, TensorData};
 use graphc_runtime::npy::{read_npy, write_npy};
 use graphc_runtime::Tensor;
 use std::path::{Path, PathBuf};
@@ -42,12 +42,24 @@ fn every_dtype_round_trips() {
         Tensor::from_data(&[], TensorData::I32(vec![-7])).unwrap(),
         Tensor::from_data(&[2, 0], TensorData::I64(vec![])).unwrap(),
         Tensor::from_data(&[2], TensorData::Bool(vec![true, false])).unwrap(),
+        Tensor::from_data(&[3], TensorData::F16(vec![f16::from_f32(0.1), f16::NAN, f16::NEG_ZERO])).unwrap(),
+        Tensor::from_data(&[1, 2], TensorData::BF16(vec![bf16::from_f32(3.5), bf16::INFINITY])).unwrap(),
+        Tensor::from_data(&[2], TensorData::I8(vec![-128, 127])).unwrap(),
+        Tensor::from_data(&[2], TensorData::I16(vec![-300, 300])).unwrap(),
+        Tensor::from_data(&[2], TensorData::U8(vec![0, 255])).unwrap(),
+        Tensor::from_data(&[1], TensorData::U16(vec![65535])).unwrap(),
+        Tensor::from_data(&[1], TensorData::U32(vec![u32::MAX])).unwrap(),
+        Tensor::from_data(&[2], TensorData::U64(vec![u64::MAX, 1])).unwrap(),
     ];
     for (i, t) in tensors.iter().enumerate() {
         let p = dir.join(format!("{i}.npy"));
         write_npy(&p, t).unwrap();
         let back = read_npy(&p).unwrap();
         assert_eq!(back.ty(), t.ty());
+        // numpy's layout: the data starts on a 64-byte boundary, after a newline.
+        let bytes = std::fs::read(&p).unwrap();
+        let start = bytes.len() - t.len() * t.dtype().size_bytes();
+        assert!(start.is_multiple_of(64) && bytes[start - 1] == b'\n', "{t}: data at {start}");
         assert_eq!(format!("{back:?}"), format!("{t:?}"), "bit for bit, NaN included");
     }
 }

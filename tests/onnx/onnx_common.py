@@ -49,6 +49,12 @@ def compare(expected, got):
 
     if expected.shape != got.shape:
         return f"shape {got.shape}, expected {expected.shape}"
+    if expected.dtype.name == "bfloat16":
+        # numpy has no bfloat16: graphc writes it, as numpy saves ml_dtypes' arrays, as raw
+        # 2-byte elements (V2); compared as the floats they hold.
+        if got.dtype != np.dtype("V2"):
+            return f"dtype {got.dtype}, expected bfloat16 (as V2)"
+        expected, got = expected.astype(np.float32), got.view(expected.dtype).astype(np.float32)
     if expected.dtype.kind == "f":
         if got.dtype.kind != "f":
             return f"dtype {got.dtype}, expected {expected.dtype}"

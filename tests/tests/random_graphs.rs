@@ -4,8 +4,8 @@
 use graphc_ir::equiv::modules_equal;
 use graphc_ir::graph::NodeSpec;
 use graphc_ir::{
-    parse_module, print_module, verify_module, Attr, DType, DeviceSpec, Graph, Module, Op, TensorData, TensorLiteral,
-    TensorType, Type, Value,
+    bf16, f16, parse_module, print_module, verify_module, Attr, DType, DeviceSpec, Graph, Module, Op, TensorData,
+    TensorLiteral, TensorType, Type, Value,
 };
 use proptest::prelude::*;
 
@@ -33,10 +33,7 @@ fn step() -> impl Strategy<Value = Step> {
 }
 
 fn input_type() -> impl Strategy<Value = TensorType> {
-    (
-        prop_oneof![Just(DType::F32), Just(DType::F64), Just(DType::I32), Just(DType::I64), Just(DType::Bool)],
-        prop::collection::vec(1u64..5, 0..4),
-    )
+    (prop::sample::select(DType::ALL.to_vec()), prop::collection::vec(1u64..5, 0..4))
         .prop_map(|(d, s)| TensorType::new(d, s))
 }
 
@@ -66,6 +63,15 @@ fn literal(dtype: DType, shape: Vec<u64>, seed: u32) -> TensorLiteral {
         DType::I32 => TensorData::I32((0..n).map(|_| next() as i32).collect()),
         DType::I64 => TensorData::I64((0..n).map(|_| ((next() as i64) << 32) | next() as i64).collect()),
         DType::Bool => TensorData::Bool((0..n).map(|_| next() % 2 == 0).collect()),
+        // Any bits: NaNs (of every payload), infinities and subnormals included.
+        DType::F16 => TensorData::F16((0..n).map(|_| f16::from_bits((next() >> 16) as u16)).collect()),
+        DType::BF16 => TensorData::BF16((0..n).map(|_| bf16::from_bits((next() >> 16) as u16)).collect()),
+        DType::I8 => TensorData::I8((0..n).map(|_| (next() >> 24) as i8).collect()),
+        DType::I16 => TensorData::I16((0..n).map(|_| (next() >> 16) as i16).collect()),
+        DType::U8 => TensorData::U8((0..n).map(|_| (next() >> 24) as u8).collect()),
+        DType::U16 => TensorData::U16((0..n).map(|_| (next() >> 16) as u16).collect()),
+        DType::U32 => TensorData::U32((0..n).map(|_| next()).collect()),
+        DType::U64 => TensorData::U64((0..n).map(|_| ((next() as u64) << 32) | next() as u64).collect()),
     };
     TensorLiteral::new(TensorType::new(dtype, shape), data).expect("sizes agree")
 }
@@ -104,7 +110,7 @@ fn spec_for(g: &mut Graph, vals: &[Value], s: &Step) -> Option<NodeSpec> {
             let t = tx?;
             let shape: Vec<u64> = t.shape.iter().map(|&d| if s.c.is_multiple_of(3) { d.min(2) } else { d }).collect();
             NodeSpec::new(Op::Constant, vec![])
-                .attr("value", Attr::Tensor(literal(DType::ALL[s.b as usize % 5], shape, s.c)))
+                .attr("value", Attr::Tensor(literal(DType::ALL[s.b as usize % DType::ALL.len()], shape, s.c)))
         }
         5 => {
             let t = tx?;
@@ -125,7 +131,7 @@ fn spec_for(g: &mut Graph, vals: &[Value], s: &Step) -> Option<NodeSpec> {
             let ends = t.shape.iter().map(|&d| d as i64 - (s.c as i64 % 2)).collect();
             NodeSpec::new(Op::Slice, vec![x]).attr("starts", Attr::Ints(starts)).attr("ends", Attr::Ints(ends))
         }
-        9 => NodeSpec::new(Op::Cast, vec![x]).attr("to", Attr::DType(DType::ALL[s.b as usize % 5])),
+        9 => NodeSpec::new(Op::Cast, vec![x]).attr("to", Attr::DType(DType::ALL[s.b as usize % DType::ALL.len()])),
         10 => {
             // A cond whose branches apply two different unary ops.
             let p = g

@@ -80,14 +80,7 @@ impl<'g> Emit<'g> {
 
     /// A constant of type `ty` with every element `x`.
     pub fn splat(&mut self, ty: &TensorType, x: f64) -> Result<Value> {
-        let data = match ty.dtype {
-            DType::F32 => TensorData::F32(vec![x as f32]),
-            DType::F64 => TensorData::F64(vec![x]),
-            DType::I32 => TensorData::I32(vec![x as i32]),
-            DType::I64 => TensorData::I64(vec![x as i64]),
-            DType::Bool => TensorData::Bool(vec![x != 0.0]),
-        };
-        self.literal(ty.clone(), data)
+        self.literal(ty.clone(), TensorData::from_f64(ty.dtype, x))
     }
 
     pub fn literal(&mut self, ty: TensorType, data: TensorData) -> Result<Value> {

@@ -83,11 +83,9 @@ fn fingerprint(g: &Graph, n: Node) -> u64 {
 /// The first element's bits (every NaN alike, as literal equality has it).
 fn first_bits(d: &TensorData) -> u64 {
     let f = |x: f64| if x.is_nan() { u64::MAX } else { x.to_bits() };
-    match d {
-        TensorData::F32(v) => v.first().map_or(0, |&x| f(x as f64)),
-        TensorData::F64(v) => v.first().map_or(0, |&x| f(x)),
-        TensorData::I32(v) => v.first().map_or(0, |&x| x as u64),
-        TensorData::I64(v) => v.first().map_or(0, |&x| x as u64),
-        TensorData::Bool(v) => v.first().map_or(0, |&x| x as u64),
+    if d.is_empty() {
+        0
+    } else {
+        f(d.f64_at(0))
     }
 }

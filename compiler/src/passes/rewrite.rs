@@ -1,6 +1,6 @@
 //! Helpers the passes share: purity, constants, walking regions, reordering.
 
-use graphc_ir::{Graph, Node, Op, Region, TensorData, TensorLiteral, Value};
+use graphc_ir::{Graph, Node, Op, Region, TensorLiteral, Value};
 use std::collections::{HashMap, HashSet};
 
 /// Whether removing, duplicating or merging the node cannot change what a run does: not
@@ -41,13 +41,7 @@ pub fn splat_value(lit: &TensorLiteral) -> Option<f64> {
     if !lit.is_splat() && lit.data().len() != 1 {
         return None;
     }
-    Some(match lit.data() {
-        TensorData::F32(v) => *v.first()? as f64,
-        TensorData::F64(v) => *v.first()?,
-        TensorData::I32(v) => *v.first()? as f64,
-        TensorData::I64(v) => *v.first()? as f64,
-        TensorData::Bool(v) => f64::from(u8::from(*v.first()?)),
-    })
+    (!lit.data().is_empty()).then(|| lit.data().f64_at(0))
 }
 
 /// Whether a splat constant is exactly `x` (so `-0.0` is not `0.0`).

@@ -72,12 +72,17 @@ impl Parser {
         }
     }
 
+    /// An integer attribute is an i64; the lexer also takes the u64s beyond it (for literals).
+    fn attr_int(&mut self, i: i128, span: Span) -> PResult<i64> {
+        i64::try_from(i).map_err(|_| self.error(span, format!("integer {i} does not fit in an i64 attribute")))
+    }
+
     fn attr_value(&mut self) -> PResult<Attr> {
         let span = self.span();
         match self.peek().clone() {
             Tok::Int(i) => {
                 self.bump();
-                Ok(Attr::Int(i))
+                Ok(Attr::Int(self.attr_int(i, span)?))
             }
             Tok::Float(f) => {
                 self.bump();
@@ -103,8 +108,9 @@ impl Parser {
                     loop {
                         match self.peek().clone() {
                             Tok::Int(i) => {
+                                let at = self.span();
                                 self.bump();
-                                v.push(i);
+                                v.push(self.attr_int(i, at)?);
                             }
                             _ => return Err(self.expected("an integer (attribute lists hold integers)")),
                         }

@@ -2,7 +2,7 @@
 //! elements converted to the dtype.
 
 use super::{PResult, Parser, MAX_LITERAL_DEPTH};
-use crate::attr::{TensorData, TensorLiteral};
+use crate::attr::{bf16, f16, TensorData, TensorLiteral};
 use crate::diag::Span;
 use crate::lexer::Tok;
 use crate::types::DType;
@@ -66,7 +66,7 @@ impl Parser {
 
 #[derive(Clone, Debug)]
 enum Scalar {
-    Int(i64),
+    Int(i128),
     Float(String),
     Bool(bool),
 }
@@ -107,52 +107,67 @@ fn convert(dtype: DType, items: &[(Scalar, Span)]) -> Result<TensorData, (String
             Scalar::Bool(_) => Err((format!("{dtype} literal holds a bool"), span)),
         }
     }
-    fn int_of(s: &Scalar, span: Span, dtype: DType) -> Result<i64, (String, Span)> {
-        match s {
-            Scalar::Int(i) => Ok(*i),
-            Scalar::Float(f) => Err((format!("{dtype} literal holds the non-integer {f}"), span)),
-            Scalar::Bool(_) => Err((format!("{dtype} literal holds a bool"), span)),
-        }
+    /// Every element as `T`: ints checked against its range.
+    fn ints<T: TryFrom<i128>>(items: &[(Scalar, Span)], dtype: DType) -> Result<Vec<T>, (String, Span)> {
+        items
+            .iter()
+            .map(|(s, span)| match s {
+                Scalar::Int(i) => T::try_from(*i).map_err(|_| (format!("number is out of range for {dtype}"), *span)),
+                Scalar::Float(f) => Err((format!("{dtype} literal holds the non-integer {f}"), *span)),
+                Scalar::Bool(_) => Err((format!("{dtype} literal holds a bool"), *span)),
+            })
+            .collect()
+    }
+    /// Every element as a float of `dtype`: `parse` reads the text itself (going through f64
+    /// could round twice), `from` converts an integer; out of range is an error, not inf.
+    fn floats<T>(
+        items: &[(Scalar, Span)],
+        dtype: DType,
+        parse: fn(&str) -> Option<T>,
+        from: fn(f64) -> T,
+        infinite: fn(&T) -> bool,
+    ) -> Result<Vec<T>, (String, Span)> {
+        items
+            .iter()
+            .map(|(s, span)| {
+                let v = match s {
+                    Scalar::Float(f) => parse(f).ok_or_else(|| (format!("malformed number {f}"), *span))?,
+                    _ => from(float_of(s, *span, dtype)?),
+                };
+                if infinite(&v) && !matches!(s, Scalar::Float(f) if f.ends_with("inf")) {
+                    return Err((format!("number is out of range for {dtype}"), *span));
+                }
+                Ok(v)
+            })
+            .collect()
     }
     Ok(match dtype {
-        DType::F32 => TensorData::F32(
-            items
-                .iter()
-                .map(|(s, span)| {
-                    let v = match s {
-                        // Parse the text as f32 directly: going through f64 could round twice.
-                        Scalar::Float(f) => f.parse::<f32>().map_err(|_| (format!("malformed number {f}"), *span))?,
-                        _ => float_of(s, *span, dtype)? as f32,
-                    };
-                    if v.is_infinite() && !matches!(s, Scalar::Float(f) if f.ends_with("inf")) {
-                        return Err(("number is out of range for f32".to_string(), *span));
-                    }
-                    Ok(v)
-                })
-                .collect::<Result<_, _>>()?,
-        ),
-        DType::F64 => TensorData::F64(
-            items
-                .iter()
-                .map(|(s, span)| {
-                    let v = float_of(s, *span, dtype)?;
-                    if v.is_infinite() && !matches!(s, Scalar::Float(f) if f.ends_with("inf")) {
-                        return Err(("number is out of range for f64".to_string(), *span));
-                    }
-                    Ok(v)
-                })
-                .collect::<Result<_, _>>()?,
-        ),
-        DType::I32 => TensorData::I32(
-            items
-                .iter()
-                .map(|(s, span)| {
-                    i32::try_from(int_of(s, *span, dtype)?)
-                        .map_err(|_| ("number is out of range for i32".to_string(), *span))
-                })
-                .collect::<Result<_, _>>()?,
-        ),
-        DType::I64 => TensorData::I64(items.iter().map(|(s, span)| int_of(s, *span, dtype)).collect::<Result<_, _>>()?),
+        DType::F32 => TensorData::F32(floats(items, dtype, |t| t.parse().ok(), |v| v as f32, |v| v.is_infinite())?),
+        DType::F64 => TensorData::F64(floats(items, dtype, |t| t.parse().ok(), |v| v, |v| v.is_infinite())?),
+        // half rounds the f64 of the text to nearest-even: the one rounding that f32 text
+        // parsing also makes (the f64 holds every decimal a 16-bit float prints as exactly).
+        DType::F16 => TensorData::F16(floats(
+            items,
+            dtype,
+            |t| t.parse::<f64>().ok().map(f16::from_f64),
+            f16::from_f64,
+            |v| v.is_infinite(),
+        )?),
+        DType::BF16 => TensorData::BF16(floats(
+            items,
+            dtype,
+            |t| t.parse::<f64>().ok().map(bf16::from_f64),
+            bf16::from_f64,
+            |v| v.is_infinite(),
+        )?),
+        DType::I8 => TensorData::I8(ints(items, dtype)?),
+        DType::I16 => TensorData::I16(ints(items, dtype)?),
+        DType::I32 => TensorData::I32(ints(items, dtype)?),
+        DType::I64 => TensorData::I64(ints(items, dtype)?),
+        DType::U8 => TensorData::U8(ints(items, dtype)?),
+        DType::U16 => TensorData::U16(ints(items, dtype)?),
+        DType::U32 => TensorData::U32(ints(items, dtype)?),
+        DType::U64 => TensorData::U64(ints(items, dtype)?),
         DType::Bool => TensorData::Bool(
             items
                 .iter()

@@ -35,11 +35,11 @@ impl Parser {
     }
 
     fn dtype(&mut self) -> PResult<DType> {
-        let (word, span) = self.expect_ident("an element type (f32, f64, i32, i64, bool)")?;
+        let (word, span) = self.expect_ident("an element type (f32, i64, bool, ...)")?;
         DType::from_name(&word).ok_or_else(|| {
             let mut d = Diagnostic::error(
                 span,
-                format!("unknown element type '{word}'; the element types are f32, f64, i32, i64, bool"),
+                format!("unknown element type '{word}'; the element types are {}", DType::names()),
             );
             if let Some(s) = closest(&word, DType::ALL.iter().map(|d| d.name())) {
                 d = d.with_help(format!("did you mean '{s}'?"));

@@ -125,11 +125,10 @@ fn range(imp: &mut Importer, n: &NodeProto) -> Result<Vec<Value>> {
     const MAX_LEN: u64 = 1 << 28;
     let too_long = |len: u64| format!("the range would hold {len} elements (at most {MAX_LEN} are supported)");
     let t = match dtype {
-        DType::I32 | DType::I64 => {
+        d if d.is_int() => {
             let v: Vec<i64> = scalars
                 .iter()
-                .map(|t| match t {
-                    Tensor::I32(a) => a.iter().next().map(|&x| x as i64),
+                .map(|t| match graphc_runtime::kernels::cast(t, DType::I64) {
                     Tensor::I64(a) => a.iter().next().copied(),
                     _ => None,
                 })
@@ -146,12 +145,12 @@ fn range(imp: &mut Importer, n: &NodeProto) -> Result<Vec<Value>> {
                 return Err(too_long(len));
             }
             let vals = (0..len as i128).map(|i| start + i * delta);
-            match dtype {
-                DType::I32 => Tensor::I32(ndarray::Array1::from_iter(vals.map(|x| x as i32)).into_dyn()),
-                _ => Tensor::I64(ndarray::Array1::from_iter(vals.map(|x| x as i64)).into_dyn()),
-            }
+            graphc_runtime::kernels::cast(
+                &Tensor::I64(ndarray::Array1::from_iter(vals.map(|x| x as i64)).into_dyn()),
+                dtype,
+            )
         }
-        DType::F32 | DType::F64 => {
+        d if d.is_float() => {
             let v: Vec<f64> = scalars.iter().map(|t| t.to_f64_vec()[0]).collect();
             let (start, limit, delta) = (v[0], v[1], v[2]);
             if delta == 0.0 || !delta.is_finite() || !start.is_finite() || !limit.is_finite() {

@@ -4,8 +4,8 @@
 use super::elem::Num;
 use super::error::KernelError;
 use crate::map_dtype;
-use crate::tensor::Tensor;
 use crate::tensor::{ix, row_major};
+use crate::tensor::{Element, Tensor};
 use graphc_ir::shape::normalize_axis;
 use graphc_ir::TensorType;
 use ndarray::{ArrayD, Axis, IxDyn, Slice};
@@ -66,6 +66,14 @@ pub fn concat(inputs: &[&Tensor], axis: i64) -> Result<Tensor, KernelError> {
         Tensor::I32(_) => join!(I32),
         Tensor::I64(_) => join!(I64),
         Tensor::Bool(_) => join!(Bool),
+        Tensor::F16(_) => join!(F16),
+        Tensor::BF16(_) => join!(BF16),
+        Tensor::I8(_) => join!(I8),
+        Tensor::I16(_) => join!(I16),
+        Tensor::U8(_) => join!(U8),
+        Tensor::U16(_) => join!(U16),
+        Tensor::U32(_) => join!(U32),
+        Tensor::U64(_) => join!(U64),
     })
 }
 
@@ -212,12 +220,8 @@ pub fn scatter_add(base: &Tensor, indices: &Tensor, updates: &Tensor, axis: i64)
         out
     }
     let dims = (outer, dim, inner);
-    Ok(match (base, updates) {
-        (Tensor::F32(b), Tensor::F32(u)) => Tensor::F32(add(b, u, &flat, dims)),
-        (Tensor::F64(b), Tensor::F64(u)) => Tensor::F64(add(b, u, &flat, dims)),
-        (Tensor::I32(b), Tensor::I32(u)) => Tensor::I32(add(b, u, &flat, dims)),
-        (Tensor::I64(b), Tensor::I64(u)) => Tensor::I64(add(b, u, &flat, dims)),
-        _ => return Err(KernelError::new(format!("scatter_add of {} updates into {}", updates.dtype(), base.dtype()))),
+    numeric_pair!(base, updates, (b, u) => Ok(add(b, u, &flat, dims).into()), _ => {
+        Err(KernelError::new(format!("scatter_add of {} updates into {}", updates.dtype(), base.dtype())))
     })
 }
 
@@ -270,14 +274,10 @@ pub fn pad(
         out.slice_each_axis_mut(|ad| boxes[ad.axis.index()]).assign(a);
         Ok(out)
     }
-    Ok(match (x, fill) {
-        (Tensor::F32(a), Tensor::F32(v)) => Tensor::F32(place(a, v, &boxes, result)?),
-        (Tensor::F64(a), Tensor::F64(v)) => Tensor::F64(place(a, v, &boxes, result)?),
-        (Tensor::I32(a), Tensor::I32(v)) => Tensor::I32(place(a, v, &boxes, result)?),
-        (Tensor::I64(a), Tensor::I64(v)) => Tensor::I64(place(a, v, &boxes, result)?),
-        (Tensor::Bool(a), Tensor::Bool(v)) => Tensor::Bool(place(a, v, &boxes, result)?),
-        _ => return Err(KernelError::new(format!("pad of {} with a {} value", x.dtype(), fill.dtype()))),
-    })
+    if x.dtype() != fill.dtype() {
+        return Err(KernelError::new(format!("pad of {} with a {} value", x.dtype(), fill.dtype())));
+    }
+    Ok(crate::map_dtype!(x, a => place(a, Element::array(fill).expect("the dtypes are equal"), &boxes, result)?))
 }
 
 #[cfg(test)]

@@ -5,7 +5,8 @@
 use super::error::KernelError;
 use std::fmt::Debug;
 
-/// A numeric element type (f32, f64, i32, i64).
+/// A numeric element type (the floats f32 and f64, and every integer type). f16 and bf16
+/// have no kernels of their own: `kernels::eval` computes them in f32.
 pub trait Num: Copy + PartialOrd + Default + Debug + Send + Sync + 'static {
     const ZERO: Self;
     const ONE: Self;
@@ -252,7 +253,8 @@ macro_rules! int_num {
                 Ok(self.wrapping_div(o))
             }
             fn pow(self, o: Self) -> Result<Self, KernelError> {
-                if o < 0 {
+                // Through i128: the same test for signed and unsigned types.
+                if (o as i128) < 0 {
                     return Err(KernelError::new(format!("integer power with a negative exponent ({self} ^ {o})")));
                 }
                 // Square-and-multiply with wrapping; exponents beyond u32 are fine.
@@ -270,7 +272,12 @@ macro_rules! int_num {
                 self.wrapping_neg()
             }
             fn abs(self) -> Self {
-                self.wrapping_abs()
+                // MIN stays MIN (wrapping), unsigned values are their own.
+                if (self as i128) < 0 {
+                    self.wrapping_neg()
+                } else {
+                    self
+                }
             }
             fn is_nan(self) -> bool {
                 false
@@ -281,11 +288,17 @@ macro_rules! int_num {
                 }
                 // MIN mod -1 is 0 (wrapping_rem), like the other integer ops' wrapping.
                 let r = self.wrapping_rem(o);
-                Ok(if !trunc && r != 0 && (r < 0) != (o < 0) { r + o } else { r })
+                Ok(if !trunc && r != 0 && ((r as i128) < 0) != ((o as i128) < 0) { r.wrapping_add(o) } else { r })
             }
         }
     };
 }
 
+int_num!(i8);
+int_num!(i16);
 int_num!(i32);
 int_num!(i64);
+int_num!(u8);
+int_num!(u16);
+int_num!(u32);
+int_num!(u64);

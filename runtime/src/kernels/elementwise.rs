@@ -2,21 +2,28 @@
 
 use super::elem::{Float, Num};
 use super::error::KernelError;
-use crate::tensor::Tensor;
+use crate::tensor::{Element, Tensor};
 use graphc_ir::shape::broadcast_shapes;
-use graphc_ir::{DType, Op};
+use graphc_ir::{bf16, f16, DType, Op};
 use ndarray::{ArrayD, IxDyn, Zip};
 
 pub fn unary(op: Op, x: &Tensor) -> Result<Tensor, KernelError> {
     Ok(match x {
         Tensor::F32(a) => Tensor::F32(float_unary(op, a)?),
         Tensor::F64(a) => Tensor::F64(float_unary(op, a)?),
+        Tensor::I8(a) => Tensor::I8(int_unary(op, a)?),
+        Tensor::I16(a) => Tensor::I16(int_unary(op, a)?),
         Tensor::I32(a) => Tensor::I32(int_unary(op, a)?),
         Tensor::I64(a) => Tensor::I64(int_unary(op, a)?),
+        Tensor::U8(a) => Tensor::U8(int_unary(op, a)?),
+        Tensor::U16(a) => Tensor::U16(int_unary(op, a)?),
+        Tensor::U32(a) => Tensor::U32(int_unary(op, a)?),
+        Tensor::U64(a) => Tensor::U64(int_unary(op, a)?),
         Tensor::Bool(a) => match op {
             Op::Not => Tensor::Bool(a.mapv(|v| !v)),
             _ => return Err(unsupported(op, DType::Bool)),
         },
+        Tensor::F16(_) | Tensor::BF16(_) => return Err(unsupported(op, x.dtype())),
     })
 }
 
@@ -63,11 +70,7 @@ fn int_unary<T: Num>(op: Op, a: &ArrayD<T>) -> Result<ArrayD<T>, KernelError> {
 }
 
 pub fn binary(op: Op, a: &Tensor, b: &Tensor) -> Result<Tensor, KernelError> {
-    match (a, b) {
-        (Tensor::F32(a), Tensor::F32(b)) => numeric_binary(op, a, b),
-        (Tensor::F64(a), Tensor::F64(b)) => numeric_binary(op, a, b),
-        (Tensor::I32(a), Tensor::I32(b)) => numeric_binary(op, a, b),
-        (Tensor::I64(a), Tensor::I64(b)) => numeric_binary(op, a, b),
+    numeric_pair!(a, b, (x, y) => numeric_binary(op, x, y), _ => match (a, b) {
         (Tensor::Bool(a), Tensor::Bool(b)) => bool_binary(op, a, b),
         _ => Err(KernelError::new(format!(
             "'{}' needs operands of one dtype, got {} and {}",
@@ -75,7 +78,7 @@ pub fn binary(op: Op, a: &Tensor, b: &Tensor) -> Result<Tensor, KernelError> {
             a.dtype(),
             b.dtype()
         ))),
-    }
+    })
 }
 
 fn numeric_binary<T: Num>(op: Op, a: &ArrayD<T>, b: &ArrayD<T>) -> Result<Tensor, KernelError>
@@ -104,22 +107,17 @@ where
 
 /// `mod lhs, rhs`: the truncated remainder with `fmod`, else the floored one.
 pub fn modulo(a: &Tensor, b: &Tensor, fmod: bool) -> Result<Tensor, KernelError> {
-    fn rem<T: Num>(a: &ArrayD<T>, b: &ArrayD<T>, fmod: bool) -> Result<ArrayD<T>, KernelError> {
+    fn rem<T: Num>(a: &ArrayD<T>, b: &ArrayD<T>, fmod: bool) -> Result<ArrayD<T>, KernelError>
+    where
+        ArrayD<T>: Into<Tensor>,
+    {
         zip2(a, b, |x, y| x.rem(y, fmod))
     }
-    Ok(match (a, b) {
-        (Tensor::F32(a), Tensor::F32(b)) => Tensor::F32(rem(a, b, fmod)?),
-        (Tensor::F64(a), Tensor::F64(b)) => Tensor::F64(rem(a, b, fmod)?),
-        (Tensor::I32(a), Tensor::I32(b)) => Tensor::I32(rem(a, b, fmod)?),
-        (Tensor::I64(a), Tensor::I64(b)) => Tensor::I64(rem(a, b, fmod)?),
-        _ => {
-            return Err(KernelError::new(format!(
-                "'mod' needs numeric operands of one dtype, got {} and {}",
-                a.dtype(),
-                b.dtype()
-            )))
-        }
-    })
+    numeric_pair!(a, b, (x, y) => Ok(rem(x, y, fmod)?.into()), _ => Err(KernelError::new(format!(
+        "'mod' needs numeric operands of one dtype, got {} and {}",
+        a.dtype(),
+        b.dtype()
+    ))))
 }
 
 fn bool_binary(op: Op, a: &ArrayD<bool>, b: &ArrayD<bool>) -> Result<Tensor, KernelError> {
@@ -164,40 +162,57 @@ pub fn select(cond: &Tensor, t: &Tensor, f: &Tensor) -> Result<Tensor, KernelErr
         let fv = f.broadcast(shape).ok_or_else(bad_broadcast)?;
         Ok(Zip::from(&cv).and(&tv).and(&fv).map_collect(|&c, &t, &f| if c { t } else { f }))
     }
-    Ok(match (t, f) {
-        (Tensor::F32(t), Tensor::F32(f)) => Tensor::F32(pick(c, t, f)?),
-        (Tensor::F64(t), Tensor::F64(f)) => Tensor::F64(pick(c, t, f)?),
-        (Tensor::I32(t), Tensor::I32(f)) => Tensor::I32(pick(c, t, f)?),
-        (Tensor::I64(t), Tensor::I64(f)) => Tensor::I64(pick(c, t, f)?),
-        (Tensor::Bool(t), Tensor::Bool(f)) => Tensor::Bool(pick(c, t, f)?),
-        _ => return Err(KernelError::new(format!("select branches differ in dtype: {} and {}", t.dtype(), f.dtype()))),
-    })
+    if t.dtype() != f.dtype() {
+        return Err(KernelError::new(format!("select branches differ in dtype: {} and {}", t.dtype(), f.dtype())));
+    }
+    fn pick_same<T: Element>(c: &ArrayD<bool>, t: &ArrayD<T>, f: &Tensor) -> Result<ArrayD<T>, KernelError> {
+        pick(c, t, T::array(f).ok_or_else(|| KernelError::new("select branches differ in dtype"))?)
+    }
+    Ok(crate::map_dtype!(t, t => pick_same(c, t, f)?))
 }
 
 /// Converts elements to `to` with the spec's rules: float to int truncates toward zero
-/// (saturating out of range, NaN gives 0), int to float rounds to nearest, bool is 0 or 1,
-/// and a number is true when it is not zero.
+/// (saturating out of range, NaN gives 0), int to int keeps the low bits, to a float rounds to
+/// nearest-even (once: f16 and bf16 round from the f64, which holds every f32 and f64 exactly),
+/// bool is 0 or 1, and a number is true when it is not zero.
 pub fn cast(x: &Tensor, to: DType) -> Tensor {
     macro_rules! convert {
         ($a:expr) => {
             match to {
                 DType::F32 => Tensor::F32($a.mapv(|v| v as f32)),
                 DType::F64 => Tensor::F64($a.mapv(|v| v as f64)),
+                DType::F16 => Tensor::F16($a.mapv(|v| f16::from_f64(v as f64))),
+                DType::BF16 => Tensor::BF16($a.mapv(|v| bf16::from_f64(v as f64))),
+                DType::I8 => Tensor::I8($a.mapv(|v| v as i8)),
+                DType::I16 => Tensor::I16($a.mapv(|v| v as i16)),
                 DType::I32 => Tensor::I32($a.mapv(|v| v as i32)),
                 DType::I64 => Tensor::I64($a.mapv(|v| v as i64)),
+                DType::U8 => Tensor::U8($a.mapv(|v| v as u8)),
+                DType::U16 => Tensor::U16($a.mapv(|v| v as u16)),
+                DType::U32 => Tensor::U32($a.mapv(|v| v as u32)),
+                DType::U64 => Tensor::U64($a.mapv(|v| v as u64)),
                 DType::Bool => Tensor::Bool($a.mapv(nonzero)),
             }
         };
     }
+    if x.dtype() == to {
+        return x.clone();
+    }
     match x {
         Tensor::F32(a) => convert!(a),
         Tensor::F64(a) => convert!(a),
+        // Widening a 16-bit float to f32 is exact.
+        Tensor::F16(a) => convert!(a.mapv(f16::to_f32)),
+        Tensor::BF16(a) => convert!(a.mapv(bf16::to_f32)),
+        Tensor::I8(a) => convert!(a),
+        Tensor::I16(a) => convert!(a),
         Tensor::I32(a) => convert!(a),
         Tensor::I64(a) => convert!(a),
-        Tensor::Bool(a) => match to {
-            DType::Bool => Tensor::Bool(a.clone()),
-            _ => convert!(a.mapv(u8::from)),
-        },
+        Tensor::U8(a) => convert!(a),
+        Tensor::U16(a) => convert!(a),
+        Tensor::U32(a) => convert!(a),
+        Tensor::U64(a) => convert!(a),
+        Tensor::Bool(a) => convert!(a.mapv(u8::from)),
     }
 }
 

@@ -3,7 +3,7 @@
 
 use super::elem::Num;
 use super::error::KernelError;
-use crate::tensor::Tensor;
+use crate::tensor::{Element, Tensor};
 use graphc_ir::TensorType;
 use ndarray::{s, Array2, Array3, ArrayD, ArrayView2, ArrayViewD, Ix2, IxDyn, LinalgScalar};
 
@@ -22,8 +22,10 @@ pub fn matmul(
         // because the spec makes integer products wrap.
         (Tensor::F32(a), Tensor::F32(b)) => Tensor::F32(batched(read(a, ta)?, read(b, tb)?, &out, float_mm)?),
         (Tensor::F64(a), Tensor::F64(b)) => Tensor::F64(batched(read(a, ta)?, read(b, tb)?, &out, float_mm)?),
-        (Tensor::I32(a), Tensor::I32(b)) => Tensor::I32(batched(read(a, ta)?, read(b, tb)?, &out, int_mm)?),
-        (Tensor::I64(a), Tensor::I64(b)) => Tensor::I64(batched(read(a, ta)?, read(b, tb)?, &out, int_mm)?),
+        _ if a.dtype() == b.dtype() && a.dtype().is_int() => each_int!(a, x => {
+            let y = Element::array(b).expect("the dtypes are equal");
+            batched(read(x, ta)?, read(y, tb)?, &out, int_mm)?
+        }, _ => unreachable!("an integer tensor")),
         _ => return Err(KernelError::new(format!("matmul of {} and {}", a.dtype(), b.dtype()))),
     })
 }

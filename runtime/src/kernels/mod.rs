@@ -5,6 +5,43 @@
 //! Stateful ops, control flow and communication are not kernels: the executor runs them
 //! (`crate::exec`), because they touch the session or hold regions.
 
+/// Dispatches on the variant both tensors share: `$num` for every numeric dtype but the 16-bit
+/// floats (which `kernels::eval` computes in f32), `$other` for bool and mixed dtypes.
+macro_rules! numeric_pair {
+    ($a:expr, $b:expr, ($x:ident, $y:ident) => $num:expr, _ => $other:expr) => {
+        match ($a, $b) {
+            (Tensor::F32($x), Tensor::F32($y)) => $num,
+            (Tensor::F64($x), Tensor::F64($y)) => $num,
+            (Tensor::I8($x), Tensor::I8($y)) => $num,
+            (Tensor::I16($x), Tensor::I16($y)) => $num,
+            (Tensor::I32($x), Tensor::I32($y)) => $num,
+            (Tensor::I64($x), Tensor::I64($y)) => $num,
+            (Tensor::U8($x), Tensor::U8($y)) => $num,
+            (Tensor::U16($x), Tensor::U16($y)) => $num,
+            (Tensor::U32($x), Tensor::U32($y)) => $num,
+            (Tensor::U64($x), Tensor::U64($y)) => $num,
+            _ => $other,
+        }
+    };
+}
+
+/// Dispatches on an integer tensor's variant, rewrapping `$body` in it; `$other` for the rest.
+macro_rules! each_int {
+    ($x:expr, $a:ident => $body:expr, _ => $other:expr) => {
+        match $x {
+            Tensor::I8($a) => Tensor::I8($body),
+            Tensor::I16($a) => Tensor::I16($body),
+            Tensor::I32($a) => Tensor::I32($body),
+            Tensor::I64($a) => Tensor::I64($body),
+            Tensor::U8($a) => Tensor::U8($body),
+            Tensor::U16($a) => Tensor::U16($body),
+            Tensor::U32($a) => Tensor::U32($body),
+            Tensor::U64($a) => Tensor::U64($body),
+            _ => $other,
+        }
+    };
+}
+
 mod array;
 pub mod elem;
 mod elementwise;
@@ -15,7 +52,7 @@ mod reduce;
 mod window;
 
 use crate::tensor::Tensor;
-use graphc_ir::{Attrs, Op, OpKind, TensorType};
+use graphc_ir::{Attrs, DType, Op, OpKind, TensorType};
 
 pub use elementwise::cast;
 pub use error::KernelError;
@@ -31,7 +68,31 @@ pub fn is_kernel(op: Op) -> bool {
 
 /// Evaluates a pure op on its operands. `results` are the node's result types (from the
 /// type rules); kernels whose result shape is fully determined by attributes read it there.
+///
+/// f16 and bf16 have no kernels of their own: their operands widen to f32 (exactly), the f32
+/// kernel runs, and each result the type rule gives a 16-bit float type is rounded to it,
+/// nearest-even (the spec's rule). `cast` and `constant` convert themselves.
 pub fn eval(op: Op, attrs: &Attrs, inputs: &[&Tensor], results: &[TensorType]) -> Result<Vec<Tensor>, KernelError> {
+    let half = |d: DType| matches!(d, DType::F16 | DType::BF16);
+    if matches!(op, Op::Cast | Op::Constant)
+        || !(inputs.iter().any(|t| half(t.dtype())) || results.iter().any(|t| half(t.dtype)))
+    {
+        return eval_native(op, attrs, inputs, results);
+    }
+    let wide: Vec<Tensor> =
+        inputs.iter().map(|t| if half(t.dtype()) { cast(t, DType::F32) } else { (*t).clone() }).collect();
+    let wide_results: Vec<TensorType> =
+        results.iter().map(|t| if half(t.dtype) { t.with_dtype(DType::F32) } else { t.clone() }).collect();
+    let refs: Vec<&Tensor> = wide.iter().collect();
+    let out = eval_native(op, attrs, &refs, &wide_results)?;
+    Ok(out
+        .into_iter()
+        .zip(results)
+        .map(|(t, ty)| if half(ty.dtype) && t.dtype() == DType::F32 { cast(&t, ty.dtype) } else { t })
+        .collect())
+}
+
+fn eval_native(op: Op, attrs: &Attrs, inputs: &[&Tensor], results: &[TensorType]) -> Result<Vec<Tensor>, KernelError> {
     let arity = op.def();
     if inputs.len() < arity.min_operands || arity.max_operands.is_some_and(|m| inputs.len() > m) {
         return Err(KernelError::new(format!("'{}' got {} operands", op.name(), inputs.len())));

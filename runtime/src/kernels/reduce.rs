@@ -23,19 +23,22 @@ pub fn reduce(op: Op, x: &Tensor, axes: &[i64], result: &TensorType) -> Result<T
     Ok(match (op, x) {
         (Op::ReduceSum, Tensor::F32(a)) => Tensor::F32(rows(a, &reduced, &out, float_sum)?),
         (Op::ReduceSum, Tensor::F64(a)) => Tensor::F64(rows(a, &reduced, &out, float_sum)?),
-        (Op::ReduceSum, Tensor::I32(a)) => Tensor::I32(rows(a, &reduced, &out, int_sum)?),
-        (Op::ReduceSum, Tensor::I64(a)) => Tensor::I64(rows(a, &reduced, &out, int_sum)?),
+        (Op::ReduceSum, t) if t.dtype().is_int() => {
+            each_int!(t, a => rows(a, &reduced, &out, int_sum)?, _ => unreachable!("an integer tensor"))
+        }
         (Op::ReduceProd, Tensor::F32(a)) => Tensor::F32(rows(a, &reduced, &out, float_prod)?),
         (Op::ReduceProd, Tensor::F64(a)) => Tensor::F64(rows(a, &reduced, &out, float_prod)?),
-        (Op::ReduceProd, Tensor::I32(a)) => Tensor::I32(rows(a, &reduced, &out, int_prod)?),
-        (Op::ReduceProd, Tensor::I64(a)) => Tensor::I64(rows(a, &reduced, &out, int_prod)?),
+        (Op::ReduceProd, t) if t.dtype().is_int() => {
+            each_int!(t, a => rows(a, &reduced, &out, int_prod)?, _ => unreachable!("an integer tensor"))
+        }
         (Op::ReduceMean, Tensor::F32(a)) => Tensor::F32(rows(a, &reduced, &out, mean)?),
         (Op::ReduceMean, Tensor::F64(a)) => Tensor::F64(rows(a, &reduced, &out, mean)?),
         (Op::ReduceMean, _) => return Err(float_only()),
         (Op::ReduceMax | Op::ReduceMin, Tensor::F32(a)) => Tensor::F32(rows(a, &reduced, &out, extreme(op))?),
         (Op::ReduceMax | Op::ReduceMin, Tensor::F64(a)) => Tensor::F64(rows(a, &reduced, &out, extreme(op))?),
-        (Op::ReduceMax | Op::ReduceMin, Tensor::I32(a)) => Tensor::I32(rows(a, &reduced, &out, extreme(op))?),
-        (Op::ReduceMax | Op::ReduceMin, Tensor::I64(a)) => Tensor::I64(rows(a, &reduced, &out, extreme(op))?),
+        (Op::ReduceMax | Op::ReduceMin, t) if t.dtype().is_int() => {
+            each_int!(t, a => rows(a, &reduced, &out, extreme(op))?, _ => unreachable!("an integer tensor"))
+        }
         _ => return Err(KernelError::new(format!("'{}' is not defined on {}", op.name(), x.dtype()))),
     })
 }

@@ -146,25 +146,18 @@ pub fn max_pool_with_indices(x: &Tensor, attrs: &Attrs, result: &TensorType) -> 
         let values = idx.mapv(|i| if i < 0 { T::LOWEST } else { xv[i as usize] });
         Ok((values, idx))
     }
-    let (v, i) = match x {
-        Tensor::F32(a) => {
-            let (v, i) = run(a, &win, result)?;
-            (Tensor::F32(v), i)
-        }
-        Tensor::F64(a) => {
-            let (v, i) = run(a, &win, result)?;
-            (Tensor::F64(v), i)
-        }
-        Tensor::I32(a) => {
-            let (v, i) = run(a, &win, result)?;
-            (Tensor::I32(v), i)
-        }
-        Tensor::I64(a) => {
-            let (v, i) = run(a, &win, result)?;
-            (Tensor::I64(v), i)
-        }
-        Tensor::Bool(_) => return Err(KernelError::new("max_pool is not defined on bool")),
-    };
+    macro_rules! each {
+        ($($v:ident),*) => {
+            match x {
+                $(Tensor::$v(a) => {
+                    let (v, i) = run(a, &win, result)?;
+                    (Tensor::$v(v), i)
+                })*
+                _ => return Err(KernelError::new(format!("max_pool is not defined on {}", x.dtype()))),
+            }
+        };
+    }
+    let (v, i) = each!(F32, F64, I8, I16, I32, I64, U8, U16, U32, U64);
     Ok(vec![v, Tensor::I64(i)])
 }
 
@@ -177,6 +170,8 @@ pub fn pool(op: Op, x: &Tensor, attrs: &Attrs, result: &TensorType) -> Result<Te
         (Op::MaxPool, Tensor::F64(a)) => Ok(Tensor::F64(pool_max(a, &win, result)?)),
         (Op::MaxPool, Tensor::I32(a)) => Ok(Tensor::I32(pool_max(a, &win, result)?)),
         (Op::MaxPool, Tensor::I64(a)) => Ok(Tensor::I64(pool_max(a, &win, result)?)),
+        (Op::MaxPool, Tensor::I8(a)) => Ok(Tensor::I8(pool_max(a, &win, result)?)),
+        (Op::MaxPool, Tensor::U8(a)) => Ok(Tensor::U8(pool_max(a, &win, result)?)),
         (Op::AvgPool, Tensor::F32(a)) => Ok(Tensor::F32(pool_avg(a, &win, include_pad, result)?)),
         (Op::AvgPool, Tensor::F64(a)) => Ok(Tensor::F64(pool_avg(a, &win, include_pad, result)?)),
         _ => Err(KernelError::new(format!("'{}' is not defined on {}", op.name(), x.dtype()))),
