@@ -1,6 +1,6 @@
 //! Activations that graphc has no single op for, expanded to short compositions of IR ops with
 //! ONNX's default parameters: Reciprocal, Softplus, Mish, Softsign, LeakyRelu, PRelu,
-//! ThresholdedRelu, Elu, Selu, Celu, HardSigmoid, HardSwish and Gelu. (Relu, Sigmoid and Tanh
+//! ThresholdedRelu, Elu, Selu, Celu, HardSigmoid, HardSwish, Gelu, Shrink and Swish. (Relu, Sigmoid and Tanh
 //! are IR ops: see `elementwise`.)
 
 use super::attrs::Attrs;
@@ -24,6 +24,8 @@ pub(super) const OPS: &[OpEntry] = &[
     OpEntry::new("HardSwish", |imp, n| activation(imp, n, Act::HardSwish)),
     OpEntry::new("PRelu", prelu),
     OpEntry::new("Gelu", gelu),
+    OpEntry::since("Shrink", 9, shrink),
+    OpEntry::since("Swish", 24, swish),
     // Older versions, where they differ from the later ones only in element types (version 6
     // dropped `consumed_inputs`; PRelu 7 broadcasts the slope as later versions do).
     OpEntry::since("Reciprocal", 6, |imp, n| activation(imp, n, Act::Reciprocal)),
@@ -175,4 +177,30 @@ fn gelu(imp: &mut Importer, n: &NodeProto) -> Result<Vec<Value>> {
     let p = imp.binary(Op::Add, one, inner)?;
     let hx = imp.binary(Op::Mul, half, x)?;
     Ok(vec![imp.binary(Op::Mul, hx, p)?])
+}
+
+/// Shrink 9: `x + bias` below `-lambd`, `x - bias` above `lambd`, 0 between.
+fn shrink(imp: &mut Importer, n: &NodeProto) -> Result<Vec<Value>> {
+    let a = Attrs(n);
+    let x = imp.input(n, 0)?;
+    let dt = imp.ty(x)?.dtype;
+    let (lambd, bias) = (a.float("lambd", 0.5) as f64, a.float("bias", 0.0) as f64);
+    let (lo, hi) = (imp.scalar(dt, -lambd)?, imp.scalar(dt, lambd)?);
+    let b = imp.scalar(dt, bias)?;
+    let zero = imp.scalar(dt, 0.0)?;
+    let below = imp.binary(Op::Less, x, lo)?;
+    let above = imp.binary(Op::Greater, x, hi)?;
+    let up = imp.binary(Op::Add, x, b)?;
+    let down = imp.binary(Op::Sub, x, b)?;
+    let outer = imp.emit1(NodeSpec::new(Op::Select, vec![above, down, zero]))?;
+    Ok(vec![imp.emit1(NodeSpec::new(Op::Select, vec![below, up, outer]))?])
+}
+
+/// Swish 24: `x * sigmoid(alpha * x)`.
+fn swish(imp: &mut Importer, n: &NodeProto) -> Result<Vec<Value>> {
+    let x = imp.input(n, 0)?;
+    let alpha = imp.scalar(imp.ty(x)?.dtype, Attrs(n).float("alpha", 1.0) as f64)?;
+    let ax = imp.binary(Op::Mul, x, alpha)?;
+    let s = imp.unary(Op::Sigmoid, ax)?;
+    Ok(vec![imp.binary(Op::Mul, x, s)?])
 }

@@ -1,7 +1,7 @@
 //! Elementwise operators that are one IR op each, or a short chain of them: arithmetic,
 //! comparisons and logic (binary, broadcasting), Mod, unary math (trigonometric and
 //! hyperbolic functions and their inverses, Floor, Ceil, Round, Sign), Identity, the variadic
-//! Max, Min and Sum, Pow, Where, Clip, Cast and CastLike.
+//! Max, Min, Sum and Mean, IsNaN and IsInf, Pow, Where, Clip, Cast and CastLike.
 
 use super::attrs::Attrs;
 use super::entry::OpEntry;
@@ -55,6 +55,9 @@ pub(super) const OPS: &[OpEntry] = &[
     OpEntry::new("Max", |imp, n| variadic(imp, n, Op::Max)),
     OpEntry::new("Min", |imp, n| variadic(imp, n, Op::Min)),
     OpEntry::new("Sum", |imp, n| variadic(imp, n, Op::Add)),
+    OpEntry::new("Mean", mean),
+    OpEntry::since("IsNaN", 9, is_nan),
+    OpEntry::since("IsInf", 10, is_inf),
     OpEntry::new("Where", select),
     OpEntry::new("Clip", clip),
     OpEntry::new("Cast", cast),
@@ -120,6 +123,7 @@ pub(super) const OPS: &[OpEntry] = &[
     OpEntry::since("Max", 6, |imp, n| variadic(imp, n, Op::Max)),
     OpEntry::since("Min", 6, |imp, n| variadic(imp, n, Op::Min)),
     OpEntry::since("Sum", 6, |imp, n| variadic(imp, n, Op::Add)),
+    OpEntry::since("Mean", 6, mean),
     OpEntry::since("Where", 9, select),
     // Clip 6 has its bounds as attributes; 11 made them inputs (12 adds integer types).
     OpEntry::since("Clip", 11, clip),
@@ -206,6 +210,42 @@ fn variadic(imp: &mut Importer, n: &NodeProto, op: Op) -> Result<Vec<Value>> {
         acc = imp.unary(Op::Identity, acc)?;
     }
     Ok(vec![acc])
+}
+
+/// The sum of the inputs (broadcast) divided by their count.
+fn mean(imp: &mut Importer, n: &NodeProto) -> Result<Vec<Value>> {
+    let sum = variadic(imp, n, Op::Add)?[0];
+    let dtype = imp.ty(sum)?.dtype;
+    let count = imp.scalar(dtype, n.input.len() as f64)?;
+    Ok(vec![imp.binary(Op::Div, sum, count)?])
+}
+
+/// `x != x`: true exactly for NaN.
+fn is_nan(imp: &mut Importer, n: &NodeProto) -> Result<Vec<Value>> {
+    let x = imp.input(n, 0)?;
+    Ok(vec![imp.binary(Op::NotEqual, x, x)?])
+}
+
+/// Equality with +inf and/or -inf, as `detect_positive` and `detect_negative` ask (both by
+/// default: `|x| == inf`; neither: false everywhere, `x < x`).
+fn is_inf(imp: &mut Importer, n: &NodeProto) -> Result<Vec<Value>> {
+    let a = Attrs(n);
+    let x = imp.input(n, 0)?;
+    let dtype = imp.ty(x)?.dtype;
+    let (pos, neg) = (a.int("detect_positive", 1) != 0, a.int("detect_negative", 1) != 0);
+    let y = match (pos, neg) {
+        (true, true) => {
+            let ax = imp.unary(Op::Abs, x)?;
+            let inf = imp.scalar(dtype, f64::INFINITY)?;
+            imp.binary(Op::Equal, ax, inf)?
+        }
+        (true, false) | (false, true) => {
+            let inf = imp.scalar(dtype, if pos { f64::INFINITY } else { f64::NEG_INFINITY })?;
+            imp.binary(Op::Equal, x, inf)?
+        }
+        (false, false) => imp.binary(Op::Less, x, x)?,
+    };
+    Ok(vec![y])
 }
 
 fn select(imp: &mut Importer, n: &NodeProto) -> Result<Vec<Value>> {

@@ -1,5 +1,6 @@
 //! Operators about positions: ArgMax and ArgMin (an index along an axis, composed from a
-//! reduction, a comparison and a select of an iota constant), Trilu (a constant triangular
+//! reduction, a comparison and a select of an iota constant), Hardmax (the iota equal to
+//! ArgMax's index), Trilu (a constant triangular
 //! mask and a select), Range (a constant: its bounds must be known at import, its length being
 //! the result's shape) and Tile (singleton axes interleaved by a reshape, broadcast, and
 //! reshaped back). Inputs that decide shapes (Trilu's `k`, Range's bounds, Tile's repeats)
@@ -20,6 +21,8 @@ pub(super) const OPS: &[OpEntry] = &[
     OpEntry::since("ArgMin", 12, |imp, n| arg_extreme(imp, n, Op::ReduceMin, true)),
     OpEntry::since("ArgMax", 1, |imp, n| arg_extreme(imp, n, Op::ReduceMax, false)),
     OpEntry::since("ArgMin", 1, |imp, n| arg_extreme(imp, n, Op::ReduceMin, false)),
+    OpEntry::new("Hardmax", hardmax),
+    OpEntry::since("Hardmax", 1, hardmax_2d),
     OpEntry::since("Trilu", 14, trilu),
     OpEntry::since("Range", 11, range),
     // Tile 6 takes `repeats` as an input, as 13 does (which adds types only); Tile 1, with
@@ -46,13 +49,26 @@ fn arg_extreme(imp: &mut Importer, n: &NodeProto, reduce: Op, has_select_last: b
         v => return Err(format!("select_last_index must be 0 or 1, got {v}")),
     };
     let keep = a.int("keepdims", 1) != 0;
-    let mut x = imp.input(n, 0)?;
-    let ty = imp.ty(x)?;
+    let x = imp.input(n, 0)?;
     let dims = imp.shape(x)?;
     let axis = norm_axis(a.int("axis", 0), dims.len())?;
+    let idx = extreme_index(imp, x, axis, reduce, last).map_err(|e| format!("{name}: {e}"))?;
+    Ok(vec![if keep { idx } else { imp.reshape(idx, drop_axis(&dims, axis))? }])
+}
+
+/// `dims` without `axis`.
+fn drop_axis(dims: &[i64], axis: usize) -> Vec<i64> {
+    dims.iter().enumerate().filter(|&(i, _)| i != axis).map(|(_, &d)| d).collect()
+}
+
+/// The int64 index along `axis` (kept, of length 1) of the first (or last) element equal to
+/// `x`'s extreme along it (NaN counting as the extreme).
+fn extreme_index(imp: &mut Importer, mut x: Value, axis: usize, reduce: Op, last: bool) -> Result<Value> {
+    let ty = imp.ty(x)?;
+    let dims = imp.shape(x)?;
     let d = dims[axis];
     if d == 0 {
-        return Err(format!("{name} over axis {axis} of length 0 has no index to return"));
+        return Err(format!("axis {axis} of length 0 has no index to return"));
     }
     if ty.dtype == DType::Bool {
         x = imp.emit1(NodeSpec::new(Op::Cast, vec![x]).attr("to", Attr::DType(DType::I32)))?;
@@ -63,14 +79,47 @@ fn arg_extreme(imp: &mut Importer, n: &NodeProto, reduce: Op, has_select_last: b
         let nan = imp.binary(Op::NotEqual, x, x)?;
         hit = imp.binary(Op::Or, hit, nan)?;
     }
-    let mut iota_shape = vec![1usize; dims.len()];
-    iota_shape[axis] = d as usize;
-    let iota = ndarray::Array1::from_iter(0..d).into_shape_with_order(ndarray::IxDyn(&iota_shape));
-    let iota = imp.constant(Tensor::I64(iota.map_err(|e| e.to_string())?))?;
+    let iota = iota(imp, dims.len(), axis, d)?;
     let sentinel = imp.constant(Tensor::I64(ndarray::arr0(if last { -1 } else { d }).into_dyn()))?;
     let idx = imp.emit1(NodeSpec::new(Op::Select, vec![hit, iota, sentinel]))?;
     let pick = if last { Op::ReduceMax } else { Op::ReduceMin };
-    Ok(vec![imp.reduce(pick, idx, vec![axis as i64], keep)?])
+    imp.reduce(pick, idx, vec![axis as i64], true)
+}
+
+/// 0..d along `axis` of a rank-`rank` int64 constant, 1 along the other axes.
+fn iota(imp: &mut Importer, rank: usize, axis: usize, d: i64) -> Result<Value> {
+    let mut shape = vec![1usize; rank];
+    shape[axis] = d as usize;
+    let iota = ndarray::Array1::from_iter(0..d).into_shape_with_order(ndarray::IxDyn(&shape));
+    imp.constant(Tensor::I64(iota.map_err(|e| e.to_string())?))
+}
+
+/// Hardmax 13: 1 at the first maximum along `axis` (default -1), 0 elsewhere, in x's type.
+fn hardmax(imp: &mut Importer, n: &NodeProto) -> Result<Vec<Value>> {
+    let x = imp.input(n, 0)?;
+    let dims = imp.shape(x)?;
+    let axis = norm_axis(Attrs(n).int("axis", -1), dims.len())?;
+    Ok(vec![one_at_max(imp, x, axis)?])
+}
+
+/// Hardmax 1 and 11: over x coerced to 2-D at `axis` (default 1), as Softmax before 13.
+fn hardmax_2d(imp: &mut Importer, n: &NodeProto) -> Result<Vec<Value>> {
+    let x = imp.input(n, 0)?;
+    let dims = imp.shape(x)?;
+    let axis = norm_axis(Attrs(n).int("axis", 1), dims.len().max(1))?.min(dims.len());
+    let rows: i64 = dims[..axis].iter().product();
+    let cols: i64 = dims[axis..].iter().product();
+    let m = imp.reshape(x, vec![rows, cols])?;
+    let y = one_at_max(imp, m, 1)?;
+    Ok(vec![imp.reshape(y, dims)?])
+}
+
+fn one_at_max(imp: &mut Importer, x: Value, axis: usize) -> Result<Value> {
+    let ty = imp.ty(x)?;
+    let idx = extreme_index(imp, x, axis, Op::ReduceMax, false).map_err(|e| format!("Hardmax: {e}"))?;
+    let iota = iota(imp, ty.rank(), axis, ty.shape[axis] as i64)?;
+    let hit = imp.binary(Op::Equal, iota, idx)?;
+    imp.emit1(NodeSpec::new(Op::Cast, vec![hit]).attr("to", Attr::DType(ty.dtype)))
 }
 
 /// Keeps the elements on and above (`upper`, the default) or below the `k`-th diagonal of the

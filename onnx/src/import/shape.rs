@@ -25,6 +25,9 @@ pub(super) const OPS: &[OpEntry] = &[
     OpEntry::new("Expand", expand),
     OpEntry::new("Shape", shape),
     OpEntry::new("Size", size),
+    // DepthToSpace 13 and 11 (which adds `mode`; 1 has DCR only); SpaceToDepth 1 and 13.
+    OpEntry::since("DepthToSpace", 1, depth_to_space),
+    OpEntry::since("SpaceToDepth", 1, space_to_depth),
     // Pad 11 takes the pads and value as inputs, 18 adds `axes`, 19 the wrap mode (13 and 21
     // only add element types): one converter serves them all. Pad 2 has them as attributes.
     OpEntry::since("Pad", 11, pad),
@@ -448,5 +451,45 @@ fn pad_with(
             Ok(cur)
         }
         other => Err(format!("Pad: mode '{other}' is not one of constant, edge, reflect, wrap")),
+    }
+}
+
+/// DepthToSpace: `[N, C, H, W]` to `[N, C/b², H*b, W*b]` by a reshape to six dims, a transpose
+/// and a reshape; DCR mode (the default) splits C as `[b, b, C/b²]`, CRD as `[C/b², b, b]`.
+fn depth_to_space(imp: &mut Importer, n: &NodeProto) -> Result<Vec<Value>> {
+    let a = Attrs(n);
+    let x = imp.input(n, 0)?;
+    let (nb, c, h, w) = nchw(imp, x, "DepthToSpace")?;
+    let b = a.int("blocksize", 0);
+    if b <= 0 || c % (b * b) != 0 {
+        return Err(format!("blocksize {b} must be positive with its square dividing the {c} channels"));
+    }
+    let (split, perm) = match a.string("mode", "DCR").as_str() {
+        "DCR" => (vec![nb, b, b, c / (b * b), h, w], vec![0, 3, 4, 1, 5, 2]),
+        "CRD" => (vec![nb, c / (b * b), b, b, h, w], vec![0, 1, 4, 2, 5, 3]),
+        m => return Err(format!("mode must be DCR or CRD, got '{m}'")),
+    };
+    let y = imp.reshape(x, split)?;
+    let y = imp.emit1(NodeSpec::new(Op::Transpose, vec![y]).attr("perm", Attr::Ints(perm)))?;
+    Ok(vec![imp.reshape(y, vec![nb, c / (b * b), h * b, w * b])?])
+}
+
+/// SpaceToDepth: `[N, C, H, W]` to `[N, C*b², H/b, W/b]`, the inverse of DepthToSpace in DCR.
+fn space_to_depth(imp: &mut Importer, n: &NodeProto) -> Result<Vec<Value>> {
+    let x = imp.input(n, 0)?;
+    let (nb, c, h, w) = nchw(imp, x, "SpaceToDepth")?;
+    let b = Attrs(n).int("blocksize", 0);
+    if b <= 0 || h % b != 0 || w % b != 0 {
+        return Err(format!("blocksize {b} must be positive and divide the height {h} and width {w}"));
+    }
+    let y = imp.reshape(x, vec![nb, c, h / b, b, w / b, b])?;
+    let y = imp.emit1(NodeSpec::new(Op::Transpose, vec![y]).attr("perm", Attr::Ints(vec![0, 3, 5, 1, 2, 4])))?;
+    Ok(vec![imp.reshape(y, vec![nb, c * b * b, h / b, w / b])?])
+}
+
+fn nchw(imp: &Importer, x: Value, op: &str) -> Result<(i64, i64, i64, i64)> {
+    match imp.shape(x)?[..] {
+        [nb, c, h, w] => Ok((nb, c, h, w)),
+        ref d => Err(format!("{op} takes a 4-D input [N, C, H, W], got rank {}", d.len())),
     }
 }
