@@ -1,6 +1,7 @@
 //! Convolution and pooling: Conv (with its bias), ConvTranspose (as the IR's `conv_input_grad`,
 //! with its bias, output padding and shape), MaxPool (with indices, either storage order),
-//! AveragePool, and GlobalAveragePool and GlobalMaxPool as reductions over the spatial dims.
+//! AveragePool, LpPool (an average pool of |x|^p), and GlobalAveragePool and GlobalMaxPool as
+//! reductions over the spatial dims.
 
 use super::attrs::Attrs;
 use super::entry::OpEntry;
@@ -26,6 +27,9 @@ pub(super) const OPS: &[OpEntry] = &[
     OpEntry::since("AveragePool", 1, |imp, n| windowed(imp, n, Window::AveragePool)),
     OpEntry::since("GlobalAveragePool", 1, |imp, n| global_pool(imp, n, Op::ReduceMean)),
     OpEntry::since("GlobalMaxPool", 1, |imp, n| global_pool(imp, n, Op::ReduceMax)),
+    // LpPool 2 has `p` as an integer attribute, as later versions; 11 adds dilations' and
+    // 18 `ceil_mode`'s attributes, absent (so at their defaults) before.
+    OpEntry::since("LpPool", 2, |imp, n| windowed(imp, n, Window::LpPool)),
 ];
 
 /// The operators that slide a window over the spatial dims.
@@ -34,6 +38,9 @@ enum Window {
     Conv,
     MaxPool,
     AveragePool,
+    /// `(sum over the window of |x|^p)^(1/p)`: an average pool of `|x|^p` counting the
+    /// padding, times the window's size.
+    LpPool,
 }
 
 /// Conv, MaxPool and AveragePool: window attributes, with `auto_pad` resolved to explicit
@@ -91,6 +98,11 @@ fn windowed(imp: &mut Importer, n: &NodeProto, window: Window) -> Result<Vec<Val
         }
         return Ok(vec![y]);
     }
+    if window == Window::LpPool {
+        return lp_pool(imp, x, a.int("p", 2), &kernel, |spec| {
+            windowed(spec).attr("ceil_mode", Attr::Bool(a.int("ceil_mode", 0) != 0))
+        });
+    }
     let indices = n.output.get(1).is_some_and(|o| !o.is_empty());
     let column_major = a.int("storage_order", 0) != 0;
     let op = if window == Window::MaxPool { Op::MaxPool } else { Op::AvgPool };
@@ -108,6 +120,41 @@ fn windowed(imp: &mut Importer, n: &NodeProto, window: Window) -> Result<Vec<Val
         outs[1] = column_major_index(imp, outs[1], spatial)?;
     }
     Ok(outs)
+}
+
+fn lp_pool(
+    imp: &mut Importer,
+    x: Value,
+    p: i64,
+    kernel: &[i64],
+    windowed: impl Fn(NodeSpec) -> NodeSpec,
+) -> Result<Vec<Value>> {
+    if p < 1 {
+        return Err(format!("LpPool: p must be at least 1, got {p}"));
+    }
+    let dtype = imp.ty(x)?.dtype;
+    let ax = imp.unary(Op::Abs, x)?;
+    let xp = match p {
+        1 => ax,
+        _ => {
+            let e = imp.scalar(dtype, p as f64)?;
+            imp.binary(Op::Pow, ax, e)?
+        }
+    };
+    let spec = windowed(NodeSpec::new(Op::AvgPool, vec![xp]))
+        .attr("kernel", Attr::Ints(kernel.to_vec()))
+        .attr("count_include_pad", Attr::Bool(true));
+    let avg = imp.emit1(spec)?;
+    let size = imp.scalar(dtype, kernel.iter().product::<i64>() as f64)?;
+    let sum = imp.binary(Op::Mul, avg, size)?;
+    Ok(vec![match p {
+        1 => sum,
+        2 => imp.unary(Op::Sqrt, sum)?,
+        _ => {
+            let e = imp.scalar(dtype, 1.0 / p as f64)?;
+            imp.binary(Op::Pow, sum, e)?
+        }
+    }])
 }
 
 /// ConvTranspose: `conv_input_grad` of the conv whose output channels are ConvTranspose's

@@ -1,7 +1,7 @@
 //! Operators about positions: ArgMax and ArgMin (an index along an axis, composed from a
 //! reduction, a comparison and a select of an iota constant), Hardmax (the iota equal to
 //! ArgMax's index), Trilu (a constant triangular
-//! mask and a select), Range (a constant: its bounds must be known at import, its length being
+//! mask and a select), OneHot (an iota compared with the indices), EyeLike (a constant), Range (a constant: its bounds must be known at import, its length being
 //! the result's shape) and Tile (singleton axes interleaved by a reshape, broadcast, and
 //! reshaped back). Inputs that decide shapes (Trilu's `k`, Range's bounds, Tile's repeats)
 //! must be known at import time.
@@ -24,6 +24,10 @@ pub(super) const OPS: &[OpEntry] = &[
     OpEntry::new("Hardmax", hardmax),
     OpEntry::since("Hardmax", 1, hardmax_2d),
     OpEntry::since("Trilu", 14, trilu),
+    // OneHot 11 allows negative indices (from the end of the depth), 9 does not: a superset.
+    OpEntry::since("OneHot", 9, one_hot),
+    // EyeLike 9 and 22 differ in types only.
+    OpEntry::since("EyeLike", 9, eye_like),
     OpEntry::since("Range", 11, range),
     // Tile 6 takes `repeats` as an input, as 13 does (which adds types only); Tile 1, with
     // `tiles` and `axis` inputs, is older than the oldest opset graphc imports.
@@ -245,4 +249,74 @@ fn tile(imp: &mut Importer, n: &NodeProto) -> Result<Vec<Value>> {
     let y = imp.reshape(x, split)?;
     let y = imp.emit1(NodeSpec::new(Op::Broadcast, vec![y]).attr("shape", Attr::Ints(wide)))?;
     Ok(vec![imp.reshape(y, out)?])
+}
+
+/// OneHot: `values[1]` where the iota along the new axis equals the index (a negative index
+/// counting from `depth`), else `values[0]`; indices outside `[-depth, depth)` give a row of
+/// `values[0]`. `depth` must be known at import (it is the new axis's length).
+fn one_hot(imp: &mut Importer, n: &NodeProto) -> Result<Vec<Value>> {
+    let indices = imp.input(n, 0)?;
+    let depth = imp.const_input(n, 1, "depth")?.ok_or("input 1 (depth) is required")?;
+    if depth.len() != 1 {
+        return Err(format!("depth must hold one value, got shape {:?}", depth.shape()));
+    }
+    let d = depth.to_f64_vec()[0];
+    if !(d >= 1.0 && d <= (1u64 << 31) as f64) {
+        return Err(format!("depth must be a positive count, got {d}"));
+    }
+    let d = d as i64;
+    let values = imp.input(n, 2)?;
+    if imp.shape(values)? != [2] {
+        return Err(format!("values must be [off, on], got shape {:?}", imp.shape(values)?));
+    }
+    let dims = imp.shape(indices)?;
+    let axis = norm_axis(Attrs(n).int("axis", -1), dims.len() + 1)?;
+    let idx = imp.emit1(NodeSpec::new(Op::Cast, vec![indices]).attr("to", Attr::DType(DType::I64)))?;
+    let (zero, depth) = (imp.scalar(DType::I64, 0.0)?, imp.scalar(DType::I64, d as f64)?);
+    let negative = imp.binary(Op::Less, idx, zero)?;
+    let wrapped = imp.binary(Op::Add, idx, depth)?;
+    let idx = imp.emit1(NodeSpec::new(Op::Select, vec![negative, wrapped, idx]))?;
+    let mut shape = dims.clone();
+    shape.insert(axis, 1);
+    let idx = imp.reshape(idx, shape)?;
+    let iota = iota(imp, dims.len() + 1, axis, d)?;
+    let hit = imp.binary(Op::Equal, iota, idx)?;
+    let pick = |imp: &mut Importer, i: i64| -> Result<Value> {
+        let v = imp.emit1(
+            NodeSpec::new(Op::Slice, vec![values])
+                .attr("starts", Attr::Ints(vec![i]))
+                .attr("ends", Attr::Ints(vec![i + 1])),
+        )?;
+        imp.reshape(v, vec![])
+    };
+    let (off, on) = (pick(imp, 0)?, pick(imp, 1)?);
+    Ok(vec![imp.emit1(NodeSpec::new(Op::Select, vec![hit, on, off]))?])
+}
+
+/// EyeLike: a constant of the 2-D input's shape with ones on the `k`-th diagonal, of `dtype`
+/// (by default the input's).
+fn eye_like(imp: &mut Importer, n: &NodeProto) -> Result<Vec<Value>> {
+    let a = Attrs(n);
+    let x = imp.input(n, 0)?;
+    let ty = imp.ty(x)?;
+    let [rows, cols] = ty.shape[..] else {
+        return Err(format!("EyeLike takes a 2-D input, got rank {}", ty.rank()));
+    };
+    let dtype = match a.get("dtype") {
+        Some(_) => {
+            let code = a.int("dtype", 1);
+            i32::try_from(code).map_err(|_| format!("unknown data type {code}")).and_then(crate::tensor::dtype_of)?
+        }
+        None => ty.dtype,
+    };
+    let k = a.int("k", 0);
+    let eye = ndarray::Array2::from_shape_fn((rows as usize, cols as usize), |(i, j)| {
+        if j as i64 - i as i64 == k {
+            1.0
+        } else {
+            0.0
+        }
+    });
+    let t = graphc_runtime::kernels::cast(&Tensor::F64(eye.into_dyn()), dtype);
+    Ok(vec![imp.constant(t)?])
 }
