@@ -29,7 +29,7 @@ pub enum TensorData {
 #[doc(hidden)]
 macro_rules! each_data {
     (map $d:expr, $v:ident => $body:expr) => {{
-        use $crate::TensorData as D;
+        use $crate::attr::TensorData as D;
         match $d {
             D::F32($v) => D::F32($body),
             D::F64($v) => D::F64($body),
@@ -47,7 +47,7 @@ macro_rules! each_data {
         }
     }};
     ($d:expr, $v:ident => $body:expr) => {{
-        use $crate::TensorData as D;
+        use $crate::attr::TensorData as D;
         match $d {
             D::F32($v) => $body,
             D::F64($v) => $body,
