@@ -23,45 +23,53 @@ pub enum TensorData {
     U64(Vec<u64>),
 }
 
-/// Applies the same expression to the vector inside a [`TensorData`], whatever its dtype;
-/// `map` rewraps the result in the same variant.
+/// Applies the same expression to the contents of `$x`, a value of `$enum`: an enum with a
+/// variant per dtype, named as [`DType`]'s ([`TensorData`], the runtime's `Tensor`).
 #[macro_export]
 #[doc(hidden)]
-macro_rules! each_data {
-    (map $d:expr, $v:ident => $body:expr) => {{
-        use $crate::attr::TensorData as D;
-        match $d {
-            D::F32($v) => D::F32($body),
-            D::F64($v) => D::F64($body),
-            D::I32($v) => D::I32($body),
-            D::I64($v) => D::I64($body),
-            D::Bool($v) => D::Bool($body),
-            D::F16($v) => D::F16($body),
-            D::BF16($v) => D::BF16($body),
-            D::I8($v) => D::I8($body),
-            D::I16($v) => D::I16($body),
-            D::U8($v) => D::U8($body),
-            D::U16($v) => D::U16($body),
-            D::U32($v) => D::U32($body),
-            D::U64($v) => D::U64($body),
+macro_rules! each_variant {
+    ($enum:path, $x:expr, $a:ident => $body:expr) => {{
+        use $enum as E;
+        match $x {
+            E::F32($a) => $body,
+            E::F64($a) => $body,
+            E::I32($a) => $body,
+            E::I64($a) => $body,
+            E::Bool($a) => $body,
+            E::F16($a) => $body,
+            E::BF16($a) => $body,
+            E::I8($a) => $body,
+            E::I16($a) => $body,
+            E::U8($a) => $body,
+            E::U16($a) => $body,
+            E::U32($a) => $body,
+            E::U64($a) => $body,
         }
     }};
-    ($d:expr, $v:ident => $body:expr) => {{
-        use $crate::attr::TensorData as D;
-        match $d {
-            D::F32($v) => $body,
-            D::F64($v) => $body,
-            D::I32($v) => $body,
-            D::I64($v) => $body,
-            D::Bool($v) => $body,
-            D::F16($v) => $body,
-            D::BF16($v) => $body,
-            D::I8($v) => $body,
-            D::I16($v) => $body,
-            D::U8($v) => $body,
-            D::U16($v) => $body,
-            D::U32($v) => $body,
-            D::U64($v) => $body,
+}
+
+/// Like [`each_variant!`], converting between enums with the same dtype variants: the result
+/// of `$body` is wrapped in the same variant of `$to`.
+#[macro_export]
+#[doc(hidden)]
+macro_rules! same_variant {
+    ($from:path => $to:path, $x:expr, $a:ident => $body:expr) => {{
+        use $from as F;
+        use $to as T;
+        match $x {
+            F::F32($a) => T::F32($body),
+            F::F64($a) => T::F64($body),
+            F::I32($a) => T::I32($body),
+            F::I64($a) => T::I64($body),
+            F::Bool($a) => T::Bool($body),
+            F::F16($a) => T::F16($body),
+            F::BF16($a) => T::BF16($body),
+            F::I8($a) => T::I8($body),
+            F::I16($a) => T::I16($body),
+            F::U8($a) => T::U8($body),
+            F::U16($a) => T::U16($body),
+            F::U32($a) => T::U32($body),
+            F::U64($a) => T::U64($body),
         }
     }};
 }
@@ -94,7 +102,7 @@ impl SameElem for bool {}
 
 impl TensorData {
     pub fn len(&self) -> usize {
-        each_data!(self, v => v.len())
+        crate::each_variant!(crate::attr::TensorData, self, v => v.len())
     }
 
     pub fn is_empty(&self) -> bool {
@@ -120,16 +128,16 @@ impl TensorData {
     }
 
     fn all_equal(&self) -> bool {
-        each_data!(self, v => v.windows(2).all(|w| w[0].same(w[1])))
+        crate::each_variant!(crate::attr::TensorData, self, v => v.windows(2).all(|w| w[0].same(w[1])))
     }
 
     /// Elements `range`, in order.
     pub fn sub(&self, range: std::ops::Range<usize>) -> TensorData {
-        each_data!(map self, v => v[range].to_vec())
+        crate::same_variant!(crate::attr::TensorData => crate::attr::TensorData, self, v => v[range].to_vec())
     }
 
     fn truncate(&mut self, n: usize) {
-        each_data!(self, v => v.truncate(n))
+        crate::each_variant!(crate::attr::TensorData, self, v => v.truncate(n))
     }
 
     /// One element of `dtype` of value `x`, converted as `cast` converts (a float to an

@@ -55,37 +55,35 @@ pub fn tensor_from_proto(t: &TensorProto, base: &Path) -> Result<Tensor, String>
     } else {
         t.raw_data.as_deref()
     };
-    let data = match raw {
-        Some(bytes) => {
-            let need = count.checked_mul(dtype.size_bytes()).ok_or(format!("tensor '{name}' is too large"))?;
-            if bytes.len() != need {
-                return Err(format!(
-                    "tensor '{name}' of shape {shape:?} needs {need} bytes of {}, it holds {}",
-                    dtype,
-                    bytes.len()
-                ));
-            }
-            return Tensor::from_le_bytes(dtype, &shape, bytes)
-                .ok_or(format!("tensor '{name}' of shape {shape:?} does not fit its {need} bytes"));
+    if let Some(bytes) = raw {
+        let need = count.checked_mul(dtype.size_bytes()).ok_or(format!("tensor '{name}' is too large"))?;
+        if bytes.len() != need {
+            return Err(format!(
+                "tensor '{name}' of shape {shape:?} needs {need} bytes of {}, it holds {}",
+                dtype,
+                bytes.len()
+            ));
         }
-        // onnx.proto's packing: the types narrower than 32 bits (and the 16-bit floats' bit
-        // patterns) in int32_data, the unsigned 32 and 64-bit ones in uint64_data; each value
-        // keeps its low bits.
-        None => match dtype {
-            DType::F32 => TensorData::F32(t.float_data.clone()),
-            DType::F64 => TensorData::F64(t.double_data.clone()),
-            DType::F16 => TensorData::F16(t.int32_data.iter().map(|&b| f16::from_bits(b as u16)).collect()),
-            DType::BF16 => TensorData::BF16(t.int32_data.iter().map(|&b| bf16::from_bits(b as u16)).collect()),
-            DType::I8 => TensorData::I8(t.int32_data.iter().map(|&v| v as i8).collect()),
-            DType::I16 => TensorData::I16(t.int32_data.iter().map(|&v| v as i16).collect()),
-            DType::I32 => TensorData::I32(t.int32_data.clone()),
-            DType::I64 => TensorData::I64(t.int64_data.clone()),
-            DType::U8 => TensorData::U8(t.int32_data.iter().map(|&v| v as u8).collect()),
-            DType::U16 => TensorData::U16(t.int32_data.iter().map(|&v| v as u16).collect()),
-            DType::U32 => TensorData::U32(t.uint64_data.iter().map(|&v| v as u32).collect()),
-            DType::U64 => TensorData::U64(t.uint64_data.clone()),
-            DType::Bool => TensorData::Bool(t.int32_data.iter().map(|&b| b != 0).collect()),
-        },
+        return Tensor::from_le_bytes(dtype, &shape, bytes)
+            .ok_or(format!("tensor '{name}' of shape {shape:?} does not fit its {need} bytes"));
+    }
+    // onnx.proto's packing: the types narrower than 32 bits (and the 16-bit floats' bit
+    // patterns) in int32_data, the unsigned 32 and 64-bit ones in uint64_data; each value
+    // keeps its low bits.
+    let data = match dtype {
+        DType::F32 => TensorData::F32(t.float_data.clone()),
+        DType::F64 => TensorData::F64(t.double_data.clone()),
+        DType::F16 => TensorData::F16(t.int32_data.iter().map(|&b| f16::from_bits(b as u16)).collect()),
+        DType::BF16 => TensorData::BF16(t.int32_data.iter().map(|&b| bf16::from_bits(b as u16)).collect()),
+        DType::I8 => TensorData::I8(t.int32_data.iter().map(|&v| v as i8).collect()),
+        DType::I16 => TensorData::I16(t.int32_data.iter().map(|&v| v as i16).collect()),
+        DType::I32 => TensorData::I32(t.int32_data.clone()),
+        DType::I64 => TensorData::I64(t.int64_data.clone()),
+        DType::U8 => TensorData::U8(t.int32_data.iter().map(|&v| v as u8).collect()),
+        DType::U16 => TensorData::U16(t.int32_data.iter().map(|&v| v as u16).collect()),
+        DType::U32 => TensorData::U32(t.uint64_data.iter().map(|&v| v as u32).collect()),
+        DType::U64 => TensorData::U64(t.uint64_data.clone()),
+        DType::Bool => TensorData::Bool(t.int32_data.iter().map(|&b| b != 0).collect()),
     };
     let got = data.len();
     Tensor::from_data(&shape, data)

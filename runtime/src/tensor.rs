@@ -29,21 +29,7 @@ pub enum Tensor {
 #[doc(hidden)]
 macro_rules! each_dtype {
     ($t:expr, $a:ident => $body:expr) => {
-        match $t {
-            $crate::tensor::Tensor::F32($a) => $body,
-            $crate::tensor::Tensor::F64($a) => $body,
-            $crate::tensor::Tensor::I32($a) => $body,
-            $crate::tensor::Tensor::I64($a) => $body,
-            $crate::tensor::Tensor::Bool($a) => $body,
-            $crate::tensor::Tensor::F16($a) => $body,
-            $crate::tensor::Tensor::BF16($a) => $body,
-            $crate::tensor::Tensor::I8($a) => $body,
-            $crate::tensor::Tensor::I16($a) => $body,
-            $crate::tensor::Tensor::U8($a) => $body,
-            $crate::tensor::Tensor::U16($a) => $body,
-            $crate::tensor::Tensor::U32($a) => $body,
-            $crate::tensor::Tensor::U64($a) => $body,
-        }
+        graphc_ir::each_variant!($crate::tensor::Tensor, $t, $a => $body)
     };
 }
 
@@ -52,49 +38,8 @@ macro_rules! each_dtype {
 #[doc(hidden)]
 macro_rules! map_dtype {
     ($t:expr, $a:ident => $body:expr) => {
-        match $t {
-            $crate::tensor::Tensor::F32($a) => $crate::tensor::Tensor::F32($body),
-            $crate::tensor::Tensor::F64($a) => $crate::tensor::Tensor::F64($body),
-            $crate::tensor::Tensor::I32($a) => $crate::tensor::Tensor::I32($body),
-            $crate::tensor::Tensor::I64($a) => $crate::tensor::Tensor::I64($body),
-            $crate::tensor::Tensor::Bool($a) => $crate::tensor::Tensor::Bool($body),
-            $crate::tensor::Tensor::F16($a) => $crate::tensor::Tensor::F16($body),
-            $crate::tensor::Tensor::BF16($a) => $crate::tensor::Tensor::BF16($body),
-            $crate::tensor::Tensor::I8($a) => $crate::tensor::Tensor::I8($body),
-            $crate::tensor::Tensor::I16($a) => $crate::tensor::Tensor::I16($body),
-            $crate::tensor::Tensor::U8($a) => $crate::tensor::Tensor::U8($body),
-            $crate::tensor::Tensor::U16($a) => $crate::tensor::Tensor::U16($body),
-            $crate::tensor::Tensor::U32($a) => $crate::tensor::Tensor::U32($body),
-            $crate::tensor::Tensor::U64($a) => $crate::tensor::Tensor::U64($body),
-        }
+        graphc_ir::same_variant!($crate::tensor::Tensor => $crate::tensor::Tensor, $t, $a => $body)
     };
-}
-
-/// Converts between enums with the same dtype variants (`Tensor`, `TensorData`): the arm of
-/// each variant applies `$body` to its contents and wraps the result in the same variant of
-/// `$to`.
-#[macro_export]
-#[doc(hidden)]
-macro_rules! same_variant {
-    ($from:path => $to:path, $x:expr, $a:ident => $body:expr) => {{
-        use $from as F;
-        use $to as T;
-        match $x {
-            F::F32($a) => T::F32($body),
-            F::F64($a) => T::F64($body),
-            F::I32($a) => T::I32($body),
-            F::I64($a) => T::I64($body),
-            F::Bool($a) => T::Bool($body),
-            F::F16($a) => T::F16($body),
-            F::BF16($a) => T::BF16($body),
-            F::I8($a) => T::I8($body),
-            F::I16($a) => T::I16($body),
-            F::U8($a) => T::U8($body),
-            F::U16($a) => T::U16($body),
-            F::U32($a) => T::U32($body),
-            F::U64($a) => T::U64($body),
-        }
-    }};
 }
 
 /// An element widened to f64 (a bool is 0 or 1; a 64-bit integer may round).
@@ -242,7 +187,7 @@ impl Tensor {
         fn arr<T>(shape: &[usize], v: Vec<T>) -> Option<ArrayD<T>> {
             ArrayD::from_shape_vec(IxDyn(shape), v).ok()
         }
-        Some(crate::same_variant!(TensorData => Tensor, data, v => arr(shape, v)?))
+        Some(graphc_ir::same_variant!(TensorData => Tensor, data, v => arr(shape, v)?))
     }
 
     /// Little-endian element bytes, row-major (the safetensors layout; a bool is one byte, 0
@@ -315,12 +260,12 @@ impl Tensor {
             let v = if v.len() == 1 { filled(shape.size() as u64, v[0].clone(), ty)? } else { v.to_vec() };
             ArrayD::from_shape_vec(shape, v).map_err(|_| format!("a literal of type {ty} lacks elements"))
         }
-        Ok(crate::same_variant!(TensorData => Tensor, lit.data(), v => fill(shape.clone(), v, ty)?))
+        Ok(graphc_ir::same_variant!(TensorData => Tensor, lit.data(), v => fill(shape.clone(), v, ty)?))
     }
 
     /// The elements in row-major order.
     pub fn to_data(&self) -> TensorData {
-        crate::same_variant!(Tensor => TensorData, self, a => a.iter().copied().collect())
+        graphc_ir::same_variant!(Tensor => TensorData, self, a => a.iter().copied().collect())
     }
 
     /// The tensor as a literal of its own type (constant folding writes these into the IR).

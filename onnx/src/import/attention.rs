@@ -43,13 +43,6 @@ fn transpose(imp: &mut Importer, x: Value, perm: Vec<i64>) -> Result<Value> {
     imp.emit1(NodeSpec::new(Op::Transpose, vec![x]).attr("perm", Attr::Ints(perm)))
 }
 
-fn cast(imp: &mut Importer, x: Value, to: DType) -> Result<Value> {
-    if imp.ty(x)?.dtype == to {
-        return Ok(x);
-    }
-    imp.emit1(NodeSpec::new(Op::Cast, vec![x]).attr("to", Attr::DType(to)))
-}
-
 /// A constant of `shape` holding `x` everywhere.
 fn filled(imp: &mut Importer, dtype: DType, x: f64, shape: Vec<i64>) -> Result<Value> {
     let s = imp.scalar(dtype, x)?;
@@ -144,7 +137,7 @@ fn attention(imp: &mut Importer, n: &NodeProto, version: i64) -> Result<Vec<Valu
             return Err(format!("{op}: {name} {ps:?} does not fit the new values {xs:?}"));
         }
         let xdt = imp.ty(x)?.dtype;
-        let p = cast(imp, p, xdt)?;
+        let p = imp.cast(p, xdt)?;
         imp.emit1(NodeSpec::new(Op::Concat, vec![p, x]).attr("axis", Attr::Int(2)))
     };
     let present_k = concat_past(imp, past_k, k, "past_key")?;
@@ -221,7 +214,7 @@ fn attention(imp: &mut Importer, n: &NodeProto, version: i64) -> Result<Vec<Valu
             let ninf = imp.scalar(dt, f64::NEG_INFINITY)?;
             imp.emit1(NodeSpec::new(Op::Select, vec![m, zero, ninf]))?
         } else {
-            cast(imp, m, dt)?
+            imp.cast(m, dt)?
         };
         add_bias(imp, &mut bias, part)?;
     }
@@ -244,7 +237,7 @@ fn attention(imp: &mut Importer, n: &NodeProto, version: i64) -> Result<Vec<Valu
         if lt.shape != [batch as u64] || !lt.dtype.is_int() {
             return Err(format!("{op}: nonpad_kv_seqlen must be integers of shape [{batch}], got {lt}"));
         }
-        let lens = cast(imp, lens, DType::I64)?;
+        let lens = imp.cast(lens, DType::I64)?;
         let lens = imp.reshape(lens, vec![batch, 1, 1, 1])?;
         let positions = imp.constant(Tensor::I64(ndarray::Array1::from_iter(0..total).into_dyn()))?;
         let kept = imp.binary(Op::Less, positions, lens)?;
@@ -274,14 +267,14 @@ fn attention(imp: &mut Importer, n: &NodeProto, version: i64) -> Result<Vec<Valu
             }
         },
     };
-    let x = cast(imp, biased, precision)?;
+    let x = imp.cast(biased, precision)?;
     let probs = imp.emit1(NodeSpec::new(Op::Softmax, vec![x]).attr("axis", Attr::Int(-1)))?;
-    let probs = cast(imp, probs, dt)?;
+    let probs = imp.cast(probs, dt)?;
 
     // Y = probs V, the query heads of one KV head as one batch again.
     let dv = vs[3];
     let pg = if groups > 1 { imp.reshape(probs, vec![batch, hkv, groups * sq, total])? } else { probs };
-    let vv = cast(imp, present_v, dt)?;
+    let vv = imp.cast(present_v, dt)?;
     let y = imp.binary(Op::MatMul, pg, vv)?;
     let y = if groups > 1 { imp.reshape(y, vec![batch, hq, sq, dv])? } else { y };
     let y = if rank == 3 {

@@ -182,6 +182,14 @@ impl<'a> Importer<'a> {
         self.constant(t)
     }
 
+    /// `x` converted to `to` (`x` itself when it has that type).
+    pub(super) fn cast(&mut self, x: Value, to: DType) -> Result<Value> {
+        if self.ty(x)?.dtype == to {
+            return Ok(x);
+        }
+        self.emit1(NodeSpec::new(Op::Cast, vec![x]).attr("to", Attr::DType(to)))
+    }
+
     pub(super) fn unary(&mut self, op: Op, x: Value) -> Result<Value> {
         self.emit1(NodeSpec::new(op, vec![x]))
     }

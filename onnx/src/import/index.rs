@@ -75,7 +75,7 @@ fn extreme_index(imp: &mut Importer, mut x: Value, axis: usize, reduce: Op, last
         return Err(format!("axis {axis} of length 0 has no index to return"));
     }
     if ty.dtype == DType::Bool {
-        x = imp.emit1(NodeSpec::new(Op::Cast, vec![x]).attr("to", Attr::DType(DType::I32)))?;
+        x = imp.cast(x, DType::I32)?;
     }
     let extreme = imp.reduce(reduce, x, vec![axis as i64], true)?;
     let mut hit = imp.binary(Op::Equal, x, extreme)?;
@@ -123,7 +123,7 @@ fn one_at_max(imp: &mut Importer, x: Value, axis: usize) -> Result<Value> {
     let idx = extreme_index(imp, x, axis, Op::ReduceMax, false).map_err(|e| format!("Hardmax: {e}"))?;
     let iota = iota(imp, ty.rank(), axis, ty.shape[axis] as i64)?;
     let hit = imp.binary(Op::Equal, iota, idx)?;
-    imp.emit1(NodeSpec::new(Op::Cast, vec![hit]).attr("to", Attr::DType(ty.dtype)))
+    imp.cast(hit, ty.dtype)
 }
 
 /// Keeps the elements on and above (`upper`, the default) or below the `k`-th diagonal of the
@@ -271,7 +271,7 @@ fn one_hot(imp: &mut Importer, n: &NodeProto) -> Result<Vec<Value>> {
     }
     let dims = imp.shape(indices)?;
     let axis = norm_axis(Attrs(n).int("axis", -1), dims.len() + 1)?;
-    let idx = imp.emit1(NodeSpec::new(Op::Cast, vec![indices]).attr("to", Attr::DType(DType::I64)))?;
+    let idx = imp.cast(indices, DType::I64)?;
     let (zero, depth) = (imp.scalar(DType::I64, 0.0)?, imp.scalar(DType::I64, d as f64)?);
     let negative = imp.binary(Op::Less, idx, zero)?;
     let wrapped = imp.binary(Op::Add, idx, depth)?;

@@ -8,7 +8,7 @@ use super::Result;
 use crate::proto::NodeProto;
 use crate::tensor::dtype_of;
 use graphc_ir::shape::{broadcasts_to, fmt_shape};
-use graphc_ir::{Attr, DType, NodeSpec, Op, Value};
+use graphc_ir::{DType, NodeSpec, Op, Value};
 
 pub(super) const OPS: &[OpEntry] = &[
     OpEntry::since("RMSNormalization", 23, rms_norm),
@@ -73,10 +73,10 @@ fn group_norm(imp: &mut Importer, n: &NodeProto, per_channel_scale: bool) -> Res
     }
     let stash = if per_channel_scale { stash_type(&a, "GroupNormalization-21")? } else { xt.dtype };
     let (nb, c) = (dims[0], dims[1]);
-    let xs = cast_to(imp, x, stash)?;
+    let xs = imp.cast(x, stash)?;
     let grouped = imp.reshape(xs, vec![nb, g, -1])?;
     let y = standardize(imp, grouped, vec![2], a.float("epsilon", 1e-5) as f64)?;
-    let y = cast_to(imp, y, xt.dtype)?;
+    let y = imp.cast(y, xt.dtype)?;
     let (scale, bias) = (imp.input(n, 1)?, imp.input(n, 2)?);
     let y = if per_channel_scale {
         let y = imp.reshape(y, dims.clone())?;
@@ -150,13 +150,6 @@ fn stash_type(a: &Attrs, op: &str) -> Result<DType> {
     Ok(stash)
 }
 
-fn cast_to(imp: &mut Importer, v: Value, to: DType) -> Result<Value> {
-    if imp.ty(v)?.dtype == to {
-        return Ok(v);
-    }
-    imp.emit1(NodeSpec::new(Op::Cast, vec![v]).attr("to", Attr::DType(to)))
-}
-
 /// RMSNormalization 23, as its function body: over the axes from `axis` on,
 /// `Normalized = X / sqrt(mean(X * X) + epsilon)` computed in `stash_type` (X cast to it and
 /// the result cast back to X's type), then `Y = Normalized * scale`, where `scale` broadcasts
@@ -180,7 +173,7 @@ fn rms_norm(imp: &mut Importer, n: &NodeProto) -> Result<Vec<Value>> {
     let rank = xt.shape.len();
     let axis = norm_axis(a.int("axis", -1), rank).map_err(|e| format!("RMSNormalization-23: {e}"))?;
     let stash = stash_type(&a, "RMSNormalization-23")?;
-    let xu = cast_to(imp, x, stash)?;
+    let xu = imp.cast(x, stash)?;
     let sq = imp.binary(Op::Mul, xu, xu)?;
     let axes: Vec<i64> = (axis as i64..rank as i64).collect();
     let mean = imp.reduce(Op::ReduceMean, sq, axes, true)?;
@@ -188,7 +181,7 @@ fn rms_norm(imp: &mut Importer, n: &NodeProto) -> Result<Vec<Value>> {
     let me = imp.binary(Op::Add, mean, eps)?;
     let rms = imp.unary(Op::Sqrt, me)?;
     let normalized = imp.binary(Op::Div, xu, rms)?;
-    let normalized = cast_to(imp, normalized, xt.dtype)?;
-    let normalized = cast_to(imp, normalized, st.dtype)?;
+    let normalized = imp.cast(normalized, xt.dtype)?;
+    let normalized = imp.cast(normalized, st.dtype)?;
     Ok(vec![imp.binary(Op::Mul, normalized, scale)?])
 }

@@ -186,10 +186,7 @@ fn composite(imp: &mut Importer, n: &NodeProto, op: Composite, version: i64) -> 
     let axes = composite_axes(imp, n, what, version, rank)?;
     let keep = Attrs(n).int("keepdims", 1) != 0;
     let float_only = matches!(op, Composite::L2 | Composite::LogSum | Composite::LogSumExp);
-    let cast = |imp: &mut Importer, v: Value, to: DType| -> Result<Value> {
-        imp.emit1(NodeSpec::new(Op::Cast, vec![v]).attr("to", Attr::DType(to)))
-    };
-    let v = if float_only && !xt.dtype.is_float() { cast(imp, x, DType::F64)? } else { x };
+    let v = if float_only && !xt.dtype.is_float() { imp.cast(x, DType::F64)? } else { x };
     let r = match op {
         Composite::L1 => {
             let abs = imp.unary(Op::Abs, v)?;
@@ -210,7 +207,7 @@ fn composite(imp: &mut Importer, n: &NodeProto, op: Composite, version: i64) -> 
         }
         Composite::LogSumExp => log_sum_exp(imp, v, axes, keep)?,
     };
-    let r = if imp.ty(r)?.dtype != xt.dtype { cast(imp, r, xt.dtype)? } else { r };
+    let r = imp.cast(r, xt.dtype)?;
     Ok(vec![r])
 }
 
