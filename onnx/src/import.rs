@@ -25,6 +25,7 @@ mod normalize;
 mod reduce;
 mod resize;
 mod shape;
+mod signal;
 
 use crate::proto::{ModelProto, NodeProto};
 use graph::Importer;
@@ -56,8 +57,10 @@ pub(crate) type Result<T> = std::result::Result<T, String>;
 pub(crate) const FIRST_OPSET: i64 = 13;
 
 /// The oldest version of the default operator set a model may import. A model between this and
-/// [`FIRST_OPSET`] imports when each of its operators has an entry for that version.
-pub(crate) const OLDEST_OPSET: i64 = 6;
+/// [`FIRST_OPSET`] imports when each of its operators has an entry for that version (the rows
+/// of opsets 1 to 5 are the few operators whose first version is still their meaning, such as
+/// Not and And; the others' first rows are from 6 on, where `consumed_inputs` went).
+pub(crate) const OLDEST_OPSET: i64 = 1;
 
 /// Imports a decoded model. `base` is the model's directory (for external data).
 pub fn import_model(model: &ModelProto, base: &Path, options: &ImportOptions) -> Result<Module> {

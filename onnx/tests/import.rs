@@ -131,7 +131,10 @@ fn bad_models_give_one_clear_error() {
     assert!(e.contains("is not an ONNX model"), "{e}");
     let old = write("old.onnx", &model(5, gemm_relu()).encode_to_vec());
     let e = import_file(&old, &ImportOptions::default()).unwrap_err();
-    assert!(e.contains("opset 5; graphc imports opset 6 and later"), "{e}");
+    assert!(e.contains("operator 'Gemm' is supported from opset 6 on; the version in opset 5 is not"), "{e}");
+    let e = import_file(&write("zero.onnx", &model(0, gemm_relu()).encode_to_vec()), &ImportOptions::default())
+        .unwrap_err();
+    assert!(e.contains("opset 0; graphc imports opset 1 and later"), "{e}");
     let mut g = gemm_relu();
     g.node[1].op_type = Some("CastLike".into());
     let e = import_file(&write("later.onnx", &model(9, g).encode_to_vec()), &ImportOptions::default()).unwrap_err();

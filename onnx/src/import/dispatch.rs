@@ -5,6 +5,7 @@
 use super::entry::OpEntry;
 use super::{
     activation, attention, constant, conv, elementwise, gather, index, loss, nn, normalize, reduce, resize, shape,
+    signal,
 };
 use std::collections::HashMap;
 use std::sync::LazyLock;
@@ -24,6 +25,7 @@ const FAMILIES: &[&[OpEntry]] = &[
     resize::OPS,
     attention::OPS,
     gather::OPS,
+    signal::OPS,
 ];
 
 /// Operator type to its entries, latest `since` first.
@@ -93,6 +95,7 @@ mod tests {
             "Attention",
             "AveragePool",
             "BatchNormalization",
+            "BlackmanWindow",
             "Cast",
             "CastLike",
             "Ceil",
@@ -114,8 +117,8 @@ mod tests {
             "Equal",
             "Erf",
             "Exp",
-            "EyeLike",
             "Expand",
+            "EyeLike",
             "Flatten",
             "Floor",
             "Gather",
@@ -128,6 +131,8 @@ mod tests {
             "Greater",
             "GreaterOrEqual",
             "GroupNormalization",
+            "HammingWindow",
+            "HannWindow",
             "HardSigmoid",
             "HardSwish",
             "Hardmax",

@@ -32,8 +32,7 @@ impl OpEntry {
     }
 
     /// An entry for the operator's version `since` (as the ONNX changelog numbers it), serving
-    /// models from that opset until the next entry's. A version older than
-    /// [`OLDEST_OPSET`](super::OLDEST_OPSET) serves models from that floor on.
+    /// models from that opset until the next entry's.
     pub(super) const fn since(op_type: &'static str, since: i64, convert: Convert) -> Self {
         OpEntry { op_type, since, convert }
     }

@@ -108,22 +108,62 @@ impl<'a> Importer<'a> {
         }
     }
 
-    /// The value of an input that must be known at import time.
-    pub(super) fn const_input(&self, n: &NodeProto, i: usize, what: &str) -> Result<Option<&Tensor>> {
+    /// The value of an input that must be known at import time: a constant, a graph input
+    /// whose value was given (`--input`), or computed from those by the nodes that produce it.
+    pub(super) fn const_input(&self, n: &NodeProto, i: usize, what: &str) -> Result<Option<Tensor>> {
         let Some(v) = self.opt_input(n, i)? else { return Ok(None) };
-        if let Some(t) = self.consts.get(&v) {
+        if let Some(t) = self.known_value(v, &mut HashMap::new()) {
             return Ok(Some(t));
         }
         let fed = self.g.inputs().contains(&v).then(|| self.g.values[v].name.as_deref()).flatten();
-        if let Some(t) = fed.and_then(|name| self.options.known_inputs.get(name)) {
-            return Ok(Some(t));
-        }
         Err(match fed {
             Some(name) => format!(
                 "input {i} ({what}) comes from graph input '{name}', whose value graphc needs when importing; give it with --input"
             ),
-            None => format!("input {i} ({what}) must be a constant at import time (an initializer or computed from them)"),
+            None => format!(
+                "input {i} ({what}) must be known at import time (an initializer, a graph input given with --input, or computed from them)"
+            ),
         })
+    }
+
+    /// `v`'s value where the import can compute it: folded constants, given graph inputs, and
+    /// the kernels between them (each result within the constant limit). `memo` keeps what a
+    /// walk has computed, or failed to, so a shared operand is evaluated once.
+    fn known_value(&self, v: Value, memo: &mut HashMap<Value, Option<Tensor>>) -> Option<Tensor> {
+        if let Some(t) = self.consts.get(&v) {
+            return Some(t.clone());
+        }
+        if let Some(t) = memo.get(&v) {
+            return t.clone();
+        }
+        memo.insert(v, None);
+        let result = if self.g.inputs().contains(&v) {
+            self.g.values[v].name.as_deref().and_then(|name| self.options.known_inputs.get(name)).cloned()
+        } else {
+            self.evaluate_producer(v, memo)
+        };
+        memo.insert(v, result.clone());
+        result
+    }
+
+    fn evaluate_producer(&self, v: Value, memo: &mut HashMap<Value, Option<Tensor>>) -> Option<Tensor> {
+        let node = &self.g.nodes[self.g.producer(v)?];
+        if !kernels::is_kernel(node.op) || node.op == Op::Constant {
+            return None;
+        }
+        let types: Vec<TensorType> =
+            node.results.iter().map(|&r| self.g.values[r].ty.as_tensor().cloned()).collect::<Option<_>>()?;
+        if !types.iter().all(|t| t.num_elements().is_some_and(|e| e as usize <= CONST_LIMIT)) {
+            return None;
+        }
+        let inputs: Vec<Tensor> = node.operands.iter().map(|&o| self.known_value(o, memo)).collect::<Option<_>>()?;
+        let refs: Vec<&Tensor> = inputs.iter().collect();
+        let out = kernels::eval(node.op, &node.attrs, &refs, &types).ok()?;
+        let at = node.results.iter().position(|&r| r == v)?;
+        for (&r, t) in node.results.iter().zip(&out) {
+            memo.insert(r, Some(t.clone()));
+        }
+        out.into_iter().nth(at)
     }
 
     pub(super) fn const_ints(&self, n: &NodeProto, i: usize, what: &str) -> Result<Option<Vec<i64>>> {

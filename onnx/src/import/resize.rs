@@ -177,7 +177,7 @@ fn resize(imp: &mut Importer, n: &NodeProto, version: i64) -> Result<Vec<Value>>
         })
     };
     let scales = match present(imp, 2)? {
-        true => imp.const_input(n, 2, "scales")?.map(Tensor::to_f64_vec),
+        true => imp.const_input(n, 2, "scales")?.map(|t| t.to_f64_vec()),
         false => None,
     };
     let sizes = if present(imp, 3)? { imp.const_ints(n, 3, "sizes")? } else { None };
