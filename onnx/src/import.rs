@@ -22,6 +22,7 @@ mod index;
 mod loss;
 mod nn;
 mod normalize;
+mod quantize;
 mod reduce;
 mod resize;
 mod shape;

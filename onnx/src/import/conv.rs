@@ -43,61 +43,84 @@ enum Window {
     LpPool,
 }
 
-/// Conv, MaxPool and AveragePool: window attributes, with `auto_pad` resolved to explicit
-/// pads from the static input shape.
+/// A node's window geometry: kernel, strides, dilations and pads, with `auto_pad` resolved
+/// to explicit pads from the static input shape `dims` ([N, C, spatial...]). `kernel` is the
+/// weight's spatial shape where the node has no `kernel_shape` (Conv).
+struct Geometry {
+    kernel: Vec<i64>,
+    strides: Vec<i64>,
+    dilations: Vec<i64>,
+    pads: Vec<i64>,
+}
+
+impl Geometry {
+    fn of(a: &Attrs, dims: &[i64], weight_kernel: Option<Vec<i64>>) -> Result<Self> {
+        if dims.len() < 3 {
+            return Err(format!("the input must be [N, C, spatial...], got rank {}", dims.len()));
+        }
+        let spatial = &dims[2..];
+        let k = spatial.len();
+        let kernel = a.ints("kernel_shape").or(weight_kernel).ok_or("kernel_shape is required")?;
+        let strides = a.ints("strides").unwrap_or_else(|| vec![1; k]);
+        let dilations = a.ints("dilations").unwrap_or_else(|| vec![1; k]);
+        if kernel.len() != k || strides.len() != k || dilations.len() != k {
+            return Err(format!("kernel_shape, strides and dilations need {k} entries each"));
+        }
+        let pads = match a.string("auto_pad", "NOTSET").as_str() {
+            "NOTSET" => a.ints("pads").unwrap_or_else(|| vec![0; 2 * k]),
+            "VALID" => vec![0; 2 * k],
+            mode @ ("SAME_UPPER" | "SAME_LOWER") => {
+                let mut begin = vec![0; k];
+                let mut end = vec![0; k];
+                for i in 0..k {
+                    let out = (spatial[i] + strides[i] - 1) / strides[i];
+                    let total = ((out - 1) * strides[i] + (kernel[i] - 1) * dilations[i] + 1 - spatial[i]).max(0);
+                    let small = total / 2;
+                    (begin[i], end[i]) =
+                        if mode == "SAME_UPPER" { (small, total - small) } else { (total - small, small) };
+                }
+                begin.into_iter().chain(end).collect()
+            }
+            other => return Err(format!("auto_pad '{other}' is not one of NOTSET, SAME_UPPER, SAME_LOWER, VALID")),
+        };
+        Ok(Geometry { kernel, strides, dilations, pads })
+    }
+
+    fn apply(&self, spec: NodeSpec) -> NodeSpec {
+        spec.attr("strides", Attr::Ints(self.strides.clone()))
+            .attr("pads", Attr::Ints(self.pads.clone()))
+            .attr("dilations", Attr::Ints(self.dilations.clone()))
+    }
+}
+
+/// A convolution of `x` by `w` with the node's window attributes and `group` (no bias): Conv's
+/// core, which the quantized convolutions share.
+pub(super) fn conv_of(imp: &mut Importer, n: &NodeProto, x: Value, w: Value) -> Result<Value> {
+    let a = Attrs(n);
+    let weight_kernel = imp.shape(w)?.get(2..).map(<[i64]>::to_vec);
+    let geometry = Geometry::of(&a, &imp.shape(x)?, weight_kernel)?;
+    imp.emit1(geometry.apply(NodeSpec::new(Op::Conv, vec![x, w])).attr("group", Attr::Int(a.int("group", 1))))
+}
+
+/// Conv, MaxPool and AveragePool.
 fn windowed(imp: &mut Importer, n: &NodeProto, window: Window) -> Result<Vec<Value>> {
     let a = Attrs(n);
     let x = imp.input(n, 0)?;
-    let dims = imp.shape(x)?;
-    if dims.len() < 3 {
-        return Err(format!("the input must be [N, C, spatial...], got rank {}", dims.len()));
-    }
-    let spatial = &dims[2..];
-    let k = spatial.len();
-    let kernel = match (window, a.ints("kernel_shape")) {
-        (_, Some(ks)) => ks,
-        (Window::Conv, None) => imp.shape(imp.input(n, 1)?)?[2..].to_vec(),
-        _ => return Err("kernel_shape is required".into()),
-    };
-    let strides = a.ints("strides").unwrap_or_else(|| vec![1; k]);
-    let dilations = a.ints("dilations").unwrap_or_else(|| vec![1; k]);
-    if kernel.len() != k || strides.len() != k || dilations.len() != k {
-        return Err(format!("kernel_shape, strides and dilations need {k} entries each"));
-    }
-    let pads = match a.string("auto_pad", "NOTSET").as_str() {
-        "NOTSET" => a.ints("pads").unwrap_or_else(|| vec![0; 2 * k]),
-        "VALID" => vec![0; 2 * k],
-        mode @ ("SAME_UPPER" | "SAME_LOWER") => {
-            let mut begin = vec![0; k];
-            let mut end = vec![0; k];
-            for i in 0..k {
-                let out = (spatial[i] + strides[i] - 1) / strides[i];
-                let total = ((out - 1) * strides[i] + (kernel[i] - 1) * dilations[i] + 1 - spatial[i]).max(0);
-                let small = total / 2;
-                (begin[i], end[i]) = if mode == "SAME_UPPER" { (small, total - small) } else { (total - small, small) };
-            }
-            begin.into_iter().chain(end).collect()
-        }
-        other => return Err(format!("auto_pad '{other}' is not one of NOTSET, SAME_UPPER, SAME_LOWER, VALID")),
-    };
-    let windowed = |spec: NodeSpec| {
-        spec.attr("strides", Attr::Ints(strides.clone()))
-            .attr("pads", Attr::Ints(pads.clone()))
-            .attr("dilations", Attr::Ints(dilations.clone()))
-    };
     if window == Window::Conv {
-        let w = imp.input(n, 1)?;
-        let spec = windowed(NodeSpec::new(Op::Conv, vec![x, w])).attr("group", Attr::Int(a.int("group", 1)));
-        let mut y = imp.emit1(spec)?;
+        let mut y = conv_of(imp, n, x, imp.input(n, 1)?)?;
         if let Some(b) = imp.opt_input(n, 2)? {
-            let m = imp.shape(b)?;
-            let mut shape = m.clone();
-            shape.extend(std::iter::repeat_n(1, k));
+            let mut shape = imp.shape(b)?;
+            shape.extend(std::iter::repeat_n(1, imp.shape(x)?.len() - 2));
             let b = imp.reshape(b, shape)?;
             y = imp.binary(Op::Add, y, b)?;
         }
         return Ok(vec![y]);
     }
+    let dims = imp.shape(x)?;
+    let geometry = Geometry::of(&a, &dims, None)?;
+    let spatial = &dims[2..];
+    let kernel = geometry.kernel.clone();
+    let windowed = |spec: NodeSpec| geometry.apply(spec);
     if window == Window::LpPool {
         return lp_pool(imp, x, a.int("p", 2), &kernel, |spec| {
             windowed(spec).attr("ceil_mode", Attr::Bool(a.int("ceil_mode", 0) != 0))

@@ -4,8 +4,8 @@
 
 use super::entry::OpEntry;
 use super::{
-    activation, attention, constant, conv, elementwise, gather, index, loss, nn, normalize, reduce, resize, shape,
-    signal,
+    activation, attention, constant, conv, elementwise, gather, index, loss, nn, normalize, quantize, reduce, resize,
+    shape, signal,
 };
 use std::collections::HashMap;
 use std::sync::LazyLock;
@@ -26,6 +26,7 @@ const FAMILIES: &[&[OpEntry]] = &[
     attention::OPS,
     gather::OPS,
     signal::OPS,
+    quantize::OPS,
 ];
 
 /// Operator type to its entries, latest `since` first.
@@ -105,14 +106,17 @@ mod tests {
             "Constant",
             "ConstantOfShape",
             "Conv",
+            "ConvInteger",
             "ConvTranspose",
             "Cos",
             "Cosh",
             "CumProd",
             "CumSum",
             "DepthToSpace",
+            "DequantizeLinear",
             "Div",
             "Dropout",
+            "DynamicQuantizeLinear",
             "Elu",
             "Equal",
             "Erf",
@@ -150,6 +154,7 @@ mod tests {
             "LpNormalization",
             "LpPool",
             "MatMul",
+            "MatMulInteger",
             "Max",
             "MaxPool",
             "Mean",
@@ -166,6 +171,9 @@ mod tests {
             "PRelu",
             "Pad",
             "Pow",
+            "QLinearConv",
+            "QLinearMatMul",
+            "QuantizeLinear",
             "RMSNormalization",
             "Range",
             "Reciprocal",
