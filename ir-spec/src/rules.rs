@@ -131,8 +131,13 @@ pub fn unary_numeric(ctx: &InferCtx) -> R {
     one(ctx, check_dtype(ctx, 0, DType::is_numeric, "numbers (floats or integers)")?)
 }
 
-pub fn unary_bool(ctx: &InferCtx) -> R {
-    one(ctx, check_dtype(ctx, 0, |d| d == DType::Bool, "bool")?)
+/// Logical on bool, bitwise on integers.
+fn is_logical(d: DType) -> bool {
+    d == DType::Bool || d.is_int()
+}
+
+pub fn unary_logical(ctx: &InferCtx) -> R {
+    one(ctx, check_dtype(ctx, 0, is_logical, "bool or integers")?)
 }
 
 fn binary(ctx: &InferCtx, ok: fn(DType) -> bool, what: &str, out: Option<DType>) -> R {
@@ -147,8 +152,12 @@ pub fn binary_numeric(ctx: &InferCtx) -> R {
     binary(ctx, DType::is_numeric, "numbers (floats or integers)", None)
 }
 
-pub fn binary_bool(ctx: &InferCtx) -> R {
-    binary(ctx, |d| d == DType::Bool, "bool", None)
+pub fn binary_logical(ctx: &InferCtx) -> R {
+    binary(ctx, is_logical, "bool or integers", None)
+}
+
+pub fn binary_int(ctx: &InferCtx) -> R {
+    binary(ctx, DType::is_int, "integers", None)
 }
 
 pub fn compare_eq(ctx: &InferCtx) -> R {
@@ -177,6 +186,26 @@ pub fn cast(ctx: &InferCtx) -> R {
         .attrs
         .dtype("to")
         .ok_or_else(|| InferError::new(Blame::Op, "cast needs the attribute 'to', an element type"))?;
+    one(ctx, t.with_dtype(to))
+}
+
+pub fn bitcast(ctx: &InferCtx) -> R {
+    let t = ctx.tensor(0)?;
+    let to = ctx
+        .attrs
+        .dtype("to")
+        .ok_or_else(|| InferError::new(Blame::Op, "bitcast needs the attribute 'to', an element type"))?;
+    if to.size_bytes() != t.dtype.size_bytes() {
+        return Err(InferError::new(
+            Blame::Op,
+            format!(
+                "bitcast keeps the width: {} has {} bytes, {to} has {}",
+                t.dtype,
+                t.dtype.size_bytes(),
+                to.size_bytes()
+            ),
+        ));
+    }
     one(ctx, t.with_dtype(to))
 }
 

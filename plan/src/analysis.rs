@@ -259,6 +259,10 @@ fn role(op: Op) -> Role {
         | Op::Round
         | Op::Sign
         | Op::Mod
+        | Op::Xor
+        | Op::ShiftLeft
+        | Op::ShiftRight
+        | Op::Bitcast
         | Op::ReduceProd => Role::Interpreted,
     }
 }

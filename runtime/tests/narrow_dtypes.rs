@@ -76,6 +76,56 @@ fn eight_bit_arithmetic_wraps_on_every_pair() {
 }
 
 #[test]
+fn eight_bit_bitwise_ops_and_shifts_on_every_pair() {
+    let u8s: Vec<u8> = (0..=255).collect();
+    let i8s: Vec<i8> = (-128..=127).collect();
+    type Rule = fn(i64, i64) -> Option<i64>;
+    let rules: [(Op, Rule); 5] = [
+        (Op::And, |x, y| Some(x & y)),
+        (Op::Or, |x, y| Some(x | y)),
+        (Op::Xor, |x, y| Some(x ^ y)),
+        // Past the width (a negative amount counts as past it): 0, or the sign's fill.
+        (Op::ShiftLeft, |x, y| Some(if (0..8).contains(&y) { x << y } else { 0 })),
+        (Op::ShiftRight, |x, y| Some(if (0..8).contains(&y) { x >> y } else { x >> 63 })),
+    ];
+    for (op, rule) in rules {
+        check_pairs(op, &u8s, TensorData::U8, |v| v as i64, |r| r as u8, rule);
+        check_pairs(op, &i8s, TensorData::I8, |v| v as i64, |r| r as i8, rule);
+    }
+    let all = vector(TensorData::I8(i8s.clone()));
+    let flipped = eval1(Op::Not, &Attrs::new(), &[&all], all.ty());
+    assert_eq!(flipped, vector(TensorData::I8(i8s.iter().map(|&v| !v).collect())));
+    let wide = vector(TensorData::U64(vec![1, 1 << 63]));
+    let by = vector(TensorData::U64(vec![63, 64]));
+    assert_eq!(
+        eval1(Op::ShiftLeft, &Attrs::new(), &[&wide, &by], wide.ty()),
+        vector(TensorData::U64(vec![1 << 63, 0]))
+    );
+}
+
+#[test]
+fn bitcast_keeps_the_bits() {
+    let to = |t: DType| {
+        let mut a = Attrs::new();
+        a.set("to", Attr::DType(t));
+        a
+    };
+    let halves = vector(TensorData::F16(every_f16()));
+    let bits = eval1(Op::Bitcast, &to(DType::U16), &[&halves], TensorType::new(DType::U16, [65536]));
+    assert_eq!(bits, vector(TensorData::U16((0..=u16::MAX).collect())));
+    let back = eval1(Op::Bitcast, &to(DType::F16), &[&bits], halves.ty());
+    assert!(back.bit_identical(&halves), "every f16 bit pattern, NaNs included, comes back");
+    let one = vector(TensorData::F32(vec![1.0, -0.0]));
+    let got = eval1(Op::Bitcast, &to(DType::I32), &[&one], TensorType::new(DType::I32, [2]));
+    assert_eq!(got, vector(TensorData::I32(vec![1065353216, i32::MIN])));
+    let flags = vector(TensorData::Bool(vec![true, false]));
+    let bytes = eval1(Op::Bitcast, &to(DType::U8), &[&flags], TensorType::new(DType::U8, [2]));
+    assert_eq!(bytes, vector(TensorData::U8(vec![1, 0])));
+    let wider = kernels::eval(Op::Bitcast, &to(DType::I64), &[&one], &[TensorType::new(DType::I64, [2])]);
+    assert!(wider.unwrap_err().to_string().contains("changes the width"));
+}
+
+#[test]
 fn eight_bit_floored_modulo_on_every_pair() {
     let i8s: Vec<i8> = (-128..=127).collect();
     let (a, b) = all_pairs(&i8s);

@@ -269,6 +269,10 @@ impl<'a> CostModel<'a> {
             | Op::Round
             | Op::Sign
             | Op::Mod
+            | Op::Xor
+            | Op::ShiftLeft
+            | Op::ShiftRight
+            | Op::Bitcast
             | Op::Not
             | Op::Add
             | Op::Sub

@@ -257,6 +257,10 @@ fn expand(g: &graphc_ir::Graph, nodes: &[Node], iterations: &[u64], out: &mut Ve
             | Op::Round
             | Op::Sign
             | Op::Mod
+            | Op::Xor
+            | Op::ShiftLeft
+            | Op::ShiftRight
+            | Op::Bitcast
             | Op::Not
             | Op::Add
             | Op::Sub

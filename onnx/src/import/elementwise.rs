@@ -1,7 +1,7 @@
 //! Elementwise operators that are one IR op each, or a short chain of them: arithmetic,
-//! comparisons and logic (binary, broadcasting), Mod, unary math (trigonometric and
+//! comparisons and logic (binary, broadcasting), the bitwise operators and BitShift, Mod, unary math (trigonometric and
 //! hyperbolic functions and their inverses, Floor, Ceil, Round, Sign), Identity, the variadic
-//! Max, Min, Sum and Mean, IsNaN and IsInf, Pow, Where, Clip, Cast and CastLike.
+//! Max, Min, Sum and Mean, IsNaN and IsInf, Pow, Where, Clip, Cast, CastLike and BitCast.
 
 use super::attrs::Attrs;
 use super::entry::OpEntry;
@@ -25,6 +25,12 @@ pub(super) const OPS: &[OpEntry] = &[
     OpEntry::new("Or", |imp, n| binary(imp, n, Op::Or)),
     OpEntry::new("Xor", |imp, n| binary(imp, n, Op::NotEqual)),
     OpEntry::new("Pow", pow),
+    OpEntry::since("BitwiseAnd", 18, |imp, n| binary(imp, n, Op::And)),
+    OpEntry::since("BitwiseOr", 18, |imp, n| binary(imp, n, Op::Or)),
+    OpEntry::since("BitwiseXor", 18, |imp, n| binary(imp, n, Op::Xor)),
+    OpEntry::since("BitwiseNot", 18, |imp, n| unary(imp, n, Op::Not)),
+    OpEntry::since("BitShift", 11, bit_shift),
+    OpEntry::since("BitCast", 26, bit_cast),
     OpEntry::new("Neg", |imp, n| unary(imp, n, Op::Neg)),
     OpEntry::new("Abs", |imp, n| unary(imp, n, Op::Abs)),
     OpEntry::new("Exp", |imp, n| unary(imp, n, Op::Exp)),
@@ -283,6 +289,20 @@ fn clip_v6(imp: &mut Importer, n: &NodeProto) -> Result<Vec<Value>> {
 fn cast(imp: &mut Importer, n: &NodeProto) -> Result<Vec<Value>> {
     let to = dtype_of(Attrs(n).int("to", 0) as i32)?;
     Ok(vec![imp.emit1(NodeSpec::new(Op::Cast, vec![imp.input(n, 0)?]).attr("to", Attr::DType(to)))?])
+}
+
+fn bit_shift(imp: &mut Importer, n: &NodeProto) -> Result<Vec<Value>> {
+    let op = match Attrs(n).string("direction", "").as_str() {
+        "LEFT" => Op::ShiftLeft,
+        "RIGHT" => Op::ShiftRight,
+        other => return Err(format!("direction '{other}' is not LEFT or RIGHT")),
+    };
+    binary(imp, n, op)
+}
+
+fn bit_cast(imp: &mut Importer, n: &NodeProto) -> Result<Vec<Value>> {
+    let to = dtype_of(Attrs(n).int("to", 0) as i32)?;
+    Ok(vec![imp.emit1(NodeSpec::new(Op::Bitcast, vec![imp.input(n, 0)?]).attr("to", Attr::DType(to)))?])
 }
 
 fn cast_like(imp: &mut Importer, n: &NodeProto) -> Result<Vec<Value>> {

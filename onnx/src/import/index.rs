@@ -4,7 +4,8 @@
 //! mask and a select), OneHot (an iota compared with the indices), EyeLike (a constant), Range (a constant: its bounds must be known at import, its length being
 //! the result's shape) and Tile (singleton axes interleaved by a reshape, broadcast, and
 //! reshaped back). Inputs that decide shapes (Trilu's `k`, Range's bounds, Tile's repeats)
-//! must be known at import time.
+//! must be known at import time, as must Compress's condition and ReverseSequence's lengths
+//! (both gathers of constant indices).
 
 use super::attrs::Attrs;
 use super::entry::OpEntry;
@@ -32,6 +33,9 @@ pub(super) const OPS: &[OpEntry] = &[
     // Tile 6 takes `repeats` as an input, as 13 does (which adds types only); Tile 1, with
     // `tiles` and `axis` inputs, is older than the oldest opset graphc imports.
     OpEntry::since("Tile", 6, tile),
+    // Compress 11 allows a negative axis, a superset of 9.
+    OpEntry::since("Compress", 9, compress),
+    OpEntry::since("ReverseSequence", 10, reverse_sequence),
 ];
 
 /// The index of the first (or, with `select_last_index`, the last) extreme element along
@@ -319,4 +323,61 @@ fn eye_like(imp: &mut Importer, n: &NodeProto) -> Result<Vec<Value>> {
     });
     let t = graphc_runtime::kernels::cast(&Tensor::F64(eye.into_dyn()), dtype);
     Ok(vec![imp.constant(t)?])
+}
+
+/// The slices of `x` along `axis` (of the flattened `x` without one) where `condition`, known at
+/// import, is true; a condition shorter than the axis leaves out the rest (numpy's `compress`).
+fn compress(imp: &mut Importer, n: &NodeProto) -> Result<Vec<Value>> {
+    let mut x = imp.input(n, 0)?;
+    let condition = imp.const_input(n, 1, "condition")?.ok_or("input 1 (condition) is required")?.to_f64_vec();
+    let axis = match Attrs(n).get("axis") {
+        Some(_) => norm_axis(Attrs(n).int("axis", 0), imp.shape(x)?.len())?,
+        None => {
+            x = imp.reshape(x, vec![-1])?;
+            0
+        }
+    };
+    let extent = imp.shape(x)?[axis];
+    if condition.len() as i64 > extent {
+        return Err(format!("the condition has {} entries for an axis of {extent}", condition.len()));
+    }
+    let keep: Vec<i64> = (0..condition.len() as i64).filter(|&i| condition[i as usize] != 0.0).collect();
+    let idx = imp.constant(Tensor::I64(ndarray::Array1::from(keep).into_dyn()))?;
+    Ok(vec![imp.emit1(NodeSpec::new(Op::Gather, vec![x, idx]).attr("axis", Attr::Int(axis as i64)))?])
+}
+
+/// Each batch entry's first `sequence_lens[b]` steps reversed (the lengths known at import): a
+/// gather of (batch, time) rows in a constant order.
+fn reverse_sequence(imp: &mut Importer, n: &NodeProto) -> Result<Vec<Value>> {
+    let a = Attrs(n);
+    let x = imp.input(n, 0)?;
+    let dims = imp.shape(x)?;
+    let (batch_axis, time_axis) = (a.int("batch_axis", 1), a.int("time_axis", 0));
+    if dims.len() < 2 || ![(0, 1), (1, 0)].contains(&(batch_axis, time_axis)) {
+        return Err(format!(
+            "batch_axis {batch_axis} and time_axis {time_axis} must be 0 and 1 of a tensor of rank 2 or more (rank {})",
+            dims.len()
+        ));
+    }
+    let lens = imp.const_ints(n, 1, "sequence_lens")?.ok_or("input 1 (sequence_lens) is required")?;
+    let (batch, time) = (dims[batch_axis as usize], dims[time_axis as usize]);
+    if lens.len() as i64 != batch || lens.iter().any(|&l| l < 0 || l > time) {
+        return Err(format!("sequence_lens {lens:?} must be {batch} lengths of at most {time}"));
+    }
+    // Rows of the (batch, time)-major view, as the data's own first two axes order them.
+    let row = |b: i64, t: i64| if batch_axis == 0 { b * time + t } else { t * batch + b };
+    let mut order = vec![0; (batch * time) as usize];
+    for (b, &len) in lens.iter().enumerate() {
+        let b = b as i64;
+        for t in 0..time {
+            let from = if t < len { len - 1 - t } else { t };
+            order[row(b, t) as usize] = row(b, from);
+        }
+    }
+    let mut rows = vec![dims[0] * dims[1]];
+    rows.extend(&dims[2..]);
+    let flat = imp.reshape(x, rows)?;
+    let idx = imp.constant(Tensor::I64(ndarray::Array1::from(order).into_dyn()))?;
+    let y = imp.emit1(NodeSpec::new(Op::Gather, vec![flat, idx]).attr("axis", Attr::Int(0)))?;
+    Ok(vec![imp.reshape(y, dims)?])
 }

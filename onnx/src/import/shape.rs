@@ -32,6 +32,7 @@ pub(super) const OPS: &[OpEntry] = &[
     // only add element types): one converter serves them all. Pad 2 has them as attributes.
     OpEntry::since("Pad", 11, pad),
     OpEntry::since("Pad", 2, pad_v2),
+    OpEntry::since("CenterCropPad", 18, center_crop_pad),
     // Older versions. Reshape 5 takes the shape as an input, as later ones do.
     OpEntry::since("Reshape", 5, reshape),
     // Flatten 1 and Gather 1 take no negative axis or indices (a subset of later versions).
@@ -357,6 +358,30 @@ fn pad_v2(imp: &mut Importer, n: &NodeProto) -> Result<Vec<Value>> {
         Some(imp.scalar(dtype, value as f64)?)
     };
     Ok(vec![pad_with(imp, x, &pads, None, value, &mode)?])
+}
+
+/// Each of `axes` (all by default) cropped or zero-padded to the size `shape` gives it,
+/// centred: the odd element of an uneven difference goes to the end.
+fn center_crop_pad(imp: &mut Importer, n: &NodeProto) -> Result<Vec<Value>> {
+    let x = imp.input(n, 0)?;
+    let dims = imp.shape(x)?;
+    let sizes = imp.const_ints(n, 1, "shape")?.ok_or("input 1 (shape) is required")?;
+    let axes = Attrs(n).ints("axes").unwrap_or_else(|| (0..dims.len() as i64).collect());
+    if sizes.len() != axes.len() {
+        return Err(format!("{} sizes for {} axes", sizes.len(), axes.len()));
+    }
+    let mut pads = vec![0; 2 * axes.len()];
+    for (i, (&ax, &size)) in axes.iter().zip(&sizes).enumerate() {
+        let d = dims[norm_axis(ax, dims.len())?];
+        if size < 0 {
+            return Err(format!("size {size} for axis {ax} is negative"));
+        }
+        // Negative pads crop; halves round toward the begin's smaller share.
+        let begin = if size < d { -((d - size) / 2) } else { (size - d) / 2 };
+        pads[i] = begin;
+        pads[axes.len() + i] = size - d - begin;
+    }
+    Ok(vec![pad_with(imp, x, &pads, Some(axes), None, "constant")?])
 }
 
 /// Pads `x` by `pads` (every padded axis' begin, then every one's end; negative crops) along

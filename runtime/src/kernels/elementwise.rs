@@ -124,6 +124,7 @@ fn bool_binary(op: Op, a: &ArrayD<bool>, b: &ArrayD<bool>) -> Result<Tensor, Ker
     let f: fn(bool, bool) -> bool = match op {
         Op::And => |x, y| x && y,
         Op::Or => |x, y| x || y,
+        Op::Xor => |x, y| x != y,
         Op::Equal => |x, y| x == y,
         Op::NotEqual => |x, y| x != y,
         _ => return Err(unsupported(op, DType::Bool)),

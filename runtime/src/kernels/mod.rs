@@ -43,6 +43,7 @@ macro_rules! each_int {
 }
 
 mod array;
+mod bits;
 pub mod elem;
 mod elementwise;
 mod error;
@@ -71,10 +72,10 @@ pub fn is_kernel(op: Op) -> bool {
 ///
 /// f16 and bf16 have no kernels of their own: their operands widen to f32 (exactly), the f32
 /// kernel runs, and each result the type rule gives a 16-bit float type is rounded to it,
-/// nearest-even (the spec's rule). `cast` and `constant` convert themselves.
+/// nearest-even (the spec's rule). `cast`, `bitcast` and `constant` convert themselves.
 pub fn eval(op: Op, attrs: &Attrs, inputs: &[&Tensor], results: &[TensorType]) -> Result<Vec<Tensor>, KernelError> {
     let half = |d: DType| matches!(d, DType::F16 | DType::BF16);
-    if matches!(op, Op::Cast | Op::Constant)
+    if matches!(op, Op::Cast | Op::Bitcast | Op::Constant)
         || !(inputs.iter().any(|t| half(t.dtype())) || results.iter().any(|t| half(t.dtype)))
     {
         return eval_native(op, attrs, inputs, results);
@@ -109,6 +110,7 @@ fn eval_native(op: Op, attrs: &Attrs, inputs: &[&Tensor], results: &[TensorType]
         }
         Op::Identity => one(inputs[0].clone()),
         Op::Cast => one(cast(inputs[0], attrs.dtype("to").ok_or_else(|| attr_err("to"))?)),
+        Op::Bitcast => one(bits::bitcast(inputs[0], attrs.dtype("to").ok_or_else(|| attr_err("to"))?)?),
         Op::Reshape => one(array::reshape(inputs[0], result(0)?)?),
         Op::Broadcast => one(array::broadcast(inputs[0], result(0)?)?),
         Op::Transpose => one(array::transpose(inputs[0], ints("perm")?)?),
@@ -153,8 +155,13 @@ fn eval_native(op: Op, attrs: &Attrs, inputs: &[&Tensor], results: &[TensorType]
         | Op::Floor
         | Op::Ceil
         | Op::Round
-        | Op::Sign
-        | Op::Not => one(elementwise::unary(op, inputs[0])?),
+        | Op::Sign => one(elementwise::unary(op, inputs[0])?),
+        Op::Not if inputs[0].dtype() == DType::Bool => one(elementwise::unary(op, inputs[0])?),
+        Op::Not => one(bits::unary(op, inputs[0])?),
+        Op::And | Op::Or | Op::Xor if inputs[0].dtype() == DType::Bool => {
+            one(elementwise::binary(op, inputs[0], inputs[1])?)
+        }
+        Op::And | Op::Or | Op::Xor | Op::ShiftLeft | Op::ShiftRight => one(bits::binary(op, inputs[0], inputs[1])?),
         Op::Mod => one(elementwise::modulo(inputs[0], inputs[1], attrs.bool("fmod").unwrap_or(false))?),
         Op::Add
         | Op::Sub
@@ -163,8 +170,6 @@ fn eval_native(op: Op, attrs: &Attrs, inputs: &[&Tensor], results: &[TensorType]
         | Op::Pow
         | Op::Max
         | Op::Min
-        | Op::And
-        | Op::Or
         | Op::Equal
         | Op::NotEqual
         | Op::Less

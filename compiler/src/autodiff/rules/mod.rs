@@ -77,6 +77,10 @@ fn rule(op: Op) -> Option<Rule> {
         | Op::Shape
         | Op::Rank
         | Op::Not
+        | Op::Xor
+        | Op::ShiftLeft
+        | Op::ShiftRight
+        | Op::Bitcast
         | Op::And
         | Op::Or
         | Op::Equal

@@ -347,6 +347,10 @@ fn lowering(op: Op) -> Lowering {
         | Op::Round
         | Op::Sign
         | Op::Mod
+        | Op::Xor
+        | Op::ShiftLeft
+        | Op::ShiftRight
+        | Op::Bitcast
         | Op::ReduceProd => Lowering::Elsewhere,
     }
 }

@@ -70,6 +70,10 @@ fn resident_bytes(g: &Graph, n: Node) -> u64 {
         | Op::Round
         | Op::Sign
         | Op::Mod
+        | Op::Xor
+        | Op::ShiftLeft
+        | Op::ShiftRight
+        | Op::Bitcast
         | Op::Not
         | Op::Add
         | Op::Sub
