@@ -102,6 +102,7 @@ define_ops! {
     ReduceMax => "reduce_max",
     ReduceMin => "reduce_min",
     ReduceProd => "reduce_prod",
+    TopK => "top_k",
     Softmax => "softmax",
     MaxPool => "max_pool",
     AvgPool => "avg_pool",

@@ -435,6 +435,21 @@ fn build_def(op: Op) -> OpDef {
             "graph @g(%x: f32[4,6]) -> (y: f32[6]) {\n  %0 = reduce_min %x {axes = [-2]} : f32[6]\n  return %0\n}\n", rules::reduce_numeric),
         Op::ReduceProd => reduction("Product over axes.", "Product of the elements over `axes` (1 for an empty extent); numeric dtypes (integers wrap; floats multiply in f64 and round once).",
             "graph @g(%x: f32[4,6]) -> (y: f32[4,1]) {\n  %0 = reduce_prod %x {axes = [1], keep_dims = true} : f32[4,1]\n  return %0\n}\n", rules::reduce_numeric),
+        Op::TopK => Plain {
+            kind: Opaque,
+            summary: "The k largest (or smallest) elements along an axis, and their indices.",
+            operands: "input",
+            arity: (1, Some(1)),
+            attrs: vec![
+                required("k", K::Int, "How many to keep, from 0 to the axis' dim."),
+                required("axis", K::Int, "The axis to search; negative counts from the end."),
+                attr("largest", K::Bool, AttrDefault::Value(Attr::Bool(true)), "The largest elements (else the smallest)."),
+            ],
+            semantics: "Two results: the `k` elements of each slice along `axis` that come first in descending order (ascending without `largest`), in that order, and their indices along the axis as i64. Equal elements keep their index order (the lower index first); NaN ranks above every number, as in numpy's sort (first when largest, last otherwise). Numeric dtypes. ONNX `TopK`.",
+            example: "graph @g(%x: f32[2,5]) -> (v: f32[2,3], i: i64[2,3]) {\n  %0, %1 = top_k %x {k = 3, axis = 1} : f32[2,3], i64[2,3]\n  return %0, %1\n}\n",
+            infer: rules::top_k,
+        }
+        .into(),
         Op::Softmax => Plain {
             kind: Opaque,
             summary: "Normalized exponential along an axis (a composite).",

@@ -350,6 +350,21 @@ pub fn clamp_index(i: i64, dim: i64) -> i64 {
     i.clamp(0, dim)
 }
 
+pub fn top_k(ctx: &InferCtx) -> R {
+    let t = check_dtype(ctx, 0, DType::is_numeric, "numbers (floats or integers)")?;
+    let axis = ctx.axis("axis", t.rank())?;
+    let k = ctx.int_attr("k")?;
+    if k < 0 || k as u64 > t.shape[axis] {
+        return err(
+            Blame::Attr("k"),
+            format!("top_k: k = {k} is not within 0..={} (axis {axis} of {t})", t.shape[axis]),
+        );
+    }
+    let mut shape = t.shape.clone();
+    shape[axis] = k as u64;
+    Ok(vec![Type::Tensor(t.with_shape(shape.clone())), Type::Tensor(TensorType::new(DType::I64, shape))])
+}
+
 pub fn split(ctx: &InferCtx) -> R {
     let t = ctx.tensor(0)?;
     let axis = ctx.axis("axis", t.rank())?;

@@ -263,6 +263,7 @@ fn role(op: Op) -> Role {
         | Op::ShiftLeft
         | Op::ShiftRight
         | Op::Bitcast
+        | Op::TopK
         | Op::ReduceProd => Role::Interpreted,
     }
 }

@@ -428,3 +428,36 @@ fn windows_far_into_the_padding_are_computed_without_overflow() {
     assert_eq!(out.tensor(0).unwrap().shape(), &[1, 1, 4]);
     assert_eq!(out.tensor(1).unwrap().shape(), &[1, 1, 4]);
 }
+
+/// `top_k` on every vector of four elements drawn from {-1, 0, 1, NaN}, every k, both
+/// directions, against the definition: element i comes before j when it ranks higher (lower
+/// without `largest`; NaN above every number) or ties with it at a lower index.
+#[test]
+fn top_k_on_every_small_vector() {
+    let values = [-1.0f32, 0.0, 1.0, f32::NAN];
+    let rank = |v: f32| if v.is_nan() { 2.0 } else { v };
+    for code in 0..256 {
+        let x: Vec<f32> = (0..4).map(|i| values[(code >> (2 * i)) & 3]).collect();
+        for largest in [true, false] {
+            let before = |i: usize, j: usize| {
+                let (a, b) = (rank(x[i]), rank(x[j]));
+                (if largest { a > b } else { a < b }) || (a == b && i < j)
+            };
+            let mut order: Vec<usize> = (0..4).collect();
+            order.sort_by_key(|&i| (0..4).filter(|&j| before(j, i)).count());
+            for k in 0..=4 {
+                let out = run(
+                    &format!("(%x: f32[4]) -> (v: f32[{k}], i: i64[{k}])"),
+                    &format!(
+                        "  %v, %i = top_k %x {{k = {k}, axis = 0, largest = {largest}}} : f32[{k}], i64[{k}]\n  return %v, %i"
+                    ),
+                    &[("x", f32t(&[4], &x))],
+                );
+                let want_v: Vec<f32> = order[..k].iter().map(|&i| x[i]).collect();
+                let want_i: Vec<i64> = order[..k].iter().map(|&i| i as i64).collect();
+                assert!(out[0].bit_identical(&f32t(&[k], &want_v)), "{x:?} k={k} largest={largest}: {:?}", out[0]);
+                assert_eq!(out[1], i64t(&[k], &want_i), "{x:?} k={k} largest={largest}");
+            }
+        }
+    }
+}

@@ -294,6 +294,8 @@ impl<'a> CostModel<'a> {
             | Op::QueueClose
             | Op::QueueSize
             | Op::NoOp => out * reference::ELEM,
+            // top_k sorts each slice: about a reduction's work per element, times the log.
+            Op::TopK => input(0) * reference::REDUCE * input(0).max(2.0).log2(),
             Op::ReduceSum | Op::ReduceMean | Op::ReduceMax | Op::ReduceMin | Op::ReduceProd => {
                 input(0) * reference::REDUCE
             }

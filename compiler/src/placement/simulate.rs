@@ -261,6 +261,7 @@ fn expand(g: &graphc_ir::Graph, nodes: &[Node], iterations: &[u64], out: &mut Ve
             | Op::ShiftLeft
             | Op::ShiftRight
             | Op::Bitcast
+            | Op::TopK
             | Op::Not
             | Op::Add
             | Op::Sub

@@ -228,6 +228,7 @@ mod tests {
             "TensorScatter",
             "ThresholdedRelu",
             "Tile",
+            "TopK",
             "Transpose",
             "Trilu",
             "Unsqueeze",

@@ -5,7 +5,7 @@
 //! the result's shape) and Tile (singleton axes interleaved by a reshape, broadcast, and
 //! reshaped back). Inputs that decide shapes (Trilu's `k`, Range's bounds, Tile's repeats)
 //! must be known at import time, as must Compress's condition and ReverseSequence's lengths
-//! (both gathers of constant indices).
+//! (both gathers of constant indices), and TopK's k (onto `top_k`).
 
 use super::attrs::Attrs;
 use super::entry::OpEntry;
@@ -36,6 +36,11 @@ pub(super) const OPS: &[OpEntry] = &[
     // Compress 11 allows a negative axis, a superset of 9.
     OpEntry::since("Compress", 9, compress),
     OpEntry::since("ReverseSequence", 10, reverse_sequence),
+    // TopK 1 has `k` as an attribute, 10 as an input; 11 adds `largest` and `sorted` (the
+    // result is always sorted, which `sorted = 0` allows). Every version's default axis is -1.
+    OpEntry::since("TopK", 11, top_k),
+    OpEntry::since("TopK", 10, top_k),
+    OpEntry::since("TopK", 1, top_k),
 ];
 
 /// The index of the first (or, with `select_last_index`, the last) extreme element along
@@ -380,4 +385,23 @@ fn reverse_sequence(imp: &mut Importer, n: &NodeProto) -> Result<Vec<Value>> {
     let idx = imp.constant(Tensor::I64(ndarray::Array1::from(order).into_dyn()))?;
     let y = imp.emit1(NodeSpec::new(Op::Gather, vec![flat, idx]).attr("axis", Attr::Int(0)))?;
     Ok(vec![imp.reshape(y, dims)?])
+}
+
+fn top_k(imp: &mut Importer, n: &NodeProto) -> Result<Vec<Value>> {
+    let a = Attrs(n);
+    let x = imp.input(n, 0)?;
+    let k = match imp.opset {
+        ..10 => a.get("k").map(|_| a.int("k", 0)).ok_or("the k attribute is required")?,
+        _ => match imp.const_ints(n, 1, "K")?.ok_or("input 1 (K) is required")?[..] {
+            [k] => k,
+            ref other => return Err(format!("input 1 (K) must hold one value, got {}", other.len())),
+        },
+    };
+    let axis = norm_axis(a.int("axis", -1), imp.shape(x)?.len())?;
+    imp.emit(
+        NodeSpec::new(Op::TopK, vec![x])
+            .attr("k", Attr::Int(k))
+            .attr("axis", Attr::Int(axis as i64))
+            .attr("largest", Attr::Bool(a.int("largest", 1) != 0)),
+    )
 }

@@ -50,6 +50,7 @@ mod error;
 mod loss;
 mod matmul;
 mod reduce;
+mod top_k;
 mod window;
 
 use crate::tensor::Tensor;
@@ -176,6 +177,10 @@ fn eval_native(op: Op, attrs: &Attrs, inputs: &[&Tensor], results: &[TensorType]
         | Op::LessEqual
         | Op::Greater
         | Op::GreaterEqual => one(elementwise::binary(op, inputs[0], inputs[1])?),
+        Op::TopK => {
+            let axis = graphc_ir::shape::normalize_axis(int("axis")?, inputs[0].shape().len()).map_err(KernelError)?;
+            top_k::top_k(inputs[0], axis, attrs.bool("largest").unwrap_or(true), result(0)?)
+        }
         Op::Select => one(elementwise::select(inputs[0], inputs[1], inputs[2])?),
         Op::ReduceSum | Op::ReduceMean | Op::ReduceMax | Op::ReduceMin | Op::ReduceProd => {
             one(reduce::reduce(op, inputs[0], ints("axes")?, result(0)?)?)

@@ -351,6 +351,7 @@ fn lowering(op: Op) -> Lowering {
         | Op::ShiftLeft
         | Op::ShiftRight
         | Op::Bitcast
+        | Op::TopK
         | Op::ReduceProd => Lowering::Elsewhere,
     }
 }

@@ -74,6 +74,7 @@ fn resident_bytes(g: &Graph, n: Node) -> u64 {
         | Op::ShiftLeft
         | Op::ShiftRight
         | Op::Bitcast
+        | Op::TopK
         | Op::Not
         | Op::Add
         | Op::Sub
