@@ -12,6 +12,7 @@ mod activation;
 mod attention;
 mod attrs;
 mod constant;
+mod control;
 mod conv;
 mod dispatch;
 mod elementwise;

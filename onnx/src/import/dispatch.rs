@@ -4,8 +4,8 @@
 
 use super::entry::OpEntry;
 use super::{
-    activation, attention, constant, conv, elementwise, gather, index, loss, nn, normalize, quantize, reduce, resize,
-    shape, signal,
+    activation, attention, constant, control, conv, elementwise, gather, index, loss, nn, normalize, quantize, reduce,
+    resize, shape, signal,
 };
 use std::collections::HashMap;
 use std::sync::LazyLock;
@@ -27,6 +27,7 @@ const FAMILIES: &[&[OpEntry]] = &[
     gather::OPS,
     signal::OPS,
     quantize::OPS,
+    control::OPS,
 ];
 
 /// Operator type to its entries, latest `since` first.
@@ -86,6 +87,7 @@ mod tests {
             "Acos",
             "Acosh",
             "Add",
+            "AffineGrid",
             "And",
             "ArgMax",
             "ArgMin",
@@ -149,6 +151,7 @@ mod tests {
             "HardSwish",
             "Hardmax",
             "Identity",
+            "If",
             "InstanceNormalization",
             "IsInf",
             "IsNaN",
@@ -159,6 +162,7 @@ mod tests {
             "LessOrEqual",
             "Log",
             "LogSoftmax",
+            "Loop",
             "LpNormalization",
             "LpPool",
             "MatMul",
@@ -200,6 +204,7 @@ mod tests {
             "Resize",
             "ReverseSequence",
             "Round",
+            "Scan",
             "Scatter",
             "ScatterElements",
             "ScatterND",

@@ -126,6 +126,11 @@ impl<'a> Importer<'a> {
         })
     }
 
+    /// `v`'s value where the import can compute it (see [`Importer::const_input`]).
+    pub(super) fn known(&self, v: Value) -> Option<Tensor> {
+        self.known_value(v, &mut HashMap::new())
+    }
+
     /// `v`'s value where the import can compute it: folded constants, given graph inputs, and
     /// the kernels between them (each result within the constant limit). `memo` keeps what a
     /// walk has computed, or failed to, so a shared operand is evaluated once.

@@ -1,4 +1,4 @@
-//! Resizing: Resize (10, 11, 13, 18, 19) and Upsample (7, 9). Shapes are static, so the
+//! Resizing: Resize (10, 11, 13, 18, 19), Upsample (7, 9), and AffineGrid's sampling grid. Shapes are static, so the
 //! scales or sizes (and the roi of `tf_crop_and_resize`) are known at import, and with them,
 //! for every resized axis, each output coordinate's source indices and weights: the resize is
 //! separable, one axis after another (in ONNX's reference order), each a weighted sum of
@@ -34,7 +34,55 @@ pub(super) const OPS: &[OpEntry] = &[
     // opsets' models are read as 9).
     OpEntry::since("Upsample", 9, |imp, n| upsample(imp, n, 9)),
     OpEntry::since("Upsample", 7, |imp, n| upsample(imp, n, 7)),
+    OpEntry::since("AffineGrid", 20, affine_grid),
 ];
+
+/// AffineGrid: the sampling grid `theta @ (x, y[, z], 1)` of every output position, for the
+/// `size` known at import. A position's normalized coordinate along an axis of S points is
+/// `-1 + 2i / (S - 1)` with `align_corners` (-1 for one point), else `(2i + 1) / S - 1`.
+fn affine_grid(imp: &mut Importer, n: &NodeProto) -> Result<Vec<Value>> {
+    let theta = imp.input(n, 0)?;
+    let t = imp.ty(theta)?;
+    let size = imp.const_ints(n, 1, "size")?.ok_or("input 1 (size) is required")?;
+    let spatial = match size.len() {
+        4 | 5 => size[2..].to_vec(),
+        other => return Err(format!("size must be [N, C, H, W] or [N, C, D, H, W], got {other} values")),
+    };
+    let k = spatial.len();
+    if t.shape.len() != 3 || t.shape[1] != k as u64 || t.shape[2] != k as u64 + 1 || t.shape[0] as i64 != size[0] {
+        return Err(format!("theta must be [{}, {k}, {}] for size {size:?}, got {t}", size[0], k + 1));
+    }
+    if spatial.iter().any(|&s| s < 0) {
+        return Err(format!("size {size:?} has a negative dim"));
+    }
+    let align = Attrs(n).int("align_corners", 0) != 0;
+    let coord = |i: i64, s: i64| match (align, s) {
+        (true, 1) => -1.0,
+        (true, _) => -1.0 + 2.0 * i as f64 / (s - 1) as f64,
+        (false, _) => (2 * i + 1) as f64 / s as f64 - 1.0,
+    };
+    // Rows (x, y[, z], 1) in row-major order of the spatial dims (D, H, W): x runs along the
+    // last of them.
+    let points: i64 = spatial.iter().product();
+    let mut base = Vec::with_capacity(points as usize * (k + 1));
+    for p in 0..points {
+        let mut rest = p;
+        let mut idx = vec![0; k];
+        for d in (0..k).rev() {
+            idx[d] = rest % spatial[d];
+            rest /= spatial[d];
+        }
+        base.extend((0..k).rev().map(|d| coord(idx[d], spatial[d])));
+        base.push(1.0);
+    }
+    let base = ndarray::Array2::from_shape_vec((points as usize, k + 1), base).map_err(|e| e.to_string())?;
+    let base = imp.constant(kernels::cast(&Tensor::F64(base.into_dyn()), t.dtype))?;
+    let grid = imp.emit1(NodeSpec::new(Op::MatMul, vec![base, theta]).attr("transpose_b", Attr::Bool(true)))?;
+    let mut shape = vec![size[0]];
+    shape.extend(&spatial);
+    shape.push(k as i64);
+    Ok(vec![imp.reshape(grid, shape)?])
+}
 
 /// How an output coordinate maps to an input coordinate along an axis.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
