@@ -24,6 +24,7 @@ mod loss;
 mod nn;
 mod normalize;
 mod quantize;
+mod recurrent;
 mod reduce;
 mod resize;
 mod shape;

@@ -176,7 +176,7 @@ fn scan(imp: &mut Importer, n: &NodeProto) -> Result<Vec<Value>> {
 }
 
 /// `values` (of one shape) stacked along a new axis `axis`.
-fn stack(imp: &mut Importer, values: &[Value], axis: usize) -> Result<Value> {
+pub(super) fn stack(imp: &mut Importer, values: &[Value], axis: usize) -> Result<Value> {
     let rows = values
         .iter()
         .map(|&v| {

@@ -4,8 +4,8 @@
 
 use super::entry::OpEntry;
 use super::{
-    activation, attention, constant, control, conv, elementwise, gather, index, loss, nn, normalize, quantize, reduce,
-    resize, shape, signal,
+    activation, attention, constant, control, conv, elementwise, gather, index, loss, nn, normalize, quantize,
+    recurrent, reduce, resize, shape, signal,
 };
 use std::collections::HashMap;
 use std::sync::LazyLock;
@@ -28,6 +28,7 @@ const FAMILIES: &[&[OpEntry]] = &[
     signal::OPS,
     quantize::OPS,
     control::OPS,
+    recurrent::OPS,
 ];
 
 /// Operator type to its entries, latest `since` first.
@@ -135,6 +136,7 @@ mod tests {
             "EyeLike",
             "Flatten",
             "Floor",
+            "GRU",
             "Gather",
             "GatherElements",
             "GatherND",
@@ -156,6 +158,7 @@ mod tests {
             "IsInf",
             "IsNaN",
             "LRN",
+            "LSTM",
             "LayerNormalization",
             "LeakyRelu",
             "Less",
@@ -187,6 +190,7 @@ mod tests {
             "QLinearMatMul",
             "QuantizeLinear",
             "RMSNormalization",
+            "RNN",
             "Range",
             "Reciprocal",
             "ReduceL1",
