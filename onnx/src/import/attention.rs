@@ -37,7 +37,106 @@ use graphc_runtime::Tensor;
 pub(super) const OPS: &[OpEntry] = &[
     OpEntry::since("Attention", 24, |imp, n| attention(imp, n, 24)),
     OpEntry::since("Attention", 23, |imp, n| attention(imp, n, 23)),
+    OpEntry::since("RotaryEmbedding", 23, rotary_embedding),
 ];
+
+/// `x[.., start..end:step]` along the last axis.
+fn last_axis(imp: &mut Importer, x: Value, start: i64, end: i64, step: i64) -> Result<Value> {
+    let dims = imp.shape(x)?;
+    let r = dims.len();
+    let mut starts = vec![0; r];
+    let mut ends = dims;
+    let mut steps = vec![1; r];
+    (starts[r - 1], ends[r - 1], steps[r - 1]) = (start, end, step);
+    imp.emit1(
+        NodeSpec::new(Op::Slice, vec![x])
+            .attr("starts", Attr::Ints(starts))
+            .attr("ends", Attr::Ints(ends))
+            .attr("steps", Attr::Ints(steps)),
+    )
+}
+
+/// RotaryEmbedding (23): the first `rotary_embedding_dim` features of each head rotated in
+/// pairs, halves (or, `interleaved`, even and odd features) as real and imaginary parts, by the
+/// cos and sin of each position (the caches indexed by `position_ids`, or already per batch
+/// and position). X is [B, heads, S, head] or [B, S, heads * head] (`num_heads`).
+fn rotary_embedding(imp: &mut Importer, n: &NodeProto) -> Result<Vec<Value>> {
+    let a = Attrs(n);
+    let x = imp.input(n, 0)?;
+    let dims = imp.shape(x)?;
+    let (cos, sin) = (imp.input(n, 1)?, imp.input(n, 2)?);
+    let (cos, sin) = match imp.opt_input(n, 3)? {
+        Some(ids) => {
+            let gather = |imp: &mut Importer, c: Value| {
+                imp.emit1(NodeSpec::new(Op::Gather, vec![c, ids]).attr("axis", Attr::Int(0)))
+            };
+            (gather(imp, cos)?, gather(imp, sin)?)
+        }
+        None => (cos, sin),
+    };
+    // [B, S, heads, head]
+    let x4 = match dims[..] {
+        [_, _, _, _] => transpose(imp, x, vec![0, 2, 1, 3])?,
+        [b, s, hidden] => {
+            let heads = a.int("num_heads", 0);
+            if heads <= 0 || hidden % heads != 0 {
+                return Err(format!("a 3-D input of {hidden} features needs num_heads dividing it, got {heads}"));
+            }
+            imp.reshape(x, vec![b, s, heads, hidden / heads])?
+        }
+        _ => return Err(format!("X must have rank 3 or 4, got {}", dims.len())),
+    };
+    let head = imp.shape(x4)?[3];
+    let rot = match a.int("rotary_embedding_dim", 0) {
+        0 => head,
+        r if r > 0 && r <= head && r % 2 == 0 => r,
+        r => return Err(format!("rotary_embedding_dim {r} must be even and at most the head size {head}")),
+    };
+    let half = rot / 2;
+    let interleaved = a.int("interleaved", 0) != 0;
+    let (x1, x2) = if interleaved {
+        (last_axis(imp, x4, 0, rot, 2)?, last_axis(imp, x4, 1, rot, 2)?)
+    } else {
+        (last_axis(imp, x4, 0, half, 1)?, last_axis(imp, x4, half, rot, 1)?)
+    };
+    let per_head = |imp: &mut Importer, c: Value| -> Result<Value> {
+        let cd = imp.shape(c)?;
+        match cd[..] {
+            [b, s, h] if h == half => imp.reshape(c, vec![b, s, 1, h]),
+            _ => Err(format!("the cos and sin caches must give [batch, seq, {half}] per position, got {cd:?}")),
+        }
+    };
+    let (cos, sin) = (per_head(imp, cos)?, per_head(imp, sin)?);
+    let (c1, s2) = (imp.binary(Op::Mul, cos, x1)?, imp.binary(Op::Mul, sin, x2)?);
+    let real = imp.binary(Op::Sub, c1, s2)?;
+    let (s1, c2) = (imp.binary(Op::Mul, sin, x1)?, imp.binary(Op::Mul, cos, x2)?);
+    let imag = imp.binary(Op::Add, s1, c2)?;
+    let concat_last = |imp: &mut Importer, parts: Vec<Value>| -> Result<Value> {
+        imp.emit1(NodeSpec::new(Op::Concat, parts).attr("axis", Attr::Int(-1)))
+    };
+    let mut rotated = if interleaved {
+        let pair = |imp: &mut Importer, v: Value| -> Result<Value> {
+            let mut shape = imp.shape(v)?;
+            shape.push(1);
+            imp.reshape(v, shape)
+        };
+        let (re, im) = (pair(imp, real)?, pair(imp, imag)?);
+        let both = concat_last(imp, vec![re, im])?;
+        let mut shape = imp.shape(x1)?;
+        shape[3] = rot;
+        imp.reshape(both, shape)?
+    } else {
+        concat_last(imp, vec![real, imag])?
+    };
+    if rot < head {
+        let rest = last_axis(imp, x4, rot, head, 1)?;
+        rotated = concat_last(imp, vec![rotated, rest])?;
+    }
+    Ok(vec![match dims.len() {
+        4 => transpose(imp, rotated, vec![0, 2, 1, 3])?,
+        _ => imp.reshape(rotated, dims)?,
+    }])
+}
 
 fn transpose(imp: &mut Importer, x: Value, perm: Vec<i64>) -> Result<Value> {
     imp.emit1(NodeSpec::new(Op::Transpose, vec![x]).attr("perm", Attr::Ints(perm)))

@@ -207,6 +207,7 @@ mod tests {
             "Reshape",
             "Resize",
             "ReverseSequence",
+            "RotaryEmbedding",
             "Round",
             "Scan",
             "Scatter",
