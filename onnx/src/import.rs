@@ -15,6 +15,7 @@ mod constant;
 mod control;
 mod conv;
 mod dispatch;
+mod einsum;
 mod elementwise;
 mod entry;
 mod gather;

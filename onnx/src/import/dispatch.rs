@@ -4,7 +4,7 @@
 
 use super::entry::OpEntry;
 use super::{
-    activation, attention, constant, control, conv, elementwise, gather, index, loss, nn, normalize, quantize,
+    activation, attention, constant, control, conv, einsum, elementwise, gather, index, loss, nn, normalize, quantize,
     recurrent, reduce, resize, shape, signal,
 };
 use std::collections::HashMap;
@@ -29,6 +29,7 @@ const FAMILIES: &[&[OpEntry]] = &[
     quantize::OPS,
     control::OPS,
     recurrent::OPS,
+    einsum::OPS,
 ];
 
 /// Operator type to its entries, latest `since` first.
@@ -128,6 +129,7 @@ mod tests {
             "Div",
             "Dropout",
             "DynamicQuantizeLinear",
+            "Einsum",
             "Elu",
             "Equal",
             "Erf",
