@@ -115,8 +115,7 @@ impl<'a> Importer<'a> {
         if let Some(t) = self.known_value(v, &mut HashMap::new()) {
             return Ok(Some(t));
         }
-        let fed = self.g.inputs().contains(&v).then(|| self.g.values[v].name.as_deref()).flatten();
-        Err(match fed {
+        Err(match self.unknown_input(v) {
             Some(name) => format!(
                 "input {i} ({what}) comes from graph input '{name}', whose value graphc needs when importing; give it with --input"
             ),
@@ -124,6 +123,26 @@ impl<'a> Importer<'a> {
                 "input {i} ({what}) must be known at import time (an initializer, a graph input given with --input, or computed from them)"
             ),
         })
+    }
+
+    /// A graph input without a given value that `v` is computed from, by name.
+    fn unknown_input(&self, v: Value) -> Option<&str> {
+        let mut stack = vec![v];
+        let mut seen = std::collections::HashSet::new();
+        while let Some(v) = stack.pop() {
+            if !seen.insert(v) || self.consts.contains_key(&v) {
+                continue;
+            }
+            if self.g.inputs().contains(&v) {
+                let name = self.g.values[v].name.as_deref()?;
+                if !self.options.known_inputs.contains_key(name) {
+                    return Some(name);
+                }
+            } else if let Some(node) = self.g.producer(v) {
+                stack.extend(&self.g.nodes[node].operands);
+            }
+        }
+        None
     }
 
     /// `v`'s value where the import can compute it (see [`Importer::const_input`]).
