@@ -6,8 +6,10 @@
 use super::{ImportOptions, Result};
 use crate::proto::{GraphProto, NodeProto, ValueInfoProto};
 use crate::tensor::{dtype_of, tensor_from_proto};
+use graphc_ir::graph::NodeData;
 use graphc_ir::{Attr, DType, Graph, Module, NodeSpec, Op, TensorType, Type, Value};
 use graphc_runtime::{kernels, Tensor};
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::path::Path;
 
@@ -19,6 +21,8 @@ pub(super) struct Importer<'a> {
     pub(super) g: Graph,
     pub(super) env: HashMap<String, Value>,
     pub(super) consts: HashMap<Value, Tensor>,
+    /// Values computed (or found unknowable) on demand by [`Importer::known`].
+    derived: RefCell<HashMap<Value, Option<Tensor>>>,
     pub(super) base: &'a Path,
     pub(super) opset: i64,
     pub(super) options: &'a ImportOptions,
@@ -30,6 +34,7 @@ impl<'a> Importer<'a> {
             g: Graph::new(sanitize_graph_name(graph.name.as_deref().unwrap_or("main"))),
             env: HashMap::new(),
             consts: HashMap::new(),
+            derived: RefCell::new(HashMap::new()),
             base,
             opset,
             options,
@@ -112,7 +117,7 @@ impl<'a> Importer<'a> {
     /// whose value was given (`--input`), or computed from those by the nodes that produce it.
     pub(super) fn const_input(&self, n: &NodeProto, i: usize, what: &str) -> Result<Option<Tensor>> {
         let Some(v) = self.opt_input(n, i)? else { return Ok(None) };
-        if let Some(t) = self.known_value(v, &mut HashMap::new()) {
+        if let Some(t) = self.known(v) {
             return Ok(Some(t));
         }
         Err(match self.unknown_input(v) {
@@ -145,33 +150,51 @@ impl<'a> Importer<'a> {
         None
     }
 
-    /// `v`'s value where the import can compute it (see [`Importer::const_input`]).
-    pub(super) fn known(&self, v: Value) -> Option<Tensor> {
-        self.known_value(v, &mut HashMap::new())
-    }
-
     /// `v`'s value where the import can compute it: folded constants, given graph inputs, and
-    /// the kernels between them (each result within the constant limit). `memo` keeps what a
-    /// walk has computed, or failed to, so a shared operand is evaluated once.
-    fn known_value(&self, v: Value, memo: &mut HashMap<Value, Option<Tensor>>) -> Option<Tensor> {
-        if let Some(t) = self.consts.get(&v) {
-            return Some(t.clone());
-        }
-        if let Some(t) = memo.get(&v) {
-            return t.clone();
-        }
-        memo.insert(v, None);
-        let result = if self.g.inputs().contains(&v) {
-            self.g.values[v].name.as_deref().and_then(|name| self.options.known_inputs.get(name)).cloned()
-        } else {
-            self.evaluate_producer(v, memo)
+    /// the kernels between them (each result within the constant limit). The walk is
+    /// iterative (an unrolled loop makes long chains) and what it computes, or fails to, is
+    /// kept in `derived`: values never change once added, so a later query reuses it.
+    pub(super) fn known(&self, v: Value) -> Option<Tensor> {
+        let mut derived = self.derived.borrow_mut();
+        let resolved = |u: Value, derived: &HashMap<Value, Option<Tensor>>| {
+            self.consts.contains_key(&u) || derived.contains_key(&u)
         };
-        memo.insert(v, result.clone());
-        result
+        // (value, whether its operands have been pushed)
+        let mut stack = vec![(v, false)];
+        while let Some((u, expanded)) = stack.pop() {
+            if resolved(u, &derived) {
+                continue;
+            }
+            if self.g.inputs().contains(&u) {
+                let given = self.g.values[u].name.as_deref().and_then(|name| self.options.known_inputs.get(name));
+                derived.insert(u, given.cloned());
+                continue;
+            }
+            let Some(node) = self.g.producer(u).map(|n| &self.g.nodes[n]) else {
+                derived.insert(u, None);
+                continue;
+            };
+            if !expanded {
+                stack.push((u, true));
+                stack.extend(node.operands.iter().filter(|&&o| !resolved(o, &derived)).map(|&o| (o, false)));
+                continue;
+            }
+            let inputs: Option<Vec<Tensor>> = node
+                .operands
+                .iter()
+                .map(|o| self.consts.get(o).cloned().or_else(|| derived.get(o).cloned().flatten()))
+                .collect();
+            let out = inputs.and_then(|inputs| self.evaluate(node, &inputs));
+            for (i, &r) in node.results.iter().enumerate() {
+                derived.insert(r, out.as_ref().map(|o| o[i].clone()));
+            }
+        }
+        self.consts.get(&v).cloned().or_else(|| derived.get(&v).cloned().flatten())
     }
 
-    fn evaluate_producer(&self, v: Value, memo: &mut HashMap<Value, Option<Tensor>>) -> Option<Tensor> {
-        let node = &self.g.nodes[self.g.producer(v)?];
+    /// A node's results from its operands' values, where it is a kernel and every result
+    /// fits the constant limit.
+    fn evaluate(&self, node: &NodeData, inputs: &[Tensor]) -> Option<Vec<Tensor>> {
         if !kernels::is_kernel(node.op) || node.op == Op::Constant {
             return None;
         }
@@ -180,14 +203,9 @@ impl<'a> Importer<'a> {
         if !types.iter().all(|t| t.num_elements().is_some_and(|e| e as usize <= CONST_LIMIT)) {
             return None;
         }
-        let inputs: Vec<Tensor> = node.operands.iter().map(|&o| self.known_value(o, memo)).collect::<Option<_>>()?;
         let refs: Vec<&Tensor> = inputs.iter().collect();
         let out = kernels::eval(node.op, &node.attrs, &refs, &types).ok()?;
-        let at = node.results.iter().position(|&r| r == v)?;
-        for (&r, t) in node.results.iter().zip(&out) {
-            memo.insert(r, Some(t.clone()));
-        }
-        out.into_iter().nth(at)
+        (out.len() == node.results.len()).then_some(out)
     }
 
     pub(super) fn const_ints(&self, n: &NodeProto, i: usize, what: &str) -> Result<Option<Vec<i64>>> {
