@@ -24,8 +24,8 @@ pub(super) const OPS: &[OpEntry] = &[
     OpEntry::since("Scan", 9, scan),
 ];
 
-/// The most iterations a Loop is unrolled to.
-const UNROLL_LIMIT: i64 = 4096;
+/// The most iterations (steps) a Loop, Scan or recurrent layer is unrolled to.
+pub(super) const UNROLL_LIMIT: i64 = 4096;
 
 fn if_(imp: &mut Importer, n: &NodeProto) -> Result<Vec<Value>> {
     let cond = imp

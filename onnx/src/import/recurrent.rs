@@ -5,7 +5,7 @@
 //! entry past its length keeps its state and outputs zeros.
 
 use super::attrs::Attrs;
-use super::control::stack;
+use super::control::{stack, UNROLL_LIMIT};
 use super::entry::OpEntry;
 use super::graph::Importer;
 use super::Result;
@@ -83,6 +83,9 @@ fn recurrent(imp: &mut Importer, n: &NodeProto, cell: Cell) -> Result<Vec<Value>
     let [seq, batch, _] = xdims[..] else {
         return Err(format!("X must have rank 3, got {}", xdims.len()));
     };
+    if seq > UNROLL_LIMIT {
+        return Err(format!("a sequence of {seq} steps is past the {UNROLL_LIMIT} graphc unrolls"));
+    }
     let dtype = imp.ty(x)?.dtype;
     let directions = match a.string("direction", "forward").as_str() {
         "forward" => vec![false],
