@@ -119,6 +119,15 @@ fn recurrent(imp: &mut Importer, n: &NodeProto, cell: Cell) -> Result<Vec<Value>
         None => None,
     };
     let (w, r) = (imp.input(n, 1)?, imp.input(n, 2)?);
+    let (wdims, rdims) = (imp.shape(w)?, imp.shape(r)?);
+    let dirs = directions.len() as i64;
+    let gh = gates.checked_mul(hidden).ok_or(format!("hidden_size {hidden} is too large"))?;
+    if wdims != [dirs, gh, xdims[2]] || rdims != [dirs, gh, hidden] {
+        return Err(format!(
+            "W {wdims:?} and R {rdims:?} must be [{dirs}, {gh}, {}] and [{dirs}, {gh}, {hidden}] for hidden_size {hidden}",
+            xdims[2]
+        ));
+    }
     let b = imp.opt_input(n, 3)?;
     let state0 = |imp: &mut Importer, i: usize| -> Result<Option<Value>> { imp.opt_input(n, i) };
     let h0 = state0(imp, 5)?;
@@ -132,7 +141,6 @@ fn recurrent(imp: &mut Importer, n: &NodeProto, cell: Cell) -> Result<Vec<Value>
         (h0, c0)
     };
     let linear_before_reset = cell == Cell::Gru && a.int("linear_before_reset", 0) != 0;
-    let gh = gates * hidden;
 
     let mut ys: Vec<Vec<Value>> = Vec::new();
     let (mut hs, mut cs) = (Vec::new(), Vec::new());

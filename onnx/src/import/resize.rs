@@ -63,7 +63,11 @@ fn affine_grid(imp: &mut Importer, n: &NodeProto) -> Result<Vec<Value>> {
     };
     // Rows (x, y[, z], 1) in row-major order of the spatial dims (D, H, W): x runs along the
     // last of them.
-    let points: i64 = spatial.iter().product();
+    let points = spatial
+        .iter()
+        .try_fold(1i64, |p, &s| p.checked_mul(s))
+        .filter(|&p| p <= 1 << 24)
+        .ok_or(format!("size {size:?} has more than 2^24 grid points, the most graphc builds at import"))?;
     let mut base = Vec::with_capacity(points as usize * (k + 1));
     for p in 0..points {
         let mut rest = p;

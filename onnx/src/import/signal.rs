@@ -17,6 +17,9 @@ pub(super) const OPS: &[OpEntry] = &[
     OpEntry::since("BlackmanWindow", 17, |imp, n| window(imp, n, &[0.42, -0.5, 0.08])),
 ];
 
+/// The longest window built at import (a constant of this many elements).
+const MAX_WINDOW: usize = 1 << 24;
+
 /// `sum_j a[j] * cos(2 pi j k / N)` for k in 0..size, where N is the size when `periodic`
 /// (the default) and one less when symmetric; typed by `output_datatype` (float by default).
 fn window(imp: &mut Importer, n: &NodeProto, coeffs: &[f64]) -> Result<Vec<Value>> {
@@ -26,6 +29,9 @@ fn window(imp: &mut Importer, n: &NodeProto, coeffs: &[f64]) -> Result<Vec<Value
         return Err(format!("input 0 (size) must be a scalar, got {} values", size.len()));
     };
     let len = usize::try_from(size).map_err(|_| format!("input 0 (size) must not be negative, got {size}"))?;
+    if len > MAX_WINDOW {
+        return Err(format!("input 0 (size) is {size}; graphc builds windows of at most {MAX_WINDOW} points"));
+    }
     let dtype = crate::tensor::dtype_of(i32::try_from(a.int("output_datatype", 1)).unwrap_or(-1))?;
     let period = if a.int("periodic", 1) != 0 { size } else { size - 1 } as f64;
     let w: Vec<f64> = (0..len)
