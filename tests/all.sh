@@ -32,6 +32,9 @@ cargo test --workspace --locked
 cargo test --locked -p graphc --features llvm
 GRAPHC_TEST_TIER=llvm cargo test --locked -p graphc --features llvm --test jit --test differential
 GRAPHC_FEATURES=llvm python3 tests/onnx/conformance.py
+# The PyTorch exports the wheel ships, on the same backends.
+GRAPHC_FEATURES=llvm python3 tests/onnx/conformance.py --suite pytorch-converted
+GRAPHC_FEATURES=llvm python3 tests/onnx/conformance.py --suite pytorch-operator
 # The node tests again through executables `graphc compile` writes (release builds).
 python3 tests/onnx/conformance.py --backend aot
 # The nine zoo CNNs on the JIT against their shipped outputs (release build).

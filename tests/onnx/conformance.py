@@ -20,7 +20,11 @@ release build of graphc and libgraphc_aot.a) and runs the data sets through it; 
 tests/onnx/passing_aot.txt. An input whose value the import needs (a Reshape's shape fed as an
 input) is fixed at compile time with `graphc compile --input` and not fed.
 
-Usage: python3 tests/onnx/conformance.py [--update] [--backend interp|jit|llvm|aot] [--filter SUBSTRING] [-v]
+`--suite NAME` runs another directory of the wheel's backend tests instead of `node`, such as
+`pytorch-converted` and `pytorch-operator` (the PyTorch exports), with its own lists
+(passing_pytorch_converted.txt, ...).
+
+Usage: python3 tests/onnx/conformance.py [--update] [--suite NAME] [--backend interp|jit|llvm|aot] [--filter SUBSTRING] [-v]
 """
 
 import os
@@ -30,8 +34,6 @@ import sys
 
 from onnx_common import HERE, ROOT, build_graphc, compare, ensure_venv, sanitize
 
-PASSING = os.path.join(HERE, "passing.txt")
-PASSING_AOT = os.path.join(HERE, "passing_aot.txt")
 
 
 def run_test(graphc, test_dir, work, backend):
@@ -179,12 +181,17 @@ def main():
     backends = [args[args.index("--backend") + 1]] if "--backend" in args else every
     if update and (flt or backends[0] not in ("interp", "aot")):
         sys.exit("--update runs the whole suite on the interpreter, or with --backend aot (no --filter)")
-    passing = PASSING_AOT if aot else PASSING
-    node_dir = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "node")
+    suite = args[args.index("--suite") + 1] if "--suite" in args else "node"
+    suffix = "" if suite == "node" else "_" + suite.replace("-", "_")
+    interp_list = os.path.join(HERE, f"passing{suffix}.txt")
+    passing = os.path.join(HERE, f"passing_aot{suffix}.txt") if aot else interp_list
+    node_dir = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", suite)
+    if not os.path.isdir(node_dir):
+        sys.exit(f"--suite {suite}: the wheel has no test directory {node_dir}")
     tests = sorted(t for t in os.listdir(node_dir) if flt in t)
     if aot:
         # Ahead of time only what passes on the interpreter: the rest fails at import anyway.
-        with open(PASSING) as f:
+        with open(interp_list) as f:
             listed = {l.strip() for l in f if l.strip()}
         tests = [t for t in tests if t in listed]
     work = os.path.join(ROOT, "target", "onnx-conformance")

@@ -37,6 +37,7 @@ pub(super) const OPS: &[OpEntry] = &[
     OpEntry::since("Selu", 6, |imp, n| activation(imp, n, Act::Selu)),
     OpEntry::since("HardSigmoid", 6, |imp, n| activation(imp, n, Act::HardSigmoid)),
     OpEntry::since("PRelu", 7, prelu),
+    OpEntry::since("PRelu", 6, prelu_v6),
     OpEntry::since("Celu", 12, |imp, n| activation(imp, n, Act::Celu)),
 ];
 
@@ -145,11 +146,33 @@ fn activation(imp: &mut Importer, n: &NodeProto, act: Act) -> Result<Vec<Value>>
 /// x where x >= 0, x * slope below (the slope broadcasting).
 fn prelu(imp: &mut Importer, n: &NodeProto) -> Result<Vec<Value>> {
     let (x, slope) = (imp.input(n, 0)?, imp.input(n, 1)?);
+    prelu_with(imp, x, slope)
+}
+
+/// `x < 0 ? x * slope : x`, the slope broadcast.
+fn prelu_with(imp: &mut Importer, x: Value, slope: Value) -> Result<Vec<Value>> {
     let dt = imp.ty(x)?.dtype;
     let zero = imp.scalar(dt, 0.0)?;
     let neg = imp.binary(Op::Less, x, zero)?;
     let scaled = imp.binary(Op::Mul, x, slope)?;
     Ok(vec![imp.emit1(NodeSpec::new(Op::Select, vec![neg, scaled, x]))?])
+}
+
+/// PRelu 6: the slope is one value, or one per channel (axis 1), not numpy-broadcast.
+fn prelu_v6(imp: &mut Importer, n: &NodeProto) -> Result<Vec<Value>> {
+    let (x, slope) = (imp.input(n, 0)?, imp.input(n, 1)?);
+    let (dims, sdims) = (imp.shape(x)?, imp.shape(slope)?);
+    let slope = match sdims[..] {
+        [c] if c != 1 && dims.len() > 2 && dims[1] == c => {
+            let mut shape = vec![1; dims.len() - 1];
+            shape[0] = c;
+            imp.reshape(slope, shape)?
+        }
+        _ if sdims.iter().product::<i64>() == 1 => imp.reshape(slope, vec![])?,
+        _ if dims.len() == 2 && sdims == [dims[1]] => slope,
+        _ => return Err(format!("the slope {sdims:?} must be one value or one per channel of {dims:?}")),
+    };
+    prelu_with(imp, x, slope)
 }
 
 /// 0.5 x (1 + erf(x / sqrt 2)), or with `approximate = "tanh"` the tanh form.

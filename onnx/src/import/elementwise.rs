@@ -95,6 +95,8 @@ pub(super) const OPS: &[OpEntry] = &[
     OpEntry::since("LessOrEqual", 12, |imp, n| binary(imp, n, Op::LessEqual)),
     // Pow 7 broadcasts; its exponent has the base's type (12 lets them differ: a superset).
     OpEntry::since("Pow", 7, pow),
+    // Pow 1 broadcasts as Add 6 does (`broadcast`, `axis`).
+    OpEntry::since("Pow", 1, |imp, n| legacy_binary(imp, n, Op::Pow)),
     // Version 6 dropped `consumed_inputs`; later versions only add element types.
     OpEntry::since("Neg", 6, |imp, n| unary(imp, n, Op::Neg)),
     OpEntry::since("Abs", 6, |imp, n| unary(imp, n, Op::Abs)),
