@@ -49,6 +49,10 @@ pub struct ImportOptions {
     /// reduction axes), a known value specializes the graph to it; the input stays in the
     /// signature.
     pub known_inputs: HashMap<String, Tensor>,
+    /// Shapes of the arrays that will be fed, by input name (`graphc run` reads them): a
+    /// symbolic or unknown dim of a graph input takes the fed array's size, so the model is
+    /// specialized to what it is run on.
+    pub input_shapes: HashMap<String, Vec<u64>>,
     /// Sizes of symbolic dims of the graph's inputs, by name (`--shape N=1`).
     pub dims: HashMap<String, u64>,
 }

@@ -109,11 +109,18 @@ fn symbolic_dims_take_the_sizes_given() {
     batch(&mut g.input[0]);
     let p = write("symbolic.onnx", &model(17, g).encode_to_vec());
     let e = import_file(&p, &ImportOptions::default()).unwrap_err();
-    assert!(e.contains("symbolic ('N'); give it a size with --shape N=N"), "{e}");
+    assert!(e.contains("symbolic ('N'); give it a size with --shape N=SIZE, or feed the input"), "{e}");
     let options = ImportOptions { dims: [("N".to_string(), 4)].into(), ..Default::default() };
     let m = import_file(&p, &options).unwrap();
     let text = graphc_ir::print_module(&m);
     assert!(text.contains("graph @mlp(%x: f32[4,3])") && text.contains(": f32[4,2]"), "{text}");
+    // The shape of what will be fed gives the size, and must agree with a size given.
+    let fed = ImportOptions { input_shapes: [("x".to_string(), vec![7, 3])].into(), ..Default::default() };
+    let text = graphc_ir::print_module(&import_file(&p, &fed).unwrap());
+    assert!(text.contains("graph @mlp(%x: f32[7,3])"), "{text}");
+    let both = ImportOptions { input_shapes: fed.input_shapes.clone(), ..options };
+    let e = import_file(&p, &both).unwrap_err();
+    assert!(e.contains("dim 0 is 'N' = 4, but the array fed has 7 there"), "{e}");
 }
 
 #[test]

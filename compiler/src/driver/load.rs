@@ -72,8 +72,9 @@ pub fn load(path: &Path, options: &graphc_onnx::ImportOptions) -> Result<(Source
 /// For an ONNX model: the inputs given on the command line (`NAME=PATH.npy`), which the
 /// importer may need as constants (shapes, axes, slice bounds, a Range's float bounds); it
 /// uses one only where it needs a constant, so the graph keeps every other input as an input.
-/// Unreadable files are reported later, when the inputs are fed. And the sizes `--shape
-/// DIM=N` gives symbolic dims of the model's inputs.
+/// Unreadable files are reported later, when the inputs are fed. The fed arrays' shapes give
+/// the model's symbolic dims their sizes (the model is specialized to what it runs on), as
+/// `--shape DIM=N` does.
 pub fn import_options_for(
     model: &Path,
     input_flags: &[String],
@@ -97,6 +98,7 @@ pub fn import_options_for(
     for flag in input_flags {
         if let Some((name, path)) = flag.split_once('=') {
             if let Ok(t) = graphc_runtime::npy::read_npy(Path::new(path)) {
+                options.input_shapes.insert(name.to_string(), t.shape().iter().map(|&d| d as u64).collect());
                 if t.len() <= 1 << 16 {
                     options.known_inputs.insert(name.to_string(), t);
                 }

@@ -41,13 +41,16 @@ impl<'a> Importer<'a> {
         };
         let body = imp.g.body;
         let init_names: Vec<&str> = graph.initializer.iter().filter_map(|t| t.name.as_deref()).collect();
+        // Symbolic dims: `--shape` sizes, then those the fed arrays show (one size per name).
+        let mut sizes = options.dims.clone();
         for vi in &graph.input {
             let name = vi.name.clone().unwrap_or_default();
             // Before IR version 4 initializers were listed as inputs too; they are weights.
             if init_names.contains(&name.as_str()) {
                 continue;
             }
-            let ty = value_type(vi, &options.dims).map_err(|e| format!("graph input '{name}': {e}"))?;
+            let fed = options.input_shapes.get(&name).map(Vec::as_slice);
+            let ty = value_type(vi, &mut sizes, fed).map_err(|e| format!("graph input '{name}': {e}"))?;
             let v = imp.g.add_input(&name, Type::Tensor(ty));
             imp.env.insert(name, v);
         }
@@ -307,23 +310,38 @@ pub(super) fn norm_axis(axis: i64, rank: usize) -> Result<usize> {
     graphc_ir::shape::normalize_axis(axis, rank)
 }
 
-/// The tensor type of a graph input or output: a supported element type and static dims, a
-/// symbolic dim given its size by `dims` (`--shape N=1`).
-fn value_type(vi: &ValueInfoProto, sizes: &HashMap<String, u64>) -> Result<TensorType> {
+/// The tensor type of a graph input: a supported element type and static dims. A symbolic dim
+/// takes its size from `sizes` (`--shape N=1`, or an earlier input's fed array), else from
+/// the array `fed` that will be fed (recorded in `sizes` for the inputs after); an unknown dim
+/// from `fed` too.
+fn value_type(vi: &ValueInfoProto, sizes: &mut HashMap<String, u64>, fed: Option<&[u64]>) -> Result<TensorType> {
     let tp = vi.r#type.as_ref().ok_or("it has no type")?;
     let t = tp.tensor_type.as_ref().ok_or("only tensors are supported (not sequences, maps or optionals)")?;
     let dtype = dtype_of(t.elem_type.unwrap_or(0))?;
     let shape = t.shape.as_ref().ok_or("its shape is unknown; graphc needs static shapes")?;
+    let fed = fed.filter(|f| f.len() == shape.dim.len());
     let mut dims = Vec::new();
     for (i, d) in shape.dim.iter().enumerate() {
         match (d.dim_value, &d.dim_param) {
             (Some(v), _) if v >= 0 => dims.push(v as u64),
-            (_, Some(p)) if sizes.contains_key(p) => dims.push(sizes[p]),
+            (_, Some(p)) if sizes.contains_key(p) => {
+                let size = sizes[p];
+                if let Some(f) = fed.filter(|f| f[i] != size) {
+                    return Err(format!("dim {i} is '{p}' = {size}, but the array fed has {} there", f[i]));
+                }
+                dims.push(size)
+            }
+            (_, Some(p)) if fed.is_some() => {
+                let size = fed.map_or(0, |f| f[i]);
+                sizes.insert(p.clone(), size);
+                dims.push(size)
+            }
             (_, Some(p)) => {
                 return Err(format!(
-                    "dim {i} is symbolic ('{p}'); give it a size with --shape {p}=N (graphc needs static shapes)"
+                    "dim {i} is symbolic ('{p}'); give it a size with --shape {p}=SIZE, or feed the input (graphc needs static shapes)"
                 ))
             }
+            _ if fed.is_some() => dims.push(fed.map_or(0, |f| f[i])),
             _ => return Err(format!("dim {i} is unknown; graphc needs static shapes")),
         }
     }
