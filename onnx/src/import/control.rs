@@ -190,7 +190,17 @@ pub(super) fn stack(imp: &mut Importer, values: &[Value], axis: usize) -> Result
 
 /// A one-element bool (or number) known at import, as a bool.
 fn truth(imp: &Importer, v: Value) -> Result<bool> {
-    let t = imp.known(v).ok_or("its value is not known at import")?.to_f64_vec();
+    let t = match imp.known(v) {
+        Some(t) => t.to_f64_vec(),
+        None => {
+            return Err(match imp.unknown_input(v) {
+                Some(name) => format!(
+                    "it comes from graph input '{name}', whose value graphc needs when importing; give it with --input"
+                ),
+                None => "its value is not known at import".into(),
+            })
+        }
+    };
     match t[..] {
         [x] => Ok(x != 0.0),
         _ => Err(format!("it must hold one value, got {}", t.len())),

@@ -134,7 +134,7 @@ impl<'a> Importer<'a> {
     }
 
     /// A graph input without a given value that `v` is computed from, by name.
-    fn unknown_input(&self, v: Value) -> Option<&str> {
+    pub(super) fn unknown_input(&self, v: Value) -> Option<&str> {
         let mut stack = vec![v];
         let mut seen = std::collections::HashSet::new();
         while let Some(v) = stack.pop() {
