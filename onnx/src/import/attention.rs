@@ -40,22 +40,6 @@ pub(super) const OPS: &[OpEntry] = &[
     OpEntry::since("RotaryEmbedding", 23, rotary_embedding),
 ];
 
-/// `x[.., start..end:step]` along the last axis.
-fn last_axis(imp: &mut Importer, x: Value, start: i64, end: i64, step: i64) -> Result<Value> {
-    let dims = imp.shape(x)?;
-    let r = dims.len();
-    let mut starts = vec![0; r];
-    let mut ends = dims;
-    let mut steps = vec![1; r];
-    (starts[r - 1], ends[r - 1], steps[r - 1]) = (start, end, step);
-    imp.emit1(
-        NodeSpec::new(Op::Slice, vec![x])
-            .attr("starts", Attr::Ints(starts))
-            .attr("ends", Attr::Ints(ends))
-            .attr("steps", Attr::Ints(steps)),
-    )
-}
-
 /// RotaryEmbedding (23): the first `rotary_embedding_dim` features of each head rotated in
 /// pairs, halves (or, `interleaved`, even and odd features) as real and imaginary parts, by the
 /// cos and sin of each position (the caches indexed by `position_ids`, or already per batch
@@ -76,7 +60,7 @@ fn rotary_embedding(imp: &mut Importer, n: &NodeProto) -> Result<Vec<Value>> {
     };
     // [B, S, heads, head]
     let x4 = match dims[..] {
-        [_, _, _, _] => transpose(imp, x, vec![0, 2, 1, 3])?,
+        [_, _, _, _] => imp.transpose(x, vec![0, 2, 1, 3])?,
         [b, s, hidden] => {
             let heads = a.int("num_heads", 0);
             if heads <= 0 || hidden % heads != 0 {
@@ -95,9 +79,9 @@ fn rotary_embedding(imp: &mut Importer, n: &NodeProto) -> Result<Vec<Value>> {
     let half = rot / 2;
     let interleaved = a.int("interleaved", 0) != 0;
     let (x1, x2) = if interleaved {
-        (last_axis(imp, x4, 0, rot, 2)?, last_axis(imp, x4, 1, rot, 2)?)
+        (imp.slice_axis(x4, 3, 0, rot, 2)?, imp.slice_axis(x4, 3, 1, rot, 2)?)
     } else {
-        (last_axis(imp, x4, 0, half, 1)?, last_axis(imp, x4, half, rot, 1)?)
+        (imp.slice_axis(x4, 3, 0, half, 1)?, imp.slice_axis(x4, 3, half, rot, 1)?)
     };
     let per_head = |imp: &mut Importer, c: Value| -> Result<Value> {
         let cd = imp.shape(c)?;
@@ -129,17 +113,13 @@ fn rotary_embedding(imp: &mut Importer, n: &NodeProto) -> Result<Vec<Value>> {
         concat_last(imp, vec![real, imag])?
     };
     if rot < head {
-        let rest = last_axis(imp, x4, rot, head, 1)?;
+        let rest = imp.slice_axis(x4, 3, rot, head, 1)?;
         rotated = concat_last(imp, vec![rotated, rest])?;
     }
     Ok(vec![match dims.len() {
-        4 => transpose(imp, rotated, vec![0, 2, 1, 3])?,
+        4 => imp.transpose(rotated, vec![0, 2, 1, 3])?,
         _ => imp.reshape(rotated, dims)?,
     }])
-}
-
-fn transpose(imp: &mut Importer, x: Value, perm: Vec<i64>) -> Result<Value> {
-    imp.emit1(NodeSpec::new(Op::Transpose, vec![x]).attr("perm", Attr::Ints(perm)))
 }
 
 /// A constant of `shape` holding `x` everywhere.
@@ -204,7 +184,7 @@ fn attention(imp: &mut Importer, n: &NodeProto, version: i64) -> Result<Vec<Valu
                 return Err(format!("{op}: the hidden size {} of {name} is not a multiple of {h} heads", d[2]));
             }
             let r = imp.reshape(x, vec![d[0], d[1], h, d[2] / h])?;
-            transpose(imp, r, vec![0, 2, 1, 3])
+            imp.transpose(r, vec![0, 2, 1, 3])
         };
         (heads(q, hq, "Q")?, heads(k, hkv, "K")?, heads(v, hkv, "V")?)
     } else {
@@ -377,7 +357,7 @@ fn attention(imp: &mut Importer, n: &NodeProto, version: i64) -> Result<Vec<Valu
     let y = imp.binary(Op::MatMul, pg, vv)?;
     let y = if groups > 1 { imp.reshape(y, vec![batch, hq, sq, dv])? } else { y };
     let y = if rank == 3 {
-        let t = transpose(imp, y, vec![0, 2, 1, 3])?;
+        let t = imp.transpose(y, vec![0, 2, 1, 3])?;
         imp.reshape(t, vec![batch, sq, hq * dv])?
     } else {
         y

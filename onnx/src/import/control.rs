@@ -152,8 +152,7 @@ fn scan(imp: &mut Importer, n: &NodeProto) -> Result<Vec<Value>> {
         let mut params = states.clone();
         for ((&x, &axis), &dir) in sequences.iter().zip(&axes).zip(&in_dirs) {
             let at = if dir != 0 { length - 1 - t } else { t };
-            let idx = imp.constant(Tensor::I64(ndarray::arr0(at).into_dyn()))?;
-            params.push(imp.emit1(NodeSpec::new(Op::Gather, vec![x, idx]).attr("axis", Attr::Int(axis as i64)))?);
+            params.push(imp.take(x, axis, at)?);
         }
         let outs = inline(imp, body, &params).map_err(|e| format!("body, step {t}: {e}"))?;
         states = outs[..states.len()].to_vec();

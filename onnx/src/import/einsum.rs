@@ -74,7 +74,7 @@ fn einsum(imp: &mut Importer, n: &NodeProto) -> Result<Vec<Value>> {
     let mut product: Option<Value> = None;
     for (x, ls) in xs {
         let perm: Vec<i64> = all.iter().filter_map(|c| ls.iter().position(|d| d == c)).map(|p| p as i64).collect();
-        let x = imp.emit1(NodeSpec::new(Op::Transpose, vec![x]).attr("perm", Attr::Ints(perm)))?;
+        let x = imp.transpose(x, perm)?;
         let dims = imp.shape(x)?;
         let mut own = dims.iter();
         let shape: Vec<i64> =
@@ -91,7 +91,7 @@ fn einsum(imp: &mut Importer, n: &NodeProto) -> Result<Vec<Value>> {
     let reduced = if summed.is_empty() { product } else { imp.reduce(Op::ReduceSum, product, summed, false)? };
     let perm: Vec<i64> =
         out.iter().map(|c| kept.iter().position(|d| d == c).expect("output letters are kept") as i64).collect();
-    Ok(vec![imp.emit1(NodeSpec::new(Op::Transpose, vec![reduced]).attr("perm", Attr::Ints(perm)))?])
+    Ok(vec![imp.transpose(reduced, perm)?])
 }
 
 /// A term's letters with its `...` replaced by ellipsis letters for the dims it covers in an
@@ -135,7 +135,7 @@ fn diagonal(imp: &mut Importer, x: Value, p: usize, q: usize) -> Result<Value> {
     // Move p and q last, flatten them, take every (n + 1)-th element, and move it back to p.
     let mut perm: Vec<i64> = (0..r as i64).filter(|&i| i != p as i64 && i != q as i64).collect();
     perm.extend([p as i64, q as i64]);
-    let t = imp.emit1(NodeSpec::new(Op::Transpose, vec![x]).attr("perm", Attr::Ints(perm)))?;
+    let t = imp.transpose(x, perm)?;
     let size = dims[p];
     let mut flat: Vec<i64> = dims.iter().enumerate().filter(|&(i, _)| i != p && i != q).map(|(_, &d)| d).collect();
     flat.push(size * size);
@@ -144,5 +144,5 @@ fn diagonal(imp: &mut Importer, x: Value, p: usize, q: usize) -> Result<Value> {
     let d = imp.emit1(NodeSpec::new(Op::Gather, vec![t, idx]).attr("axis", Attr::Int(r as i64 - 2)))?;
     let mut back: Vec<i64> = (0..r as i64 - 2).collect();
     back.insert(p, r as i64 - 2);
-    imp.emit1(NodeSpec::new(Op::Transpose, vec![d]).attr("perm", Attr::Ints(back)))
+    imp.transpose(d, back)
 }

@@ -8,7 +8,6 @@ use super::entry::OpEntry;
 use super::graph::Importer;
 use super::Result;
 use crate::proto::NodeProto;
-use crate::tensor::dtype_of;
 use graphc_ir::{Attr, NodeSpec, Op, Value};
 
 pub(super) const OPS: &[OpEntry] = &[
@@ -289,7 +288,7 @@ fn clip_v6(imp: &mut Importer, n: &NodeProto) -> Result<Vec<Value>> {
 }
 
 fn cast(imp: &mut Importer, n: &NodeProto) -> Result<Vec<Value>> {
-    let to = dtype_of(Attrs(n).int("to", 0) as i32)?;
+    let to = Attrs(n).dtype("to")?.ok_or("the 'to' attribute is required")?;
     Ok(vec![imp.emit1(NodeSpec::new(Op::Cast, vec![imp.input(n, 0)?]).attr("to", Attr::DType(to)))?])
 }
 
@@ -303,7 +302,7 @@ fn bit_shift(imp: &mut Importer, n: &NodeProto) -> Result<Vec<Value>> {
 }
 
 fn bit_cast(imp: &mut Importer, n: &NodeProto) -> Result<Vec<Value>> {
-    let to = dtype_of(Attrs(n).int("to", 0) as i32)?;
+    let to = Attrs(n).dtype("to")?.ok_or("the 'to' attribute is required")?;
     Ok(vec![imp.emit1(NodeSpec::new(Op::Bitcast, vec![imp.input(n, 0)?]).attr("to", Attr::DType(to)))?])
 }
 

@@ -287,6 +287,30 @@ impl<'a> Importer<'a> {
         self.emit1(NodeSpec::new(Op::Reshape, vec![x]).attr("shape", Attr::Ints(shape)))
     }
 
+    pub(super) fn transpose(&mut self, x: Value, perm: Vec<i64>) -> Result<Value> {
+        self.emit1(NodeSpec::new(Op::Transpose, vec![x]).attr("perm", Attr::Ints(perm)))
+    }
+
+    /// `x[.., start..end:step, ..]` along `axis`.
+    pub(super) fn slice_axis(&mut self, x: Value, axis: usize, start: i64, end: i64, step: i64) -> Result<Value> {
+        let dims = self.shape(x)?;
+        let (mut starts, mut steps) = (vec![0; dims.len()], vec![1; dims.len()]);
+        let mut ends = dims;
+        (starts[axis], ends[axis], steps[axis]) = (start, end, step);
+        self.emit1(
+            NodeSpec::new(Op::Slice, vec![x])
+                .attr("starts", Attr::Ints(starts))
+                .attr("ends", Attr::Ints(ends))
+                .attr("steps", Attr::Ints(steps)),
+        )
+    }
+
+    /// `x[.., at, ..]` along `axis`, that axis dropped.
+    pub(super) fn take(&mut self, x: Value, axis: usize, at: i64) -> Result<Value> {
+        let idx = self.constant(Tensor::I64(ndarray::arr0(at).into_dyn()))?;
+        self.emit1(NodeSpec::new(Op::Gather, vec![x, idx]).attr("axis", Attr::Int(axis as i64)))
+    }
+
     pub(super) fn reduce(&mut self, op: Op, x: Value, axes: Vec<i64>, keep: bool) -> Result<Value> {
         self.emit1(NodeSpec::new(op, vec![x]).attr("axes", Attr::Ints(axes)).attr("keep_dims", Attr::Bool(keep)))
     }

@@ -311,13 +311,7 @@ fn eye_like(imp: &mut Importer, n: &NodeProto) -> Result<Vec<Value>> {
     let [rows, cols] = ty.shape[..] else {
         return Err(format!("EyeLike takes a 2-D input, got rank {}", ty.rank()));
     };
-    let dtype = match a.get("dtype") {
-        Some(_) => {
-            let code = a.int("dtype", 1);
-            i32::try_from(code).map_err(|_| format!("unknown data type {code}")).and_then(crate::tensor::dtype_of)?
-        }
-        None => ty.dtype,
-    };
+    let dtype = a.dtype("dtype")?.unwrap_or(ty.dtype);
     let k = a.int("k", 0);
     let eye = ndarray::Array2::from_shape_fn((rows as usize, cols as usize), |(i, j)| {
         if j as i64 - i as i64 == k {

@@ -34,7 +34,6 @@ fn range_of(dtype: DType) -> Result<(f64, f64)> {
         DType::I8 => (-128.0, 127.0),
         DType::U16 => (0.0, 65535.0),
         DType::I16 => (-32768.0, 32767.0),
-        DType::I32 => (i32::MIN as f64, i32::MAX as f64),
         other => return Err(format!("{other} is not a quantized type (u8, i8, u16, i16)")),
     })
 }
@@ -87,16 +86,6 @@ fn requantize(imp: &mut Importer, y: Value, zero_point: Option<Value>, dtype: DT
     imp.cast(q, dtype)
 }
 
-fn dtype_attr(a: &Attrs, name: &str) -> Result<Option<DType>> {
-    match a.int(name, 0) {
-        0 => Ok(None),
-        code => i32::try_from(code)
-            .map_err(|_| format!("unknown data type {code}"))
-            .and_then(crate::tensor::dtype_of)
-            .map(Some),
-    }
-}
-
 fn quantize_linear(imp: &mut Importer, n: &NodeProto) -> Result<Vec<Value>> {
     let a = Attrs(n);
     let x = imp.input(n, 0)?;
@@ -105,7 +94,7 @@ fn quantize_linear(imp: &mut Importer, n: &NodeProto) -> Result<Vec<Value>> {
     let scale = imp.input(n, 1)?;
     let scale = along(imp, scale, &dims, axis, block)?;
     let zp = imp.opt_input(n, 2)?;
-    let dtype = match (zp, dtype_attr(&a, "output_dtype")?) {
+    let dtype = match (zp, a.dtype("output_dtype")?) {
         (Some(zp), Some(out)) if imp.ty(zp)?.dtype != out => {
             return Err(format!("output_dtype {out} differs from the zero point's type {}", imp.ty(zp)?.dtype))
         }
@@ -115,7 +104,7 @@ fn quantize_linear(imp: &mut Importer, n: &NodeProto) -> Result<Vec<Value>> {
     let zp = zp.map(|zp| along(imp, zp, &dims, axis, block)).transpose()?;
     // The division is in x's type (float64 for int32), or in `precision`'s where given (23).
     let x_type = imp.ty(x)?.dtype;
-    let ct = dtype_attr(&a, "precision")?.unwrap_or(if x_type.is_float() { x_type } else { DType::F64 });
+    let ct = a.dtype("precision")?.unwrap_or(if x_type.is_float() { x_type } else { DType::F64 });
     let x = imp.cast(x, ct)?;
     let scale = imp.cast(scale, ct)?;
     let y = imp.binary(Op::Div, x, scale)?;
@@ -143,7 +132,7 @@ fn dequantize_linear(imp: &mut Importer, n: &NodeProto) -> Result<Vec<Value>> {
     }
     let scale = imp.cast(scale, ct)?;
     let y = imp.binary(Op::Mul, dx, scale)?;
-    let out = dtype_attr(&a, "output_dtype")?.unwrap_or(scale_type);
+    let out = a.dtype("output_dtype")?.unwrap_or(scale_type);
     Ok(vec![imp.cast(y, out)?])
 }
 

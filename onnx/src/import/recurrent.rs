@@ -77,7 +77,7 @@ fn recurrent(imp: &mut Importer, n: &NodeProto, cell: Cell) -> Result<Vec<Value>
     let layout = a.int("layout", 0);
     let mut x = imp.input(n, 0)?;
     if layout == 1 {
-        x = transpose(imp, x, vec![1, 0, 2])?;
+        x = imp.transpose(x, vec![1, 0, 2])?;
     }
     let xdims = imp.shape(x)?;
     let [seq, batch, _] = xdims[..] else {
@@ -129,39 +129,38 @@ fn recurrent(imp: &mut Importer, n: &NodeProto, cell: Cell) -> Result<Vec<Value>
         ));
     }
     let b = imp.opt_input(n, 3)?;
-    let state0 = |imp: &mut Importer, i: usize| -> Result<Option<Value>> { imp.opt_input(n, i) };
-    let h0 = state0(imp, 5)?;
-    let c0 = if cell == Cell::Lstm { state0(imp, 6)? } else { None };
-    let p = if cell == Cell::Lstm { imp.opt_input(n, 7)? } else { None };
-    let (h0, c0) = if layout == 1 {
-        let h0 = h0.map(|v| transpose(imp, v, vec![1, 0, 2])).transpose()?;
-        let c0 = c0.map(|v| transpose(imp, v, vec![1, 0, 2])).transpose()?;
-        (h0, c0)
-    } else {
-        (h0, c0)
+    // Initial states are [directions, batch, hidden] (with layout 1 [batch, directions, hidden]).
+    let state = |imp: &mut Importer, i: usize| -> Result<Option<Value>> {
+        match imp.opt_input(n, i)? {
+            Some(v) if layout == 1 => imp.transpose(v, vec![1, 0, 2]).map(Some),
+            other => Ok(other),
+        }
     };
+    let h0 = state(imp, 5)?;
+    let c0 = if cell == Cell::Lstm { state(imp, 6)? } else { None };
+    let p = if cell == Cell::Lstm { imp.opt_input(n, 7)? } else { None };
     let linear_before_reset = cell == Cell::Gru && a.int("linear_before_reset", 0) != 0;
 
     let mut ys: Vec<Vec<Value>> = Vec::new();
     let (mut hs, mut cs) = (Vec::new(), Vec::new());
     for (d, &reverse) in directions.iter().enumerate() {
-        let pick = |imp: &mut Importer, v: Value| -> Result<Value> { index(imp, v, 0, d as i64) };
+        let pick = |imp: &mut Importer, v: Value| -> Result<Value> { imp.take(v, 0, d as i64) };
         let wd = pick(imp, w)?;
         let rd = pick(imp, r)?;
         let mut projected = imp.emit1(NodeSpec::new(Op::MatMul, vec![x, wd]).attr("transpose_b", Attr::Bool(true)))?;
         let mut rb_h = None;
         if let Some(b) = b {
             let bd = pick(imp, b)?;
-            let wb = slice(imp, bd, 0, 0, gh)?;
-            let rb = slice(imp, bd, 0, gh, 2 * gh)?;
+            let wb = imp.slice_axis(bd, 0, 0, gh, 1)?;
+            let rb = imp.slice_axis(bd, 0, gh, 2 * gh, 1)?;
             // The h gate's recurrent bias goes inside the reset when linear_before_reset.
             let bias = if linear_before_reset {
-                let rb_zr = slice(imp, rb, 0, 0, 2 * hidden)?;
+                let rb_zr = imp.slice_axis(rb, 0, 0, 2 * hidden, 1)?;
                 let zeros = imp.constant(graphc_runtime::kernels::cast(
                     &Tensor::F64(ndarray::Array1::zeros(hidden as usize).into_dyn()),
                     dtype,
                 ))?;
-                rb_h = Some(slice(imp, rb, 0, 2 * hidden, 3 * hidden)?);
+                rb_h = Some(imp.slice_axis(rb, 0, 2 * hidden, 3 * hidden, 1)?);
                 let rb = imp.emit1(NodeSpec::new(Op::Concat, vec![rb_zr, zeros]).attr("axis", Attr::Int(0)))?;
                 imp.binary(Op::Add, wb, rb)?
             } else {
@@ -196,7 +195,7 @@ fn recurrent(imp: &mut Importer, n: &NodeProto, cell: Cell) -> Result<Vec<Value>
         let mut outs = vec![zero_out; seq as usize];
         let steps: Vec<i64> = if dir.reverse { (0..seq).rev().collect() } else { (0..seq).collect() };
         for t in steps {
-            let xt = index(imp, dir.projected, 0, t)?;
+            let xt = imp.take(dir.projected, 0, t)?;
             let (h_new, c_new) = step(imp, cell, &dir, xt, h, c, hidden, clip, linear_before_reset)?;
             match &lens {
                 Some(lens) => {
@@ -230,9 +229,9 @@ fn recurrent(imp: &mut Importer, n: &NodeProto, cell: Cell) -> Result<Vec<Value>
     let mut yh = stack(imp, &hs, 0)?;
     let mut yc = stack(imp, &cs, 0)?;
     if layout == 1 {
-        y = y.map(|y| transpose(imp, y, vec![2, 0, 1, 3])).transpose()?;
-        yh = transpose(imp, yh, vec![1, 0, 2])?;
-        yc = transpose(imp, yc, vec![1, 0, 2])?;
+        y = y.map(|y| imp.transpose(y, vec![2, 0, 1, 3])).transpose()?;
+        yh = imp.transpose(yh, vec![1, 0, 2])?;
+        yc = imp.transpose(yc, vec![1, 0, 2])?;
     }
     let y = y.ok_or("a sequence of length 0 has no Y")?;
     Ok(if cell == Cell::Lstm { vec![y, yh, yc] } else { vec![y, yh] })
@@ -252,8 +251,8 @@ fn step(
     linear_before_reset: bool,
 ) -> Result<(Value, Value)> {
     let f = |imp: &mut Importer, i: usize, v: Value| activate(imp, &dir.activations[i], v, clip);
-    let gate = |imp: &mut Importer, v: Value, k: i64| slice(imp, v, 1, k * hidden, (k + 1) * hidden);
-    let r_gate = |imp: &mut Importer, k: i64| slice(imp, dir.r, 0, k * hidden, (k + 1) * hidden);
+    let gate = |imp: &mut Importer, v: Value, k: i64| imp.slice_axis(v, 1, k * hidden, (k + 1) * hidden, 1);
+    let r_gate = |imp: &mut Importer, k: i64| imp.slice_axis(dir.r, 0, k * hidden, (k + 1) * hidden, 1);
     let recur = |imp: &mut Importer, state: Value, r: Value| {
         imp.emit1(NodeSpec::new(Op::MatMul, vec![state, r]).attr("transpose_b", Attr::Bool(true)))
     };
@@ -264,9 +263,9 @@ fn step(
             Ok((f(imp, 0, pre)?, c))
         }
         Cell::Gru => {
-            let r_zr = slice(imp, dir.r, 0, 0, 2 * hidden)?;
+            let r_zr = imp.slice_axis(dir.r, 0, 0, 2 * hidden, 1)?;
             let hr = recur(imp, h, r_zr)?;
-            let x_zr = slice(imp, xt, 1, 0, 2 * hidden)?;
+            let x_zr = imp.slice_axis(xt, 1, 0, 2 * hidden, 1)?;
             let zr = imp.binary(Op::Add, x_zr, hr)?;
             let z_pre = gate(imp, zr, 0)?;
             let z = f(imp, 0, z_pre)?;
@@ -297,7 +296,7 @@ fn step(
             let peep = |imp: &mut Importer, k: i64, state: Value, v: Value| -> Result<Value> {
                 match dir.p {
                     Some(p) => {
-                        let pk = slice(imp, p, 0, k * hidden, (k + 1) * hidden)?;
+                        let pk = imp.slice_axis(p, 0, k * hidden, (k + 1) * hidden, 1)?;
                         let term = imp.binary(Op::Mul, pk, state)?;
                         imp.binary(Op::Add, v, term)
                     }
@@ -367,24 +366,4 @@ fn activate(imp: &mut Importer, act: &Activation, mut v: Value, clip: Option<f32
             "activation '{other}' is not supported (Sigmoid, Tanh, Relu, Affine, ScaledTanh, HardSigmoid, LeakyRelu)"
         )),
     }
-}
-
-/// `v[.., at, ..]` along `axis`, that axis dropped.
-fn index(imp: &mut Importer, v: Value, axis: i64, at: i64) -> Result<Value> {
-    let idx = imp.constant(Tensor::I64(ndarray::arr0(at).into_dyn()))?;
-    imp.emit1(NodeSpec::new(Op::Gather, vec![v, idx]).attr("axis", Attr::Int(axis)))
-}
-
-/// `v[.., start..end, ..]` along `axis`.
-fn slice(imp: &mut Importer, v: Value, axis: usize, start: i64, end: i64) -> Result<Value> {
-    let dims = imp.shape(v)?;
-    let mut starts = vec![0; dims.len()];
-    let mut ends = dims.clone();
-    starts[axis] = start;
-    ends[axis] = end;
-    imp.emit1(NodeSpec::new(Op::Slice, vec![v]).attr("starts", Attr::Ints(starts)).attr("ends", Attr::Ints(ends)))
-}
-
-fn transpose(imp: &mut Importer, v: Value, perm: Vec<i64>) -> Result<Value> {
-    imp.emit1(NodeSpec::new(Op::Transpose, vec![v]).attr("perm", Attr::Ints(perm)))
 }

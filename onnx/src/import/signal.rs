@@ -32,7 +32,7 @@ fn window(imp: &mut Importer, n: &NodeProto, coeffs: &[f64]) -> Result<Vec<Value
     if len > MAX_WINDOW {
         return Err(format!("input 0 (size) is {size}; graphc builds windows of at most {MAX_WINDOW} points"));
     }
-    let dtype = crate::tensor::dtype_of(i32::try_from(a.int("output_datatype", 1)).unwrap_or(-1))?;
+    let dtype = a.dtype("output_datatype")?.unwrap_or(graphc_ir::DType::F32);
     let period = if a.int("periodic", 1) != 0 { size } else { size - 1 } as f64;
     let w: Vec<f64> = (0..len)
         .map(|k| coeffs.iter().enumerate().map(|(j, c)| c * (2.0 * PI * (j * k) as f64 / period).cos()).sum())
