@@ -10,6 +10,7 @@
 use crate::entry::{matmul_into, Product};
 use crate::kernel::{run_epilogue, LoopKernel};
 use crate::rows::PARALLEL_FLOPS;
+use crate::window::outputs_inside;
 use graphc_ir::TensorType;
 use graphc_plan::ConvGeometry;
 use graphc_runtime::{Operands, Tensor};
@@ -99,11 +100,8 @@ impl ConvKernel {
         let (p, k, mg) = (s.oh * s.ow, s.cg * s.kh * s.kw, s.m / self.geometry.group);
         let mut out = operands.alloc_f32(s.n * s.m * p)?;
         out.resize(s.n * s.m * p, 0.0);
-        let threads = if mg * k * p >= PARALLEL_FLOPS && rayon::current_thread_index().is_none() {
-            rayon::current_num_threads()
-        } else {
-            1
-        };
+        let threads =
+            if mg * k * p >= PARALLEL_FLOPS && graphc_runtime::may_split() { rayon::current_num_threads() } else { 1 };
         if s.cg == 1 {
             // Depthwise: one input channel per output channel, so one product per channel
             // would be a 1-row gemm; taps straight over the planes instead.
@@ -142,7 +140,7 @@ impl ConvKernel {
                 let b: &[f32] = if direct {
                     xs
                 } else {
-                    self.im2col(xs, s, &mut col);
+                    self.im2col(xs, s, &mut col, threads > 1);
                     &col
                 };
                 let a = &wv[g * mg * k..][..mg * k];
@@ -164,38 +162,38 @@ impl ConvKernel {
     }
 
     /// The patches of one image's group of channels `xs` (`[cg, h, w]`) as the columns of
-    /// `col` (`[cg*kh*kw, oh*ow]`), zero where a tap falls in the padding.
-    fn im2col(&self, xs: &[f32], s: &Sizes, col: &mut Vec<f32>) {
-        col.clear();
+    /// `col` (`[cg*kh*kw, oh*ow]`), zero where a tap falls in the padding. Each row of `col`
+    /// is one tap of one channel: the output rows and columns whose tap is inside the input
+    /// are ranges, copied whole (strided when the column stride is above 1); the rows split
+    /// across threads when `parallel`.
+    fn im2col(&self, xs: &[f32], s: &Sizes, col: &mut Vec<f32>, parallel: bool) {
         let ([sy, sx], [py, px], [dy, dx]) = (self.geometry.strides, self.geometry.pads, self.geometry.dilations);
-        for ci in 0..s.cg {
+        let rows: Vec<_> = (0..s.kh).map(|ky| outputs_inside(s.oh, s.h, sy, ky, dy, py)).collect();
+        let columns: Vec<_> = (0..s.kw).map(|kx| outputs_inside(s.ow, s.w, sx, kx, dx, px)).collect();
+        let p = s.oh * s.ow;
+        col.clear();
+        col.resize(s.cg * s.kh * s.kw * p, 0.0);
+        let tap = |(r, dst): (usize, &mut [f32])| {
+            let (ci, ky, kx) = (r / (s.kh * s.kw), r / s.kw % s.kh, r % s.kw);
             let plane = &xs[ci * s.h * s.w..][..s.h * s.w];
-            for ky in 0..s.kh {
-                for kx in 0..s.kw {
-                    for oy in 0..s.oh {
-                        // In i128: sizes and attributes each fit 64 bits, their products not.
-                        let iy = at(oy, sy, ky, dy, py);
-                        if iy < 0 || iy >= s.h as i128 {
-                            col.extend(std::iter::repeat_n(0.0, s.ow));
-                            continue;
-                        }
-                        let row = &plane[iy as usize * s.w..][..s.w];
-                        let base = at(0, sx, kx, dx, px);
-                        if sx == 1 && base >= 0 && base as usize + s.ow <= s.w {
-                            col.extend_from_slice(&row[base as usize..base as usize + s.ow]);
-                            continue;
-                        }
-                        col.extend((0..s.ow).map(|ox| {
-                            let ix = ox as i128 * sx as i128 + base;
-                            if ix < 0 || ix >= s.w as i128 {
-                                0.0
-                            } else {
-                                row[ix as usize]
-                            }
-                        }));
+            let ((y0, y1, iy0), (x0, x1, ix0)) = (rows[ky], columns[kx]);
+            for (j, oy) in (y0..y1).enumerate() {
+                let row = &plane[(iy0 + j * sy) * s.w..][..s.w];
+                let d = &mut dst[oy * s.ow..][x0..x1];
+                if sx == 1 {
+                    d.copy_from_slice(&row[ix0..ix0 + (x1 - x0)]);
+                } else {
+                    for (o, &v) in d.iter_mut().zip(row[ix0..].iter().step_by(sx)) {
+                        *o = v;
                     }
                 }
             }
+        };
+        if parallel {
+            use rayon::prelude::*;
+            col.par_chunks_exact_mut(p).enumerate().for_each(tap);
+        } else {
+            col.chunks_exact_mut(p).enumerate().for_each(tap);
         }
     }
 
@@ -207,14 +205,7 @@ impl ConvKernel {
         let ([sy, sx], [py, px], [dy, dx]) = (self.geometry.strides, self.geometry.pads, self.geometry.dilations);
         let mg = s.m / self.geometry.group;
         // Per kx: the output columns whose tap is inside the input, and the first one's input column.
-        let columns: Vec<(usize, usize, usize)> = (0..s.kw)
-            .map(|kx| {
-                let inside = |ox: usize| (0..s.w as i128).contains(&at(ox, sx, kx, dx, px));
-                let lo = (0..s.ow).find(|&ox| inside(ox)).unwrap_or(s.ow);
-                let hi = (lo..s.ow).take_while(|&ox| inside(ox)).last().map_or(lo, |l| l + 1);
-                (lo, hi, if lo < hi { at(lo, sx, kx, dx, px) as usize } else { 0 })
-            })
-            .collect();
+        let columns: Vec<_> = (0..s.kw).map(|kx| outputs_inside(s.ow, s.w, sx, kx, dx, px)).collect();
         let plane = |(i, dst): (usize, &mut [f32])| {
             let (img, m) = (i / s.m, i % s.m);
             let src = &x[(img * s.c + m / mg) * s.h * s.w..][..s.h * s.w];
@@ -235,8 +226,8 @@ impl ConvKernel {
                                 *o += w * v;
                             }
                         } else {
-                            for (j, o) in orow[lo..hi].iter_mut().enumerate() {
-                                *o += w * row[ix0 + j * sx];
+                            for (o, &v) in orow[lo..hi].iter_mut().zip(row[ix0..].iter().step_by(sx)) {
+                                *o += w * v;
                             }
                         }
                     }

@@ -154,7 +154,7 @@ impl MatMulKernel {
         // strides), checked against the shape the plan stored it in.
         let (a, b) = (contiguous(self.lhs, product.lhs_shape())?, contiguous(self.rhs, product.rhs_shape())?);
         let size = m * n;
-        let parallel = m * n * k >= PARALLEL_FLOPS && m > 1 && rayon::current_thread_index().is_none();
+        let parallel = m * n * k >= PARALLEL_FLOPS && m > 1 && graphc_runtime::may_split();
         let mut c: Vec<f32> = operands.alloc_f32(size)?;
         entry::matmul(&a, &b, &mut c, product, if parallel { rayon::current_num_threads() } else { 1 })?;
         match &self.epilogue {
@@ -230,7 +230,7 @@ impl ColumnKernel {
         };
         // Column blocks across the threads: each column is still summed by one thread, in order.
         const BLOCK: usize = 256;
-        let parallel = rows * cols >= PARALLEL_ELEMENTS && cols > BLOCK && rayon::current_thread_index().is_none();
+        let parallel = rows * cols >= PARALLEL_ELEMENTS && cols > BLOCK && graphc_runtime::may_split();
         if parallel {
             use rayon::prelude::*;
             out.par_chunks_mut(BLOCK).enumerate().for_each(|(b, dst)| sum_columns(b * BLOCK, dst));

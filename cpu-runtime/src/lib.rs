@@ -17,6 +17,7 @@ pub mod math;
 mod node;
 mod pool;
 mod rows;
+mod window;
 
 pub use conv::ConvKernel;
 pub use entry::{matmul, matmul_into, Entry, Extents, In, KernelFn, Product};

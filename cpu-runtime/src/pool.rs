@@ -5,6 +5,7 @@
 //! averages summed in f64.
 
 use crate::rows::PARALLEL_ELEMENTS;
+use crate::window::outputs_inside;
 use graphc_plan::PoolPlan;
 use graphc_runtime::{Operands, Tensor};
 
@@ -75,26 +76,16 @@ impl PoolKernel {
         );
         let max = p.op == graphc_ir::Op::MaxPool;
         let include_pad = p.count_include_pad;
-        // One plane: input `src` (`[h, w]`) into `dst` (`[oh, ow]`). Taps inside the input
-        // are in bounds: lo..hi were derived from these very sizes.
         let ow = tx.len();
-        // Unit column stride and dilation: whole output rows at a time, tap by tap (each
-        // output still takes its taps in (ky, kx) order), which vectorizes. Column `kx`
-        // reaches the outputs `ox` whose input column `ox + kx - px` is inside: a range, and
-        // the taps some output reaches span at most `ow + w` columns, however large the
-        // window or padding.
-        let rows = (sx == 1 && dx == 1).then(|| {
-            let px = px as i128;
+        // Whole output rows at a time, tap by tap (each output still takes its taps in
+        // (ky, kx) order): column `kx` reaches the outputs whose input column is inside, a
+        // range, read with the column stride. The taps some output reaches span at most
+        // `ow * sx + w` columns, however large the window or padding.
+        let columns: Vec<(usize, usize, usize)> = {
             let lo = tx.iter().filter(|t| t.lo < t.hi).map(|t| t.lo).min().unwrap_or(0);
             let hi = tx.iter().map(|t| t.hi).max().unwrap_or(0).max(lo);
-            (lo..hi)
-                .filter_map(|kx| {
-                    let first = (px - kx as i128).clamp(0, ow as i128) as usize;
-                    let end = (px - kx as i128 + wd as i128).clamp(0, ow as i128) as usize;
-                    (first < end).then(|| (first, end, (first as i128 + kx as i128 - px) as usize))
-                })
-                .collect::<Vec<_>>()
-        });
+            (lo..hi).map(|kx| outputs_inside(ow, wd, sx, kx, dx, px)).filter(|&(first, end, _)| first < end).collect()
+        };
         // Output row `oy` of a plane: input `src` (`[h, w]`) into `out_row` (`[ow]`). Taps
         // inside the input are in bounds: the ranges were derived from these very sizes. A
         // maximum takes a tap when it is not NaN yet and the tap is NaN or larger (written
@@ -111,48 +102,28 @@ impl PoolKernel {
                     (total / count as f64) as f32
                 }
             };
-            match (&rows, max) {
-                (Some(columns), true) => {
-                    out_row.fill(f32::NEG_INFINITY);
-                    for ky in t_y.lo..t_y.hi {
-                        let row = input_row(ky);
-                        for &(first, end, ix) in columns {
-                            for (a, &v) in out_row[first..end].iter_mut().zip(&row[ix..ix + (end - first)]) {
-                                *a = take(*a, v);
-                            }
+            if max {
+                out_row.fill(f32::NEG_INFINITY);
+                for ky in t_y.lo..t_y.hi {
+                    let row = input_row(ky);
+                    for &(first, end, ix) in &columns {
+                        for (a, &v) in out_row[first..end].iter_mut().zip(row[ix..].iter().step_by(sx)) {
+                            *a = take(*a, v);
                         }
                     }
                 }
-                (Some(columns), false) => {
-                    let mut sum = vec![0.0f64; ow];
-                    for ky in t_y.lo..t_y.hi {
-                        let row = input_row(ky);
-                        for &(first, end, ix) in columns {
-                            for (a, &v) in sum[first..end].iter_mut().zip(&row[ix..ix + (end - first)]) {
-                                *a += f64::from(v);
-                            }
+            } else {
+                let mut sum = vec![0.0f64; ow];
+                for ky in t_y.lo..t_y.hi {
+                    let row = input_row(ky);
+                    for &(first, end, ix) in &columns {
+                        for (a, &v) in sum[first..end].iter_mut().zip(row[ix..].iter().step_by(sx)) {
+                            *a += f64::from(v);
                         }
-                    }
-                    for ((o, &total), t_x) in out_row.iter_mut().zip(&sum).zip(&tx) {
-                        *o = divide(total, t_x);
                     }
                 }
-                (None, _) => {
-                    for (ox, t_x) in tx.iter().enumerate() {
-                        let (mut acc, mut sum) = (f32::NEG_INFINITY, 0.0f64);
-                        for ky in t_y.lo..t_y.hi {
-                            let row = input_row(ky);
-                            for kx in t_x.lo..t_x.hi {
-                                let v = row[ox * sx + kx * dx - px];
-                                if max {
-                                    acc = take(acc, v);
-                                } else {
-                                    sum += f64::from(v);
-                                }
-                            }
-                        }
-                        out_row[ox] = if max { acc } else { divide(sum, t_x) };
-                    }
+                for ((o, &total), t_x) in out_row.iter_mut().zip(&sum).zip(&tx) {
+                    *o = divide(total, t_x);
                 }
             }
         };
@@ -168,7 +139,7 @@ impl PoolKernel {
         };
         let taps_per_window = w.kernel[0].min(h as u64).saturating_mul(w.kernel[1].min(wd as u64));
         let work = (len as u64).saturating_mul(taps_per_window);
-        if work >= PARALLEL_ELEMENTS as u64 && len > ow && rayon::current_thread_index().is_none() {
+        if work >= PARALLEL_ELEMENTS as u64 && len > ow && graphc_runtime::may_split() {
             use rayon::prelude::*;
             out.par_chunks_exact_mut(ow).enumerate().for_each(row);
         } else {

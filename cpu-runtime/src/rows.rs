@@ -10,7 +10,7 @@ pub const PARALLEL_FLOPS: usize = 1 << 20;
 /// worker thread already (a partition of a multi-device step: one device, one core) stays on
 /// its thread rather than competing with the other devices for the cores.
 pub fn row_blocks(rows: usize, parallel: bool) -> Vec<(usize, usize)> {
-    let parallel = parallel && rayon::current_thread_index().is_none();
+    let parallel = parallel && graphc_runtime::may_split();
     let chunk = if parallel { rows.div_ceil(rayon::current_num_threads().max(1) * 4).max(1) } else { rows.max(1) };
     (0..rows).step_by(chunk).map(|r| (r, (r + chunk).min(rows))).collect()
 }

@@ -35,6 +35,7 @@ mod rendezvous;
 mod session;
 pub mod state;
 pub mod tensor;
+mod threads;
 mod value;
 mod wait;
 
@@ -47,5 +48,6 @@ pub use pool::{BufferPool, PoolStats};
 pub use rendezvous::{rendezvous_key, LocalRendezvous, LocalRendezvousFactory, Rendezvous, RendezvousFactory};
 pub use session::{RunOutput, RunRequest, Session, SessionOptions};
 pub use tensor::Tensor;
+pub use threads::may_split;
 pub use value::RtValue;
 pub use wait::WaitCtx;

@@ -333,7 +333,12 @@ impl Session {
             result
         };
         let results: Vec<Result<RunOutput, RunError>> = if plans.len() == 1 {
-            plans.into_iter().map(run_one).collect()
+            let waits = plans.iter().any(|p| crate::threads::may_wait(p.graph));
+            if waits {
+                plans.into_iter().map(run_one).collect()
+            } else {
+                crate::threads::on_pool(|| plans.into_iter().map(run_one).collect())
+            }
         } else {
             // Each graph of the step on a worker of its own (a graph blocked in a recv holds
             // its worker), from a pool that outlives the step: starting threads every step
@@ -375,6 +380,7 @@ impl Session {
         let p = rayon::ThreadPoolBuilder::new()
             .num_threads(n + 1)
             .thread_name(|i| format!("graphc-device-{i}"))
+            .start_handler(|_| crate::threads::mark_graph_thread())
             .build()
             .map_err(|e| RunError::internal(format!("cannot start worker threads: {e}")))?;
         let p = Arc::new(p);
