@@ -143,14 +143,14 @@ fn random_convolutions_run_alike_compiled() {
 #[test]
 fn the_exhaustive_small_grid_runs_alike_compiled() {
     // Every window size, stride, padding and dilation up to 2 on a 5x4 input, alone and fused;
-    // plain, and depthwise (one input channel per group: the direct path) with one and two
-    // output channels per group.
+    // plain, and depthwise (one input channel per group: the direct path, bordered planes at
+    // unit strides) with one and two output channels per group.
     for (c, m, group) in [(2, 3, 1), (1, 1, 3), (1, 2, 2)] {
         for kh in 1..=3 {
             for kw in 1..=2 {
-                for s in 1..=2 {
+                for strides in [[1, 1], [1, 2], [2, 1], [2, 2]] {
                     for p in 0..=2 {
-                        for d in 1..=2 {
+                        for dilations in [[1, 1], [2, 1], [1, 2]] {
                             for fused in [false, true] {
                                 let case = Case {
                                     n: 1,
@@ -159,9 +159,9 @@ fn the_exhaustive_small_grid_runs_alike_compiled() {
                                     group,
                                     hw: [5, 4],
                                     k: [kh, kw],
-                                    strides: [s, 3 - s],
+                                    strides,
                                     pads: [p, 0, 2 - p, p],
-                                    dilations: [d, 1],
+                                    dilations,
                                     fused,
                                 };
                                 check(&case).unwrap();

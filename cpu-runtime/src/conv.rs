@@ -63,6 +63,59 @@ fn dims4(t: &TensorType) -> Result<[usize; 4], String> {
     }
 }
 
+/// A depthwise plane copied into a zero border, for unit strides: `width` columns and
+/// `height` rows (what the windows span, the padding included), then `spill` zeros that the
+/// last taps of the last row's dropped columns read.
+struct Bordered {
+    width: usize,
+    height: usize,
+    spill: usize,
+    pads: [usize; 2],
+    dilations: [usize; 2],
+}
+
+impl Bordered {
+    /// None where the border would dwarf the plane (huge padding or dilation): the loop over
+    /// ranges is cheaper there.
+    fn new(s: &Sizes, pads: [usize; 2], dilations: [usize; 2]) -> Option<Bordered> {
+        let width = s.ow.checked_add((s.kw - 1).checked_mul(dilations[1])?)?;
+        let height = s.oh.checked_add((s.kh - 1).checked_mul(dilations[0])?)?;
+        let spill = (s.kw - 1) * dilations[1];
+        let len = width.checked_mul(height)?.checked_add(spill)?.checked_add(s.oh.checked_mul(width)?)?;
+        (len <= 4 * (s.h * s.w + s.oh * s.ow) + 4096).then_some(Bordered { width, height, spill, pads, dilations })
+    }
+
+    /// One output plane `dst` (`[oh, ow]`) from the input plane `src` and the channel's taps.
+    fn plane(&self, src: &[f32], taps: &[f32], s: &Sizes, dst: &mut [f32]) {
+        let (width, [py, px], [dy, dx]) = (self.width, self.pads, self.dilations);
+        let area = self.height * width + self.spill;
+        crate::rows::with_scratch(area + s.oh * width, &mut |scratch| {
+            let (input, acc) = scratch.split_at_mut(area);
+            input.fill(0.0);
+            // Input row iy lands on bordered row iy + py, column ix on ix + px; what lies past
+            // the span no output reads.
+            let cols = s.w.min(width.saturating_sub(px));
+            for (iy, row) in src.chunks_exact(s.w).enumerate().take(self.height.saturating_sub(py)) {
+                if cols > 0 {
+                    input[(iy + py) * width + px..][..cols].copy_from_slice(&row[..cols]);
+                }
+            }
+            acc.fill(0.0);
+            for ky in 0..s.kh {
+                for kx in 0..s.kw {
+                    let w = taps[ky * s.kw + kx];
+                    for (o, &v) in acc.iter_mut().zip(&input[ky * dy * width + kx * dx..]) {
+                        *o += w * v;
+                    }
+                }
+            }
+            for (d, a) in dst.chunks_exact_mut(s.ow).zip(acc.chunks_exact(width)) {
+                d.copy_from_slice(&a[..s.ow]);
+            }
+        });
+    }
+}
+
 impl ConvKernel {
     fn sizes(&self) -> Result<Sizes, String> {
         let [n, c, h, w] = dims4(&self.geometry.input)?;
@@ -201,15 +254,26 @@ impl ConvKernel {
     /// by output plane: each tap (ky, kx) adds `w * input row` to the output rows it reaches,
     /// over the output columns whose input column is inside (a range, from the geometry), so
     /// taps in the padding are skipped as the reference skips them. f32 sums in tap order.
+    ///
+    /// With unit strides and finite weights, a plane's rows are short (7 to 56 columns in
+    /// the zoo's models) for loops of their own: the input is copied into a zero-bordered
+    /// plane of the width the windows span, and each tap is then one loop over the whole
+    /// output plane at that width (columns past the output's are dropped after). Products of
+    /// the border's zeros add +0 or -0 to sums that started at +0, which leaves them as they
+    /// were: the results are those of the loop over ranges, bit for bit.
     fn depthwise(&self, x: &[f32], wv: &[f32], s: &Sizes, out: &mut [f32], parallel: bool) {
         let ([sy, sx], [py, px], [dy, dx]) = (self.geometry.strides, self.geometry.pads, self.geometry.dilations);
         let mg = s.m / self.geometry.group;
         // Per kx: the output columns whose tap is inside the input, and the first one's input column.
         let columns: Vec<_> = (0..s.kw).map(|kx| outputs_inside(s.ow, s.w, sx, kx, dx, px)).collect();
+        let bordered = (sx == 1 && sy == 1 && all_finite(wv)).then(|| Bordered::new(s, [py, px], [dy, dx])).flatten();
         let plane = |(i, dst): (usize, &mut [f32])| {
             let (img, m) = (i / s.m, i % s.m);
             let src = &x[(img * s.c + m / mg) * s.h * s.w..][..s.h * s.w];
             let taps = &wv[m * s.kh * s.kw..][..s.kh * s.kw];
+            if let Some(b) = &bordered {
+                return b.plane(src, taps, s, dst);
+            }
             dst.fill(0.0);
             for ky in 0..s.kh {
                 for oy in 0..s.oh {

@@ -72,15 +72,46 @@ impl ToF64 for bf16 {
     }
 }
 
-/// The elements of a view (a transpose, a broadcast, a slice) in row-major order, lane by lane
-/// along its last axis: a contiguous lane is one copy, a broadcast one a fill, others a
-/// strided loop (ndarray's element iterator, which `as_standard_layout` uses, is several
-/// times slower). An error only when the buffer cannot be allocated.
+/// The elements of a view (a transpose, a broadcast, a slice) in row-major order: trailing
+/// axes that lie contiguously (a transpose of the leading axes, as a channel shuffle's) copy
+/// as one block each; otherwise lane by lane along the last axis, a contiguous lane one copy,
+/// a broadcast one a fill, others a strided loop (ndarray's element iterator, which
+/// `as_standard_layout` uses, is several times slower). An error only when the buffer cannot
+/// be allocated.
 pub fn row_major<T: Clone>(v: ndarray::ArrayViewD<'_, T>) -> Result<Vec<T>, std::collections::TryReserveError> {
     let mut out = Vec::new();
     out.try_reserve_exact(v.len())?;
+    let tail = contiguous_tail(&v);
+    append_row_major(v, tail, &mut out);
+    Ok(out)
+}
+
+/// How many trailing axes of `v` form one contiguous row-major block.
+fn contiguous_tail<T>(v: &ndarray::ArrayViewD<'_, T>) -> usize {
+    let (shape, strides) = (v.shape(), v.strides());
+    let mut step = 1isize;
+    let mut tail = 0;
+    for (&n, &s) in shape.iter().zip(strides).rev() {
+        if n != 1 && s != step {
+            break;
+        }
+        step = step.saturating_mul(n as isize);
+        tail += 1;
+    }
+    tail
+}
+
+fn append_row_major<T: Clone>(v: ndarray::ArrayViewD<'_, T>, tail: usize, out: &mut Vec<T>) {
+    if let Some(s) = v.as_slice() {
+        return out.extend_from_slice(s);
+    }
     match v.ndim().checked_sub(1) {
         None => out.extend(v.iter().cloned()),
+        Some(_) if tail >= 2 && v.ndim() > tail => {
+            for sub in v.outer_iter() {
+                append_row_major(sub, tail, out);
+            }
+        }
         Some(last) => {
             for lane in v.lanes(ndarray::Axis(last)) {
                 match lane.as_slice() {
@@ -90,7 +121,6 @@ pub fn row_major<T: Clone>(v: ndarray::ArrayViewD<'_, T>) -> Result<Vec<T>, std:
             }
         }
     }
-    Ok(out)
 }
 
 impl Tensor {
@@ -412,7 +442,18 @@ mod tests {
             empty.view().permuted_axes(IxDyn(&[2, 1, 0])),
             scalar.view(),
         ];
-        for v in views {
+        // Views whose trailing axes are one contiguous block (copied block by block).
+        let b = ndarray::ArrayD::from_shape_vec(IxDyn(&[2, 3, 4, 5]), (0..120).collect::<Vec<i32>>()).unwrap();
+        let shuffle = b.view().into_shape_with_order(IxDyn(&[2, 3, 1, 4, 5])).unwrap();
+        let blocks = [
+            b.view().permuted_axes(IxDyn(&[1, 0, 2, 3])),
+            b.view().permuted_axes(IxDyn(&[2, 1, 0, 3])),
+            b.slice(ndarray::s![..;-1, .., .., ..]).into_dyn(),
+            b.slice(ndarray::s![.., 1.., .., ..]).into_dyn(),
+            shuffle.permuted_axes(IxDyn(&[1, 0, 2, 3, 4])),
+            b.slice(ndarray::s![.., .., 1..3, ..]).into_dyn(),
+        ];
+        for v in views.into_iter().chain(blocks) {
             let want: Vec<i32> = v.iter().copied().collect();
             assert_eq!(row_major(v.clone()).unwrap(), want, "{:?} {:?}", v.shape(), v.strides());
         }
