@@ -114,13 +114,14 @@ fn random_pools_run_alike_compiled() {
 
 #[test]
 fn the_exhaustive_small_grid_runs_alike_compiled() {
-    // Every window, stride, padding, dilation and mode up to small sizes on a 5x4 input.
+    // Every window, stride, padding, dilation and mode up to small sizes on two 5x4 planes
+    // (unit strides take the bordered plane path, the others the row path).
     for max in [false, true] {
         for kh in 1..=3 {
             for kw in 1..=2 {
-                for s in 1..=2 {
+                for strides in [[1, 1], [1, 2], [2, 1], [2, 2]] {
                     for p in 0..=2 {
-                        for d in 1..=2 {
+                        for dilations in [[1, 1], [2, 1], [1, 2]] {
                             for ceil_mode in [false, true] {
                                 for include_pad in [false, true] {
                                     let case = Case {
@@ -128,9 +129,9 @@ fn the_exhaustive_small_grid_runs_alike_compiled() {
                                         nc: [1, 2],
                                         hw: [5, 4],
                                         k: [kh, kw],
-                                        strides: [s, 3 - s],
+                                        strides,
                                         pads: [p, 0, 2 - p, p],
-                                        dilations: [d, 1],
+                                        dilations,
                                         ceil_mode,
                                         include_pad: include_pad && !max,
                                     };
@@ -147,13 +148,16 @@ fn the_exhaustive_small_grid_runs_alike_compiled() {
 
 #[test]
 fn infinities_and_nans_match() {
-    for max in [false, true] {
+    // One plane on the row path; two planes at unit strides on the bordered plane path.
+    for (max, (nc, strides)) in
+        [false, true].into_iter().flat_map(|m| [([1, 1], [1, 2]), ([1, 2], [1, 1])].map(|c| (m, c)))
+    {
         let case = Case {
             max,
-            nc: [1, 1],
+            nc,
             hw: [4, 5],
             k: [3, 2],
-            strides: [1, 2],
+            strides,
             pads: [1, 1, 1, 1],
             dilations: [1, 1],
             ceil_mode: true,
@@ -162,12 +166,15 @@ fn infinities_and_nans_match() {
         for special in [f32::INFINITY, f32::NEG_INFINITY, f32::NAN] {
             for at in [0, 6, 19] {
                 check(&case, &|v| v[at] = special).unwrap();
-                // Two specials in one window: inf and -inf sum to NaN; NaN wins a max.
-                check(&case, &|v| {
-                    v[at] = special;
-                    v[(at + 1) % 20] = -special;
-                })
-                .unwrap();
+                // Two specials in one window, side by side or one above the other: inf and
+                // -inf sum to NaN; the first NaN in tap order wins a max.
+                for next in [1, 5] {
+                    check(&case, &|v| {
+                        v[at] = special;
+                        v[(at + next) % 20] = -special;
+                    })
+                    .unwrap();
+                }
             }
         }
     }

@@ -10,7 +10,7 @@
 use crate::entry::{matmul_into, Product};
 use crate::kernel::{run_epilogue, LoopKernel};
 use crate::rows::PARALLEL_FLOPS;
-use crate::window::outputs_inside;
+use crate::window::{outputs_inside, Bordered};
 use graphc_ir::TensorType;
 use graphc_plan::ConvGeometry;
 use graphc_runtime::{Operands, Tensor};
@@ -63,59 +63,6 @@ fn dims4(t: &TensorType) -> Result<[usize; 4], String> {
     }
 }
 
-/// A depthwise plane copied into a zero border, for unit strides: `width` columns and
-/// `height` rows (what the windows span, the padding included), then `spill` zeros that the
-/// last taps of the last row's dropped columns read.
-struct Bordered {
-    width: usize,
-    height: usize,
-    spill: usize,
-    pads: [usize; 2],
-    dilations: [usize; 2],
-}
-
-impl Bordered {
-    /// None where the border would dwarf the plane (huge padding or dilation): the loop over
-    /// ranges is cheaper there.
-    fn new(s: &Sizes, pads: [usize; 2], dilations: [usize; 2]) -> Option<Bordered> {
-        let width = s.ow.checked_add((s.kw - 1).checked_mul(dilations[1])?)?;
-        let height = s.oh.checked_add((s.kh - 1).checked_mul(dilations[0])?)?;
-        let spill = (s.kw - 1) * dilations[1];
-        let len = width.checked_mul(height)?.checked_add(spill)?.checked_add(s.oh.checked_mul(width)?)?;
-        (len <= 4 * (s.h * s.w + s.oh * s.ow) + 4096).then_some(Bordered { width, height, spill, pads, dilations })
-    }
-
-    /// One output plane `dst` (`[oh, ow]`) from the input plane `src` and the channel's taps.
-    fn plane(&self, src: &[f32], taps: &[f32], s: &Sizes, dst: &mut [f32]) {
-        let (width, [py, px], [dy, dx]) = (self.width, self.pads, self.dilations);
-        let area = self.height * width + self.spill;
-        crate::rows::with_scratch(area + s.oh * width, &mut |scratch| {
-            let (input, acc) = scratch.split_at_mut(area);
-            input.fill(0.0);
-            // Input row iy lands on bordered row iy + py, column ix on ix + px; what lies past
-            // the span no output reads.
-            let cols = s.w.min(width.saturating_sub(px));
-            for (iy, row) in src.chunks_exact(s.w).enumerate().take(self.height.saturating_sub(py)) {
-                if cols > 0 {
-                    input[(iy + py) * width + px..][..cols].copy_from_slice(&row[..cols]);
-                }
-            }
-            acc.fill(0.0);
-            for ky in 0..s.kh {
-                for kx in 0..s.kw {
-                    let w = taps[ky * s.kw + kx];
-                    for (o, &v) in acc.iter_mut().zip(&input[ky * dy * width + kx * dx..]) {
-                        *o += w * v;
-                    }
-                }
-            }
-            for (d, a) in dst.chunks_exact_mut(s.ow).zip(acc.chunks_exact(width)) {
-                d.copy_from_slice(&a[..s.ow]);
-            }
-        });
-    }
-}
-
 impl ConvKernel {
     fn sizes(&self) -> Result<Sizes, String> {
         let [n, c, h, w] = dims4(&self.geometry.input)?;
@@ -155,7 +102,9 @@ impl ConvKernel {
         out.resize(s.n * s.m * p, 0.0);
         let threads =
             if mg * k * p >= PARALLEL_FLOPS && graphc_runtime::may_split() { rayon::current_num_threads() } else { 1 };
-        if s.cg == 1 {
+        if out.is_empty() {
+            // Nothing to compute (and no rows to split the work by).
+        } else if s.cg == 1 {
             // Depthwise: one input channel per output channel, so one product per channel
             // would be a 1-row gemm; taps straight over the planes instead.
             self.depthwise(&x, &wv, &s, &mut out, (s.n * s.m * p * s.kh * s.kw) >= PARALLEL_FLOPS && threads > 1);
@@ -266,13 +215,29 @@ impl ConvKernel {
         let mg = s.m / self.geometry.group;
         // Per kx: the output columns whose tap is inside the input, and the first one's input column.
         let columns: Vec<_> = (0..s.kw).map(|kx| outputs_inside(s.ow, s.w, sx, kx, dx, px)).collect();
-        let bordered = (sx == 1 && sy == 1 && all_finite(wv)).then(|| Bordered::new(s, [py, px], [dy, dx])).flatten();
+        let bordered = (sx == 1 && sy == 1 && all_finite(wv))
+            .then(|| Bordered::new([s.h, s.w], [s.oh, s.ow], [s.kh, s.kw], [py, px], [dy, dx]))
+            .flatten();
         let plane = |(i, dst): (usize, &mut [f32])| {
             let (img, m) = (i / s.m, i % s.m);
             let src = &x[(img * s.c + m / mg) * s.h * s.w..][..s.h * s.w];
             let taps = &wv[m * s.kh * s.kw..][..s.kh * s.kw];
             if let Some(b) = &bordered {
-                return b.plane(src, taps, s, dst);
+                // Each tap one loop over the plane at the bordered width (see the doc above).
+                return crate::rows::with_scratch(b.len() + b.out_len(), &mut |scratch| {
+                    let (input, acc) = scratch.split_at_mut(b.len());
+                    b.fill(src, 0.0, input);
+                    acc.fill(0.0);
+                    for ky in 0..s.kh {
+                        for kx in 0..s.kw {
+                            let w = taps[ky * s.kw + kx];
+                            for (o, &v) in acc.iter_mut().zip(&input[b.offset(ky, kx)..]) {
+                                *o += w * v;
+                            }
+                        }
+                    }
+                    b.crop(acc, dst);
+                });
             }
             dst.fill(0.0);
             for ky in 0..s.kh {

@@ -4,8 +4,9 @@
 //! for bit: the same taps in the same order, maxima folded from -inf with NaN winning,
 //! averages summed in f64.
 
+use crate::rows::with_scratch;
 use crate::rows::PARALLEL_ELEMENTS;
-use crate::window::outputs_inside;
+use crate::window::{outputs_inside, Bordered};
 use graphc_plan::PoolPlan;
 use graphc_runtime::{Operands, Tensor};
 
@@ -91,17 +92,17 @@ impl PoolKernel {
         // maximum takes a tap when it is not NaN yet and the tap is NaN or larger (written
         // without short cuts, so the row loops vectorize).
         let take = |a: f32, v: f32| if !a.is_nan() & (v.is_nan() | (v > a)) { v } else { a };
+        let divide = |total: f64, t_y: &Taps, t_x: &Taps| {
+            let count = if include_pad { t_y.counted * t_x.counted } else { (t_y.hi - t_y.lo) * (t_x.hi - t_x.lo) };
+            if count == 0 {
+                f32::NAN
+            } else {
+                (total / count as f64) as f32
+            }
+        };
         let pool_row = |src: &[f32], oy: usize, out_row: &mut [f32]| {
             let t_y = ty[oy];
             let input_row = |ky: usize| &src[(oy * sy + ky * dy - py) * wd..][..wd];
-            let divide = |total: f64, t_x: &Taps| {
-                let count = if include_pad { t_y.counted * t_x.counted } else { (t_y.hi - t_y.lo) * (t_x.hi - t_x.lo) };
-                if count == 0 {
-                    f32::NAN
-                } else {
-                    (total / count as f64) as f32
-                }
-            };
             if max {
                 out_row.fill(f32::NEG_INFINITY);
                 for ky in t_y.lo..t_y.hi {
@@ -123,23 +124,78 @@ impl PoolKernel {
                     }
                 }
                 for ((o, &total), t_x) in out_row.iter_mut().zip(&sum).zip(&tx) {
-                    *o = divide(total, t_x);
+                    *o = divide(total, &t_y, t_x);
                 }
             }
         };
         let len = ys.iter().product::<usize>();
         let mut out = operands.alloc_f32(len)?;
         out.resize(len, 0.0);
+        if len == 0 {
+            return Ok(vec![Tensor::from_f32(out, &p.out)?]);
+        }
         let (oh, plane_in) = (ty.len(), h * wd);
+        let taps_per_window = w.kernel[0].min(h as u64).saturating_mul(w.kernel[1].min(wd as u64));
+        let work = (len as u64).saturating_mul(taps_per_window);
+        let parallel = work >= PARALLEL_ELEMENTS as u64 && graphc_runtime::may_split();
+        // Unit strides and several planes: plane by plane, each in a border that no maximum
+        // or sum notices (-inf, or +0 added to a sum that started at +0), every tap one loop
+        // over the whole plane in the same (ky, kx) order: the row path's results, bit for bit.
+        let kernel = [usize::try_from(w.kernel[0]), usize::try_from(w.kernel[1])];
+        let bordered = match kernel {
+            [Ok(kh), Ok(kw)] if sx == 1 && sy == 1 && len > oh * ow => {
+                Bordered::new([h, wd], [oh, ow], [kh, kw], [py, px], [dy, dx]).map(|b| (b, kh, kw))
+            }
+            _ => None,
+        };
+        if let Some((b, kh, kw)) = bordered {
+            let plane = |(i, dst): (usize, &mut [f32])| {
+                let src = &x[i * plane_in..][..plane_in];
+                let mut sum = vec![0.0f64; if max { 0 } else { b.out_len() }];
+                with_scratch(b.len() + b.out_len(), &mut |scratch| {
+                    let (input, acc) = scratch.split_at_mut(b.len());
+                    b.fill(src, if max { f32::NEG_INFINITY } else { 0.0 }, input);
+                    acc.fill(f32::NEG_INFINITY);
+                    for ky in 0..kh {
+                        for kx in 0..kw {
+                            let taps = &input[b.offset(ky, kx)..];
+                            if max {
+                                for (a, &v) in acc.iter_mut().zip(taps) {
+                                    *a = take(*a, v);
+                                }
+                            } else {
+                                for (a, &v) in sum.iter_mut().zip(taps) {
+                                    *a += f64::from(v);
+                                }
+                            }
+                        }
+                    }
+                    if max {
+                        b.crop(acc, dst);
+                    } else {
+                        for (oy, out_row) in dst.chunks_exact_mut(ow).enumerate() {
+                            for (ox, o) in out_row.iter_mut().enumerate() {
+                                *o = divide(sum[oy * b.width() + ox], &ty[oy], &tx[ox]);
+                            }
+                        }
+                    }
+                });
+            };
+            if parallel {
+                use rayon::prelude::*;
+                out.par_chunks_exact_mut(oh * ow).enumerate().for_each(plane);
+            } else {
+                out.chunks_exact_mut(oh * ow).enumerate().for_each(plane);
+            }
+            return Ok(vec![Tensor::from_f32(out, &p.out)?]);
+        }
         // Row by row of every plane, across the threads when there is enough work (one plane,
         // as a local response normalization's pool over channels, splits too).
         let row = |(i, out_row): (usize, &mut [f32])| {
             let plane = i / oh;
             pool_row(&x[plane * plane_in..][..plane_in], i % oh, out_row)
         };
-        let taps_per_window = w.kernel[0].min(h as u64).saturating_mul(w.kernel[1].min(wd as u64));
-        let work = (len as u64).saturating_mul(taps_per_window);
-        if work >= PARALLEL_ELEMENTS as u64 && len > ow && graphc_runtime::may_split() {
+        if parallel && len > ow {
             use rayon::prelude::*;
             out.par_chunks_exact_mut(ow).enumerate().for_each(row);
         } else {

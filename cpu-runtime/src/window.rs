@@ -21,6 +21,90 @@ pub(crate) fn outputs_inside(
     (lo as usize, hi as usize, first)
 }
 
+/// A plane copied into a border, for a window of unit strides: `width` columns and `height`
+/// rows (what the windows span, the padding included), then `spill` more elements that the
+/// last taps of the last row's columns past the output read. With it, each tap (ky, kx) is
+/// one loop over the whole output plane at the bordered width, reading from
+/// [`Bordered::offset`]; [`Bordered::crop`] then drops the columns past the output's. Planes
+/// of the zoo's models are 7 to 56 columns wide: loops of a row each are too short to
+/// vectorize well.
+pub(crate) struct Bordered {
+    input: [usize; 2],
+    out: [usize; 2],
+    width: usize,
+    height: usize,
+    spill: usize,
+    pads: [usize; 2],
+    dilations: [usize; 2],
+}
+
+impl Bordered {
+    /// For an input plane `[h, w]`, an output plane `[oh, ow]` and a window of `kernel` taps
+    /// with padding `pads` before; None where the border would dwarf the plane (huge padding
+    /// or dilation), where a loop over ranges is cheaper.
+    pub fn new(
+        input: [usize; 2],
+        out: [usize; 2],
+        kernel: [usize; 2],
+        pads: [usize; 2],
+        dilations: [usize; 2],
+    ) -> Option<Bordered> {
+        let span = |d: usize| kernel[d].checked_sub(1)?.checked_mul(dilations[d]);
+        let (width, height) = (out[1].checked_add(span(1)?)?, out[0].checked_add(span(0)?)?);
+        let spill = span(1)?;
+        let len = width.checked_mul(height)?.checked_add(spill)?.checked_add(out[0].checked_mul(width)?)?;
+        let plain = input[0] * input[1] + out[0] * out[1];
+        (len <= 4 * plain + 4096).then_some(Bordered { input, out, width, height, spill, pads, dilations })
+    }
+
+    /// Elements of the bordered input plane.
+    pub fn len(&self) -> usize {
+        self.height * self.width + self.spill
+    }
+
+    /// Columns of a bordered row.
+    pub fn width(&self) -> usize {
+        self.width
+    }
+
+    /// Elements of an output plane at the bordered width.
+    pub fn out_len(&self) -> usize {
+        self.out[0] * self.width
+    }
+
+    /// Copies the input plane `src` into `into` (`len()` elements), `border` around it. Input
+    /// row iy lands on bordered row iy + pad, column ix on ix + pad; what lies past the span
+    /// no output reads.
+    pub fn fill(&self, src: &[f32], border: f32, into: &mut [f32]) {
+        let ([h, w], [py, px], width) = (self.input, self.pads, self.width);
+        into.fill(border);
+        let cols = w.min(width.saturating_sub(px));
+        if cols == 0 {
+            return;
+        }
+        for (iy, row) in src[..h * w].chunks_exact(w).enumerate().take(self.height.saturating_sub(py)) {
+            into[(iy + py) * width + px..][..cols].copy_from_slice(&row[..cols]);
+        }
+    }
+
+    /// Where tap (ky, kx) of output 0 lies in the bordered plane: output (oy, ox) at
+    /// `oy * width + ox` reads `offset + oy * width + ox`.
+    pub fn offset(&self, ky: usize, kx: usize) -> usize {
+        ky * self.dilations[0] * self.width + kx * self.dilations[1]
+    }
+
+    /// The output plane `dst` (`[oh, ow]`) from one at the bordered width.
+    pub fn crop<T: Copy>(&self, wide: &[T], dst: &mut [T]) {
+        let ow = self.out[1];
+        if ow == 0 {
+            return;
+        }
+        for (d, a) in dst.chunks_exact_mut(ow).zip(wide.chunks_exact(self.width)) {
+            d.copy_from_slice(&a[..ow]);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -50,9 +134,52 @@ mod tests {
     }
 
     #[test]
+    fn each_tap_of_a_bordered_plane_reads_the_input_or_the_border() {
+        for (h, w) in [(1usize, 1usize), (3, 4), (5, 2)] {
+            for k in [[1, 1], [2, 3], [3, 2]] {
+                for pads in [[0, 0], [1, 2], [2, 1]] {
+                    for dilations in [[1, 1], [2, 1], [1, 2]] {
+                        let span = |d: usize| dilations[d] * (k[d] - 1) + 1;
+                        // Padding after as much as before.
+                        let (Some(oh), Some(ow)) =
+                            ((h + 2 * pads[0] + 1).checked_sub(span(0)), (w + 2 * pads[1] + 1).checked_sub(span(1)))
+                        else {
+                            continue;
+                        };
+                        let b = Bordered::new([h, w], [oh, ow], k, pads, dilations).unwrap();
+                        let src: Vec<f32> = (0..h * w).map(|i| i as f32 + 1.0).collect();
+                        let mut plane = vec![f32::NAN; b.len()];
+                        b.fill(&src, -1.0, &mut plane);
+                        for (ky, kx, oy, ox) in (0..k[0]).flat_map(|ky| {
+                            (0..k[1])
+                                .flat_map(move |kx| (0..oh).flat_map(move |oy| (0..ow).map(move |ox| (ky, kx, oy, ox))))
+                        }) {
+                            let (iy, ix) = (
+                                (oy + ky * dilations[0]) as isize - pads[0] as isize,
+                                (ox + kx * dilations[1]) as isize - pads[1] as isize,
+                            );
+                            let inside = (0..h as isize).contains(&iy) && (0..w as isize).contains(&ix);
+                            let want = if inside { src[iy as usize * w + ix as usize] } else { -1.0 };
+                            let got = plane[b.offset(ky, kx) + oy * b.width() + ox];
+                            assert_eq!(got, want, "{h}x{w} k {k:?} pads {pads:?} dilations {dilations:?} tap ({ky},{kx}) output ({oy},{ox})");
+                        }
+                        let wide: Vec<usize> = (0..b.out_len()).collect();
+                        let mut out = vec![0; oh * ow];
+                        b.crop(&wide, &mut out);
+                        let width = b.width();
+                        let kept: Vec<usize> = (0..oh).flat_map(|oy| (0..ow).map(move |ox| oy * width + ox)).collect();
+                        assert_eq!(out, kept);
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
     fn huge_geometry_does_not_overflow() {
         let m = i64::MAX as usize;
         assert_eq!(outputs_inside(3, 5, m, m, m, m), (0, 0, 0));
         assert_eq!(outputs_inside(4, 10, 1, 0, 1, m), (4, 4, 0));
+        assert!(Bordered::new([3, 3], [1, 1], [m, 2], [0, 0], [m, 1]).is_none());
     }
 }
