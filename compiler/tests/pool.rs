@@ -179,3 +179,31 @@ fn infinities_and_nans_match() {
         }
     }
 }
+
+#[test]
+fn huge_strides_and_windows_visit_only_the_taps_some_output_reaches() {
+    // Window 0 reaches the one input column at tap 2^61, window 1 at tap 0; a walk over the
+    // taps between would not finish. (The reference kernel walks them: the expected values
+    // are written out instead.)
+    const H: u64 = 1 << 61;
+    for max in [false, true] {
+        let case = Case {
+            max,
+            nc: [1, 2],
+            hw: [1, 1],
+            k: [1, H + 1],
+            strides: [1, H],
+            pads: [0, H, 0, H],
+            dilations: [1, 1],
+            ceil_mode: false,
+            include_pad: false,
+        };
+        let m = case.module().unwrap();
+        let kernels = common::cpu_kernels(&m, &CompileOptions::default()).unwrap();
+        let jit = Session::with_compiled(m, SessionOptions::default(), kernels).unwrap();
+        let x = Tensor::from_data(&[1, 2, 1, 1], TensorData::F32(vec![-0.5, 2.0])).unwrap();
+        let out = jit.run(RunRequest::new("g").feed("x", Arc::new(x))).unwrap();
+        let y = out.tensor(0).unwrap().f32_elements(None).unwrap().into_owned();
+        assert_eq!(y, [-0.5, -0.5, 2.0, 2.0], "max {max}");
+    }
+}

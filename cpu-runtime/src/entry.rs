@@ -254,6 +254,10 @@ fn transpose_into(src: &[f32], rows: usize, cols: usize, threads: usize, dst: &m
 /// The factors packed row-major (see [`transpose_into`]) where `p` says they are stored transposed
 /// and `repack` asks, each into a buffer of this thread's, which lives as long as the thread:
 /// a product after the first touches no fresh pages for them; then `f` on them.
+///
+/// The buffers are taken out of the thread-local for the call, not borrowed: while this thread
+/// waits for the threads it split the work with, rayon may run another step's product on it,
+/// which then finds none and packs into buffers of its own.
 fn with_packed<R>(
     a: &[f32],
     b: &[f32],
@@ -262,23 +266,26 @@ fn with_packed<R>(
     threads: usize,
     f: impl FnOnce(&[f32], &[f32]) -> R,
 ) -> R {
-    use std::cell::RefCell;
+    use std::cell::Cell;
     thread_local! {
-        static PACKED: [RefCell<Vec<f32>>; 2] = const { [RefCell::new(Vec::new()), RefCell::new(Vec::new())] };
+        static PACKED: [Cell<Vec<f32>>; 2] = const { [Cell::new(Vec::new()), Cell::new(Vec::new())] };
     }
-    PACKED.with(|[pa, pb]| {
-        let (mut pa, mut pb) = (pa.borrow_mut(), pb.borrow_mut());
-        let [sa, sb] = [p.lhs_shape(), p.rhs_shape()];
-        if repack[0] {
-            pa.resize(a.len(), 0.0);
-            transpose_into(a, sa[0], sa[1], threads, &mut pa);
-        }
-        if repack[1] {
-            pb.resize(b.len(), 0.0);
-            transpose_into(b, sb[0], sb[1], threads, &mut pb);
-        }
-        f(if repack[0] { &pa } else { a }, if repack[1] { &pb } else { b })
-    })
+    let (mut pa, mut pb) = PACKED.with(|[pa, pb]| (pa.take(), pb.take()));
+    let [sa, sb] = [p.lhs_shape(), p.rhs_shape()];
+    if repack[0] {
+        pa.resize(a.len(), 0.0);
+        transpose_into(a, sa[0], sa[1], threads, &mut pa);
+    }
+    if repack[1] {
+        pb.resize(b.len(), 0.0);
+        transpose_into(b, sb[0], sb[1], threads, &mut pb);
+    }
+    let r = f(if repack[0] { &pa } else { a }, if repack[1] { &pb } else { b });
+    PACKED.with(|[ka, kb]| {
+        ka.set(pa);
+        kb.set(pb);
+    });
+    r
 }
 
 #[cfg(test)]

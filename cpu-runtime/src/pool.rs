@@ -80,12 +80,25 @@ impl PoolKernel {
         let ow = tx.len();
         // Whole output rows at a time, tap by tap (each output still takes its taps in
         // (ky, kx) order): column `kx` reaches the outputs whose input column is inside, a
-        // range, read with the column stride. The taps some output reaches span at most
-        // `ow * sx + w` columns, however large the window or padding.
+        // range, read with the column stride. Only the columns some output reaches are
+        // visited: the union of the outputs' tap ranges, which a huge stride or window leaves
+        // as small as the outputs and the input, not as large as the attributes.
         let columns: Vec<(usize, usize, usize)> = {
-            let lo = tx.iter().filter(|t| t.lo < t.hi).map(|t| t.lo).min().unwrap_or(0);
-            let hi = tx.iter().map(|t| t.hi).max().unwrap_or(0).max(lo);
-            (lo..hi).map(|kx| outputs_inside(ow, wd, sx, kx, dx, px)).filter(|&(first, end, _)| first < end).collect()
+            let mut spans: Vec<(usize, usize)> = tx.iter().filter(|t| t.lo < t.hi).map(|t| (t.lo, t.hi)).collect();
+            spans.sort_unstable();
+            let mut reached: Vec<(usize, usize)> = Vec::with_capacity(spans.len());
+            for (lo, hi) in spans {
+                match reached.last_mut() {
+                    Some(last) if lo <= last.1 => last.1 = last.1.max(hi),
+                    _ => reached.push((lo, hi)),
+                }
+            }
+            reached
+                .into_iter()
+                .flat_map(|(lo, hi)| lo..hi)
+                .map(|kx| outputs_inside(ow, wd, sx, kx, dx, px))
+                .filter(|&(lo, hi, _)| lo < hi)
+                .collect()
         };
         // Output row `oy` of a plane: input `src` (`[h, w]`) into `out_row` (`[ow]`). Taps
         // inside the input are in bounds: the ranges were derived from these very sizes. A
@@ -107,8 +120,8 @@ impl PoolKernel {
                 out_row.fill(f32::NEG_INFINITY);
                 for ky in t_y.lo..t_y.hi {
                     let row = input_row(ky);
-                    for &(first, end, ix) in &columns {
-                        for (a, &v) in out_row[first..end].iter_mut().zip(row[ix..].iter().step_by(sx)) {
+                    for &(lo, hi, ix) in &columns {
+                        for (a, &v) in out_row[lo..hi].iter_mut().zip(row[ix..].iter().step_by(sx)) {
                             *a = take(*a, v);
                         }
                     }
@@ -117,8 +130,8 @@ impl PoolKernel {
                 let mut sum = vec![0.0f64; ow];
                 for ky in t_y.lo..t_y.hi {
                     let row = input_row(ky);
-                    for &(first, end, ix) in &columns {
-                        for (a, &v) in sum[first..end].iter_mut().zip(row[ix..].iter().step_by(sx)) {
+                    for &(lo, hi, ix) in &columns {
+                        for (a, &v) in sum[lo..hi].iter_mut().zip(row[ix..].iter().step_by(sx)) {
                             *a += f64::from(v);
                         }
                     }
@@ -155,7 +168,9 @@ impl PoolKernel {
                 with_scratch(b.len() + b.out_len(), &mut |scratch| {
                     let (input, acc) = scratch.split_at_mut(b.len());
                     b.fill(src, if max { f32::NEG_INFINITY } else { 0.0 }, input);
-                    acc.fill(f32::NEG_INFINITY);
+                    if max {
+                        acc.fill(f32::NEG_INFINITY);
+                    }
                     for ky in 0..kh {
                         for kx in 0..kw {
                             let taps = &input[b.offset(ky, kx)..];

@@ -7,8 +7,8 @@ pub const PARALLEL_ELEMENTS: usize = 1 << 15;
 pub const PARALLEL_FLOPS: usize = 1 << 20;
 
 /// Row ranges for the calling thread alone, or a few per worker thread. A kernel called on a
-/// worker thread already (a partition of a multi-device step: one device, one core) stays on
-/// its thread rather than competing with the other devices for the cores.
+/// thread of a multi-graph step (a partition of a multi-device step: one device, one core)
+/// stays on its thread rather than competing with the other devices for the cores.
 pub fn row_blocks(rows: usize, parallel: bool) -> Vec<(usize, usize)> {
     let parallel = parallel && graphc_runtime::may_split();
     let chunk = if parallel { rows.div_ceil(rayon::current_num_threads().max(1) * 4).max(1) } else { rows.max(1) };
@@ -16,16 +16,17 @@ pub fn row_blocks(rows: usize, parallel: bool) -> Vec<(usize, usize)> {
 }
 
 /// Runs `f` with `len` elements of this thread's scratch row buffer, which lives as long as
-/// the thread: a kernel call allocates none.
+/// the thread: a kernel call allocates none. Taken out of the thread-local for the call (not
+/// borrowed), so a call nested on this thread, as rayon may run one while it waits, gets a
+/// buffer of its own instead of a double borrow.
 pub(crate) fn with_scratch(len: usize, f: &mut dyn FnMut(&mut [f32])) {
     thread_local! {
-        static SCRATCH: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+        static SCRATCH: std::cell::Cell<Vec<f32>> = const { std::cell::Cell::new(Vec::new()) };
     }
-    SCRATCH.with(|s| {
-        let mut s = s.borrow_mut();
-        if s.len() < len {
-            s.resize(len, 0.0);
-        }
-        f(&mut s[..len])
-    })
+    let mut s = SCRATCH.with(std::cell::Cell::take);
+    if s.len() < len {
+        s.resize(len, 0.0);
+    }
+    f(&mut s[..len]);
+    SCRATCH.with(|k| k.set(s));
 }

@@ -81,8 +81,10 @@ impl ToF64 for bf16 {
 pub fn row_major<T: Clone>(v: ndarray::ArrayViewD<'_, T>) -> Result<Vec<T>, std::collections::TryReserveError> {
     let mut out = Vec::new();
     out.try_reserve_exact(v.len())?;
+    // Blocks of a few elements (trailing axes of length 1) are not worth a view each.
     let tail = contiguous_tail(&v);
-    append_row_major(v, tail, &mut out);
+    let block: usize = v.shape()[v.ndim() - tail..].iter().product();
+    append_row_major(v, if block >= 16 { tail } else { 0 }, &mut out);
     Ok(out)
 }
 

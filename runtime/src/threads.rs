@@ -1,21 +1,30 @@
 //! Where a step runs and whether its kernels may split their work across threads.
 //!
-//! A step of one graph that cannot wait on another thread runs on a worker of rayon's global
-//! pool, so a kernel that splits its work keeps the step's thread busy with half of it and
+//! A step of one graph that cannot wait on another thread, nor wake one, runs on a worker of
+//! the process's step pool (as many threads as rayon's global pool, and the stack of a main
+//! thread), so a kernel that splits its work keeps the step's thread busy with its share and
 //! wakes one other worker: with the step on the caller's thread instead, every split woke two
 //! workers and put the caller to sleep, and between splits the idle workers' spinning took
 //! the core the serial kernels ran on (ResNet-50 at batch 1 on 2 cores: 39 -> 34 ms).
 //! The graphs of a multi-graph step each hold a thread of their own pool and run their kernels
 //! whole: they are already the step's parallelism.
+//!
+//! While a worker waits for the threads it split work with, rayon may run another job on it,
+//! another caller's whole step included: per-thread buffers are taken for a call, not
+//! borrowed across it (`graphc_cpu_runtime`'s scratch and packing buffers).
 
 use graphc_ir::{Graph, Op};
 use std::cell::Cell;
+use std::sync::OnceLock;
 
 thread_local! {
     static RUNS_ONE_GRAPH_OF_SEVERAL: Cell<bool> = const { Cell::new(false) };
 }
 
-/// Whether a kernel running on this thread may split its work across the global pool.
+/// A main thread's stack: the interpreter recurses once per nested region.
+const STEP_STACK: usize = 8 << 20;
+
+/// Whether a kernel running on this thread may split its work across threads.
 pub fn may_split() -> bool {
     !RUNS_ONE_GRAPH_OF_SEVERAL.with(Cell::get)
 }
@@ -25,20 +34,29 @@ pub(crate) fn mark_graph_thread() {
     RUNS_ONE_GRAPH_OF_SEVERAL.with(|c| c.set(true));
 }
 
-/// Whether running `g` may wait for another thread (a queue, a transfer). Such a step stays on
-/// its caller's thread: a pool worker blocked in it could be the one the other side needs.
+/// Whether running `g` may wait for another thread or wake one that waits (a queue, a
+/// transfer). Such a step stays on its caller's thread: on a pool worker it could wait for a
+/// worker the other side needs, or be queued behind workers that wait for it.
 pub(crate) fn may_wait(g: &Graph) -> bool {
-    g.walk().iter().any(|&n| matches!(g.nodes[n].op, Op::Enqueue | Op::Dequeue | Op::Send | Op::Recv))
+    g.walk().iter().any(|&n| matches!(g.nodes[n].op, Op::Enqueue | Op::Dequeue | Op::QueueClose | Op::Send | Op::Recv))
 }
 
-/// Runs `f` on a worker of the global pool (or here, when this already is one).
+/// Runs `f` on a worker of the step pool, or here when this thread is a worker of some pool
+/// already (a session called from a rayon job), or when the pool cannot be started.
 pub(crate) fn on_pool<T: Send>(f: impl FnOnce() -> T + Send) -> T {
-    if rayon::current_thread_index().is_some() {
-        return f();
+    static STEPS: OnceLock<Option<rayon::ThreadPool>> = OnceLock::new();
+    let pool = STEPS.get_or_init(|| {
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(rayon::current_num_threads())
+            .stack_size(STEP_STACK)
+            .thread_name(|i| format!("graphc-step-{i}"))
+            .build()
+            .ok()
+    });
+    match pool {
+        Some(p) if rayon::current_thread_index().is_none() => p.install(f),
+        _ => f(),
     }
-    let mut out = None;
-    rayon::scope(|_| out = Some(f()));
-    out.expect("rayon::scope runs its closure")
 }
 
 #[cfg(test)]
@@ -67,6 +85,7 @@ mod tests {
         };
         assert!(waits(Op::Dequeue.def().example));
         assert!(waits(Op::Recv.def().example));
+        assert!(waits(Op::QueueClose.def().example));
         assert!(!waits(Op::Relu.def().example));
     }
 }
