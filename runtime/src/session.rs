@@ -147,6 +147,9 @@ pub struct Session {
     constants: ConstantCache,
     /// Where each graph's values die, by graph name.
     liveness: HashMap<String, Liveness>,
+    /// The graphs whose steps may wait on another thread or wake one (`threads::may_wait`),
+    /// decided once: they run on their caller's thread.
+    waiting: HashSet<String>,
     /// What runs a graph with no executor of its own: the interpreter, with a backend's
     /// compiled code when the session was made with some.
     executor: Arc<dyn Executor>,
@@ -181,6 +184,7 @@ impl Session {
         crate::budget::check_variables(&module, &budget)?;
         let state = Arc::new(State::from_module(&module, max_bytes)?);
         let liveness = module.graphs.iter().map(|g| (g.name.clone(), Liveness::of(g))).collect();
+        let waiting = module.graphs.iter().filter(|g| crate::threads::may_wait(g)).map(|g| g.name.clone()).collect();
         Ok(Session {
             module: Arc::new(module),
             state,
@@ -191,6 +195,7 @@ impl Session {
             buffers: BufferPool::default(),
             constants: ConstantCache::default(),
             liveness,
+            waiting,
             executor: Arc::new(InterpExecutor::new()),
             executors: HashMap::new(),
             budget,
@@ -333,7 +338,7 @@ impl Session {
             result
         };
         let results: Vec<Result<RunOutput, RunError>> = if plans.len() == 1 {
-            let waits = plans.iter().any(|p| crate::threads::may_wait(p.graph));
+            let waits = plans.iter().any(|p| self.waiting.contains(&p.graph.name));
             if waits {
                 plans.into_iter().map(run_one).collect()
             } else {
