@@ -176,13 +176,14 @@ fn the_exhaustive_small_grid_runs_alike_compiled() {
 
 #[test]
 fn infinities_and_nans_match_where_the_padding_skips_them() {
-    for (c, group) in [(2, 1), (1, 2)] {
+    // Weights checked before the products (fewer than the results: 6x6) and after them (4x4).
+    for (c, group, hw) in [(2, 1, [4, 4]), (2, 1, [6, 6]), (1, 2, [4, 4])] {
         let case = Case {
             n: 1,
             c,
             m: 2,
             group,
-            hw: [4, 4],
+            hw,
             k: [3, 3],
             strides: [1, 1],
             pads: [1, 1, 1, 1],
