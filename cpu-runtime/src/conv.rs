@@ -146,6 +146,10 @@ impl ConvKernel {
         // The patch matrix from the session's pool: a step after the first touches no fresh
         // pages for it.
         let mut col: Vec<f32> = if direct { Vec::new() } else { operands.alloc_f32(k * p)? };
+        let mut phased: Vec<f32> = match self.phases(s) {
+            Some((phases, wq)) => operands.alloc_f32(s.cg * s.h * phases * wq)?,
+            None => Vec::new(),
+        };
         let image = s.c * s.h * s.w;
         for img in 0..s.n {
             for g in 0..self.geometry.group {
@@ -153,7 +157,7 @@ impl ConvKernel {
                 let b: &[f32] = if direct {
                     xs
                 } else {
-                    self.im2col(xs, s, &mut col, threads > 1);
+                    self.im2col(xs, s, &mut col, &mut phased, threads > 1);
                     &col
                 };
                 let a = &wv[g * mg * k..][..mg * k];
@@ -162,6 +166,7 @@ impl ConvKernel {
             }
         }
         operands.recycle_f32(col);
+        operands.recycle_f32(phased);
         Ok(())
     }
 
@@ -174,16 +179,49 @@ impl ConvKernel {
             || end(s.ow, s.kw, 1) >= self.geometry.pads[1] as i128 + s.w as i128
     }
 
+    /// How [`Self::im2col`] splits input rows into phases, if it does: their number and
+    /// length (the last ones may end one column short, a column left unused).
+    fn phases(&self, s: &Sizes) -> Option<(usize, usize)> {
+        let sx = self.geometry.strides[1];
+        (sx > 1 && s.kw > sx && s.w > 0).then(|| (sx.min(s.w), s.w.div_ceil(sx)))
+    }
+
     /// The patches of one image's group of channels `xs` (`[cg, h, w]`) as the columns of
     /// `col` (`[cg*kh*kw, oh*ow]`), zero where a tap falls in the padding. Each row of `col`
     /// is one tap of one channel: the output rows and columns whose tap is inside the input
-    /// are ranges, copied whole (strided when the column stride is above 1); the rows split
-    /// across threads when `parallel`.
-    fn im2col(&self, xs: &[f32], s: &Sizes, col: &mut Vec<f32>, parallel: bool) {
+    /// are ranges, copied whole; the rows split across threads when `parallel`.
+    ///
+    /// A tap of a column stride `sx` above 1 reads every `sx`-th column. Where more than one
+    /// tap reads each column (`kw > sx`, a strided stem's 7x7 window), every input row is
+    /// first split into its phases in `phased` (the columns of each remainder modulo `sx`, in
+    /// order), so that each tap's columns are one contiguous run of one phase; otherwise the
+    /// tap's columns are copied with the stride.
+    fn im2col(&self, xs: &[f32], s: &Sizes, col: &mut Vec<f32>, phased: &mut Vec<f32>, parallel: bool) {
+        use rayon::prelude::*;
         let ([sy, sx], [py, px], [dy, dx]) = (self.geometry.strides, self.geometry.pads, self.geometry.dilations);
         let rows: Vec<_> = (0..s.kh).map(|ky| outputs_inside(s.oh, s.h, sy, ky, dy, py)).collect();
         let columns: Vec<_> = (0..s.kw).map(|kx| outputs_inside(s.ow, s.w, sx, kx, dx, px)).collect();
         let p = s.oh * s.ow;
+        let split = self.phases(s);
+        let (phases, wq) = split.unwrap_or((1, s.w));
+        let split = split.is_some();
+        if split {
+            phased.clear();
+            phased.resize(s.cg * s.h * phases * wq, 0.0);
+            let line = |(src, dst): (&[f32], &mut [f32])| {
+                for (q, part) in dst.chunks_exact_mut(wq).enumerate() {
+                    for (o, &v) in part.iter_mut().zip(src[q..].iter().step_by(sx)) {
+                        *o = v;
+                    }
+                }
+            };
+            let lines = phased.chunks_exact_mut(phases * wq);
+            if parallel {
+                xs.par_chunks_exact(s.w).zip(phased.par_chunks_exact_mut(phases * wq)).for_each(line);
+            } else {
+                xs.chunks_exact(s.w).zip(lines).for_each(line);
+            }
+        }
         col.clear();
         col.resize(s.cg * s.kh * s.kw * p, 0.0);
         let tap = |(r, dst): (usize, &mut [f32])| {
@@ -191,19 +229,21 @@ impl ConvKernel {
             let plane = &xs[ci * s.h * s.w..][..s.h * s.w];
             let ((y0, y1, iy0), (x0, x1, ix0)) = (rows[ky], columns[kx]);
             for (j, oy) in (y0..y1).enumerate() {
-                let row = &plane[(iy0 + j * sy) * s.w..][..s.w];
+                let iy = iy0 + j * sy;
                 let d = &mut dst[oy * s.ow..][x0..x1];
-                if sx == 1 {
-                    d.copy_from_slice(&row[ix0..ix0 + (x1 - x0)]);
+                if split {
+                    let phase = &phased[((ci * s.h + iy) * phases + ix0 % sx) * wq..][..wq];
+                    d.copy_from_slice(&phase[ix0 / sx..][..x1 - x0]);
+                } else if sx == 1 {
+                    d.copy_from_slice(&plane[iy * s.w + ix0..][..x1 - x0]);
                 } else {
-                    for (o, &v) in d.iter_mut().zip(row[ix0..].iter().step_by(sx)) {
+                    for (o, &v) in d.iter_mut().zip(plane[iy * s.w + ix0..].iter().step_by(sx)) {
                         *o = v;
                     }
                 }
             }
         };
         if parallel {
-            use rayon::prelude::*;
             col.par_chunks_exact_mut(p).enumerate().for_each(tap);
         } else {
             col.chunks_exact_mut(p).enumerate().for_each(tap);
