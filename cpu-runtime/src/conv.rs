@@ -10,7 +10,7 @@
 use crate::entry::{matmul_into, Product};
 use crate::kernel::{run_epilogue, LoopKernel};
 use crate::rows::PARALLEL_FLOPS;
-use crate::window::{outputs_inside, Bordered};
+use crate::window::{outputs_inside, Bordered, Phases};
 use graphc_ir::TensorType;
 use graphc_plan::ConvGeometry;
 use graphc_runtime::{Operands, Tensor};
@@ -147,7 +147,7 @@ impl ConvKernel {
         // pages for it.
         let mut col: Vec<f32> = if direct { Vec::new() } else { operands.alloc_f32(k * p)? };
         let mut phased: Vec<f32> = match self.phases(s) {
-            Some((phases, wq)) => operands.alloc_f32(s.cg * s.h * phases * wq)?,
+            Some(phases) => operands.alloc_f32(s.cg * s.h * phases.row_len())?,
             None => Vec::new(),
         };
         let image = s.c * s.h * s.w;
@@ -179,23 +179,19 @@ impl ConvKernel {
             || end(s.ow, s.kw, 1) >= self.geometry.pads[1] as i128 + s.w as i128
     }
 
-    /// How [`Self::im2col`] splits input rows into phases, if it does: their number and
-    /// length (the last ones may end one column short, a column left unused).
-    fn phases(&self, s: &Sizes) -> Option<(usize, usize)> {
-        let sx = self.geometry.strides[1];
-        (sx > 1 && s.kw > sx && s.w > 0).then(|| (sx.min(s.w), s.w.div_ceil(sx)))
+    /// How [`Self::im2col`] splits input rows into phases, if it does: where more than one
+    /// tap reads each column (`kw` above the column stride, a strided stem's 7x7 window).
+    fn phases(&self, s: &Sizes) -> Option<Phases> {
+        Phases::new(s.w, self.geometry.strides[1]).filter(|_| s.kw > self.geometry.strides[1])
     }
 
     /// The patches of one image's group of channels `xs` (`[cg, h, w]`) as the columns of
     /// `col` (`[cg*kh*kw, oh*ow]`), zero where a tap falls in the padding. Each row of `col`
     /// is one tap of one channel: the output rows and columns whose tap is inside the input
-    /// are ranges, copied whole; the rows split across threads when `parallel`.
-    ///
-    /// A tap of a column stride `sx` above 1 reads every `sx`-th column. Where more than one
-    /// tap reads each column (`kw > sx`, a strided stem's 7x7 window), every input row is
-    /// first split into its phases in `phased` (the columns of each remainder modulo `sx`, in
-    /// order), so that each tap's columns are one contiguous run of one phase; otherwise the
-    /// tap's columns are copied with the stride.
+    /// are ranges, copied whole; the rows split across threads when `parallel`. With a
+    /// column stride, the input rows are first split into phases in `phased` where
+    /// [`Self::phases`] says (each tap's columns then one contiguous run), else copied with
+    /// the stride.
     fn im2col(&self, xs: &[f32], s: &Sizes, col: &mut Vec<f32>, phased: &mut Vec<f32>, parallel: bool) {
         use rayon::prelude::*;
         let ([sy, sx], [py, px], [dy, dx]) = (self.geometry.strides, self.geometry.pads, self.geometry.dilations);
@@ -203,24 +199,10 @@ impl ConvKernel {
         let columns: Vec<_> = (0..s.kw).map(|kx| outputs_inside(s.ow, s.w, sx, kx, dx, px)).collect();
         let p = s.oh * s.ow;
         let split = self.phases(s);
-        let (phases, wq) = split.unwrap_or((1, s.w));
-        let split = split.is_some();
-        if split {
+        if let Some(phases) = &split {
             phased.clear();
-            phased.resize(s.cg * s.h * phases * wq, 0.0);
-            let line = |(src, dst): (&[f32], &mut [f32])| {
-                for (q, part) in dst.chunks_exact_mut(wq).enumerate() {
-                    for (o, &v) in part.iter_mut().zip(src[q..].iter().step_by(sx)) {
-                        *o = v;
-                    }
-                }
-            };
-            let lines = phased.chunks_exact_mut(phases * wq);
-            if parallel {
-                xs.par_chunks_exact(s.w).zip(phased.par_chunks_exact_mut(phases * wq)).for_each(line);
-            } else {
-                xs.chunks_exact(s.w).zip(lines).for_each(line);
-            }
+            phased.resize(s.cg * s.h * phases.row_len(), 0.0);
+            phases.split(xs, phased, parallel);
         }
         col.clear();
         col.resize(s.cg * s.kh * s.kw * p, 0.0);
@@ -231,9 +213,9 @@ impl ConvKernel {
             for (j, oy) in (y0..y1).enumerate() {
                 let iy = iy0 + j * sy;
                 let d = &mut dst[oy * s.ow..][x0..x1];
-                if split {
-                    let phase = &phased[((ci * s.h + iy) * phases + ix0 % sx) * wq..][..wq];
-                    d.copy_from_slice(&phase[ix0 / sx..][..x1 - x0]);
+                if let Some(phases) = &split {
+                    let row = &phased[(ci * s.h + iy) * phases.row_len()..][..phases.row_len()];
+                    d.copy_from_slice(&row[phases.at(ix0)..][..x1 - x0]);
                 } else if sx == 1 {
                     d.copy_from_slice(&plane[iy * s.w + ix0..][..x1 - x0]);
                 } else {

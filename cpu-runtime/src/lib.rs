@@ -17,6 +17,7 @@ pub mod math;
 mod node;
 mod pool;
 mod rows;
+mod vectors;
 mod window;
 
 pub use conv::ConvKernel;

@@ -6,7 +6,8 @@
 
 use crate::rows::with_scratch;
 use crate::rows::PARALLEL_ELEMENTS;
-use crate::window::{outputs_inside, Bordered};
+use crate::vectors::{fold, fold_rows};
+use crate::window::{outputs_inside, Bordered, Phases};
 use graphc_plan::PoolPlan;
 use graphc_runtime::{Operands, Tensor};
 
@@ -80,7 +81,7 @@ impl PoolKernel {
         let ow = tx.len();
         // Whole output rows at a time, tap by tap (each output still takes its taps in
         // (ky, kx) order): column `kx` reaches the outputs whose input column is inside, a
-        // range, read with the column stride. Only the columns some output reaches are
+        // range (contiguous in the phases of a strided input, below). Only the columns some output reaches are
         // visited: the union of the outputs' tap ranges, which a huge stride or window leaves
         // as small as the outputs and the input, not as large as the attributes.
         let columns: Vec<(usize, usize, usize)> = {
@@ -113,29 +114,21 @@ impl PoolKernel {
                 (total / count as f64) as f32
             }
         };
+        // With a column stride, the input's rows split into the stride's phases, so that
+        // each tap's columns are one contiguous run (`split` rows of `width`; column ix at
+        // `at(ix)`).
+        let phases = Phases::new(wd, sx);
+        let width = phases.as_ref().map_or(wd, Phases::row_len);
+        let at = |ix: usize| phases.as_ref().map_or(ix, |p| p.at(ix));
         let pool_row = |src: &[f32], oy: usize, out_row: &mut [f32]| {
             let t_y = ty[oy];
-            let input_row = |ky: usize| &src[(oy * sy + ky * dy - py) * wd..][..wd];
+            let rows = (t_y.lo..t_y.hi).map(|ky| &src[(oy * sy + ky * dy - py) * width..][..width]);
             if max {
                 out_row.fill(f32::NEG_INFINITY);
-                for ky in t_y.lo..t_y.hi {
-                    let row = input_row(ky);
-                    for &(lo, hi, ix) in &columns {
-                        for (a, &v) in out_row[lo..hi].iter_mut().zip(row[ix..].iter().step_by(sx)) {
-                            *a = take(*a, v);
-                        }
-                    }
-                }
+                fold_rows(out_row, rows, &columns, at, take);
             } else {
                 let mut sum = vec![0.0f64; ow];
-                for ky in t_y.lo..t_y.hi {
-                    let row = input_row(ky);
-                    for &(lo, hi, ix) in &columns {
-                        for (a, &v) in sum[lo..hi].iter_mut().zip(row[ix..].iter().step_by(sx)) {
-                            *a += f64::from(v);
-                        }
-                    }
-                }
+                fold_rows(&mut sum, rows, &columns, at, |a: f64, v| a + f64::from(v));
                 for ((o, &total), t_x) in out_row.iter_mut().zip(&sum).zip(&tx) {
                     *o = divide(total, &t_y, t_x);
                 }
@@ -175,13 +168,9 @@ impl PoolKernel {
                         for kx in 0..kw {
                             let taps = &input[b.offset(ky, kx)..];
                             if max {
-                                for (a, &v) in acc.iter_mut().zip(taps) {
-                                    *a = take(*a, v);
-                                }
+                                fold(acc, taps, take);
                             } else {
-                                for (a, &v) in sum.iter_mut().zip(taps) {
-                                    *a += f64::from(v);
-                                }
+                                fold(&mut sum, taps, |a: f64, v| a + f64::from(v));
                             }
                         }
                     }
@@ -206,9 +195,16 @@ impl PoolKernel {
         }
         // Row by row of every plane, across the threads when there is enough work (one plane,
         // as a local response normalization's pool over channels, splits too).
+        let mut split = Vec::new();
+        if let Some(phases) = &phases {
+            split = operands.alloc_f32(x.len() / wd * width)?;
+            split.resize(x.len() / wd * width, 0.0);
+            phases.split(&x, &mut split, parallel);
+        }
+        let src: &[f32] = if phases.is_some() { &split } else { &x };
         let row = |(i, out_row): (usize, &mut [f32])| {
             let plane = i / oh;
-            pool_row(&x[plane * plane_in..][..plane_in], i % oh, out_row)
+            pool_row(&src[plane * h * width..][..h * width], i % oh, out_row)
         };
         if parallel && len > ow {
             use rayon::prelude::*;
@@ -216,6 +212,7 @@ impl PoolKernel {
         } else {
             out.chunks_exact_mut(ow).enumerate().for_each(row);
         }
+        operands.recycle_f32(split);
         Ok(vec![Tensor::from_f32(out, &p.out)?])
     }
 }

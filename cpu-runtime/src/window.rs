@@ -1,5 +1,7 @@
 //! Which outputs of a sliding window read a given tap inside the input.
 
+use crate::vectors::deinterleave;
+
 /// For tap `k` (dilation `d`) along a dim of `size` read by `outputs` windows (stride `s`,
 /// padding `p` before): the outputs `lo..hi` whose tap lies inside the input (a range, since
 /// positions grow with the output), and the first one's input position. Computed in 128 bits
@@ -105,6 +107,53 @@ impl Bordered {
     }
 }
 
+/// Rows of `width` columns read with a column stride above 1, split into the stride's phases:
+/// phase `q` holds columns `q, q + stride, q + 2*stride, ...` in order, each phase `len`
+/// long (the last ones may end a column short, that element unused). A tap's columns
+/// `ix, ix + stride, ...` are then one contiguous run of one phase, from [`Phases::at`], so
+/// the loops over them vectorize (a strided read does not).
+pub(crate) struct Phases {
+    stride: usize,
+    count: usize,
+    len: usize,
+    width: usize,
+}
+
+impl Phases {
+    /// For rows of `width` columns and a column `stride`; None at unit stride or no columns.
+    pub fn new(width: usize, stride: usize) -> Option<Phases> {
+        (stride > 1 && width > 0).then(|| Phases {
+            stride,
+            count: stride.min(width),
+            len: width.div_ceil(stride),
+            width,
+        })
+    }
+
+    /// Elements of a split row (at most twice a row's: fewer phases than the stride when the
+    /// stride passes the width).
+    pub fn row_len(&self) -> usize {
+        self.count * self.len
+    }
+
+    /// Where column `ix` lies in its split row.
+    pub fn at(&self, ix: usize) -> usize {
+        ix % self.stride * self.len + ix / self.stride
+    }
+
+    /// Each row of `src` (rows of `width`) split into the matching row of `dst` (rows of
+    /// `row_len()`), across the threads when `parallel`.
+    pub fn split(&self, src: &[f32], dst: &mut [f32], parallel: bool) {
+        use rayon::prelude::*;
+        let row = |(src, dst): (&[f32], &mut [f32])| deinterleave(src, dst, self.stride, self.len);
+        if parallel {
+            src.par_chunks_exact(self.width).zip(dst.par_chunks_exact_mut(self.row_len())).for_each(row);
+        } else {
+            src.chunks_exact(self.width).zip(dst.chunks_exact_mut(self.row_len())).for_each(row);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -173,6 +222,36 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn each_column_of_a_split_row_is_where_at_says() {
+        for width in 1..12 {
+            for stride in 2..14 {
+                let p = Phases::new(width, stride).unwrap();
+                let rows = 3;
+                let src: Vec<f32> = (0..rows * width).map(|i| i as f32).collect();
+                for parallel in [false, true] {
+                    let mut dst = vec![f32::NAN; rows * p.row_len()];
+                    p.split(&src, &mut dst, parallel);
+                    for r in 0..rows {
+                        for ix in 0..width {
+                            assert_eq!(
+                                dst[r * p.row_len() + p.at(ix)],
+                                src[r * width + ix],
+                                "{width} {stride} ({r},{ix})"
+                            );
+                        }
+                        // A tap's columns are one run: ix and ix + stride are neighbours.
+                        for ix in 0..width.saturating_sub(stride) {
+                            assert_eq!(p.at(ix + stride), p.at(ix) + 1);
+                        }
+                    }
+                    assert!(p.row_len() <= 2 * width);
+                }
+            }
+        }
+        assert!(Phases::new(5, 1).is_none() && Phases::new(0, 2).is_none());
     }
 
     #[test]

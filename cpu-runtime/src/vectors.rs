@@ -1,0 +1,57 @@
+//! The run half's hot loops, each compiled for AVX-512, for AVX2 with FMA, and for the x86-64
+//! baseline, the widest the host has chosen at the first call (the rest of the crate is built
+//! for the baseline, whose loops use 4-lane SSE vectors). Callers pass whole rows or planes,
+//! so the choice (an atomic load) is made once per row, not per element.
+
+use multiversion::multiversion;
+
+/// `acc[i] = f(acc[i], taps[i])` over the shorter of the two.
+#[multiversion(targets("x86_64+avx512f+avx512bw+avx512vl+avx512dq+avx2+avx+fma+sse4.2", "x86_64+avx2+avx+fma+sse4.2"))]
+pub(crate) fn fold<A: Copy>(acc: &mut [A], taps: &[f32], f: impl Fn(A, f32) -> A) {
+    for (a, &v) in acc.iter_mut().zip(taps) {
+        *a = f(*a, v);
+    }
+}
+
+/// [`fold`] over a window's rows: for each input row, each column tap `(lo, hi, ix)` folds
+/// the row's run starting at `at(ix)` into `acc[lo..hi]`.
+#[multiversion(targets("x86_64+avx512f+avx512bw+avx512vl+avx512dq+avx2+avx+fma+sse4.2", "x86_64+avx2+avx+fma+sse4.2"))]
+pub(crate) fn fold_rows<'a, A: Copy>(
+    acc: &mut [A],
+    rows: impl Iterator<Item = &'a [f32]>,
+    columns: &[(usize, usize, usize)],
+    at: impl Fn(usize) -> usize,
+    f: impl Fn(A, f32) -> A,
+) {
+    for row in rows {
+        for &(lo, hi, ix) in columns {
+            for (a, &v) in acc[lo..hi].iter_mut().zip(&row[at(ix)..][..hi - lo]) {
+                *a = f(*a, v);
+            }
+        }
+    }
+}
+
+/// One row `src` split into `dst`: phase `q` (of `dst.len() / len`, each `len` long) holds
+/// columns `q, q + stride, ...`.
+#[multiversion(targets("x86_64+avx512f+avx512bw+avx512vl+avx512dq+avx2+avx+fma+sse4.2", "x86_64+avx2+avx+fma+sse4.2"))]
+pub(crate) fn deinterleave(src: &[f32], dst: &mut [f32], stride: usize, len: usize) {
+    if stride == 2 {
+        // Pairs, which vectorize as a whole-vector deinterleave.
+        let (even, odd) = dst.split_at_mut(len);
+        let pairs = src.chunks_exact(2);
+        if let [last] = pairs.remainder() {
+            even[src.len() / 2] = *last;
+        }
+        for ((e, o), pair) in even.iter_mut().zip(odd.iter_mut()).zip(pairs) {
+            *e = pair[0];
+            *o = pair[1];
+        }
+    } else {
+        for (q, phase) in dst.chunks_exact_mut(len).enumerate() {
+            for (o, &v) in phase.iter_mut().zip(src[q..].iter().step_by(stride)) {
+                *o = v;
+            }
+        }
+    }
+}
