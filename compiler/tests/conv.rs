@@ -144,10 +144,11 @@ fn random_convolutions_run_alike_compiled() {
 fn the_exhaustive_small_grid_runs_alike_compiled() {
     // Every window size, stride, padding and dilation up to 2 on a 5x4 input, alone and fused;
     // plain, and depthwise (one input channel per group: the direct path, bordered planes at
-    // unit strides) with one and two output channels per group.
+    // unit strides) with one and two output channels per group. Windows 3 wide at column
+    // stride 2 read the input's phases (im2col's split rows).
     for (c, m, group) in [(2, 3, 1), (1, 1, 3), (1, 2, 2)] {
         for kh in 1..=3 {
-            for kw in 1..=2 {
+            for kw in 1..=3 {
                 for strides in [[1, 1], [1, 2], [2, 1], [2, 2]] {
                     for p in 0..=2 {
                         for dilations in [[1, 1], [2, 1], [1, 2]] {
@@ -176,10 +177,11 @@ fn the_exhaustive_small_grid_runs_alike_compiled() {
 
 #[test]
 fn infinities_and_nans_match_where_the_padding_skips_them() {
-    // Weights checked before the products (fewer than the results: 6x6) and after them (4x4).
-    for (c, group, hw) in [(2, 1, [4, 4]), (2, 1, [6, 6]), (1, 2, [4, 4])] {
+    // Weights checked before the products (fewer than the results: 6x6) and after them (4x4,
+    // and two 3x3 images of two groups of three channels each).
+    for (n, c, group, hw) in [(1, 2, 1, [4, 4]), (1, 2, 1, [6, 6]), (1, 1, 2, [4, 4]), (2, 6, 2, [3, 3])] {
         let case = Case {
-            n: 1,
+            n,
             c,
             m: 2,
             group,

@@ -115,10 +115,11 @@ fn random_pools_run_alike_compiled() {
 #[test]
 fn the_exhaustive_small_grid_runs_alike_compiled() {
     // Every window, stride, padding, dilation and mode up to small sizes on two 5x4 planes
-    // (unit strides take the bordered plane path, the others the row path).
+    // (unit strides take the bordered plane path, the others the row path: from the input's
+    // phases where the window is as wide as the column stride or wider, else strided).
     for max in [false, true] {
         for kh in 1..=3 {
-            for kw in 1..=2 {
+            for kw in 1..=3 {
                 for strides in [[1, 1], [1, 2], [2, 1], [2, 2]] {
                     for p in 0..=2 {
                         for dilations in [[1, 1], [2, 1], [1, 2]] {

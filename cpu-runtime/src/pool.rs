@@ -81,9 +81,10 @@ impl PoolKernel {
         let ow = tx.len();
         // Whole output rows at a time, tap by tap (each output still takes its taps in
         // (ky, kx) order): column `kx` reaches the outputs whose input column is inside, a
-        // range (contiguous in the phases of a strided input, below). Only the columns some output reaches are
-        // visited: the union of the outputs' tap ranges, which a huge stride or window leaves
-        // as small as the outputs and the input, not as large as the attributes.
+        // range (contiguous in the phases of a strided input, below, or read with the
+        // stride). Only the columns some output reaches are visited: the union of the
+        // outputs' tap ranges, which a huge stride or window leaves as small as the outputs
+        // and the input, not as large as the attributes.
         let columns: Vec<(usize, usize, usize)> = {
             let mut spans: Vec<(usize, usize)> = tx.iter().filter(|t| t.lo < t.hi).map(|t| (t.lo, t.hi)).collect();
             spans.sort_unstable();
@@ -117,18 +118,22 @@ impl PoolKernel {
         // With a column stride, the input's rows split into the stride's phases, so that
         // each tap's columns are one contiguous run (`split` rows of `width`; column ix at
         // `at(ix)`).
-        let phases = Phases::new(wd, sx);
+        // Only where the windows read every column at least once on average: a window
+        // narrower than its stride reads a fraction of the input, which is read with the
+        // stride instead of copied whole.
+        let phases = Phases::new(wd, sx).filter(|_| w.kernel[1] >= sx as u64);
         let width = phases.as_ref().map_or(wd, Phases::row_len);
         let at = |ix: usize| phases.as_ref().map_or(ix, |p| p.at(ix));
+        let step = if phases.is_some() { 1 } else { sx };
         let pool_row = |src: &[f32], oy: usize, out_row: &mut [f32]| {
             let t_y = ty[oy];
             let rows = (t_y.lo..t_y.hi).map(|ky| &src[(oy * sy + ky * dy - py) * width..][..width]);
             if max {
                 out_row.fill(f32::NEG_INFINITY);
-                fold_rows(out_row, rows, &columns, at, take);
+                fold_rows(out_row, rows, &columns, at, step, take);
             } else {
                 let mut sum = vec![0.0f64; ow];
-                fold_rows(&mut sum, rows, &columns, at, |a: f64, v| a + f64::from(v));
+                fold_rows(&mut sum, rows, &columns, at, step, |a: f64, v| a + f64::from(v));
                 for ((o, &total), t_x) in out_row.iter_mut().zip(&sum).zip(&tx) {
                     *o = divide(total, &t_y, t_x);
                 }

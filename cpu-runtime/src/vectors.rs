@@ -14,19 +14,27 @@ pub(crate) fn fold<A: Copy>(acc: &mut [A], taps: &[f32], f: impl Fn(A, f32) -> A
 }
 
 /// [`fold`] over a window's rows: for each input row, each column tap `(lo, hi, ix)` folds
-/// the row's run starting at `at(ix)` into `acc[lo..hi]`.
+/// the row's elements from `at(ix)` on, every `step`-th, into `acc[lo..hi]`.
 #[multiversion(targets("x86_64+avx512f+avx512bw+avx512vl+avx512dq+avx2+avx+fma+sse4.2", "x86_64+avx2+avx+fma+sse4.2"))]
 pub(crate) fn fold_rows<'a, A: Copy>(
     acc: &mut [A],
     rows: impl Iterator<Item = &'a [f32]>,
     columns: &[(usize, usize, usize)],
     at: impl Fn(usize) -> usize,
+    step: usize,
     f: impl Fn(A, f32) -> A,
 ) {
     for row in rows {
         for &(lo, hi, ix) in columns {
-            for (a, &v) in acc[lo..hi].iter_mut().zip(&row[at(ix)..][..hi - lo]) {
-                *a = f(*a, v);
+            let acc = &mut acc[lo..hi];
+            if step == 1 {
+                for (a, &v) in acc.iter_mut().zip(&row[at(ix)..][..hi - lo]) {
+                    *a = f(*a, v);
+                }
+            } else {
+                for (a, &v) in acc.iter_mut().zip(row[at(ix)..].iter().step_by(step)) {
+                    *a = f(*a, v);
+                }
             }
         }
     }
