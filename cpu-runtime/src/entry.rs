@@ -335,10 +335,11 @@ pub fn matmul_into(a: &[f32], b: &[f32], c: &mut [f32], p: Product, threads: usi
 /// Products with fewer columns than this are split across threads by rows (see [`product`]).
 const SPLIT_COLUMNS: usize = 2048;
 
-/// Row blocks of an `m`-row product for `threads` threads, as even as can be, of 8 rows at
-/// least (one block where there are not 16).
+/// Row blocks of an `m`-row product for `threads` threads, as even as can be, of 32 rows at
+/// least (one block where there are not 64): each block's gemm packs the whole right-hand
+/// factor again, which on many threads would outweigh blocks of a few rows.
 fn row_split(m: usize, threads: usize) -> Vec<(usize, usize)> {
-    let parts = threads.min(m / 8).max(1);
+    let parts = threads.min(m / 32).max(1);
     (0..parts).map(|t| (m * t / parts, m * (t + 1) / parts)).collect()
 }
 
@@ -524,6 +525,20 @@ mod tests {
                         assert!((x - y).abs() <= 1e-5 * k as f32, "{p:?}, element {i}: {x} vs {y}");
                     }
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn row_blocks_cover_the_rows_once() {
+        for m in [0, 1, 31, 63, 64, 65, 100, 1000] {
+            for threads in [1, 2, 3, 16] {
+                let blocks = row_split(m, threads);
+                assert_eq!(blocks.first().map(|b| b.0), Some(0));
+                assert_eq!(blocks.last().map(|b| b.1), Some(m));
+                assert!(blocks.windows(2).all(|w| w[0].1 == w[1].0), "{m} rows, {threads} threads: {blocks:?}");
+                assert!(blocks.len() <= threads);
+                assert!(blocks.len() == 1 || blocks.iter().all(|&(a, b)| b - a >= 32), "{blocks:?}");
             }
         }
     }
