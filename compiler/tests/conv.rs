@@ -176,6 +176,21 @@ fn the_exhaustive_small_grid_runs_alike_compiled() {
 }
 
 #[test]
+fn large_grouped_and_batched_convolutions_run_alike_compiled() {
+    // Enough work to split across threads: per image and group too little for a product to
+    // split (the products then spread whole), and enough for each to split by rows.
+    for (n, c, m, group, hw, k) in [
+        (2, 64, 64, 4, [32, 32], [1, 1]),
+        (3, 24, 36, 3, [17, 19], [1, 1]),
+        (2, 64, 64, 4, [32, 32], [3, 3]),
+        (1, 128, 256, 2, [30, 30], [1, 1]),
+    ] {
+        let case = Case { n, c, m, group, hw, k, strides: [1, 1], pads: [0, 0, 0, 0], dilations: [1, 1], fused: true };
+        check(&case).unwrap();
+    }
+}
+
+#[test]
 fn infinities_and_nans_match_where_the_padding_skips_them() {
     // Weights checked before the products (fewer than the results: 6x6) and after them (4x4,
     // and two 3x3 images of two groups of three channels each).

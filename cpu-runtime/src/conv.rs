@@ -10,6 +10,7 @@
 use crate::entry::{matmul_into, Product};
 use crate::kernel::{run_epilogue, LoopKernel};
 use crate::rows::PARALLEL_FLOPS;
+use crate::vectors::fold;
 use crate::window::{outputs_inside, Bordered, Phases};
 use graphc_ir::TensorType;
 use graphc_plan::ConvGeometry;
@@ -112,7 +113,16 @@ impl ConvKernel {
         } else if s.cg == 1 {
             // Depthwise: one input channel per output channel, so one product per channel
             // would be a 1-row gemm; taps straight over the planes instead.
-            self.depthwise(&x, &wv, &s, &mut out, (s.n * s.m * p * s.kh * s.kw) >= PARALLEL_FLOPS && threads > 1);
+            let parallel = (s.n * s.m * p * s.kh * s.kw) >= PARALLEL_FLOPS && threads > 1;
+            let phases = self.phases(&s);
+            let mut split = Vec::new();
+            if let Some(phases) = &phases {
+                split = operands.alloc_f32(x.len() / s.w * phases.row_len())?;
+                split.resize(x.len() / s.w * phases.row_len(), 0.0);
+                phases.split(&x, &mut split, parallel);
+            }
+            self.depthwise(&x, &wv, &s, &mut out, parallel, phases.as_ref().map(|phases| (phases, &split[..])));
+            operands.recycle_f32(split);
         } else if s.padded && wv.len() <= out.len() && !all_finite(&wv) {
             self.exact(&x, &wv, &s, &mut out);
         } else {
@@ -143,6 +153,24 @@ impl ConvKernel {
         let (p, k, mg) = (s.oh * s.ow, s.cg * s.kh * s.kw, s.m / self.geometry.group);
         let direct =
             s.kh == 1 && s.kw == 1 && self.geometry.strides == [1, 1] && !s.padded && s.oh == s.h && s.ow == s.w;
+        let blocks = s.n * self.geometry.group;
+        if direct
+            && threads == 1
+            && blocks > 1
+            && blocks.saturating_mul(mg * k * p) >= PARALLEL_FLOPS
+            && graphc_runtime::may_split()
+        {
+            // Products each too small to split (ShuffleNet's 1x1 convolutions of 4 groups, 60
+            // rows each), spread across the threads whole: one per image and group.
+            use rayon::prelude::*;
+            let image = s.c * s.h * s.w;
+            return out.par_chunks_exact_mut(mg * p).enumerate().try_for_each(|(i, dst)| {
+                let (img, g) = (i / self.geometry.group, i % self.geometry.group);
+                let b = &x[img * image + g * s.cg * s.h * s.w..][..s.cg * s.h * s.w];
+                let a = &wv[g * mg * k..][..mg * k];
+                matmul_into(a, b, dst, Product { m: mg, k, n: p, transpose_a: false, transpose_b: false }, 1)
+            });
+        }
         // The patch matrix from the session's pool: a step after the first touches no fresh
         // pages for it.
         let mut col: Vec<f32> = if direct { Vec::new() } else { operands.alloc_f32(k * p)? };
@@ -179,8 +207,8 @@ impl ConvKernel {
             || end(s.ow, s.kw, 1) >= self.geometry.pads[1] as i128 + s.w as i128
     }
 
-    /// How [`Self::im2col`] splits input rows into phases, if it does: where more than one
-    /// tap reads each column (`kw` above the column stride, a strided stem's 7x7 window).
+    /// How [`Self::im2col`] and the depthwise loop split input rows into phases, if they do:
+    /// where more than one tap reads each column (`kw` above the column stride, a strided stem's 7x7 window).
     fn phases(&self, s: &Sizes) -> Option<Phases> {
         Phases::new(s.w, self.geometry.strides[1]).filter(|_| s.kw > self.geometry.strides[1])
     }
@@ -243,7 +271,15 @@ impl ConvKernel {
     /// output plane at that width (columns past the output's are dropped after). Products of
     /// the border's zeros add +0 or -0 to sums that started at +0, which leaves them as they
     /// were: the results are those of the loop over ranges, bit for bit.
-    fn depthwise(&self, x: &[f32], wv: &[f32], s: &Sizes, out: &mut [f32], parallel: bool) {
+    fn depthwise(
+        &self,
+        x: &[f32],
+        wv: &[f32],
+        s: &Sizes,
+        out: &mut [f32],
+        parallel: bool,
+        split: Option<(&Phases, &[f32])>,
+    ) {
         let ([sy, sx], [py, px], [dy, dx]) = (self.geometry.strides, self.geometry.pads, self.geometry.dilations);
         let mg = s.m / self.geometry.group;
         // Per kx: the output columns whose tap is inside the input, and the first one's input column.
@@ -255,6 +291,15 @@ impl ConvKernel {
             let (img, m) = (i / s.m, i % s.m);
             let src = &x[(img * s.c + m / mg) * s.h * s.w..][..s.h * s.w];
             let taps = &wv[m * s.kh * s.kw..][..s.kh * s.kw];
+            // A strided window reads the input's phases (each tap's columns one run) where
+            // `run` split it, else the plane with the stride.
+            let (rows, width) = match split {
+                Some((phases, data)) => {
+                    let width = phases.row_len();
+                    (&data[(img * s.c + m / mg) * s.h * width..][..s.h * width], width)
+                }
+                None => (src, s.w),
+            };
             if let Some(b) = &bordered {
                 // Each tap one loop over the plane at the bordered width (see the doc above).
                 return crate::rows::with_scratch(b.len() + b.out_len(), &mut |scratch| {
@@ -264,9 +309,7 @@ impl ConvKernel {
                     for ky in 0..s.kh {
                         for kx in 0..s.kw {
                             let w = taps[ky * s.kw + kx];
-                            for (o, &v) in acc.iter_mut().zip(&input[b.offset(ky, kx)..]) {
-                                *o += w * v;
-                            }
+                            fold(acc, &input[b.offset(ky, kx)..], |o, v| o + w * v);
                         }
                     }
                     b.crop(acc, dst);
@@ -279,14 +322,14 @@ impl ConvKernel {
                     if iy < 0 || iy >= s.h as i128 {
                         continue;
                     }
-                    let row = &src[iy as usize * s.w..][..s.w];
+                    let row = &rows[iy as usize * width..][..width];
                     let orow = &mut dst[oy * s.ow..][..s.ow];
                     for (kx, &(lo, hi, ix0)) in columns.iter().enumerate() {
                         let w = taps[ky * s.kw + kx];
-                        if sx == 1 {
-                            for (o, &v) in orow[lo..hi].iter_mut().zip(&row[ix0..ix0 + (hi - lo)]) {
-                                *o += w * v;
-                            }
+                        if let Some((phases, _)) = split {
+                            fold(&mut orow[lo..hi], &row[phases.at(ix0)..][..hi - lo], |o, v| o + w * v);
+                        } else if sx == 1 {
+                            fold(&mut orow[lo..hi], &row[ix0..ix0 + (hi - lo)], |o, v| o + w * v);
                         } else {
                             for (o, &v) in orow[lo..hi].iter_mut().zip(row[ix0..].iter().step_by(sx)) {
                                 *o += w * v;
