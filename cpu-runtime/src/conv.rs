@@ -9,7 +9,7 @@
 
 use crate::entry::{matmul_into, Product};
 use crate::kernel::{run_epilogue, LoopKernel};
-use crate::rows::PARALLEL_FLOPS;
+use crate::rows::{zeros, PARALLEL_FLOPS};
 use crate::vectors::fold;
 use crate::window::{outputs_inside, Bordered, Phases};
 use graphc_ir::TensorType;
@@ -105,7 +105,7 @@ impl ConvKernel {
         let s = self.sizes()?;
         let (p, k, mg) = (s.oh * s.ow, s.cg * s.kh * s.kw, s.m / self.geometry.group);
         let mut out = operands.alloc_f32(s.n * s.m * p)?;
-        out.resize(s.n * s.m * p, 0.0);
+        zeros(&mut out, s.n * s.m * p);
         let threads =
             if mg * k * p >= PARALLEL_FLOPS && graphc_runtime::may_split() { rayon::current_num_threads() } else { 1 };
         if out.is_empty() {
@@ -118,7 +118,7 @@ impl ConvKernel {
             let mut split = Vec::new();
             if let Some(phases) = &phases {
                 split = operands.alloc_f32(x.len() / s.w * phases.row_len())?;
-                split.resize(x.len() / s.w * phases.row_len(), 0.0);
+                zeros(&mut split, x.len() / s.w * phases.row_len());
                 phases.split(&x, &mut split, parallel);
             }
             self.depthwise(&x, &wv, &s, &mut out, parallel, phases.as_ref().map(|phases| (phases, &split[..])));
@@ -228,12 +228,10 @@ impl ConvKernel {
         let p = s.oh * s.ow;
         let split = self.phases(s);
         if let Some(phases) = &split {
-            phased.clear();
-            phased.resize(s.cg * s.h * phases.row_len(), 0.0);
+            zeros(phased, s.cg * s.h * phases.row_len());
             phases.split(xs, phased, parallel);
         }
-        col.clear();
-        col.resize(s.cg * s.kh * s.kw * p, 0.0);
+        zeros(col, s.cg * s.kh * s.kw * p);
         let tap = |(r, dst): (usize, &mut [f32])| {
             let (ci, ky, kx) = (r / (s.kh * s.kw), r / s.kw % s.kh, r % s.kw);
             let plane = &xs[ci * s.h * s.w..][..s.h * s.w];

@@ -4,8 +4,8 @@
 //! for bit: the same taps in the same order, maxima folded from -inf with NaN winning,
 //! averages summed in f64.
 
-use crate::rows::with_scratch;
 use crate::rows::PARALLEL_ELEMENTS;
+use crate::rows::{with_scratch, zeros};
 use crate::vectors::{fold, fold_rows};
 use crate::window::{outputs_inside, Bordered, Phases};
 use graphc_plan::PoolPlan;
@@ -141,7 +141,7 @@ impl PoolKernel {
         };
         let len = ys.iter().product::<usize>();
         let mut out = operands.alloc_f32(len)?;
-        out.resize(len, 0.0);
+        zeros(&mut out, len);
         if len == 0 {
             return Ok(vec![Tensor::from_f32(out, &p.out)?]);
         }
@@ -203,7 +203,7 @@ impl PoolKernel {
         let mut split = Vec::new();
         if let Some(phases) = &phases {
             split = operands.alloc_f32(x.len() / wd * width)?;
-            split.resize(x.len() / wd * width, 0.0);
+            zeros(&mut split, x.len() / wd * width);
             phases.split(&x, &mut split, parallel);
         }
         let src: &[f32] = if phases.is_some() { &split } else { &x };

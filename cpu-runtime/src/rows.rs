@@ -30,3 +30,29 @@ pub(crate) fn with_scratch(len: usize, f: &mut dyn FnMut(&mut [f32])) {
     f(&mut s[..len]);
     SCRATCH.with(|k| k.set(s));
 }
+
+/// `v` cleared and grown to `n` zeros. Copied from a static block: a copy of the C library's,
+/// at the host's widest stores, where `Vec::resize` (one shared instance for every value)
+/// stores one 16-byte vector at a time.
+pub(crate) fn zeros(v: &mut Vec<f32>, n: usize) {
+    static ZEROS: [f32; 4096] = [0.0; 4096];
+    v.clear();
+    v.reserve(n);
+    while v.len() < n {
+        let k = (n - v.len()).min(ZEROS.len());
+        v.extend_from_slice(&ZEROS[..k]);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn zeros_clears_and_grows_to_every_length() {
+        for n in [0, 1, 4095, 4096, 4097, 10_000] {
+            let mut v = vec![f32::NAN; 5000];
+            super::zeros(&mut v, n);
+            assert_eq!(v.len(), n);
+            assert!(v.iter().all(|x| x.to_bits() == 0), "{n}");
+        }
+    }
+}
