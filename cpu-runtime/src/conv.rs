@@ -117,8 +117,7 @@ impl ConvKernel {
             let phases = self.phases(&s);
             let mut split = Vec::new();
             if let Some(phases) = &phases {
-                split = operands.alloc_f32(x.len() / s.w * phases.row_len())?;
-                zeros(&mut split, x.len() / s.w * phases.row_len());
+                split = operands.alloc_f32(phases.split_len(x.len()))?;
                 phases.split(&x, &mut split, parallel);
             }
             self.depthwise(&x, &wv, &s, &mut out, parallel, phases.as_ref().map(|phases| (phases, &split[..])));
@@ -153,6 +152,11 @@ impl ConvKernel {
         let (p, k, mg) = (s.oh * s.ow, s.cg * s.kh * s.kw, s.m / self.geometry.group);
         let direct =
             s.kh == 1 && s.kw == 1 && self.geometry.strides == [1, 1] && !s.padded && s.oh == s.h && s.ow == s.w;
+        let image = s.c * s.h * s.w;
+        // The weight's rows and the input's channels of image `img`, group `g`.
+        let factors = |img: usize, g: usize| {
+            (&wv[g * mg * k..][..mg * k], &x[img * image + g * s.cg * s.h * s.w..][..s.cg * s.h * s.w])
+        };
         let blocks = s.n * self.geometry.group;
         if direct
             && threads == 1
@@ -163,32 +167,28 @@ impl ConvKernel {
             // Products each too small to split (ShuffleNet's 1x1 convolutions of 4 groups, 60
             // rows each), spread across the threads whole: one per image and group.
             use rayon::prelude::*;
-            let image = s.c * s.h * s.w;
             return out.par_chunks_exact_mut(mg * p).enumerate().try_for_each(|(i, dst)| {
-                let (img, g) = (i / self.geometry.group, i % self.geometry.group);
-                let b = &x[img * image + g * s.cg * s.h * s.w..][..s.cg * s.h * s.w];
-                let a = &wv[g * mg * k..][..mg * k];
+                let (a, b) = factors(i / self.geometry.group, i % self.geometry.group);
                 matmul_into(a, b, dst, Product { m: mg, k, n: p, transpose_a: false, transpose_b: false }, 1)
             });
         }
         // The patch matrix from the session's pool: a step after the first touches no fresh
         // pages for it.
         let mut col: Vec<f32> = if direct { Vec::new() } else { operands.alloc_f32(k * p)? };
-        let mut phased: Vec<f32> = match self.phases(s) {
-            Some(phases) => operands.alloc_f32(s.cg * s.h * phases.row_len())?,
+        let phases = self.phases(s);
+        let mut phased: Vec<f32> = match &phases {
+            Some(phases) => operands.alloc_f32(phases.split_len(s.cg * s.h * s.w))?,
             None => Vec::new(),
         };
-        let image = s.c * s.h * s.w;
         for img in 0..s.n {
             for g in 0..self.geometry.group {
-                let xs = &x[img * image + g * s.cg * s.h * s.w..][..s.cg * s.h * s.w];
+                let (a, xs) = factors(img, g);
                 let b: &[f32] = if direct {
                     xs
                 } else {
-                    self.im2col(xs, s, &mut col, &mut phased, threads > 1);
+                    self.im2col(xs, s, &mut col, phases.as_ref().map(|phases| (phases, &mut phased)), threads > 1);
                     &col
                 };
-                let a = &wv[g * mg * k..][..mg * k];
                 let dst = &mut out[(img * s.m + g * mg) * p..][..mg * p];
                 matmul_into(a, b, dst, Product { m: mg, k, n: p, transpose_a: false, transpose_b: false }, threads)?;
             }
@@ -208,7 +208,8 @@ impl ConvKernel {
     }
 
     /// How [`Self::im2col`] and the depthwise loop split input rows into phases, if they do:
-    /// where more than one tap reads each column (`kw` above the column stride, a strided stem's 7x7 window).
+    /// where more than one tap reads each column (`kw` above the column stride, a strided
+    /// stem's 7x7 window).
     fn phases(&self, s: &Sizes) -> Option<Phases> {
         Phases::new(s.w, self.geometry.strides[1]).filter(|_| s.kw > self.geometry.strides[1])
     }
@@ -217,20 +218,26 @@ impl ConvKernel {
     /// `col` (`[cg*kh*kw, oh*ow]`), zero where a tap falls in the padding. Each row of `col`
     /// is one tap of one channel: the output rows and columns whose tap is inside the input
     /// are ranges, copied whole; the rows split across threads when `parallel`. With a
-    /// column stride, the input rows are first split into phases in `phased` where
-    /// [`Self::phases`] says (each tap's columns then one contiguous run), else copied with
-    /// the stride.
-    fn im2col(&self, xs: &[f32], s: &Sizes, col: &mut Vec<f32>, phased: &mut Vec<f32>, parallel: bool) {
+    /// column stride, the input rows are first split into phases (into the buffer `split`
+    /// gives) where [`Self::phases`] gave them (each tap's columns then one contiguous run),
+    /// else copied with the stride.
+    fn im2col(
+        &self,
+        xs: &[f32],
+        s: &Sizes,
+        col: &mut Vec<f32>,
+        split: Option<(&Phases, &mut Vec<f32>)>,
+        parallel: bool,
+    ) {
         use rayon::prelude::*;
         let ([sy, sx], [py, px], [dy, dx]) = (self.geometry.strides, self.geometry.pads, self.geometry.dilations);
         let rows: Vec<_> = (0..s.kh).map(|ky| outputs_inside(s.oh, s.h, sy, ky, dy, py)).collect();
         let columns: Vec<_> = (0..s.kw).map(|kx| outputs_inside(s.ow, s.w, sx, kx, dx, px)).collect();
         let p = s.oh * s.ow;
-        let split = self.phases(s);
-        if let Some(phases) = &split {
-            zeros(phased, s.cg * s.h * phases.row_len());
+        let split = split.map(|(phases, phased)| {
             phases.split(xs, phased, parallel);
-        }
+            (phases, &phased[..])
+        });
         zeros(col, s.cg * s.kh * s.kw * p);
         let tap = |(r, dst): (usize, &mut [f32])| {
             let (ci, ky, kx) = (r / (s.kh * s.kw), r / s.kw % s.kh, r % s.kw);
@@ -239,7 +246,7 @@ impl ConvKernel {
             for (j, oy) in (y0..y1).enumerate() {
                 let iy = iy0 + j * sy;
                 let d = &mut dst[oy * s.ow..][x0..x1];
-                if let Some(phases) = &split {
+                if let Some((phases, phased)) = split {
                     let row = &phased[(ci * s.h + iy) * phases.row_len()..][..phases.row_len()];
                     d.copy_from_slice(&row[phases.at(ix0)..][..x1 - x0]);
                 } else if sx == 1 {

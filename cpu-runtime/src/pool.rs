@@ -117,10 +117,9 @@ impl PoolKernel {
         };
         // With a column stride, the input's rows split into the stride's phases, so that
         // each tap's columns are one contiguous run (`split` rows of `width`; column ix at
-        // `at(ix)`).
-        // Only where the windows read every column at least once on average: a window
-        // narrower than its stride reads a fraction of the input, which is read with the
-        // stride instead of copied whole.
+        // `at(ix)`), where the windows read every column at least once on average: a window
+        // narrower than its stride reads a fraction of the input, read with the stride
+        // instead of copied whole.
         let phases = Phases::new(wd, sx).filter(|_| w.kernel[1] >= sx as u64);
         let width = phases.as_ref().map_or(wd, Phases::row_len);
         let at = |ix: usize| phases.as_ref().map_or(ix, |p| p.at(ix));
@@ -202,8 +201,7 @@ impl PoolKernel {
         // as a local response normalization's pool over channels, splits too).
         let mut split = Vec::new();
         if let Some(phases) = &phases {
-            split = operands.alloc_f32(x.len() / wd * width)?;
-            zeros(&mut split, x.len() / wd * width);
+            split = operands.alloc_f32(phases.split_len(x.len()))?;
             phases.split(&x, &mut split, parallel);
         }
         let src: &[f32] = if phases.is_some() { &split } else { &x };

@@ -1,5 +1,6 @@
 //! Which outputs of a sliding window read a given tap inside the input.
 
+use crate::rows::zeros;
 use crate::vectors::deinterleave;
 
 /// For tap `k` (dilation `d`) along a dim of `size` read by `outputs` windows (stride `s`,
@@ -141,10 +142,16 @@ impl Phases {
         ix % self.stride * self.len + ix / self.stride
     }
 
-    /// Each row of `src` (rows of `width`) split into the matching row of `dst` (rows of
-    /// `row_len()`), across the threads when `parallel`.
-    pub fn split(&self, src: &[f32], dst: &mut [f32], parallel: bool) {
+    /// Elements of `src_len` elements' rows split ([`Phases::split`]'s result).
+    pub fn split_len(&self, src_len: usize) -> usize {
+        src_len / self.width * self.row_len()
+    }
+
+    /// `dst` cleared and made the rows of `src` (rows of `width`), each split into a row of
+    /// `row_len()`, across the threads when `parallel`.
+    pub fn split(&self, src: &[f32], dst: &mut Vec<f32>, parallel: bool) {
         use rayon::prelude::*;
+        zeros(dst, self.split_len(src.len()));
         let row = |(src, dst): (&[f32], &mut [f32])| deinterleave(src, dst, self.stride, self.len);
         if parallel {
             src.par_chunks_exact(self.width).zip(dst.par_chunks_exact_mut(self.row_len())).for_each(row);
@@ -232,8 +239,9 @@ mod tests {
                 let rows = 3;
                 let src: Vec<f32> = (0..rows * width).map(|i| i as f32).collect();
                 for parallel in [false, true] {
-                    let mut dst = vec![f32::NAN; rows * p.row_len()];
+                    let mut dst = vec![f32::NAN; 3];
                     p.split(&src, &mut dst, parallel);
+                    assert_eq!(dst.len(), rows * p.row_len());
                     for r in 0..rows {
                         for ix in 0..width {
                             assert_eq!(
