@@ -1,5 +1,6 @@
 //! Plans as the run half sees them: the buffers each kernel reads and writes, from its plan.
 
+use crate::concat::ConcatKernel;
 use crate::conv::ConvKernel;
 use crate::entry::{Entry, Extents};
 use crate::kernel::{ColumnKernel, LoopInput, LoopKernel, MatMulKernel};
@@ -88,8 +89,10 @@ pub fn kernel(plan: &KernelPlan, entry: Option<Entry>) -> Result<CpuKernel, Stri
             geometry: p.geometry.clone(),
         }),
         (KernelPlan::Pool(p), None) => CpuKernel::Pool(PoolKernel { plan: p.clone() }),
+        (KernelPlan::Concat(p), None) => CpuKernel::Concat(ConcatKernel { plan: p.clone() }),
         (KernelPlan::Loop(_), None) => return Err("a loop kernel without code".into()),
         (KernelPlan::Pool(_), Some(_)) => return Err("code for a pool".into()),
+        (KernelPlan::Concat(_), Some(_)) => return Err("code for a concat".into()),
         (KernelPlan::Columns(_), Some(_)) => return Err("code for a column reduction".into()),
     })
 }

@@ -64,7 +64,7 @@ fn f32_input<'t>(i: usize, t: &'t Tensor, input: &LoopInput, out: &TensorType) -
 }
 
 /// Whether operand `i` has the type the kernel was made for (the shapes its strides assume).
-fn check_type(i: usize, t: &Tensor, ty: &TensorType) -> Result<(), String> {
+pub(crate) fn check_type(i: usize, t: &Tensor, ty: &TensorType) -> Result<(), String> {
     if t.ty() != *ty {
         return Err(format!("compiled kernel input {i} is {} where the kernel was compiled for {ty}", t.ty()));
     }

@@ -9,6 +9,7 @@
 //! here depends on Cranelift or on the compiler, so an AOT-compiled program links this crate
 //! (built as a static library) and the graphc runtime, never the compiler.
 
+mod concat;
 mod conv;
 pub mod describe;
 mod entry;
@@ -20,6 +21,7 @@ mod rows;
 mod vectors;
 mod window;
 
+pub use concat::ConcatKernel;
 pub use conv::ConvKernel;
 pub use entry::{matmul, matmul_into, Entry, Extents, In, KernelFn, Product};
 pub use kernel::{ColumnKernel, LoopInput, LoopKernel, MatMulKernel};

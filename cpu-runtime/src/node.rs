@@ -1,5 +1,6 @@
 //! A compiled node: one of the run half's kernels, as sessions run it.
 
+use crate::concat::ConcatKernel;
 use crate::conv::ConvKernel;
 use crate::kernel::{ColumnKernel, LoopKernel, MatMulKernel};
 use crate::pool::PoolKernel;
@@ -13,6 +14,7 @@ pub enum CpuKernel {
     Columns(ColumnKernel),
     Conv(ConvKernel),
     Pool(PoolKernel),
+    Concat(ConcatKernel),
 }
 
 impl Kernel for CpuKernel {
@@ -25,6 +27,7 @@ impl Kernel for CpuKernel {
             CpuKernel::Columns(k) => k.run(operands),
             CpuKernel::Conv(k) => k.run(operands),
             CpuKernel::Pool(k) => k.run(operands),
+            CpuKernel::Concat(k) => k.run(operands),
         }
     }
 }

@@ -592,6 +592,7 @@ pub enum KernelPlan {
     Columns(ColumnPlan),
     Conv(ConvPlan),
     Pool(PoolPlan),
+    Concat(crate::concat::ConcatPlan),
 }
 
 impl KernelPlan {
@@ -602,7 +603,7 @@ impl KernelPlan {
             KernelPlan::Loop(p) => Some(p),
             KernelPlan::MatMul(mp) => mp.epilogue.as_ref().map(|(p, _)| p),
             KernelPlan::Conv(cp) => cp.epilogue.as_ref().map(|(p, _)| p),
-            KernelPlan::Columns(_) | KernelPlan::Pool(_) => None,
+            KernelPlan::Columns(_) | KernelPlan::Pool(_) | KernelPlan::Concat(_) => None,
         }
     }
 }
@@ -618,7 +619,7 @@ pub struct Kernel {
 
 /// Every node of the module that becomes a kernel: graph by graph, each in walk order (nested
 /// regions included; the nodes inside a fusion run as part of it), with a matmul plan where
-/// the node has one, else a loop plan, else a column, convolution or pooling plan. Backends compile them in this order.
+/// the node has one, else a loop plan, else a column, convolution, pooling or concat plan. Backends compile them in this order.
 pub fn kernels(m: &Module) -> Vec<Kernel> {
     let mut out = Vec::new();
     for g in &m.graphs {
@@ -637,6 +638,8 @@ pub fn kernels(m: &Module) -> Vec<Kernel> {
                 KernelPlan::Conv(cp)
             } else if let Some(pp) = pool_plan(g, n) {
                 KernelPlan::Pool(pp)
+            } else if let Some(cp) = crate::concat::concat_plan(g, n) {
+                KernelPlan::Concat(cp)
             } else {
                 continue;
             };

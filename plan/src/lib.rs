@@ -4,7 +4,9 @@
 //! into Cranelift IR. `print.rs` writes plans as text (`graphc opt --emit plan`).
 
 mod analysis;
+mod concat;
 mod print;
 
 pub use analysis::*;
+pub use concat::{concat_plan, ConcatPlan};
 pub use print::{describe_node, kernel_header, print_kernels};

@@ -30,6 +30,7 @@
 use crate::analysis::{
     kernels, ColumnPlan, ConvPlan, Epilogue, InputMap, Kernel, KernelPlan, LoopPlan, MatMulPlan, PoolPlan, Step,
 };
+use crate::concat::ConcatPlan;
 use graphc_ir::{Graph, Module, Node};
 use std::fmt::{self, Write};
 
@@ -83,6 +84,26 @@ impl fmt::Display for PoolPlan {
     }
 }
 
+impl fmt::Display for ConcatPlan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let inputs: Vec<String> = self.inputs.iter().map(ToString::to_string).collect();
+        let rows: Vec<String> = self.rows.iter().map(ToString::to_string).collect();
+        let room = if self.reserve > self.rows.iter().sum::<usize>() * self.outer {
+            format!(", room for {} (a chain appends in place)", self.reserve)
+        } else {
+            String::new()
+        };
+        writeln!(
+            f,
+            "concat {}: {} blocks of rows {}{room} -> {}",
+            inputs.join(", "),
+            self.outer,
+            rows.join(" + "),
+            self.out
+        )
+    }
+}
+
 impl fmt::Display for ColumnPlan {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
@@ -105,6 +126,7 @@ impl fmt::Display for KernelPlan {
             KernelPlan::Columns(p) => write!(f, "{p}"),
             KernelPlan::Conv(p) => write!(f, "{p}"),
             KernelPlan::Pool(p) => write!(f, "{p}"),
+            KernelPlan::Concat(p) => write!(f, "{p}"),
         }
     }
 }

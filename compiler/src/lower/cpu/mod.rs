@@ -125,7 +125,7 @@ pub fn listing(m: &Module, isa: Isa, what: Emit) -> Result<String, String> {
         }
         out.push_str(&format!("; {}\n", plan::kernel_header(m, i, k)));
         if k.plan.code().is_none() {
-            out.push_str("; no code: a matrix product without an epilogue runs on gemm alone\n");
+            out.push_str("; no code: the run half computes it (a matrix product on gemm, a column reduction, a pool, a concat)\n");
             continue;
         }
         let (_, l) = with_code.next().ok_or("a kernel without its listing")?;

@@ -55,7 +55,7 @@ fn cpu_module(m: &Module, kernels: &[plan::Kernel], lanes: usize) -> CpuModule {
         match k.plan.code() {
             None => out
                 .text
-                .push_str("  // no code: the run half computes it (a matrix product on gemm, a column reduction)\n"),
+                .push_str("  // no code: the run half computes it (a matrix product on gemm, a column reduction, a pool, a concat)\n"),
             Some(p) => match emit::kernel(p, &kernel_name(i), lanes) {
                 Ok(text) => {
                     out.text.push_str(&text);
@@ -145,6 +145,9 @@ pub fn gpu_listing(m: &Module, graph: &str, chip: &str) -> Result<(String, Vec<G
             }
             plan::KernelPlan::Pool(_) => {
                 kept.push(format!("{}: pooling has no GPU kernel yet", plan::kernel_header(m, i, &k)))
+            }
+            plan::KernelPlan::Concat(_) => {
+                kept.push(format!("{}: concat has no GPU kernel yet", plan::kernel_header(m, i, &k)))
             }
         }
     }
