@@ -332,16 +332,35 @@ pub fn matmul_into(a: &[f32], b: &[f32], c: &mut [f32], p: Product, threads: usi
     unsafe { product(a, b, c.as_mut_ptr(), p, threads) }
 }
 
-/// Products with fewer columns than this are split across threads by rows (see [`product`]).
+/// Products with fewer columns than this are split across threads here (see [`product`]).
 const SPLIT_COLUMNS: usize = 2048;
 
-/// Row blocks of an `m`-row product for `threads` threads, as even as can be, of 32 rows at
-/// least (one block where there are not 64): each block's gemm packs the whole right-hand
-/// factor again, which on many threads would outweigh blocks of a few rows.
-fn row_split(m: usize, threads: usize) -> Vec<(usize, usize)> {
-    let parts = threads.min(m / 32).max(1);
-    (0..parts).map(|t| (m * t / parts, m * (t + 1) / parts)).collect()
+/// A block of a product's result: rows `r0..r1` of columns `c0..c1`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Block {
+    rows: (usize, usize),
+    cols: (usize, usize),
 }
+
+/// Blocks of an `m` x `n` product for `threads` threads. Each block's gemm packs its part of
+/// both factors itself, so a split by rows packs the whole right-hand factor in every block
+/// and a split by columns the whole left-hand one: the split repeats the smaller factor,
+/// [`GRAIN`] rows or columns a block at least (one block where there are not twice that),
+/// column blocks on whole vectors.
+fn split(m: usize, n: usize, threads: usize) -> Vec<Block> {
+    let parts = |len: usize| threads.min(len / GRAIN).max(1);
+    if m >= n {
+        let p = parts(m);
+        (0..p).map(|t| Block { rows: (m * t / p, m * (t + 1) / p), cols: (0, n) }).collect()
+    } else {
+        let p = parts(n);
+        let edge = |t: usize| if t == p { n } else { (n * t / p).next_multiple_of(16).min(n) };
+        (0..p).map(|t| Block { rows: (0, m), cols: (edge(t), edge(t + 1)) }).collect()
+    }
+}
+
+/// The fewest rows or columns of a block of a split product.
+const GRAIN: usize = 32;
 
 /// The result's buffer, written by several threads at disjoint rows.
 struct Shared(*mut f32);
@@ -403,35 +422,37 @@ unsafe fn product(a: &[f32], b: &[f32], c: *mut f32, p: Product, threads: usize)
     // gemm splits a product across threads at every block of its depth, waiting twice per
     // block; with few columns and a long depth (a 3x3 convolution's [256, 2304] x [2304, 196])
     // its threads wait more than they compute (222-423 GFLOP/s on 2 AVX-512 cores, varying
-    // from run to run with the threads' wake-ups, where this split got 440-460). Such products are split here by rows instead: one single-threaded gemm
-    // per thread, one wait in all. gemm's own split stays where there are many columns, where
-    // it measured up to 10% ahead.
-    let blocks = if threads > 1 && n < SPLIT_COLUMNS { row_split(m, threads) } else { vec![(0, m)] };
+    // from run to run with the threads' wake-ups, where this split got 440-460). Such products
+    // are split here instead, by rows or by columns ([`split`]): one single-threaded gemm per
+    // block, one wait in all. gemm's own split stays where there are many columns, where it
+    // measured up to 10% ahead.
+    let whole = Block { rows: (0, m), cols: (0, n) };
+    let blocks = if threads > 1 && n < SPLIT_COLUMNS { split(m, n, threads) } else { vec![whole] };
     let parallelism =
         if threads > 1 && blocks.len() == 1 { gemm::Parallelism::Rayon(threads) } else { gemm::Parallelism::None };
     let c = Shared(c);
-    let rows = |(r0, r1): (usize, usize)| {
+    let run = |Block { rows: (r0, r1), cols: (c0, c1) }: Block| {
         // SAFETY: gemm reads lhs element (i, p), i < r1 - r0, p < k, at `a + (r0 + i)*a_rs +
         // p*a_cs`, at most (m-1)k + (k-1) = mk - 1 untransposed and (m-1) + (k-1)m = mk - 1
-        // transposed, within `a`'s m*k elements (checked above); rhs element (p, j) likewise
-        // within `b`'s k*n; `c` holds m*n elements (the caller's promise), row-major, and
-        // rows r0..r1 of it are written by this call alone (the blocks are disjoint). With
-        // read_dst false gemm does not read `c` (dst = alpha dst + beta a b, alpha unused) and
-        // writes every element of those rows.
-        let rows = unsafe {
-            let c = c.at(r0 * n);
+        // transposed, within `a`'s m*k elements (checked above); rhs element (p, j), j < c1 -
+        // c0, at `b + p*b_rs + (c0 + j)*b_cs`, likewise within `b`'s k*n; `c` holds m*n
+        // elements (the caller's promise), row-major, and rows r0..r1 of columns c0..c1 of it
+        // are written by this call alone (the blocks are disjoint). With read_dst false gemm
+        // does not read `c` (dst = alpha dst + beta a b, alpha unused) and writes every
+        // element of the block.
+        unsafe {
             gemm::gemm(
                 r1 - r0,
-                n,
+                c1 - c0,
                 k,
-                c,
+                c.at(r0 * n + c0),
                 1,
                 c_rs,
                 false,
                 a.as_ptr().wrapping_offset(r0 as isize * a_rs),
                 a_cs,
                 a_rs,
-                b.as_ptr(),
+                b.as_ptr().wrapping_offset(c0 as isize * b_cs),
                 b_cs,
                 b_rs,
                 0.0,
@@ -441,21 +462,24 @@ unsafe fn product(a: &[f32], b: &[f32], c: *mut f32, p: Product, threads: usize)
                 false,
                 parallelism,
             );
-            std::slice::from_raw_parts_mut(c, (r1 - r0) * n)
-        };
+        }
         // The reference sums from +0, so its zeros are +0 (in round-to-nearest a sum that
         // starts at +0 is never -0); gemm may leave -0 (a single term -0 * x), whose sign a
         // later division turns into the other infinity. Adding +0 changes nothing else.
-        for x in rows.iter_mut() {
-            *x += 0.0;
+        for r in r0..r1 {
+            // SAFETY: row r's columns c0..c1 are within `c` and this block's alone.
+            let row = unsafe { std::slice::from_raw_parts_mut(c.at(r * n + c0), c1 - c0) };
+            for x in row {
+                *x += 0.0;
+            }
         }
     };
     match blocks.as_slice() {
-        [one] => rows(*one),
+        [one] => run(*one),
         _ => rayon::scope(|s| {
             for &block in &blocks {
-                let rows = &rows;
-                s.spawn(move |_| rows(block));
+                let run = &run;
+                s.spawn(move |_| run(block));
             }
         }),
     }
@@ -530,15 +554,26 @@ mod tests {
     }
 
     #[test]
-    fn row_blocks_cover_the_rows_once() {
-        for m in [0, 1, 31, 63, 64, 65, 100, 1000] {
+    fn blocks_cover_the_result_once() {
+        for (m, n) in
+            [(0, 5), (5, 0), (1, 1), (31, 200), (64, 64), (65, 64), (100, 70), (1000, 49), (32, 784), (7, 100)]
+        {
             for threads in [1, 2, 3, 16] {
-                let blocks = row_split(m, threads);
-                assert_eq!(blocks.first().map(|b| b.0), Some(0));
-                assert_eq!(blocks.last().map(|b| b.1), Some(m));
-                assert!(blocks.windows(2).all(|w| w[0].1 == w[1].0), "{m} rows, {threads} threads: {blocks:?}");
+                let blocks = split(m, n, threads);
+                let mut seen = vec![0u8; m * n];
+                for b in &blocks {
+                    assert!(b.rows.0 < b.rows.1 || m == 0, "{m}x{n}, {threads} threads: {blocks:?}");
+                    assert!(b.cols.0 < b.cols.1 || n == 0, "{m}x{n}, {threads} threads: {blocks:?}");
+                    for r in b.rows.0..b.rows.1 {
+                        for c in b.cols.0..b.cols.1 {
+                            seen[r * n + c] += 1;
+                        }
+                    }
+                }
+                assert!(seen.iter().all(|&s| s == 1), "{m}x{n}, {threads} threads: {blocks:?}");
                 assert!(blocks.len() <= threads);
-                assert!(blocks.len() == 1 || blocks.iter().all(|&(a, b)| b - a >= 32), "{blocks:?}");
+                // The smaller factor is the one each block packs whole.
+                assert!(blocks.iter().all(|b| if m >= n { b.cols == (0, n) } else { b.rows == (0, m) }), "{blocks:?}");
             }
         }
     }
