@@ -9,7 +9,7 @@
 
 use crate::entry::{matmul_into, Product};
 use crate::kernel::{run_epilogue, LoopKernel};
-use crate::rows::{zeros, PARALLEL_FLOPS};
+use crate::rows::PARALLEL_FLOPS;
 use crate::vectors::fold;
 use crate::window::{outputs_inside, Bordered, Phases};
 use graphc_ir::TensorType;
@@ -104,8 +104,8 @@ impl ConvKernel {
         let wv = wt.f32_elements(None).map_err(|e| format!("input 1: {e}"))?;
         let s = self.sizes()?;
         let (p, k, mg) = (s.oh * s.ow, s.cg * s.kh * s.kw, s.m / self.geometry.group);
-        let mut out = operands.alloc_f32(s.n * s.m * p)?;
-        zeros(&mut out, s.n * s.m * p);
+        // Every path below writes every element of the result.
+        let mut out = operands.alloc_f32_filled(s.n * s.m * p)?;
         let threads =
             if mg * k * p >= PARALLEL_FLOPS && graphc_runtime::may_split() { rayon::current_num_threads() } else { 1 };
         if out.is_empty() {
@@ -174,7 +174,7 @@ impl ConvKernel {
         }
         // The patch matrix from the session's pool: a step after the first touches no fresh
         // pages for it.
-        let mut col: Vec<f32> = if direct { Vec::new() } else { operands.alloc_f32(k * p)? };
+        let mut col: Vec<f32> = if direct { Vec::new() } else { operands.alloc_f32_filled(k * p)? };
         let phases = self.phases(s);
         let mut phased: Vec<f32> = match &phases {
             Some(phases) => operands.alloc_f32(phases.split_len(s.cg * s.h * s.w))?,
@@ -215,20 +215,14 @@ impl ConvKernel {
     }
 
     /// The patches of one image's group of channels `xs` (`[cg, h, w]`) as the columns of
-    /// `col` (`[cg*kh*kw, oh*ow]`), zero where a tap falls in the padding. Each row of `col`
-    /// is one tap of one channel: the output rows and columns whose tap is inside the input
-    /// are ranges, copied whole; the rows split across threads when `parallel`. With a
+    /// `col` (`[cg*kh*kw, oh*ow]`, every element written), zero where a tap falls in the
+    /// padding. Each row of `col` is one tap of one channel: the output rows and columns whose
+    /// tap is inside the input are ranges, copied whole, and only the rest is zeroed; the rows
+    /// split across threads when `parallel`. With a
     /// column stride, the input rows are first split into phases (into the buffer `split`
     /// gives) where [`Self::phases`] gave them (each tap's columns then one contiguous run),
     /// else copied with the stride.
-    fn im2col(
-        &self,
-        xs: &[f32],
-        s: &Sizes,
-        col: &mut Vec<f32>,
-        split: Option<(&Phases, &mut Vec<f32>)>,
-        parallel: bool,
-    ) {
+    fn im2col(&self, xs: &[f32], s: &Sizes, col: &mut [f32], split: Option<(&Phases, &mut Vec<f32>)>, parallel: bool) {
         use rayon::prelude::*;
         let ([sy, sx], [py, px], [dy, dx]) = (self.geometry.strides, self.geometry.pads, self.geometry.dilations);
         let rows: Vec<_> = (0..s.kh).map(|ky| outputs_inside(s.oh, s.h, sy, ky, dy, py)).collect();
@@ -238,14 +232,18 @@ impl ConvKernel {
             phases.split(xs, phased, parallel);
             (phases, &phased[..])
         });
-        zeros(col, s.cg * s.kh * s.kw * p);
         let tap = |(r, dst): (usize, &mut [f32])| {
             let (ci, ky, kx) = (r / (s.kh * s.kw), r / s.kw % s.kh, r % s.kw);
             let plane = &xs[ci * s.h * s.w..][..s.h * s.w];
             let ((y0, y1, iy0), (x0, x1, ix0)) = (rows[ky], columns[kx]);
+            dst[..y0 * s.ow].fill(0.0);
+            dst[y1 * s.ow..].fill(0.0);
             for (j, oy) in (y0..y1).enumerate() {
                 let iy = iy0 + j * sy;
-                let d = &mut dst[oy * s.ow..][x0..x1];
+                let row = &mut dst[oy * s.ow..][..s.ow];
+                row[..x0].fill(0.0);
+                row[x1..].fill(0.0);
+                let d = &mut row[x0..x1];
                 if let Some((phases, phased)) = split {
                     let row = &phased[(ci * s.h + iy) * phases.row_len()..][..phases.row_len()];
                     d.copy_from_slice(&row[phases.at(ix0)..][..x1 - x0]);

@@ -152,6 +152,13 @@ impl<'a> Operands<'a> {
         self.pool.take_f32(len)
     }
 
+    /// A buffer of `len` f32 elements from the session's pool, holding whatever its last
+    /// user left in it (zeros when new): for a kernel that writes every element before it
+    /// reads any.
+    pub fn alloc_f32_filled(&self, len: usize) -> Result<Vec<f32>, String> {
+        self.pool.take_f32_filled(len)
+    }
+
     /// Gives a buffer the kernel no longer needs (a temporary) back to the pool.
     pub fn recycle_f32(&self, v: Vec<f32>) {
         self.pool.give_vec(v);

@@ -42,20 +42,43 @@ impl BufferPool {
     /// A buffer with room for `len` elements and length 0: a recycled one when there is one,
     /// else a new one, allocated fallibly (an error naming the bytes, not an abort).
     pub fn take_f32(&self, len: usize) -> Result<Vec<f32>, String> {
+        match self.recycled(len) {
+            Some(mut v) => {
+                v.clear();
+                Ok(v)
+            }
+            None => reserved(len),
+        }
+    }
+
+    /// A buffer of `len` elements for a kernel that writes every one before it reads any: a
+    /// recycled one holding what its last user left in it (not cleared: a pass over every
+    /// element saved), else a new one of zeros, allocated fallibly.
+    pub fn take_f32_filled(&self, len: usize) -> Result<Vec<f32>, String> {
+        match self.recycled(len) {
+            // Buffers are kept by their length, so this one holds `len` elements already.
+            Some(mut v) => {
+                v.resize(len, 0.0);
+                Ok(v)
+            }
+            None => {
+                let mut v = reserved(len)?;
+                v.resize(len, 0.0);
+                Ok(v)
+            }
+        }
+    }
+
+    /// A kept buffer of `len` elements, counted as reused, or `None` counted as a miss.
+    fn recycled(&self, len: usize) -> Option<Vec<f32>> {
         let mut p = crate::wait::lock(&self.inner);
-        if let Some(mut v) = p.free.get_mut(&len).and_then(Vec::pop) {
+        if let Some(v) = p.free.get_mut(&len).and_then(Vec::pop) {
             p.stats.reused += 1;
-            v.clear();
-            return Ok(v);
+            return Some(v);
         }
         p.stats.allocated += 1;
         *p.missed.entry(len).or_default() += 1;
-        drop(p);
-        let mut v = Vec::new();
-        v.try_reserve_exact(len).map_err(|_| {
-            format!("cannot allocate {} bytes for a kernel's output of {len} f32s", len.saturating_mul(4))
-        })?;
-        Ok(v)
+        None
     }
 
     /// Takes back a tensor nobody else holds, if its buffer is one kernels ask for; otherwise
@@ -93,4 +116,12 @@ impl BufferPool {
     pub fn stats(&self) -> PoolStats {
         crate::wait::lock(&self.inner).stats
     }
+}
+
+/// A new buffer with room for `len` elements, or an error naming the bytes.
+fn reserved(len: usize) -> Result<Vec<f32>, String> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(len)
+        .map_err(|_| format!("cannot allocate {} bytes for a kernel's output of {len} f32s", len.saturating_mul(4)))?;
+    Ok(v)
 }
