@@ -117,7 +117,7 @@ impl ConvKernel {
             let phases = self.phases(&s);
             let mut split = Vec::new();
             if let Some(phases) = &phases {
-                split = operands.alloc_f32(phases.split_len(x.len()))?;
+                split = operands.alloc_f32_filled(phases.split_len(x.len()))?;
                 phases.split(&x, &mut split, parallel);
             }
             self.depthwise(&x, &wv, &s, &mut out, parallel, phases.as_ref().map(|phases| (phases, &split[..])));
@@ -177,7 +177,7 @@ impl ConvKernel {
         let mut col: Vec<f32> = if direct { Vec::new() } else { operands.alloc_f32_filled(k * p)? };
         let phases = self.phases(s);
         let mut phased: Vec<f32> = match &phases {
-            Some(phases) => operands.alloc_f32(phases.split_len(s.cg * s.h * s.w))?,
+            Some(phases) => operands.alloc_f32_filled(phases.split_len(s.cg * s.h * s.w))?,
             None => Vec::new(),
         };
         for img in 0..s.n {

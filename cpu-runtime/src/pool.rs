@@ -4,8 +4,8 @@
 //! for bit: the same taps in the same order, maxima folded from -inf with NaN winning,
 //! averages summed in f64.
 
+use crate::rows::with_scratch;
 use crate::rows::PARALLEL_ELEMENTS;
-use crate::rows::{with_scratch, zeros};
 use crate::vectors::{fold, fold_rows};
 use crate::window::{outputs_inside, Bordered, Phases};
 use graphc_plan::PoolPlan;
@@ -139,8 +139,8 @@ impl PoolKernel {
             }
         };
         let len = ys.iter().product::<usize>();
-        let mut out = operands.alloc_f32(len)?;
-        zeros(&mut out, len);
+        // Every path below writes every element of the result.
+        let mut out = operands.alloc_f32_filled(len)?;
         if len == 0 {
             return Ok(vec![Tensor::from_f32(out, &p.out)?]);
         }
@@ -201,7 +201,7 @@ impl PoolKernel {
         // as a local response normalization's pool over channels, splits too).
         let mut split = Vec::new();
         if let Some(phases) = &phases {
-            split = operands.alloc_f32(phases.split_len(x.len()))?;
+            split = operands.alloc_f32_filled(phases.split_len(x.len()))?;
             phases.split(&x, &mut split, parallel);
         }
         let src: &[f32] = if phases.is_some() { &split } else { &x };

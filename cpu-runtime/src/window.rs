@@ -147,11 +147,16 @@ impl Phases {
         src_len / self.width * self.row_len()
     }
 
-    /// `dst` cleared and made the rows of `src` (rows of `width`), each split into a row of
-    /// `row_len()`, across the threads when `parallel`.
+    /// `dst` made the rows of `src` (rows of `width`), each split into a row of `row_len()`,
+    /// across the threads when `parallel`. A buffer of the split's length (from
+    /// [`Phases::split_len`]) is written over, not cleared first: the unused last elements of
+    /// short phases keep what they held.
     pub fn split(&self, src: &[f32], dst: &mut Vec<f32>, parallel: bool) {
         use rayon::prelude::*;
-        zeros(dst, self.split_len(src.len()));
+        let len = self.split_len(src.len());
+        if dst.len() != len {
+            zeros(dst, len);
+        }
         let row = |(src, dst): (&[f32], &mut [f32])| deinterleave(src, dst, self.stride, self.len);
         if parallel {
             src.par_chunks_exact(self.width).zip(dst.par_chunks_exact_mut(self.row_len())).for_each(row);
@@ -238,8 +243,11 @@ mod tests {
                 let p = Phases::new(width, stride).unwrap();
                 let rows = 3;
                 let src: Vec<f32> = (0..rows * width).map(|i| i as f32).collect();
-                for parallel in [false, true] {
-                    let mut dst = vec![f32::NAN; 3];
+                // A buffer of another length, and one of the split's length full of NaNs
+                // (written over, not cleared: every column must still land).
+                for (parallel, len) in [(false, 3), (true, 3), (false, rows * p.row_len()), (true, rows * p.row_len())]
+                {
+                    let mut dst = vec![f32::NAN; len];
                     p.split(&src, &mut dst, parallel);
                     assert_eq!(dst.len(), rows * p.row_len());
                     for r in 0..rows {
