@@ -18,6 +18,7 @@ forward+backward+update ONNX graph written by hand for ONNX Runtime (which canno
 differentiate), and numpy. Before timing, every engine's step from the same random weights is
 checked against jax's: the loss and the updated weights and biases (graphc's through
 `graphc run --restore/--checkpoint`); an engine that disagrees is reported and left out.
+numpy runs every workload too (W0-W4 and W6 checked against XLA's result before timing).
 Prints a table of milliseconds and the ratios peer / graphc-jit (above 1: graphc is faster).
 """
 import argparse
@@ -119,6 +120,34 @@ def jax_fn(name):
         "W0": lambda x, a, b: a * x + b,
         "W1": lambda x, a, b: jax.nn.relu(x * a + b) * jax.nn.sigmoid(x) - jnp.tanh(x),
         "W2": lambda x: jax.nn.softmax(x, axis=-1),
+        "W3": ln,
+        "W4": mlp,
+        "W6": lambda a, b: a @ b,
+    }[name]
+
+
+def numpy_fn(name):
+    """The workload in numpy: matrix products through its BLAS (OpenBLAS in the wheel), the
+    rest in its elementwise loops."""
+    import numpy as np
+
+    def softmax(z):
+        e = np.exp(z - z.max(axis=-1, keepdims=True))
+        return e / e.sum(axis=-1, keepdims=True)
+
+    def ln(x, gamma, beta):
+        d = x - x.mean(axis=-1, keepdims=True)
+        return d / np.sqrt((d * d).mean(axis=-1, keepdims=True) + np.float32(1e-5)) * gamma + beta
+
+    def mlp(x, w1, b1, w2, b2, w3, b3):
+        h = np.maximum(x @ w1 + b1, 0)
+        h = np.maximum(h @ w2 + b2, 0)
+        return softmax(h @ w3 + b3)
+
+    return {
+        "W0": lambda x, a, b: a * x + b,
+        "W1": lambda x, a, b: np.maximum(x * a + b, 0) / (1 + np.exp(-x)) - np.tanh(x),
+        "W2": softmax,
         "W3": ln,
         "W4": mlp,
         "W6": lambda a, b: a @ b,
@@ -560,8 +589,14 @@ def main():
         except Exception as e:  # a workload IREE cannot compile is reported, not fatal
             print(f"{name} IREE failed: {str(e).strip()[:300]}")
             iree = float("nan")
-        # numpy: W5 only so far.
-        rows.append((name, desc, res["jit"][0], res["interp"][0], xla, ortt, res["jit"][1], xla_compile, res["llvm"], iree, float("nan")))
+        # numpy, checked against XLA's result first (one that disagrees is reported, not timed).
+        npf, npargs = numpy_fn(name), [inputs[k] for k in shapes]
+        if np.allclose(npf(*npargs), np.asarray(compiled(*args)), rtol=1e-3, atol=1e-4):
+            npt = median_ms(lambda: npf(*npargs), a.warmup, a.iters)
+        else:
+            print(f"{name}: numpy's result differs from XLA's; numpy left out")
+            npt = float("nan")
+        rows.append((name, desc, res["jit"][0], res["interp"][0], xla, ortt, res["jit"][1], xla_compile, res["llvm"], iree, npt))
 
     def cell(v, width, places=2):
         """A number, or '-' for one not measured (NaN)."""
