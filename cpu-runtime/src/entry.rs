@@ -362,10 +362,11 @@ fn split(m: usize, n: usize, threads: usize) -> Vec<Block> {
 /// The fewest rows or columns of a block of a split product.
 const GRAIN: usize = 32;
 
-/// The result's buffer, written by several threads at disjoint rows.
+/// The result's buffer, written by several threads at disjoint blocks.
 struct Shared(*mut f32);
 
-// SAFETY: only dereferenced (by gemm) at rows one thread writes alone, while the buffer lives.
+// SAFETY: only dereferenced (by gemm, and the +0 pass) at blocks one thread writes alone, while the
+// buffer lives.
 unsafe impl Send for Shared {}
 unsafe impl Sync for Shared {}
 
@@ -409,6 +410,10 @@ unsafe fn product(a: &[f32], b: &[f32], c: *mut f32, p: Product, threads: usize)
         let plain = Product { transpose_a: p.transpose_a && !repack[0], transpose_b: p.transpose_b && !repack[1], ..p };
         // SAFETY: as this call's.
         return with_packed(a, b, p, repack, threads, |a, b| unsafe { product(a, b, c, plain, threads) });
+    }
+    if m == 0 || n == 0 {
+        // An empty result: nothing to write (and no block may point past an empty buffer).
+        return Ok(());
     }
     // Every stride and extent as gemm's isize (the buffers' lengths bound them, but a zero
     // dimension leaves the others unbounded).
@@ -535,7 +540,8 @@ mod tests {
 
     #[test]
     fn transposed_factors_are_read_through_their_strides() {
-        for (m, k, n) in [(1, 1, 1), (3, 5, 4), (7, 1, 9), (1, 13, 1), (65, 33, 17)] {
+        // (7, 33, 200): fewer rows than columns, split by columns on 4 threads.
+        for (m, k, n) in [(1, 1, 1), (3, 5, 4), (7, 1, 9), (1, 13, 1), (65, 33, 17), (7, 33, 200), (0, 3, 100)] {
             for (transpose_a, transpose_b) in [(false, false), (true, false), (false, true), (true, true)] {
                 let p = Product { m, k, n, transpose_a, transpose_b };
                 let a: Vec<f32> = (0..m * k).map(|i| ((i * 7 % 11) as f32 - 5.0) / 4.0).collect();

@@ -59,12 +59,16 @@ fn layout(g: &Graph, node: Node) -> Option<(TensorType, usize, Vec<usize>)> {
     let mut rows = Vec::with_capacity(nd.operands.len());
     for &v in &nd.operands {
         let t = g.values[v].ty.as_tensor()?;
-        if t.dtype != DType::F32 || t.rank() != out.rank() || t.shape[..axis] != out.shape[..axis] {
+        if t.dtype != DType::F32
+            || t.rank() != out.rank()
+            || t.shape[..axis] != out.shape[..axis]
+            || t.shape[axis + 1..] != out.shape[axis + 1..]
+        {
             return None;
         }
         rows.push(usize::try_from(t.shape[axis..].iter().product::<u64>()).ok()?);
     }
-    // The type rule made the result the operands' sum along the axis; a plan never trusts
+    // The type rule made the result the operands' sum along the axis; a plan does not trust
     // that blindly, since the run half copies by these sizes.
     if rows.iter().try_fold(0usize, |a, &r| a.checked_add(r))?.checked_mul(outer)? as u64 != elements {
         return None;

@@ -153,8 +153,8 @@ impl<'a> Operands<'a> {
     }
 
     /// A buffer of `len` f32 elements from the session's pool, holding whatever its last
-    /// user left in it (zeros when new): for a kernel that writes every element before it
-    /// reads any.
+    /// user left in it ([`BufferPool::take_f32_filled`]): for a kernel that writes every
+    /// element before it reads any.
     pub fn alloc_f32_filled(&self, len: usize) -> Result<Vec<f32>, String> {
         self.pool.take_f32_filled(len)
     }

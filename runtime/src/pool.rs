@@ -53,7 +53,9 @@ impl BufferPool {
 
     /// A buffer of `len` elements for a kernel that writes every one before it reads any: a
     /// recycled one holding what its last user left in it (not cleared: a pass over every
-    /// element saved), else a new one of zeros, allocated fallibly.
+    /// element saved), else a new one, allocated fallibly. A new one holds zeros, but NaNs in
+    /// debug builds: so that in the tests an element a kernel leaves unwritten shows, as a
+    /// recycled buffer's stale value would in a long run.
     pub fn take_f32_filled(&self, len: usize) -> Result<Vec<f32>, String> {
         match self.recycled(len) {
             // Buffers are kept by their length, so this one holds `len` elements already.
@@ -63,7 +65,7 @@ impl BufferPool {
             }
             None => {
                 let mut v = reserved(len)?;
-                v.resize(len, 0.0);
+                v.resize(len, if cfg!(debug_assertions) { f32::NAN } else { 0.0 });
                 Ok(v)
             }
         }
