@@ -238,27 +238,25 @@ impl ConvKernel {
             let ((y0, y1, iy0), (x0, x1, ix0)) = (rows[ky], columns[kx]);
             dst[..y0 * s.ow].fill(0.0);
             dst[y1 * s.ow..].fill(0.0);
-            if sx == 1 && sy == 1 && s.ow == s.w && x0 < x1 && y0 < y1 {
-                // Rows as wide as the input's, read at unit strides: the tap's outputs inside
-                // are the input plane shifted by one offset, so one copy from the first inside
-                // output to the last (rows of 7 to 56 columns in the zoo's models, a copy
-                // each, cost more than they move), then the columns past either side of each
-                // row, which the copy filled from the neighbouring rows, zeroed.
+            // Rows as wide as the input's, read at unit strides: the tap's outputs inside are
+            // the input plane shifted by one offset, so one copy from the first inside output
+            // to the last (rows of 7 to 56 columns in the zoo's models, a copy each, cost more
+            // than they move); the columns past either side of each row, which it fills from
+            // the neighbouring rows, are zeroed below as for any other tap.
+            let shifted = sx == 1 && sy == 1 && s.ow == s.w && x0 < x1 && y0 < y1;
+            if shifted {
                 let (start, end) = (y0 * s.ow + x0, (y1 - 1) * s.ow + x1);
                 let from = iy0 * s.w + ix0;
                 dst[start..end].copy_from_slice(&plane[from..from + (end - start)]);
-                for oy in y0..y1 {
-                    let row = &mut dst[oy * s.ow..][..s.ow];
-                    row[..x0].fill(0.0);
-                    row[x1..].fill(0.0);
-                }
-                return;
             }
             for (j, oy) in (y0..y1).enumerate() {
                 let iy = iy0 + j * sy;
                 let row = &mut dst[oy * s.ow..][..s.ow];
                 row[..x0].fill(0.0);
                 row[x1..].fill(0.0);
+                if shifted {
+                    continue;
+                }
                 let d = &mut row[x0..x1];
                 if let Some((phases, phased)) = split {
                     let row = &phased[(ci * s.h + iy) * phases.row_len()..][..phases.row_len()];
