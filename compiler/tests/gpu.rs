@@ -9,10 +9,21 @@
 mod common;
 
 use common::examples;
-use graphc::lower::mlir::{gpu_listing, ptx::ptx};
+use graphc::lower::cpu::CompileOptions;
+use graphc::lower::mlir::{gpu_listing, gpu_product, ptx::ptx};
+use graphc::lower::plan::{self, KernelPlan};
 use graphc::passes::{PassManager, DEFAULT_PIPELINE};
-use graphc_ir::parse_module;
+use graphc_cpu_runtime::In;
+use graphc_ir::{parse_module, print_module, DType, Module, TensorType};
+use graphc_runtime::{RunRequest, Session, SessionOptions, Tensor};
 use std::process::Command;
+use std::sync::Arc;
+
+fn optimize(m: &Module) -> Module {
+    let mut out = m.clone();
+    PassManager::new(DEFAULT_PIPELINE).unwrap().run(&mut out, &mut |_| {}).unwrap();
+    out
+}
 
 #[test]
 fn every_example_gives_ptx_that_ptxas_accepts() {
@@ -73,4 +84,172 @@ fn the_cuda_backend_without_a_gpu_says_why() {
     assert!(stderr.contains("CUDA") || stderr.contains("cuda"), "{stderr}");
     // It falls back to the interpreter, as for any backend that cannot compile here.
     assert!(out.status.success() && stdout.contains("probs"), "{stdout}\n{stderr}");
+}
+
+/// The tiled product kernel's CPU twin (`gpu_product.rs`: the same phases, a block's threads
+/// one after another between the barriers) run by a session in place of a product's kernel.
+#[derive(Debug)]
+struct Twin {
+    entry: graphc_cpu_runtime::Entry,
+    /// Per operand: its type, and whether it is expanded to `out` first.
+    types: Vec<(TensorType, bool)>,
+    out: TensorType,
+    results: Vec<TensorType>,
+}
+
+impl graphc_runtime::Kernel for Twin {
+    fn run(&self, operands: &mut graphc_runtime::Operands<'_>) -> Result<Vec<Tensor>, String> {
+        let all = operands.all();
+        assert_eq!(all.len(), self.types.len());
+        let host = all
+            .iter()
+            .zip(&self.types)
+            .map(|(t, (ty, expand))| {
+                assert_eq!(t.ty(), *ty, "an operand of another type than the kernel's");
+                t.f32_elements(expand.then_some(&self.out))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let ins: Vec<In> = host.iter().map(|h| In::Slice(h)).collect();
+        let mut outs = vec![Vec::new(); self.results.len()];
+        let rows = self.entry.extents().rows;
+        // Scratch (the product, when an epilogue reads it) starts as NaNs: a read before the
+        // write shows.
+        self.entry.run(&ins, &mut outs, &[(0, rows)], |len, f| f(&mut vec![f32::NAN; len]))?;
+        outs.into_iter().zip(&self.results).map(|(v, ty)| Tensor::from_f32(v, ty)).collect()
+    }
+}
+
+/// `m` (optimized) with the CPU twin of the GPU product kernel in place of every matrix
+/// product the GPU runs; how many.
+fn with_twins(m: &Module) -> (Arc<graphc::lower::cpu::CpuKernels>, usize) {
+    let kernels = common::cpu_kernels(m, &CompileOptions::default()).unwrap();
+    let mut text = String::from("module {\n");
+    let (mut names, mut twins) = (Vec::new(), Vec::new());
+    for (i, k) in plan::kernels(m).into_iter().enumerate() {
+        let KernelPlan::MatMul(p) = &k.plan else { continue };
+        let g = m.graph(&k.graph).unwrap();
+        let operands: Vec<TensorType> =
+            g.nodes[k.node].operands.iter().map(|&v| g.values[v].ty.as_tensor().unwrap().clone()).collect();
+        let Ok(types) = gpu_product::operand_types(p, &operands) else { continue };
+        let name = format!("twin_{i}");
+        text.push_str(&gpu_product::cpu_twin(p, types.len(), &name).unwrap());
+        names.push((name, gpu_product::extents(p, types.len())));
+        twins.push((k.graph.clone(), k.node, types, p.clone()));
+    }
+    text.push_str("}\n");
+    let count = twins.len();
+    if count == 0 {
+        return (kernels, 0);
+    }
+    let entries = graphc::lower::mlir::jit::compile(&text, &names).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    for (entry, (graph, node, types, p)) in entries.into_iter().zip(twins) {
+        let product = TensorType::new(DType::F32, [p.m as u64, p.n as u64]);
+        let (out, results) = match &p.epilogue {
+            Some((ep, _)) => (ep.out.clone(), (0..ep.results.len()).map(|r| ep.result_type(r)).collect()),
+            None => (product.clone(), vec![product]),
+        };
+        kernels.table().replace(&graph, node, Arc::new(Twin { entry, types, out, results }));
+    }
+    (kernels, count)
+}
+
+/// Small integers as f32, seeded: products and sums of them are exact in any order, so the
+/// twin's results must be the interpreter's bit for bit.
+fn small_integers(ty: &TensorType, seed: u64) -> Tensor {
+    let n: u64 = ty.shape.iter().product();
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let v = (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s % 9) as f32 - 4.0
+        })
+        .collect();
+    Tensor::from_f32(v, ty).unwrap()
+}
+
+/// Runs every graph of `m` on the interpreter and with `kernels`, on small-integer inputs;
+/// the results must be equal exactly.
+fn assert_exact_against_interpreter(m: &Module, kernels: Arc<graphc::lower::cpu::CpuKernels>) {
+    let interp = Session::new(m.clone(), SessionOptions::default()).unwrap();
+    let twin = Session::with_compiled(m.clone(), SessionOptions::default(), kernels).unwrap();
+    for (gi, g) in m.graphs.iter().enumerate() {
+        let mut req = RunRequest::new(g.name.as_str());
+        for (i, &v) in g.inputs().iter().enumerate() {
+            let ty = g.values[v].ty.as_tensor().unwrap();
+            req = req.feed(g.values[v].name.clone().unwrap(), small_integers(ty, (gi * 31 + i) as u64 + 1));
+        }
+        let want = interp.run(req.clone()).unwrap();
+        let got = twin.run(req).unwrap_or_else(|e| panic!("@{}: {e}", g.name));
+        for (k, (w, t)) in want.values.iter().zip(&got.values).enumerate() {
+            let (w, t) = (w.as_tensor().unwrap(), t.as_tensor().unwrap());
+            assert_eq!(w.ty(), t.ty(), "@{} result {k}", g.name);
+            let (w, t) = (w.to_f64_vec(), t.to_f64_vec());
+            if let Some(i) = (0..w.len()).find(|&i| w[i].to_bits() != t[i].to_bits()) {
+                panic!("@{} result {k} element {i}: interpreter {}, tiled kernel {}", g.name, w[i], t[i]);
+            }
+        }
+    }
+}
+
+#[test]
+fn the_tiled_product_kernel_computes_every_size_and_layout_exactly() {
+    // Sizes below, at and past a tile's edges (64 rows and columns, 16 deep), each factor
+    // stored as written or transposed: every combination.
+    let mut text = String::new();
+    let mut graphs = 0;
+    for m in [1, 63, 64, 65, 130] {
+        for n in [1, 64, 65, 129] {
+            for k in [1, 16, 17, 40] {
+                for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
+                    let a = if ta { [k, m] } else { [m, k] };
+                    let b = if tb { [n, k] } else { [k, n] };
+                    text.push_str(&format!(
+                        "graph @p{graphs}(%a: f32[{},{}], %b: f32[{},{}]) -> (c: f32[{m},{n}]) {{\n  %c = matmul %a, %b {{transpose_a = {ta}, transpose_b = {tb}}} : f32[{m},{n}]\n  return %c\n}}\n",
+                        a[0], a[1], b[0], b[1]
+                    ));
+                    graphs += 1;
+                }
+            }
+        }
+    }
+    let m = optimize(&parse_module(&text).unwrap());
+    let (kernels, twins) = with_twins(&m);
+    assert_eq!(twins, graphs, "every product has a GPU kernel");
+    assert_exact_against_interpreter(&m, kernels);
+}
+
+#[test]
+fn the_tiled_product_kernel_runs_its_elementwise_epilogue() {
+    let text = "graph @bias_relu(%x: f32[70,33], %w: f32[33,65], %b: f32[65]) -> (y: f32[70,65]) {
+  %h = matmul %x, %w : f32[70,65]
+  %hb = add %h, %b : f32[70,65]
+  %y = relu %hb : f32[70,65]
+  return %y
+}
+graph @per_row(%x: f32[70,33], %w: f32[65,33], %r: f32[70,1]) -> (y: f32[70,65]) {
+  %h = matmul %x, %w {transpose_b = true} : f32[70,65]
+  %y = sub %h, %r : f32[70,65]
+  return %y
+}
+graph @shared_operand(%x: f32[65,65], %w: f32[65,65]) -> (y: f32[65,65]) {
+  %h = matmul %x, %w {transpose_a = true} : f32[65,65]
+  %y = max %h, %x : f32[65,65]
+  return %y
+}
+graph @row_max(%x: f32[8,20], %w: f32[20,10]) -> (y: f32[8,10]) {
+  %h = matmul %x, %w : f32[8,10]
+  %mx = reduce_max %h {axes = [-1], keep_dims = true} : f32[8,1]
+  %y = sub %h, %mx : f32[8,10]
+  return %y
+}
+";
+    let m = optimize(&parse_module(text).unwrap());
+    let epilogues =
+        plan::kernels(&m).iter().filter(|k| matches!(&k.plan, KernelPlan::MatMul(p) if p.epilogue.is_some())).count();
+    assert_eq!(epilogues, 3, "the products head fusions: {}", print_module(&m));
+    let (kernels, twins) = with_twins(&m);
+    assert_eq!(twins, 4, "{}", print_module(&m));
+    assert_exact_against_interpreter(&m, kernels);
 }

@@ -15,7 +15,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 /// Threads per block of every launch.
-const BLOCK: usize = 256;
+pub const THREADS_PER_BLOCK: usize = 256;
 
 /// Whether kernels can run here: `Err(one line saying why not)` (no CUDA driver library, no
 /// device, ...). Opens the process-wide context on first use.
@@ -103,7 +103,7 @@ impl GpuCode {
     pub(crate) fn launch(&self, l: &Launch<'_>) -> Result<Vec<Vec<f32>>, String> {
         let name = l.function;
         let f = self.function(name)?;
-        let grid = u32::try_from(l.threads.div_ceil(BLOCK))
+        let grid = u32::try_from(l.threads.div_ceil(THREADS_PER_BLOCK))
             .ok()
             .filter(|&g| g <= i32::MAX as u32)
             .ok_or_else(|| format!("kernel {name}: {} threads are more than a launch can have", l.threads))?;
@@ -147,7 +147,11 @@ impl GpuCode {
             }
             args.arg(&mut scratch);
             args.arg(&rows);
-            let cfg = LaunchConfig { grid_dim: (grid, 1, 1), block_dim: (BLOCK as u32, 1, 1), shared_mem_bytes: 0 };
+            let cfg = LaunchConfig {
+                grid_dim: (grid, 1, 1),
+                block_dim: (THREADS_PER_BLOCK as u32, 1, 1),
+                shared_mem_bytes: 0,
+            };
             // SAFETY: the parameters are what a generated loop kernel takes (a global pointer
             // per input, per output and for scratch, then rows), each buffer has the length
             // its kernel description gives, and all of them outlive the launch (synchronized

@@ -2,7 +2,7 @@
 //! compile half from its plan, and the driver that checks its operands and prepares their
 //! buffers for the device.
 
-use crate::device::{GpuCode, Launch};
+use crate::device::{GpuCode, Launch, THREADS_PER_BLOCK};
 use graphc_ir::TensorType;
 use graphc_runtime::{Kernel, Operands, Tensor};
 use std::borrow::Cow;
@@ -15,6 +15,8 @@ pub enum Threads {
     PerElement,
     /// One thread per row (a row reduction): `rows` threads.
     PerRow,
+    /// This many blocks of [`THREADS_PER_BLOCK`] threads (a tiled product: a block per tile).
+    Blocks(usize),
 }
 
 /// One input of a GPU loop kernel.
@@ -27,10 +29,10 @@ pub struct GpuInput {
     pub materialize: bool,
 }
 
-/// A loop kernel (an elementwise fusion, with row reductions) over a `[rows, cols]` view,
-/// compiled to PTX. Its entry point takes a device pointer per input, one per result, the
-/// scratch pointer, then `rows` as an i64, and is launched in blocks of 256 threads over
-/// [`GpuLoopKernel::threads`].
+/// A kernel over a `[rows, cols]` view compiled to PTX: a loop kernel (an elementwise fusion,
+/// with row reductions) or a tiled matrix product with its epilogue. Its entry point takes a
+/// device pointer per input, one per result, the scratch pointer, then `rows` as an i64, and
+/// is launched in blocks of [`THREADS_PER_BLOCK`] threads over [`GpuLoopKernel::threads`].
 #[derive(Debug)]
 pub struct GpuLoopKernel {
     pub rows: usize,
@@ -81,6 +83,9 @@ impl Kernel for GpuLoopKernel {
         let threads = match self.threads {
             Threads::PerElement => n,
             Threads::PerRow => rows,
+            Threads::Blocks(b) => b
+                .checked_mul(THREADS_PER_BLOCK)
+                .ok_or_else(|| format!("{b} blocks of {THREADS_PER_BLOCK} threads are more than a launch can have"))?,
         };
         let outs = if threads == 0 {
             lens.iter().map(|&len| vec![0.0; len]).collect()

@@ -13,5 +13,5 @@
 mod device;
 mod kernel;
 
-pub use device::{available, load, GpuCode};
+pub use device::{available, load, GpuCode, THREADS_PER_BLOCK};
 pub use kernel::{GpuInput, GpuLoopKernel, Threads};

@@ -3,7 +3,8 @@
 //! and each kernel put in a `KernelTable` in place of the CPU kernel of the same plan.
 
 use super::{gpu_listing, ptx::ptx, Tier};
-use graphc_cuda_runtime::{GpuInput, GpuLoopKernel, Threads};
+use super::{gpu_product, GpuKernel, GpuPlan};
+use graphc_cuda_runtime::{GpuCode, GpuInput, GpuLoopKernel, Threads};
 use graphc_ir::Module;
 use graphc_runtime::KernelTable;
 use std::sync::Arc;
@@ -11,6 +12,8 @@ use std::sync::Arc;
 /// The compute capability the PTX is written for: the driver compiles it for the GPU at hand
 /// (sm_80 and later).
 pub const CHIP: &str = "sm_80";
+
+const _: () = assert!(gpu_product::THREADS == graphc_cuda_runtime::THREADS_PER_BLOCK);
 
 /// Compiles every kernel of `m` a GPU can run and puts it in `table` in place of the kernel
 /// there; an error when no GPU can run them (`graphc_cuda_runtime::available`).
@@ -26,27 +29,48 @@ pub fn compile_into(m: &Module, table: &KernelTable) -> Result<Tier, String> {
         }
         let code = graphc_cuda_runtime::load(&ptx(&text)?)?;
         for k in kernels {
-            let p = &k.plan;
-            let kernel = GpuLoopKernel {
-                rows: p.rows,
-                cols: p.cols,
-                inputs: p
-                    .inputs
-                    .iter()
-                    .zip(&p.input_types)
-                    .map(|(i, ty)| GpuInput { ty: ty.clone(), materialize: i.materialize })
-                    .collect(),
-                out: p.out.clone(),
-                results: (0..p.results.len()).map(|r| (p.result_type(r), p.per_row[r])).collect(),
-                scratch_per_row: super::emit::gpu_scratch_per_row(p),
-                threads: if super::emit::gpu_threads_per_element(p) { Threads::PerElement } else { Threads::PerRow },
-                code: code.clone(),
-                function: k.name.clone(),
-                reach: graphc_cpu_runtime::describe::extents(p).ins,
-            };
+            let kernel = describe(&k, code.clone());
             table.replace(&g.name, k.node, Arc::new(kernel));
             count += 1;
         }
     }
     Ok(Tier { count, compile_time: start.elapsed(), kept })
+}
+
+/// The run half's description of kernel `k`, whose code is in `code`.
+fn describe(k: &GpuKernel, code: Arc<GpuCode>) -> GpuLoopKernel {
+    let input = |(ty, materialize): (&graphc_ir::TensorType, bool)| GpuInput { ty: ty.clone(), materialize };
+    match &k.plan {
+        GpuPlan::Loop(p) => GpuLoopKernel {
+            rows: p.rows,
+            cols: p.cols,
+            inputs: p.input_types.iter().zip(&p.inputs).map(|(ty, i)| input((ty, i.materialize))).collect(),
+            out: p.out.clone(),
+            results: (0..p.results.len()).map(|r| (p.result_type(r), p.per_row[r])).collect(),
+            scratch_per_row: super::emit::gpu_scratch_per_row(p),
+            threads: if super::emit::gpu_threads_per_element(p) { Threads::PerElement } else { Threads::PerRow },
+            code,
+            function: k.name.clone(),
+            reach: graphc_cpu_runtime::describe::extents(p).ins,
+        },
+        GpuPlan::Product(p, types) => {
+            let product = graphc_ir::TensorType::new(graphc_ir::DType::F32, [p.m as u64, p.n as u64]);
+            let (out, results) = match &p.epilogue {
+                Some((ep, _)) => (ep.out.clone(), (0..ep.results.len()).map(|r| (ep.result_type(r), false)).collect()),
+                None => (product.clone(), vec![(product, false)]),
+            };
+            GpuLoopKernel {
+                rows: p.m,
+                cols: p.n,
+                inputs: types.iter().map(|(ty, m)| input((ty, *m))).collect(),
+                out,
+                results,
+                scratch_per_row: if p.epilogue.is_some() { p.n } else { 0 },
+                threads: Threads::Blocks(gpu_product::blocks(p)),
+                code,
+                function: k.name.clone(),
+                reach: gpu_product::extents(p, types.len()).ins,
+            }
+        }
+    }
 }

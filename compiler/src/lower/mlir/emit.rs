@@ -79,7 +79,7 @@ pub fn gpu_module(kernels: &[String], chip: &str) -> String {
 /// ([`gpu_threads_per_element`]) with the CPU kernels' scalar code. Plans the GPU cannot run
 /// (the run half's scalar math functions: log, erf, pow) are errors.
 pub fn gpu_kernel(plan: &LoopPlan, name: &str) -> Result<String, String> {
-    let mut e = Emitter { out: String::new(), next: 0, depth: 3, lanes: 1, scratch: "%scratch".into(), gpu: true };
+    let mut e = Emitter::thread(3);
     let ins: Vec<String> = (0..plan.inputs.len()).map(|i| format!("%in{i}")).collect();
     let outs: Vec<String> = (0..plan.results.len()).map(|k| format!("%out{k}")).collect();
     let params: Vec<String> = ins
@@ -121,7 +121,7 @@ pub fn gpu_kernel(plan: &LoopPlan, name: &str) -> Result<String, String> {
 
 /// The width of the values a body computes: a vector of `n` lanes, or scalars (`n` = 1).
 #[derive(Clone, Copy, PartialEq, Eq)]
-struct Lanes(usize);
+pub(super) struct Lanes(pub(super) usize);
 
 impl Lanes {
     fn of(self, elem: &str) -> String {
@@ -182,26 +182,31 @@ struct Decay {
 }
 
 /// SSA text being written: values are numbered `%vN`, one op per line.
-struct Emitter {
-    out: String,
-    next: usize,
-    depth: usize,
+pub(super) struct Emitter {
+    pub(super) out: String,
+    pub(super) next: usize,
+    pub(super) depth: usize,
     /// The vector width of the column loops (1: scalar code, a GPU thread's).
     lanes: usize,
     /// Where the current row's scratch starts (`%scratch` on the CPU, where a call's rows
     /// share one scratch row; a row's own on a GPU).
-    scratch: String,
+    pub(super) scratch: String,
     /// Code for a GPU thread, which has no run-half functions to call.
     gpu: bool,
 }
 
 impl Emitter {
-    fn line(&mut self, s: &str) {
+    /// An emitter of a GPU thread's scalar code, `depth` levels in.
+    pub(super) fn thread(depth: usize) -> Emitter {
+        Emitter { out: String::new(), next: 0, depth, lanes: 1, scratch: "%scratch".into(), gpu: true }
+    }
+
+    pub(super) fn line(&mut self, s: &str) {
         let _ = writeln!(self.out, "{:width$}{s}", "", width = self.depth * 2);
     }
 
     /// Writes `%vN = rhs` and returns `%vN`.
-    fn op(&mut self, rhs: &str) -> String {
+    pub(super) fn op(&mut self, rhs: &str) -> String {
         let v = format!("%v{}", self.next);
         self.next += 1;
         self.line(&format!("{v} = {rhs}"));
@@ -209,7 +214,7 @@ impl Emitter {
     }
 
     /// An i64 constant where it is used (LLVM merges the copies).
-    fn i64c(&mut self, c: i64) -> String {
+    pub(super) fn i64c(&mut self, c: i64) -> String {
         self.op(&format!("arith.constant {c} : i64"))
     }
 
@@ -240,7 +245,7 @@ impl Emitter {
     }
 
     /// `a * x + c`, fused (one rounding), as `codegen.rs`'s `fused` on a host with FMA.
-    fn fma(&mut self, a: &str, x: &str, c: &str, l: Lanes) -> String {
+    pub(super) fn fma(&mut self, a: &str, x: &str, c: &str, l: Lanes) -> String {
         self.op(&format!("math.fma {a}, {x}, {c} : {}", l.f()))
     }
 
@@ -266,24 +271,24 @@ impl Emitter {
     }
 
     /// `p + off` f32 elements.
-    fn gep(&mut self, p: &str, off: &str) -> String {
+    pub(super) fn gep(&mut self, p: &str, off: &str) -> String {
         self.op(&format!("llvm.getelementptr {p}[{off}] : (!llvm.ptr, i64) -> !llvm.ptr, f32"))
     }
 
-    fn load(&mut self, at: &str, l: Lanes) -> String {
+    pub(super) fn load(&mut self, at: &str, l: Lanes) -> String {
         self.op(&format!("llvm.load {at} {{alignment = 4 : i64}} : !llvm.ptr -> {}", l.f()))
     }
 
-    fn store(&mut self, v: &str, at: &str, l: Lanes) {
+    pub(super) fn store(&mut self, v: &str, at: &str, l: Lanes) {
         self.line(&format!("llvm.store {v}, {at} {{alignment = 4 : i64}} : {}, !llvm.ptr", l.f()));
     }
 
-    fn imul(&mut self, a: &str, c: i64) -> String {
+    pub(super) fn imul(&mut self, a: &str, c: i64) -> String {
         let c = self.i64c(c);
         self.op(&format!("arith.muli {a}, {c} : i64"))
     }
 
-    fn iadd(&mut self, a: &str, b: &str) -> String {
+    pub(super) fn iadd(&mut self, a: &str, b: &str) -> String {
         self.op(&format!("arith.addi {a}, {b} : i64"))
     }
 
@@ -312,7 +317,7 @@ impl Emitter {
     /// Row `r` of the plan: its per-row values, a pass per reduction, the per-row results,
     /// and the full results over every column, or only at column `only` (a GPU thread's
     /// element of a plan without reductions).
-    fn row(
+    pub(super) fn row(
         &mut self,
         plan: &LoopPlan,
         r: &str,

@@ -8,6 +8,7 @@
 #[cfg(feature = "llvm")]
 pub mod cuda;
 pub mod emit;
+pub mod gpu_product;
 #[cfg(feature = "llvm")]
 pub mod jit;
 #[cfg(feature = "llvm")]
@@ -114,9 +115,9 @@ pub fn compile_into(m: &Module, table: &graphc_runtime::KernelTable, lanes: usiz
     Ok(Tier { count, compile_time: start.elapsed(), kept })
 }
 
-/// The GPU kernels of `m`'s graph `graph`: each loop kernel (in [`plan::kernels`]' order) the
-/// GPU can run, named `graphc_gpu_N`, as one `gpu.module` for `chip`; and those it cannot
-/// (matrix products, the run half's math functions), headed as in listings, with why.
+/// The GPU kernels of `m`'s graph `graph`: each kernel (in [`plan::kernels`]' order) the GPU
+/// can run, named `graphc_gpu_N`, as one `gpu.module` for `chip`; and those it cannot, headed
+/// as in listings, with why.
 pub fn gpu_listing(m: &Module, graph: &str, chip: &str) -> Result<(String, Vec<GpuKernel>, Vec<String>), String> {
     let mut kernels = Vec::new();
     let mut texts = Vec::new();
@@ -126,39 +127,51 @@ pub fn gpu_listing(m: &Module, graph: &str, chip: &str) -> Result<(String, Vec<G
             continue;
         }
         let name = format!("graphc_gpu_{i}");
-        match &k.plan {
-            plan::KernelPlan::Loop(p) => match emit::gpu_kernel(p, &name) {
-                Ok(text) => {
-                    texts.push(text);
-                    kernels.push(GpuKernel { name, node: k.node, plan: p.clone() });
-                }
-                Err(e) => kept.push(format!("{}: {e}", plan::kernel_header(m, i, &k))),
-            },
-            plan::KernelPlan::MatMul(_) => {
-                kept.push(format!("{}: matrix products have no GPU kernel yet", plan::kernel_header(m, i, &k)))
+        let emitted = match &k.plan {
+            plan::KernelPlan::Loop(p) => emit::gpu_kernel(p, &name).map(|text| (text, GpuPlan::Loop(p.clone()))),
+            plan::KernelPlan::MatMul(p) => {
+                let g = m.graph(graph).ok_or_else(|| format!("no graph @{graph}"))?;
+                let operands: Vec<graphc_ir::TensorType> = g.nodes[k.node]
+                    .operands
+                    .iter()
+                    .map(|&v| g.values[v].ty.as_tensor().cloned().ok_or("a product's operand is not a tensor"))
+                    .collect::<Result<_, _>>()?;
+                gpu_product::operand_types(p, &operands).and_then(|types| {
+                    let text = gpu_product::gpu_product_kernel(p, types.len(), &name)?;
+                    Ok((text, GpuPlan::Product(p.clone(), types)))
+                })
             }
-            plan::KernelPlan::Columns(_) => {
-                kept.push(format!("{}: column reductions have no GPU kernel yet", plan::kernel_header(m, i, &k)))
+            plan::KernelPlan::Columns(_) => Err("column reductions have no GPU kernel yet".into()),
+            plan::KernelPlan::Conv(_) => Err("convolutions have no GPU kernel yet".into()),
+            plan::KernelPlan::Pool(_) => Err("pooling has no GPU kernel yet".into()),
+            plan::KernelPlan::Concat(_) => Err("concat has no GPU kernel yet".into()),
+        };
+        match emitted {
+            Ok((text, plan)) => {
+                texts.push(text);
+                kernels.push(GpuKernel { name, node: k.node, plan });
             }
-            plan::KernelPlan::Conv(_) => {
-                kept.push(format!("{}: convolutions have no GPU kernel yet", plan::kernel_header(m, i, &k)))
-            }
-            plan::KernelPlan::Pool(_) => {
-                kept.push(format!("{}: pooling has no GPU kernel yet", plan::kernel_header(m, i, &k)))
-            }
-            plan::KernelPlan::Concat(_) => {
-                kept.push(format!("{}: concat has no GPU kernel yet", plan::kernel_header(m, i, &k)))
-            }
+            Err(e) => kept.push(format!("{}: {e}", plan::kernel_header(m, i, &k))),
         }
     }
     Ok((emit::gpu_module(&texts, chip), kernels, kept))
 }
 
-/// A loop kernel of a graph as a GPU runs it.
+/// A kernel of a graph as a GPU runs it.
 #[derive(Clone, Debug)]
 pub struct GpuKernel {
     /// Its function in the `gpu.module` and the PTX.
     pub name: String,
     pub node: graphc_ir::Node,
-    pub plan: plan::LoopPlan,
+    pub plan: GpuPlan,
+}
+
+/// What a GPU kernel computes.
+#[derive(Clone, Debug)]
+pub enum GpuPlan {
+    /// A loop kernel: a thread per element, or per row.
+    Loop(plan::LoopPlan),
+    /// A tiled matrix product (`gpu_product.rs`), with the type each operand of its node must
+    /// have and whether it is expanded to the product's shape first.
+    Product(plan::MatMulPlan, Vec<(graphc_ir::TensorType, bool)>),
 }

@@ -1,0 +1,502 @@
+//! Matrix products on the GPU: a tiled kernel. Each block of [`THREADS`] threads computes a
+//! [`TILE`] x [`TILE`] tile of the product; for each [`DEPTH`]-deep step along k its threads
+//! stage a tile of either factor in shared memory (each element read from global memory once
+//! per block), wait at a barrier, and each thread adds their products into the 4 x 4 elements
+//! it owns (rows `ty + 16i`, columns `tx + 16j`: consecutive threads read consecutive shared
+//! words and write consecutive columns). A per-element epilogue (bias, activation) runs in the
+//! same kernel on each element after its product is in place.
+//!
+//! The same phases also come as a CPU function ([`cpu_twin`]) that runs a block's threads one
+//! after another between the barriers, each thread's accumulators kept in memory: the tests
+//! run it against the reference interpreter, so the kernel's indexing is checked on machines
+//! without a GPU.
+
+use super::emit::{gpu_scratch_per_row, gpu_threads_per_element, Emitter, Lanes};
+use crate::lower::plan::MatMulPlan;
+use graphc_cpu_runtime::Extents;
+use graphc_ir::{DType, TensorType};
+use std::fmt::Write;
+
+/// The rows and columns of the product a block computes.
+pub const TILE: usize = 64;
+/// The k-extent of the factors' tiles a block stages in shared memory at a time.
+pub const DEPTH: usize = 16;
+/// Threads per block: `SIDE` x `SIDE`, each computing `EACH` x `EACH` elements.
+pub const THREADS: usize = SIDE * SIDE;
+const SIDE: usize = 16;
+const EACH: usize = TILE / SIDE;
+/// Elements of either factor's shared tile.
+const STAGED: usize = TILE * DEPTH;
+const _: () = assert!(STAGED.is_multiple_of(THREADS) && TILE.is_multiple_of(SIDE));
+
+/// Blocks a launch of `p`'s kernel has: one per tile of the product.
+pub fn blocks(p: &MatMulPlan) -> usize {
+    p.m.div_ceil(TILE) * p.n.div_ceil(TILE)
+}
+
+/// What the kernel reads and writes, as the CPU kernels' extents (the rows are the launch's
+/// blocks): per operand of the node, one past the last element read; per result the
+/// product's elements; and the product in scratch where an epilogue reads it.
+pub fn extents(p: &MatMulPlan, operands: usize) -> Extents {
+    let mut ins = vec![0; operands];
+    let mut reach = |i: usize, r: usize| {
+        if let Some(x) = ins.get_mut(i) {
+            *x = (*x).max(r);
+        }
+    };
+    reach(p.lhs, p.m * p.k);
+    reach(p.rhs, p.k * p.n);
+    if let Some((ep, used)) = &p.epilogue {
+        let e = graphc_cpu_runtime::describe::extents(ep);
+        for (j, &i) in used.iter().enumerate() {
+            reach(i, e.ins.get(j + 1).copied().unwrap_or(usize::MAX));
+        }
+    }
+    let scratch = if p.epilogue.is_some() { p.m * p.n } else { 0 };
+    Extents { rows: blocks(p), ins, outs: vec![p.m * p.n; result_count(p)], scratch, in_place: Vec::new() }
+}
+
+/// What each operand of the product's node must be when the kernel runs: its type, and
+/// whether it is expanded to the product's shape first (a broadcast the epilogue's indexing
+/// cannot express); an error when one operand would be read in two ways, or when the epilogue
+/// is not per element (a row reduction needs the whole row: such products stay on the CPU).
+pub fn operand_types(p: &MatMulPlan, operands: &[TensorType]) -> Result<Vec<(TensorType, bool)>, String> {
+    let product = p.product();
+    let stored = |[r, c]: [usize; 2]| TensorType::new(DType::F32, [r as u64, c as u64]);
+    let mut roles: Vec<Option<(TensorType, bool)>> = vec![None; operands.len()];
+    let mut give = |i: usize, ty: TensorType, materialize: bool| -> Result<(), String> {
+        let slot = roles.get_mut(i).ok_or_else(|| format!("the product reads operand {i} of {}", operands.len()))?;
+        match slot {
+            Some(had) if *had != (ty.clone(), materialize) => {
+                Err(format!("operand {i} is read as {} and as {ty}", had.0))
+            }
+            _ => {
+                *slot = Some((ty, materialize));
+                Ok(())
+            }
+        }
+    };
+    give(p.lhs, stored(product.lhs_shape()), false)?;
+    give(p.rhs, stored(product.rhs_shape()), false)?;
+    if let Some((ep, used)) = &p.epilogue {
+        if !gpu_threads_per_element(ep) || gpu_scratch_per_row(ep) != 0 {
+            return Err("the epilogue reduces rows".into());
+        }
+        if (ep.rows, ep.cols) != (p.m, p.n) || ep.inputs.len() != used.len() + 1 {
+            return Err("the epilogue does not cover the product".into());
+        }
+        for (j, &i) in used.iter().enumerate() {
+            give(i, ep.input_types[j + 1].clone(), ep.inputs[j + 1].materialize)?;
+        }
+    }
+    // An operand nothing reads is passed as it comes.
+    Ok(roles.into_iter().zip(operands).map(|(r, ty)| r.unwrap_or((ty.clone(), false))).collect())
+}
+
+/// The kernel as a `gpu.func` named `name` (its two shared tiles are globals before it): a
+/// pointer per operand of the node (`operands` of them), per result and for the scratch (the
+/// product, when an epilogue reads it), then the row count (unused), as every GPU kernel of a
+/// module takes them; launched as [`blocks`] blocks of [`THREADS`] threads.
+pub fn gpu_product_kernel(p: &MatMulPlan, operands: usize, name: &str) -> Result<String, String> {
+    let results = result_count(p);
+    let mut e = Emitter::thread(3);
+    for tile in ["a", "b"] {
+        let _ = writeln!(
+            e.out,
+            "    llvm.mlir.global internal @{name}_{tile}() {{addr_space = 3 : i32, alignment = 16 : i64}} : !llvm.array<{STAGED} x f32>"
+        );
+    }
+    let params: Vec<String> = (0..operands)
+        .map(|i| format!("%in{i}: !llvm.ptr"))
+        .chain((0..results).map(|k| format!("%out{k}: !llvm.ptr")))
+        .chain(["%scratch: !llvm.ptr".into(), "%rows: i64".into()])
+        .collect();
+    let _ = writeln!(e.out, "    gpu.func @{name}({}) kernel {{", params.join(", "));
+    let shared = "!llvm.ptr<3>";
+    let a_tile = e.op(&format!("llvm.mlir.addressof @{name}_a : {shared}"));
+    let b_tile = e.op(&format!("llvm.mlir.addressof @{name}_b : {shared}"));
+    let k = Kernel {
+        p,
+        shared,
+        a_tile,
+        b_tile,
+        ins: (0..operands).map(|i| format!("%in{i}")).collect(),
+        outs: (0..results).map(|k| format!("%out{k}")).collect(),
+    };
+    let blk = e.op("gpu.block_id x");
+    let blk = e.op(&format!("arith.index_cast {blk} : index to i64"));
+    let t = e.op("gpu.thread_id x");
+    let t = e.op(&format!("arith.index_cast {t} : index to i64"));
+    let (row0, col0) = k.origin(&mut e, &blk);
+    let (tx, ty) = k.coords(&mut e, &t);
+    let zero = e.op("arith.constant 0.0 : f32");
+    let (lo, depth) = (e.i64c(0), e_i64(&mut e, p.k));
+    let acc = k.carried_loop(&mut e, (&lo, &depth, DEPTH), &vec![zero; EACH * EACH], &mut |e, k0, acc| {
+        k.stage(e, &t, &row0, &col0, k0)?;
+        e.line("gpu.barrier");
+        let next = k.accumulate(e, &tx, &ty, acc)?;
+        e.line("gpu.barrier");
+        Ok(next)
+    })?;
+    k.finish(&mut e, &tx, &ty, &row0, &col0, &acc)?;
+    e.line("gpu.return");
+    e.out.push_str("    }\n");
+    Ok(e.out)
+}
+
+/// The kernel as a CPU function named `name` with the CPU kernels' signature, whose rows are
+/// the launch's blocks: each block's threads run one after another between the barriers,
+/// their tiles on the stack and their accumulators in memory. It reads and writes what the
+/// GPU kernel does (the product in scratch when there is an epilogue), so a test can check
+/// the GPU kernel's indexing against the reference on any machine.
+pub fn cpu_twin(p: &MatMulPlan, operands: usize, name: &str) -> Result<String, String> {
+    let results = result_count(p);
+    let mut e = Emitter::thread(2);
+    let _ = writeln!(
+        e.out,
+        "  func.func @{name}(%ins: !llvm.ptr, %outs: !llvm.ptr, %row_begin: i64, %row_end: i64, %scratch: !llvm.ptr) {{"
+    );
+    let pointers = |e: &mut Emitter, array: &str, count: usize| -> Vec<String> {
+        (0..count)
+            .map(|i| {
+                let c = e.i64c(i as i64);
+                let at = e.op(&format!("llvm.getelementptr {array}[{c}] : (!llvm.ptr, i64) -> !llvm.ptr, !llvm.ptr"));
+                e.op(&format!("llvm.load {at} : !llvm.ptr -> !llvm.ptr"))
+            })
+            .collect()
+    };
+    let ins = pointers(&mut e, "%ins", operands);
+    let outs = pointers(&mut e, "%outs", results);
+    let stack = |e: &mut Emitter, len: usize| {
+        let n = e.i64c(len as i64);
+        e.op(&format!("llvm.alloca {n} x f32 : (i64) -> !llvm.ptr"))
+    };
+    let (a_tile, b_tile) = (stack(&mut e, STAGED), stack(&mut e, STAGED));
+    let accs = stack(&mut e, THREADS * EACH * EACH);
+    let k = Kernel { p, shared: "!llvm.ptr", a_tile, b_tile, ins, outs };
+    let blk = k.open_loop(&mut e, "%row_begin", "%row_end", 1);
+    let (row0, col0) = k.origin(&mut e, &blk);
+    let zero = e.op("arith.constant 0.0 : f32");
+    k.each_thread(&mut e, &accs, &mut |e, _, _, at| {
+        store_accs(e, at, &vec![zero.clone(); EACH * EACH]);
+        Ok(())
+    })?;
+    let depth = e.i64c(p.k as i64);
+    let lo = e.i64c(0);
+    let k0 = k.open_loop(&mut e, &lo, &depth, DEPTH);
+    let (lo, hi) = (e.i64c(0), e.i64c(THREADS as i64));
+    let t = k.open_loop(&mut e, &lo, &hi, 1);
+    k.stage(&mut e, &t, &row0, &col0, &k0)?;
+    k.close_loop(&mut e);
+    k.each_thread(&mut e, &accs, &mut |e, tx, ty, at| {
+        let acc = load_accs(e, at);
+        let next = k.accumulate(e, tx, ty, &acc)?;
+        store_accs(e, at, &next);
+        Ok(())
+    })?;
+    k.close_loop(&mut e);
+    k.each_thread(&mut e, &accs, &mut |e, tx, ty, at| {
+        let acc = load_accs(e, at);
+        k.finish(e, tx, ty, &row0, &col0, &acc)
+    })?;
+    k.close_loop(&mut e);
+    e.line("return");
+    e.out.push_str("  }\n");
+    Ok(e.out)
+}
+
+fn e_i64(e: &mut Emitter, c: usize) -> String {
+    e.i64c(c as i64)
+}
+
+fn load_accs(e: &mut Emitter, at: &str) -> Vec<String> {
+    (0..EACH * EACH)
+        .map(|q| {
+            let c = e_i64(e, q);
+            let slot = e.gep(at, &c);
+            e.load(&slot, Lanes(1))
+        })
+        .collect()
+}
+
+fn store_accs(e: &mut Emitter, at: &str, acc: &[String]) {
+    for (q, v) in acc.iter().enumerate() {
+        let c = e_i64(e, q);
+        let slot = e.gep(at, &c);
+        e.store(v, &slot, Lanes(1));
+    }
+}
+
+/// A loop body carrying values: `(e, induction variable, values in) -> values out`.
+type Carried<'b> = dyn FnMut(&mut Emitter, &str, &[String]) -> Result<Vec<String>, String> + 'b;
+/// A thread's phase on the CPU: `(e, tx, ty, its accumulators' address)`.
+type PerThread<'b> = dyn FnMut(&mut Emitter, &str, &str, &str) -> Result<(), String> + 'b;
+
+/// The results the kernel writes: the product, or its epilogue's.
+fn result_count(p: &MatMulPlan) -> usize {
+    p.epilogue.as_ref().map_or(1, |(ep, _)| ep.results.len())
+}
+
+/// What the kernel's phases read and write.
+struct Kernel<'a> {
+    p: &'a MatMulPlan,
+    /// The tiles' pointer type: shared memory's on the GPU, the stack's on the CPU.
+    shared: &'static str,
+    a_tile: String,
+    b_tile: String,
+    /// Per operand of the node and per result, its pointer.
+    ins: Vec<String>,
+    outs: Vec<String>,
+}
+
+impl Kernel<'_> {
+    /// Opens `scf.for %iN = from to to step step` (i64) and returns `%iN`.
+    fn open_loop(&self, e: &mut Emitter, from: &str, to: &str, step: usize) -> String {
+        let step = e_i64(e, step);
+        let i = format!("%i{}", e.next);
+        e.next += 1;
+        e.line(&format!("scf.for {i} = {from} to {to} step {step} : i64 {{"));
+        e.depth += 1;
+        i
+    }
+
+    fn close_loop(&self, e: &mut Emitter) {
+        e.depth -= 1;
+        e.line("}");
+    }
+
+    /// `body(e, tx, ty, accumulators)` for each thread of a block in turn, on the CPU.
+    fn each_thread(&self, e: &mut Emitter, accs: &str, body: &mut PerThread<'_>) -> Result<(), String> {
+        let (lo, hi) = (e.i64c(0), e_i64(e, THREADS));
+        let t = self.open_loop(e, &lo, &hi, 1);
+        let (tx, ty) = self.coords(e, &t);
+        let off = e.imul(&t, (EACH * EACH) as i64);
+        let at = e.gep(accs, &off);
+        body(e, &tx, &ty, &at)?;
+        self.close_loop(e);
+        Ok(())
+    }
+
+    /// The first row and column of block `blk`'s tile (i64).
+    fn origin(&self, e: &mut Emitter, blk: &str) -> (String, String) {
+        let across = e_i64(e, self.p.n.div_ceil(TILE));
+        let by = e.op(&format!("arith.divui {blk}, {across} : i64"));
+        let bx = e.op(&format!("arith.remui {blk}, {across} : i64"));
+        (e.imul(&by, TILE as i64), e.imul(&bx, TILE as i64))
+    }
+
+    /// Thread `t`'s column and row in its block's `SIDE` x `SIDE` grid.
+    fn coords(&self, e: &mut Emitter, t: &str) -> (String, String) {
+        let side = e_i64(e, SIDE);
+        (e.op(&format!("arith.remui {t}, {side} : i64")), e.op(&format!("arith.divui {t}, {side} : i64")))
+    }
+
+    /// `scf.for %kN = lo to hi step step` carrying f32 values (`init` at first): the values
+    /// after the last trip, each trip's being `body(e, %kN, the values carried in)`.
+    fn carried_loop(
+        &self,
+        e: &mut Emitter,
+        (lo, hi, step): (&str, &str, usize),
+        init: &[String],
+        body: &mut Carried<'_>,
+    ) -> Result<Vec<String>, String> {
+        let step = e_i64(e, step);
+        let id = e.next;
+        e.next += 1;
+        let args: Vec<String> = (0..init.len()).map(|q| format!("%a{id}_{q}")).collect();
+        let bind: Vec<String> = args.iter().zip(init).map(|(a, v)| format!("{a} = {v}")).collect();
+        let types = vec!["f32"; init.len()].join(", ");
+        e.line(&format!(
+            "%r{id}:{} = scf.for %k{id} = {lo} to {hi} step {step} iter_args({}) -> ({types}) : i64 {{",
+            init.len(),
+            bind.join(", ")
+        ));
+        e.depth += 1;
+        let next = body(e, &format!("%k{id}"), &args)?;
+        e.line(&format!("scf.yield {} : {types}", next.join(", ")));
+        e.depth -= 1;
+        e.line("}");
+        Ok((0..init.len()).map(|q| format!("%r{id}#{q}")).collect())
+    }
+
+    /// `%x = a / b` or `a % b` on i64 (both non-negative).
+    fn div(&self, e: &mut Emitter, a: &str, b: usize) -> String {
+        let b = e_i64(e, b);
+        e.op(&format!("arith.divui {a}, {b} : i64"))
+    }
+
+    fn rem(&self, e: &mut Emitter, a: &str, b: usize) -> String {
+        let b = e_i64(e, b);
+        e.op(&format!("arith.remui {a}, {b} : i64"))
+    }
+
+    /// Whether `row < rows` and `col < cols`.
+    fn inside(&self, e: &mut Emitter, row: &str, rows: usize, col: &str, cols: usize) -> String {
+        let (rows, cols) = (e_i64(e, rows), e_i64(e, cols));
+        let r = e.op(&format!("arith.cmpi ult, {row}, {rows} : i64"));
+        let c = e.op(&format!("arith.cmpi ult, {col}, {cols} : i64"));
+        e.op(&format!("arith.andi {r}, {c} : i1"))
+    }
+
+    /// Element `row * stride + col` of `p` where `inside`, else 0.
+    fn load_or_zero(&self, e: &mut Emitter, inside: &str, p: &str, row: &str, stride: usize, col: &str) -> String {
+        let v = format!("%v{}", e.next);
+        e.next += 1;
+        e.line(&format!("{v} = scf.if {inside} -> (f32) {{"));
+        e.depth += 1;
+        let off = e.imul(row, stride as i64);
+        let off = e.iadd(&off, col);
+        let at = e.gep(p, &off);
+        let x = e.load(&at, Lanes(1));
+        e.line(&format!("scf.yield {x} : f32"));
+        e.depth -= 1;
+        e.line("} else {");
+        e.depth += 1;
+        let zero = e.op("arith.constant 0.0 : f32");
+        e.line(&format!("scf.yield {zero} : f32"));
+        e.depth -= 1;
+        e.line("}");
+        v
+    }
+
+    fn tile_at(&self, e: &mut Emitter, tile: &str, off: &str) -> String {
+        e.op(&format!("llvm.getelementptr {tile}[{off}] : ({t}, i64) -> {t}, f32", t = self.shared))
+    }
+
+    /// Thread `t`'s share of staging the factors' tiles at depth `k0`: `STAGED / THREADS`
+    /// elements of each (zeros past the factors' edges), consecutive threads reading
+    /// consecutive elements of a factor as it is stored. Tiles hold k-major rows of `TILE`.
+    fn stage(&self, e: &mut Emitter, t: &str, row0: &str, col0: &str, k0: &str) -> Result<(), String> {
+        let p = self.p;
+        let (lhs, rhs) = (self.operand(p.lhs)?, self.operand(p.rhs)?);
+        for q in 0..STAGED / THREADS {
+            let first = e_i64(e, q * THREADS);
+            let idx = e.iadd(t, &first);
+            // The lhs's tile: rows row0.. by depths k0..; stored [m, k], or [k, m] transposed.
+            let (r, d) = if p.transpose_a {
+                (self.rem(e, &idx, TILE), self.div(e, &idx, TILE))
+            } else {
+                (self.div(e, &idx, DEPTH), self.rem(e, &idx, DEPTH))
+            };
+            let (row, depth) = (e.iadd(row0, &r), e.iadd(k0, &d));
+            let inside = self.inside(e, &row, p.m, &depth, p.k);
+            let v = if p.transpose_a {
+                self.load_or_zero(e, &inside, &lhs, &depth, p.m, &row)
+            } else {
+                self.load_or_zero(e, &inside, &lhs, &row, p.k, &depth)
+            };
+            self.tile_store(e, &v, &self.a_tile, &d, &r);
+            // The rhs's tile: depths k0.. by columns col0..; stored [k, n], or [n, k].
+            let (d, c) = if p.transpose_b {
+                (self.rem(e, &idx, DEPTH), self.div(e, &idx, DEPTH))
+            } else {
+                (self.div(e, &idx, TILE), self.rem(e, &idx, TILE))
+            };
+            let (depth, col) = (e.iadd(k0, &d), e.iadd(col0, &c));
+            let inside = self.inside(e, &depth, p.k, &col, p.n);
+            let v = if p.transpose_b {
+                self.load_or_zero(e, &inside, &rhs, &col, p.k, &depth)
+            } else {
+                self.load_or_zero(e, &inside, &rhs, &depth, p.n, &col)
+            };
+            self.tile_store(e, &v, &self.b_tile, &d, &c);
+        }
+        Ok(())
+    }
+
+    /// Stores `v` at `tile[d * TILE + x]`.
+    fn tile_store(&self, e: &mut Emitter, v: &str, tile: &str, d: &str, x: &str) {
+        let off = e.imul(d, TILE as i64);
+        let off = e.iadd(&off, x);
+        let at = self.tile_at(e, tile, &off);
+        e.line(&format!("llvm.store {v}, {at} {{alignment = 4 : i64}} : f32, {}", self.shared));
+    }
+
+    /// `tile[d * TILE + x + SIDE i]` for i in 0..EACH.
+    fn tile_loads(&self, e: &mut Emitter, tile: &str, d: &str, x: &str) -> Vec<String> {
+        let base = e.imul(d, TILE as i64);
+        let base = e.iadd(&base, x);
+        (0..EACH)
+            .map(|i| {
+                let c = e_i64(e, SIDE * i);
+                let off = e.iadd(&base, &c);
+                let at = self.tile_at(e, tile, &off);
+                e.op(&format!("llvm.load {at} {{alignment = 4 : i64}} : {} -> f32", self.shared))
+            })
+            .collect()
+    }
+
+    /// The accumulators of thread (tx, ty) after the staged tiles' `DEPTH` steps along k,
+    /// each a fused multiply-add of its element's row of the lhs tile and column of the rhs's.
+    fn accumulate(&self, e: &mut Emitter, tx: &str, ty: &str, acc: &[String]) -> Result<Vec<String>, String> {
+        let (lo, hi) = (e.i64c(0), e_i64(e, DEPTH));
+        self.carried_loop(e, (&lo, &hi, 1), acc, &mut |e, d, acc| {
+            let a = self.tile_loads(e, &self.a_tile, d, ty);
+            let b = self.tile_loads(e, &self.b_tile, d, tx);
+            let mut next = Vec::with_capacity(acc.len());
+            for (i, ai) in a.iter().enumerate() {
+                for (j, bj) in b.iter().enumerate() {
+                    next.push(e.fma(ai, bj, &acc[i * EACH + j], Lanes(1)));
+                }
+            }
+            Ok(next)
+        })
+    }
+
+    /// Writes thread (tx, ty)'s elements inside the product: to the result, or to scratch
+    /// and then through the epilogue, element by element.
+    fn finish(
+        &self,
+        e: &mut Emitter,
+        tx: &str,
+        ty: &str,
+        row0: &str,
+        col0: &str,
+        acc: &[String],
+    ) -> Result<(), String> {
+        let p = self.p;
+        let dest = if p.epilogue.is_some() { "%scratch".to_string() } else { self.outs[0].clone() };
+        let at = |e: &mut Emitter, i: &str, j: &str| -> (String, String) {
+            let r = e.imul(i, SIDE as i64);
+            let r = e.iadd(&r, ty);
+            let c = e.imul(j, SIDE as i64);
+            let c = e.iadd(&c, tx);
+            (e.iadd(row0, &r), e.iadd(col0, &c))
+        };
+        for i in 0..EACH {
+            for j in 0..EACH {
+                let (ci, cj) = (e_i64(e, i), e_i64(e, j));
+                let (row, col) = at(e, &ci, &cj);
+                let inside = self.inside(e, &row, p.m, &col, p.n);
+                e.line(&format!("scf.if {inside} {{"));
+                e.depth += 1;
+                let off = e.imul(&row, p.n as i64);
+                let off = e.iadd(&off, &col);
+                let to = e.gep(&dest, &off);
+                e.store(&acc[i * EACH + j], &to, Lanes(1));
+                e.depth -= 1;
+                e.line("}");
+            }
+        }
+        let Some((ep, used)) = &p.epilogue else { return Ok(()) };
+        // Each element's epilogue reads back the product this thread has just written.
+        let ins: Vec<String> =
+            std::iter::once(Ok(dest)).chain(used.iter().map(|&i| self.operand(i))).collect::<Result<_, String>>()?;
+        let (lo, hi) = (e.i64c(0), e_i64(e, EACH * EACH));
+        let q = self.open_loop(e, &lo, &hi, 1);
+        let (i, j) = (self.div(e, &q, EACH), self.rem(e, &q, EACH));
+        let (row, col) = at(e, &i, &j);
+        let inside = self.inside(e, &row, p.m, &col, p.n);
+        e.line(&format!("scf.if {inside} {{"));
+        e.depth += 1;
+        e.row(ep, &row, &ins, &self.outs, Some(&col))?;
+        e.depth -= 1;
+        e.line("}");
+        self.close_loop(e);
+        Ok(())
+    }
+
+    fn operand(&self, i: usize) -> Result<String, String> {
+        self.ins.get(i).cloned().ok_or_else(|| format!("the product reads operand {i} of {}", self.ins.len()))
+    }
+}
