@@ -253,3 +253,18 @@ graph @row_max(%x: f32[8,20], %w: f32[20,10]) -> (y: f32[8,10]) {
     assert_eq!(twins, 4, "{}", print_module(&m));
     assert_exact_against_interpreter(&m, kernels);
 }
+
+#[test]
+fn only_kernels_placed_on_a_gpu_or_nowhere_are_for_the_gpu() {
+    let text = "graph @g(%x: f32[8,16], %w: f32[16,4]) -> (a: f32[8,4], b: f32[8,4], c: f32[8,4]) {
+  %a = matmul %x, %w device \"/job:localhost/replica:0/task:0/device:cpu:0\" : f32[8,4]
+  %b = matmul %x, %w device \"/device:gpu:0\" : f32[8,4]
+  %c = matmul %x, %w : f32[8,4]
+  return %a, %b, %c
+}
+";
+    let m = parse_module(text).unwrap();
+    let g = &m.graphs[0];
+    let on: Vec<bool> = g.regions[g.body].nodes.iter().map(|&n| graphc::lower::mlir::cuda::for_the_gpu(g, n)).collect();
+    assert_eq!(on[..3], [false, true, true]);
+}

@@ -5,7 +5,7 @@
 use super::{gpu_listing, ptx::ptx, Tier};
 use super::{gpu_product, GpuKernel, GpuPlan};
 use graphc_cuda_runtime::{GpuCode, GpuInput, GpuLoopKernel, Threads};
-use graphc_ir::Module;
+use graphc_ir::{DeviceKind, Graph, Module, Node};
 use graphc_runtime::KernelTable;
 use std::sync::Arc;
 
@@ -22,8 +22,15 @@ pub fn compile_into(m: &Module, table: &KernelTable) -> Result<Tier, String> {
     graphc_cuda_runtime::available()?;
     let (mut count, mut kept) = (0, Vec::new());
     for g in &m.graphs {
-        let (text, kernels, left) = gpu_listing(m, &g.name, CHIP)?;
+        let (text, mut kernels, left) = gpu_listing(m, &g.name, CHIP)?;
         kept.extend(left);
+        kernels.retain(|k| {
+            let gpu = for_the_gpu(g, k.node);
+            if !gpu {
+                kept.push(format!("@{}: {}: placed on a CPU device", g.name, k.name));
+            }
+            gpu
+        });
         if kernels.is_empty() {
             continue;
         }
@@ -35,6 +42,13 @@ pub fn compile_into(m: &Module, table: &KernelTable) -> Result<Tier, String> {
         }
     }
     Ok(Tier { count, compile_time: start.elapsed(), kept })
+}
+
+/// Whether kernel node `n` of `g` runs on the GPU: placed on a GPU device, or on none (a
+/// module run with `--backend cuda` and no device spec). A node placed on a CPU device (a
+/// CPU partition of a spec with a GPU) keeps its CPU kernel.
+pub fn for_the_gpu(g: &Graph, n: Node) -> bool {
+    g.nodes[n].device.as_ref().and_then(|d| d.device).is_none_or(|(kind, _)| kind == DeviceKind::Gpu)
 }
 
 /// The run half's description of kernel `k`, whose code is in `code`.
