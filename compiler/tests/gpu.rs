@@ -14,7 +14,7 @@ use graphc::lower::mlir::{gpu_listing, gpu_product, ptx::ptx};
 use graphc::lower::plan::{self, KernelPlan};
 use graphc::passes::{PassManager, DEFAULT_PIPELINE};
 use graphc_cpu_runtime::In;
-use graphc_ir::{parse_module, print_module, DType, Module, TensorType};
+use graphc_ir::{parse_module, print_module, Module, TensorType};
 use graphc_runtime::{RunRequest, Session, SessionOptions, Tensor};
 use std::process::Command;
 use std::sync::Arc;
@@ -27,50 +27,51 @@ fn optimize(m: &Module) -> Module {
 
 #[test]
 fn every_example_gives_ptx_that_ptxas_accepts() {
+    let mut kernels = 0;
+    for (name, text) in examples() {
+        kernels += assemble(name.trim_end_matches(".gir"), &optimize(&parse_module(&text).unwrap()));
+    }
+    assert!(kernels >= 6, "only {kernels} GPU kernels over every example");
+}
+
+/// Lowers every graph's GPU kernels of `m` (optimized) to PTX for sm_80 and sm_90 and, when
+/// `GRAPHC_PTXAS` names ptxas, assembles it; how many kernels (per chip).
+fn assemble(what: &str, m: &Module) -> usize {
     let ptxas = std::env::var("GRAPHC_PTXAS").ok();
     if ptxas.is_none() {
         eprintln!("GRAPHC_PTXAS is not set: PTX produced but not assembled (tests/all.sh sets it)");
     }
-    let dir = std::env::temp_dir().join(format!("graphc-ptx-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("graphc-ptx-{}-{what}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let mut kernels = 0;
-    for (name, text) in examples() {
-        let mut m = parse_module(&text).unwrap();
-        PassManager::new(DEFAULT_PIPELINE).unwrap().run(&mut m, &mut |_| {}).unwrap();
-        for g in &m.graphs {
-            for chip in ["sm_80", "sm_90"] {
-                let (text, ks, _) = gpu_listing(&m, &g.name, chip).unwrap();
-                if ks.is_empty() {
-                    continue;
-                }
-                kernels += ks.len();
-                let code = ptx(&text).unwrap_or_else(|e| panic!("{name} @{}: {e}", g.name));
-                assert!(code.contains(&format!(".target {chip}")), "{name} @{}: PTX for another target", g.name);
-                assert!(!code.contains('\0'), "{name} @{}: a NUL byte in the PTX", g.name);
-                for k in &ks {
-                    assert!(code.contains(&format!(".entry {}", k.name)), "{name}: no entry {}", k.name);
-                }
-                let Some(ptxas) = &ptxas else { continue };
-                let file = dir.join(format!("{}_{}_{chip}.ptx", name.trim_end_matches(".gir"), g.name));
-                std::fs::write(&file, &code).unwrap();
-                let out = Command::new(ptxas)
-                    .arg(format!("-arch={chip}"))
-                    .arg(&file)
-                    .arg("-o")
-                    .arg(file.with_extension("cubin"))
-                    .output()
-                    .unwrap();
-                assert!(
-                    out.status.success(),
-                    "{name} @{} {chip}: ptxas: {}",
-                    g.name,
-                    String::from_utf8_lossy(&out.stderr)
-                );
+    for g in &m.graphs {
+        for chip in ["sm_80", "sm_90"] {
+            let (text, ks, _) = gpu_listing(m, &g.name, chip).unwrap();
+            if ks.is_empty() {
+                continue;
             }
+            kernels += ks.len();
+            let code = ptx(&text).unwrap_or_else(|e| panic!("{what} @{}: {e}", g.name));
+            assert!(code.contains(&format!(".target {chip}")), "{what} @{}: PTX for another target", g.name);
+            assert!(!code.contains('\0'), "{what} @{}: a NUL byte in the PTX", g.name);
+            for k in &ks {
+                assert!(code.contains(&format!(".entry {}", k.name)), "{what}: no entry {}", k.name);
+            }
+            let Some(ptxas) = &ptxas else { continue };
+            let file = dir.join(format!("{}_{chip}.ptx", g.name));
+            std::fs::write(&file, &code).unwrap();
+            let out = Command::new(ptxas)
+                .arg(format!("-arch={chip}"))
+                .arg(&file)
+                .arg("-o")
+                .arg(file.with_extension("cubin"))
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{what} @{} {chip}: ptxas: {}", g.name, String::from_utf8_lossy(&out.stderr));
         }
     }
     let _ = std::fs::remove_dir_all(&dir);
-    assert!(kernels >= 6, "only {kernels} GPU kernels over every example");
+    kernels / 2
 }
 
 #[test]
@@ -143,11 +144,7 @@ fn with_twins(m: &Module) -> (Arc<graphc::lower::cpu::CpuKernels>, usize) {
     }
     let entries = graphc::lower::mlir::jit::compile(&text, &names).unwrap_or_else(|e| panic!("{e}\n{text}"));
     for (entry, (graph, node, types, p)) in entries.into_iter().zip(twins) {
-        let product = TensorType::new(DType::F32, [p.m as u64, p.n as u64]);
-        let (out, results) = match &p.epilogue {
-            Some((ep, _)) => (ep.out.clone(), (0..ep.results.len()).map(|r| ep.result_type(r)).collect()),
-            None => (product.clone(), vec![product]),
-        };
+        let (out, results) = gpu_product::result_types(&p);
         kernels.table().replace(&graph, node, Arc::new(Twin { entry, types, out, results }));
     }
     (kernels, count)
@@ -218,6 +215,7 @@ fn the_tiled_product_kernel_computes_every_size_and_layout_exactly() {
     let (kernels, twins) = with_twins(&m);
     assert_eq!(twins, graphs, "every product has a GPU kernel");
     assert_exact_against_interpreter(&m, kernels);
+    assert_eq!(assemble("products", &m), graphs);
 }
 
 #[test]
@@ -238,6 +236,12 @@ graph @shared_operand(%x: f32[65,65], %w: f32[65,65]) -> (y: f32[65,65]) {
   %y = max %h, %x : f32[65,65]
   return %y
 }
+graph @root(%x: f32[9,40], %w: f32[40,70]) -> (y: f32[9,70]) {
+  %h = matmul %x, %w : f32[9,70]
+  %a = abs %h : f32[9,70]
+  %y = sqrt %a : f32[9,70]
+  return %y
+}
 graph @row_max(%x: f32[8,20], %w: f32[20,10]) -> (y: f32[8,10]) {
   %h = matmul %x, %w : f32[8,10]
   %mx = reduce_max %h {axes = [-1], keep_dims = true} : f32[8,1]
@@ -248,10 +252,12 @@ graph @row_max(%x: f32[8,20], %w: f32[20,10]) -> (y: f32[8,10]) {
     let m = optimize(&parse_module(text).unwrap());
     let epilogues =
         plan::kernels(&m).iter().filter(|k| matches!(&k.plan, KernelPlan::MatMul(p) if p.epilogue.is_some())).count();
-    assert_eq!(epilogues, 3, "the products head fusions: {}", print_module(&m));
+    assert_eq!(epilogues, 4, "the products head fusions: {}", print_module(&m));
     let (kernels, twins) = with_twins(&m);
-    assert_eq!(twins, 4, "{}", print_module(&m));
+    assert_eq!(twins, 5, "{}", print_module(&m));
     assert_exact_against_interpreter(&m, kernels);
+    // The five products, and the row reduction after one of them.
+    assert_eq!(assemble("epilogues", &m), 6);
 }
 
 #[test]

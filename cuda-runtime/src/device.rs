@@ -152,11 +152,13 @@ impl GpuCode {
                 block_dim: (THREADS_PER_BLOCK as u32, 1, 1),
                 shared_mem_bytes: 0,
             };
-            // SAFETY: the parameters are what a generated loop kernel takes (a global pointer
+            // SAFETY: the parameters are what every generated kernel takes (a global pointer
             // per input, per output and for scratch, then rows), each buffer has the length
-            // its kernel description gives, and all of them outlive the launch (synchronized
-            // below before they are freed). Device code checks nothing: a kernel that reads
-            // past its buffers faults on the device, an error from the synchronization.
+            // its kernel description gives (the caller checked each input's reach against
+            // it), and all of them outlive the launch (synchronized below before they are
+            // freed). Device code checks nothing itself: a kernel reading past its buffers
+            // may fault (an error from the synchronization) or read unrelated memory
+            // silently, which is why every reach is checked before the launch.
             unsafe { args.launch(cfg) }.map_err(|e| cuda(format_args!("cannot launch kernel {name}"), e))?;
             s.synchronize().map_err(|e| cuda(format_args!("kernel {name} failed"), e))?;
             let outs = outs

@@ -48,8 +48,9 @@ pub struct GpuLoopKernel {
     pub code: Arc<GpuCode>,
     /// The kernel's name in the PTX (its `.entry`).
     pub function: String,
-    /// Per input: one past the last element its code reads over all rows (from its plan's
-    /// strides), checked against the buffer before each launch.
+    /// Per input: one past the last element its code reads over all rows (from its plan: a
+    /// loop plan's strides, a product's factor sizes), checked against the buffer before each
+    /// launch.
     pub reach: Vec<usize>,
 }
 

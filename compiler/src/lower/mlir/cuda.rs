@@ -68,11 +68,8 @@ fn describe(k: &GpuKernel, code: Arc<GpuCode>) -> GpuLoopKernel {
             reach: graphc_cpu_runtime::describe::extents(p).ins,
         },
         GpuPlan::Product(p, types) => {
-            let product = graphc_ir::TensorType::new(graphc_ir::DType::F32, [p.m as u64, p.n as u64]);
-            let (out, results) = match &p.epilogue {
-                Some((ep, _)) => (ep.out.clone(), (0..ep.results.len()).map(|r| (ep.result_type(r), false)).collect()),
-                None => (product.clone(), vec![(product, false)]),
-            };
+            let (out, results) = gpu_product::result_types(p);
+            let results = results.into_iter().map(|ty| (ty, false)).collect();
             GpuLoopKernel {
                 rows: p.m,
                 cols: p.n,

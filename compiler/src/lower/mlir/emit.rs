@@ -39,7 +39,8 @@ pub fn kernel(plan: &LoopPlan, name: &str, lanes: usize) -> Result<String, Strin
     if lanes < 2 || !lanes.is_power_of_two() {
         return Err(format!("{lanes} lanes: a kernel's vectors have a power of two lanes, at least 2"));
     }
-    let mut e = Emitter { out: String::new(), next: 0, depth: 2, lanes, scratch: "%scratch".into(), gpu: false };
+    let mut e =
+        Emitter { out: String::new(), next: 0, depth: 2, lanes, scratch: "%scratch".into(), gpu: false, ptx: false };
     let _ = writeln!(
         e.out,
         "  func.func @{name}(%ins: !llvm.ptr, %outs: !llvm.ptr, %row_begin: i64, %row_end: i64, %scratch: !llvm.ptr) {{"
@@ -193,12 +194,31 @@ pub(super) struct Emitter {
     pub(super) scratch: String,
     /// Code for a GPU thread, which has no run-half functions to call.
     gpu: bool,
+    /// The code may hold inline PTX (for an NVIDIA GPU, not a CPU twin of its code).
+    ptx: bool,
 }
 
 impl Emitter {
     /// An emitter of a GPU thread's scalar code, `depth` levels in.
     pub(super) fn thread(depth: usize) -> Emitter {
-        Emitter { out: String::new(), next: 0, depth, lanes: 1, scratch: "%scratch".into(), gpu: true }
+        Emitter { ptx: true, ..Emitter::cpu_thread(depth) }
+    }
+
+    /// [`Emitter::thread`] for the CPU: the same code with no inline PTX (a square root is
+    /// `math.sqrt`, correctly rounded as PTX's `sqrt.rn.f32` is).
+    pub(super) fn cpu_thread(depth: usize) -> Emitter {
+        Emitter { out: String::new(), next: 0, depth, lanes: 1, scratch: "%scratch".into(), gpu: true, ptx: false }
+    }
+
+    /// The `n` pointers of the array `base` points to.
+    pub(super) fn pointers(&mut self, base: &str, n: usize) -> Vec<String> {
+        (0..n)
+            .map(|i| {
+                let c = self.i64c(i as i64);
+                let at = self.op(&format!("llvm.getelementptr {base}[{c}] : (!llvm.ptr, i64) -> !llvm.ptr, !llvm.ptr"));
+                self.op(&format!("llvm.load {at} : !llvm.ptr -> !llvm.ptr"))
+            })
+            .collect()
     }
 
     pub(super) fn line(&mut self, s: &str) {
@@ -293,18 +313,8 @@ impl Emitter {
     }
 
     fn kernel(&mut self, plan: &LoopPlan) -> Result<(), String> {
-        let ptrs = |e: &mut Emitter, base: &str, n: usize| -> Vec<String> {
-            (0..n)
-                .map(|i| {
-                    let c = e.i64c(i as i64);
-                    let at =
-                        e.op(&format!("llvm.getelementptr {base}[{c}] : (!llvm.ptr, i64) -> !llvm.ptr, !llvm.ptr"));
-                    e.op(&format!("llvm.load {at} : !llvm.ptr -> !llvm.ptr"))
-                })
-                .collect()
-        };
-        let in_ptrs = ptrs(self, "%ins", plan.inputs.len());
-        let out_ptrs = ptrs(self, "%outs", plan.results.len());
+        let in_ptrs = self.pointers("%ins", plan.inputs.len());
+        let out_ptrs = self.pointers("%outs", plan.results.len());
         let one = self.i64c(1);
         self.line(&format!("scf.for %r = %row_begin to %row_end step {one} : i64 {{"));
         self.depth += 1;
@@ -691,7 +701,7 @@ impl Emitter {
             Op::Abs => V::F(self.abs(x.f()?, l)),
             // NVVM lowers math.sqrt to libdevice, which the PTX cannot link here: PTX's own
             // correctly rounded square root instead.
-            Op::Sqrt if self.gpu => {
+            Op::Sqrt if self.ptx => {
                 V::F(self.op(&format!("llvm.inline_asm \"sqrt.rn.f32 $0, $1;\", \"=f,f\" {} : (f32) -> f32", x.f()?)))
             }
             Op::Sqrt => V::F(self.unary("math.sqrt", x.f()?, l)),

@@ -8,8 +8,9 @@
 //!
 //! The same phases also come as a CPU function ([`cpu_twin`]) that runs a block's threads one
 //! after another between the barriers, each thread's accumulators kept in memory: the tests
-//! run it against the reference interpreter, so the kernel's indexing is checked on machines
-//! without a GPU.
+//! run it against the reference interpreter, so what the two share (staging, accumulating,
+//! the bounds, the epilogue) is checked on machines without a GPU. What only the GPU kernel
+//! has (block and thread ids, the barriers, the shared globals) is checked by `ptxas`.
 
 use super::emit::{gpu_scratch_per_row, gpu_threads_per_element, Emitter, Lanes};
 use crate::lower::plan::MatMulPlan;
@@ -25,8 +26,13 @@ pub const DEPTH: usize = 16;
 pub const THREADS: usize = SIDE * SIDE;
 const SIDE: usize = 16;
 const EACH: usize = TILE / SIDE;
-/// Elements of either factor's shared tile.
+/// Elements of either factor a block stages per step.
 const STAGED: usize = TILE * DEPTH;
+/// The stride of a tile's rows (one per depth) in shared memory: one more than a row holds,
+/// so that the 32 threads of a warp storing consecutive depths hit different banks.
+const ROW: usize = TILE + 1;
+/// Elements of either factor's tile in shared memory.
+const SHARED: usize = DEPTH * ROW;
 const _: () = assert!(STAGED.is_multiple_of(THREADS) && TILE.is_multiple_of(SIDE));
 
 /// Blocks a launch of `p`'s kernel has: one per tile of the product.
@@ -103,7 +109,7 @@ pub fn gpu_product_kernel(p: &MatMulPlan, operands: usize, name: &str) -> Result
     for tile in ["a", "b"] {
         let _ = writeln!(
             e.out,
-            "    llvm.mlir.global internal @{name}_{tile}() {{addr_space = 3 : i32, alignment = 16 : i64}} : !llvm.array<{STAGED} x f32>"
+            "    llvm.mlir.global internal @{name}_{tile}() {{addr_space = 3 : i32, alignment = 16 : i64}} : !llvm.array<{SHARED} x f32>"
         );
     }
     let params: Vec<String> = (0..operands)
@@ -111,7 +117,12 @@ pub fn gpu_product_kernel(p: &MatMulPlan, operands: usize, name: &str) -> Result
         .chain((0..results).map(|k| format!("%out{k}: !llvm.ptr")))
         .chain(["%scratch: !llvm.ptr".into(), "%rows: i64".into()])
         .collect();
-    let _ = writeln!(e.out, "    gpu.func @{name}({}) kernel {{", params.join(", "));
+    // The kernel's indexing assumes its block size: the driver refuses any other launch.
+    let _ = writeln!(
+        e.out,
+        "    gpu.func @{name}({}) kernel attributes {{nvvm.reqntid = array<i32: {THREADS}, 1, 1>}} {{",
+        params.join(", ")
+    );
     let shared = "!llvm.ptr<3>";
     let a_tile = e.op(&format!("llvm.mlir.addressof @{name}_a : {shared}"));
     let b_tile = e.op(&format!("llvm.mlir.addressof @{name}_b : {shared}"));
@@ -151,27 +162,18 @@ pub fn gpu_product_kernel(p: &MatMulPlan, operands: usize, name: &str) -> Result
 /// the GPU kernel's indexing against the reference on any machine.
 pub fn cpu_twin(p: &MatMulPlan, operands: usize, name: &str) -> Result<String, String> {
     let results = result_count(p);
-    let mut e = Emitter::thread(2);
+    let mut e = Emitter::cpu_thread(2);
     let _ = writeln!(
         e.out,
         "  func.func @{name}(%ins: !llvm.ptr, %outs: !llvm.ptr, %row_begin: i64, %row_end: i64, %scratch: !llvm.ptr) {{"
     );
-    let pointers = |e: &mut Emitter, array: &str, count: usize| -> Vec<String> {
-        (0..count)
-            .map(|i| {
-                let c = e.i64c(i as i64);
-                let at = e.op(&format!("llvm.getelementptr {array}[{c}] : (!llvm.ptr, i64) -> !llvm.ptr, !llvm.ptr"));
-                e.op(&format!("llvm.load {at} : !llvm.ptr -> !llvm.ptr"))
-            })
-            .collect()
-    };
-    let ins = pointers(&mut e, "%ins", operands);
-    let outs = pointers(&mut e, "%outs", results);
+    let ins = e.pointers("%ins", operands);
+    let outs = e.pointers("%outs", results);
     let stack = |e: &mut Emitter, len: usize| {
         let n = e.i64c(len as i64);
         e.op(&format!("llvm.alloca {n} x f32 : (i64) -> !llvm.ptr"))
     };
-    let (a_tile, b_tile) = (stack(&mut e, STAGED), stack(&mut e, STAGED));
+    let (a_tile, b_tile) = (stack(&mut e, SHARED), stack(&mut e, SHARED));
     let accs = stack(&mut e, THREADS * EACH * EACH);
     let k = Kernel { p, shared: "!llvm.ptr", a_tile, b_tile, ins, outs };
     let blk = k.open_loop(&mut e, "%row_begin", "%row_end", 1);
@@ -235,6 +237,18 @@ type PerThread<'b> = dyn FnMut(&mut Emitter, &str, &str, &str) -> Result<(), Str
 /// The results the kernel writes: the product, or its epilogue's.
 fn result_count(p: &MatMulPlan) -> usize {
     p.epilogue.as_ref().map_or(1, |(ep, _)| ep.results.len())
+}
+
+/// The shape the kernel covers (what expanded operands are expanded to) and its results'
+/// types: the product's, or its epilogue's.
+pub fn result_types(p: &MatMulPlan) -> (TensorType, Vec<TensorType>) {
+    match &p.epilogue {
+        Some((ep, _)) => (ep.out.clone(), (0..ep.results.len()).map(|r| ep.result_type(r)).collect()),
+        None => {
+            let product = TensorType::new(DType::F32, [p.m as u64, p.n as u64]);
+            (product.clone(), vec![product])
+        }
+    }
 }
 
 /// What the kernel's phases read and write.
@@ -365,7 +379,7 @@ impl Kernel<'_> {
 
     /// Thread `t`'s share of staging the factors' tiles at depth `k0`: `STAGED / THREADS`
     /// elements of each (zeros past the factors' edges), consecutive threads reading
-    /// consecutive elements of a factor as it is stored. Tiles hold k-major rows of `TILE`.
+    /// consecutive elements of a factor as it is stored. Tiles hold a row of `TILE` per depth.
     fn stage(&self, e: &mut Emitter, t: &str, row0: &str, col0: &str, k0: &str) -> Result<(), String> {
         let p = self.p;
         let (lhs, rhs) = (self.operand(p.lhs)?, self.operand(p.rhs)?);
@@ -404,17 +418,17 @@ impl Kernel<'_> {
         Ok(())
     }
 
-    /// Stores `v` at `tile[d * TILE + x]`.
+    /// Stores `v` at `tile[d * ROW + x]`.
     fn tile_store(&self, e: &mut Emitter, v: &str, tile: &str, d: &str, x: &str) {
-        let off = e.imul(d, TILE as i64);
+        let off = e.imul(d, ROW as i64);
         let off = e.iadd(&off, x);
         let at = self.tile_at(e, tile, &off);
         e.line(&format!("llvm.store {v}, {at} {{alignment = 4 : i64}} : f32, {}", self.shared));
     }
 
-    /// `tile[d * TILE + x + SIDE i]` for i in 0..EACH.
+    /// `tile[d * ROW + x + SIDE i]` for i in 0..EACH.
     fn tile_loads(&self, e: &mut Emitter, tile: &str, d: &str, x: &str) -> Vec<String> {
-        let base = e.imul(d, TILE as i64);
+        let base = e.imul(d, ROW as i64);
         let base = e.iadd(&base, x);
         (0..EACH)
             .map(|i| {

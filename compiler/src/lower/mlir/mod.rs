@@ -131,12 +131,12 @@ pub fn gpu_listing(m: &Module, graph: &str, chip: &str) -> Result<(String, Vec<G
             plan::KernelPlan::Loop(p) => emit::gpu_kernel(p, &name).map(|text| (text, GpuPlan::Loop(p.clone()))),
             plan::KernelPlan::MatMul(p) => {
                 let g = m.graph(graph).ok_or_else(|| format!("no graph @{graph}"))?;
-                let operands: Vec<graphc_ir::TensorType> = g.nodes[k.node]
+                let operands: Result<Vec<graphc_ir::TensorType>, String> = g.nodes[k.node]
                     .operands
                     .iter()
-                    .map(|&v| g.values[v].ty.as_tensor().cloned().ok_or("a product's operand is not a tensor"))
-                    .collect::<Result<_, _>>()?;
-                gpu_product::operand_types(p, &operands).and_then(|types| {
+                    .map(|&v| g.values[v].ty.as_tensor().cloned().ok_or_else(|| "an operand is not a tensor".into()))
+                    .collect();
+                operands.and_then(|operands| gpu_product::operand_types(p, &operands)).and_then(|types| {
                     let text = gpu_product::gpu_product_kernel(p, types.len(), &name)?;
                     Ok((text, GpuPlan::Product(p.clone(), types)))
                 })
