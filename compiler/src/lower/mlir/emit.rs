@@ -191,7 +191,7 @@ pub(super) struct Emitter {
     lanes: usize,
     /// Where the current row's scratch starts (`%scratch` on the CPU, where a call's rows
     /// share one scratch row; a row's own on a GPU).
-    pub(super) scratch: String,
+    scratch: String,
     /// Code for a GPU thread, which has no run-half functions to call.
     gpu: bool,
     /// The code may hold inline PTX (for an NVIDIA GPU, not a CPU twin of its code).

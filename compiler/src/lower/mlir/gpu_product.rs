@@ -386,36 +386,40 @@ impl Kernel<'_> {
         for q in 0..STAGED / THREADS {
             let first = e_i64(e, q * THREADS);
             let idx = e.iadd(t, &first);
-            // The lhs's tile: rows row0.. by depths k0..; stored [m, k], or [k, m] transposed.
-            let (r, d) = if p.transpose_a {
-                (self.rem(e, &idx, TILE), self.div(e, &idx, TILE))
-            } else {
-                (self.div(e, &idx, DEPTH), self.rem(e, &idx, DEPTH))
-            };
-            let (row, depth) = (e.iadd(row0, &r), e.iadd(k0, &d));
-            let inside = self.inside(e, &row, p.m, &depth, p.k);
-            let v = if p.transpose_a {
-                self.load_or_zero(e, &inside, &lhs, &depth, p.m, &row)
-            } else {
-                self.load_or_zero(e, &inside, &lhs, &row, p.k, &depth)
-            };
-            self.tile_store(e, &v, &self.a_tile, &d, &r);
-            // The rhs's tile: depths k0.. by columns col0..; stored [k, n], or [n, k].
-            let (d, c) = if p.transpose_b {
-                (self.rem(e, &idx, DEPTH), self.div(e, &idx, DEPTH))
-            } else {
-                (self.div(e, &idx, TILE), self.rem(e, &idx, TILE))
-            };
-            let (depth, col) = (e.iadd(k0, &d), e.iadd(col0, &c));
-            let inside = self.inside(e, &depth, p.k, &col, p.n);
-            let v = if p.transpose_b {
-                self.load_or_zero(e, &inside, &rhs, &col, p.k, &depth)
-            } else {
-                self.load_or_zero(e, &inside, &rhs, &depth, p.n, &col)
-            };
-            self.tile_store(e, &v, &self.b_tile, &d, &c);
+            // The lhs's rows row0.. are stored [m, k], or depth-major [k, m] when transposed;
+            // the rhs's columns col0.. depth-major [k, n], or [n, k] when transposed.
+            self.stage_factor(e, &idx, (&lhs, &self.a_tile), (row0, p.m), k0, p.transpose_a);
+            self.stage_factor(e, &idx, (&rhs, &self.b_tile), (col0, p.n), k0, !p.transpose_b);
         }
         Ok(())
+    }
+
+    /// Element `idx` of a factor's tile staged from `factor` into `tile`: the factor seen as
+    /// `extent` lines (the lhs's rows or the rhs's columns), the tile's from `origin`, each
+    /// `k` deep, stored line by line or, when `depth_major`, depth by depth.
+    fn stage_factor(
+        &self,
+        e: &mut Emitter,
+        idx: &str,
+        (factor, tile): (&str, &str),
+        (origin, extent): (&str, usize),
+        k0: &str,
+        depth_major: bool,
+    ) {
+        let k = self.p.k;
+        let (x, d) = if depth_major {
+            (self.rem(e, idx, TILE), self.div(e, idx, TILE))
+        } else {
+            (self.div(e, idx, DEPTH), self.rem(e, idx, DEPTH))
+        };
+        let (line, depth) = (e.iadd(origin, &x), e.iadd(k0, &d));
+        let inside = self.inside(e, &line, extent, &depth, k);
+        let v = if depth_major {
+            self.load_or_zero(e, &inside, factor, &depth, extent, &line)
+        } else {
+            self.load_or_zero(e, &inside, factor, &line, k, &depth)
+        };
+        self.tile_store(e, &v, tile, &d, &x);
     }
 
     /// Stores `v` at `tile[d * ROW + x]`.
