@@ -83,7 +83,9 @@ struct LinkParams {
 }
 
 /// The ops a GPU has no kernel for unless its spec says otherwise: queues live in host memory
-/// (as in TensorFlow, whose FIFOQueue has CPU kernels only).
+/// (as in TensorFlow, whose FIFOQueue has CPU kernels only). Placement also asks the GPU
+/// backend node by node (graphc's `gpu_runs`): whether it has a kernel depends on dtypes,
+/// shapes and fusions, which a list of ops cannot say.
 const GPU_UNSUPPORTED: &[Op] = &[Op::Queue, Op::Enqueue, Op::Dequeue, Op::QueueClose, Op::QueueSize];
 
 impl FileSpec {

@@ -618,8 +618,8 @@ pub struct Kernel {
 }
 
 /// Every node of the module that becomes a kernel: graph by graph, each in walk order (nested
-/// regions included; the nodes inside a fusion run as part of it), with a matmul plan where
-/// the node has one, else a loop plan, else a column, convolution, pooling or concat plan. Backends compile them in this order.
+/// regions included; the nodes inside a fusion run as part of it), with its [`kernel_plan`].
+/// Backends compile them in this order.
 pub fn kernels(m: &Module) -> Vec<Kernel> {
     let mut out = Vec::new();
     for g in &m.graphs {
@@ -628,25 +628,31 @@ pub fn kernels(m: &Module) -> Vec<Kernel> {
             if inside_fusion {
                 continue;
             }
-            let plan = if let Some(mp) = matmul_plan(g, n) {
-                KernelPlan::MatMul(mp)
-            } else if let Some(p) = plan(g, n) {
-                KernelPlan::Loop(p)
-            } else if let Some(cp) = column_plan(g, n) {
-                KernelPlan::Columns(cp)
-            } else if let Some(cp) = conv_plan(g, n) {
-                KernelPlan::Conv(cp)
-            } else if let Some(pp) = pool_plan(g, n) {
-                KernelPlan::Pool(pp)
-            } else if let Some(cp) = crate::concat::concat_plan(g, n) {
-                KernelPlan::Concat(cp)
-            } else {
-                continue;
-            };
-            out.push(Kernel { graph: g.name.clone(), node: n, plan });
+            if let Some(plan) = kernel_plan(g, n) {
+                out.push(Kernel { graph: g.name.clone(), node: n, plan });
+            }
         }
     }
     out
+}
+
+/// The plan of node `n` when it runs as a kernel: a matmul plan where the node has one, else
+/// a loop plan, else a column, convolution, pooling or concat plan; `None` for a node the
+/// interpreter runs.
+pub fn kernel_plan(g: &Graph, n: Node) -> Option<KernelPlan> {
+    if let Some(mp) = matmul_plan(g, n) {
+        Some(KernelPlan::MatMul(mp))
+    } else if let Some(p) = plan(g, n) {
+        Some(KernelPlan::Loop(p))
+    } else if let Some(cp) = column_plan(g, n) {
+        Some(KernelPlan::Columns(cp))
+    } else if let Some(cp) = conv_plan(g, n) {
+        Some(KernelPlan::Conv(cp))
+    } else if let Some(pp) = pool_plan(g, n) {
+        Some(KernelPlan::Pool(pp))
+    } else {
+        crate::concat::concat_plan(g, n).map(KernelPlan::Concat)
+    }
 }
 
 /// A loop plan computing `yields` from `inputs` through `nodes`, all elementwise; with

@@ -8,6 +8,7 @@
 #[cfg(feature = "llvm")]
 pub mod cuda;
 pub mod emit;
+mod gpu;
 pub mod gpu_product;
 #[cfg(feature = "llvm")]
 pub mod jit;
@@ -15,6 +16,7 @@ pub mod jit;
 pub mod ptx;
 
 pub use emit::host_lanes;
+pub use gpu::{gpu_listing, gpu_runs, GpuKernel, GpuPlan};
 
 /// The vector width for `isa`: the host's widest. The LLVM tier compiles for the host's
 /// CPU and all its features (MLIR's ExecutionEngine), so an instruction set without AVX
@@ -113,65 +115,4 @@ pub fn compile_into(m: &Module, table: &graphc_runtime::KernelTable, lanes: usiz
         table.replace(&k.graph, k.node, std::sync::Arc::new(kernel));
     }
     Ok(Tier { count, compile_time: start.elapsed(), kept })
-}
-
-/// The GPU kernels of `m`'s graph `graph`: each kernel (in [`plan::kernels`]' order) the GPU
-/// can run, named `graphc_gpu_N`, as one `gpu.module` for `chip`; and those it cannot, headed
-/// as in listings, with why.
-pub fn gpu_listing(m: &Module, graph: &str, chip: &str) -> Result<(String, Vec<GpuKernel>, Vec<String>), String> {
-    let mut kernels = Vec::new();
-    let mut texts = Vec::new();
-    let mut kept = Vec::new();
-    for (i, k) in plan::kernels(m).into_iter().enumerate() {
-        if k.graph != graph {
-            continue;
-        }
-        let name = format!("graphc_gpu_{i}");
-        let emitted = match &k.plan {
-            plan::KernelPlan::Loop(p) => emit::gpu_kernel(p, &name).map(|text| (text, GpuPlan::Loop(p.clone()))),
-            plan::KernelPlan::MatMul(p) => {
-                let g = m.graph(graph).ok_or_else(|| format!("no graph @{graph}"))?;
-                let operands: Result<Vec<graphc_ir::TensorType>, String> = g.nodes[k.node]
-                    .operands
-                    .iter()
-                    .map(|&v| g.values[v].ty.as_tensor().cloned().ok_or_else(|| "an operand is not a tensor".into()))
-                    .collect();
-                operands.and_then(|operands| gpu_product::operand_types(p, &operands)).and_then(|types| {
-                    let text = gpu_product::gpu_product_kernel(p, types.len(), &name)?;
-                    Ok((text, GpuPlan::Product(p.clone(), types)))
-                })
-            }
-            plan::KernelPlan::Columns(_) => Err("column reductions have no GPU kernel yet".into()),
-            plan::KernelPlan::Conv(_) => Err("convolutions have no GPU kernel yet".into()),
-            plan::KernelPlan::Pool(_) => Err("pooling has no GPU kernel yet".into()),
-            plan::KernelPlan::Concat(_) => Err("concat has no GPU kernel yet".into()),
-        };
-        match emitted {
-            Ok((text, plan)) => {
-                texts.push(text);
-                kernels.push(GpuKernel { name, node: k.node, plan });
-            }
-            Err(e) => kept.push(format!("{}: {e}", plan::kernel_header(m, i, &k))),
-        }
-    }
-    Ok((emit::gpu_module(&texts, chip), kernels, kept))
-}
-
-/// A kernel of a graph as a GPU runs it.
-#[derive(Clone, Debug)]
-pub struct GpuKernel {
-    /// Its function in the `gpu.module` and the PTX.
-    pub name: String,
-    pub node: graphc_ir::Node,
-    pub plan: GpuPlan,
-}
-
-/// What a GPU kernel computes.
-#[derive(Clone, Debug)]
-pub enum GpuPlan {
-    /// A loop kernel: a thread per element, or per row.
-    Loop(plan::LoopPlan),
-    /// A tiled matrix product (`gpu_product.rs`), with the type each operand of its node must
-    /// have and whether it is expanded to the product's shape first.
-    Product(plan::MatMulPlan, Vec<(graphc_ir::TensorType, bool)>),
 }

@@ -2,6 +2,7 @@
 //! handle form one group that goes to one device, as do same-named state in different graphs
 //! of the module; the group may use only devices every member admits.
 
+use super::constraints::kernel_on;
 use crate::placement::cost::CostModel;
 use graphc_ir::{Diagnostic, Graph, Node, Op, Type};
 use std::collections::HashMap;
@@ -156,7 +157,7 @@ fn colocation_conflict(g: &Graph, top: &[Node], members: &[usize], cost: &CostMo
             Some(s) if !s.is_empty() => format!("{} is pinned to '{s}'", g.describe(n)),
             _ => {
                 let can: Vec<&str> =
-                    cluster.devices.iter().filter(|d| d.supports(nd.op)).map(|d| d.name.as_str()).collect();
+                    cluster.devices.iter().filter(|d| kernel_on(d, g, n).is_ok()).map(|d| d.name.as_str()).collect();
                 format!("{} can run on {}", g.describe(n), can.join(", "))
             }
         };

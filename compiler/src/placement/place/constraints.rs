@@ -1,10 +1,17 @@
 //! Phase 1 of placement, constraints: the devices a node admits. Its annotation (full or
-//! partial) admits the devices it is compatible with; the device must have a kernel for the op
-//! and for every op in its regions, which go with it (a `cond`, `while` or `fusion` is placed
-//! as one unit), except the annotated nodes of a `cond` or `while`, which split off.
+//! partial) admits the devices it is compatible with; the device must have a kernel for the
+//! node and for every node in its regions, which go with it (a `cond`, `while` or `fusion` is
+//! placed as one unit), except the annotated nodes of a `cond` or `while`, which split off.
+//!
+//! A device has a kernel for a node when the spec does not list its op as unsupported and,
+//! on a GPU, when the GPU backend has a kernel for the node itself (`gpu_runs`: it depends on
+//! dtypes, shapes and what a fusion holds, not on the op alone), so that work a GPU cannot do
+//! goes to a CPU device rather than to the host inside the GPU's partition.
 
+use crate::lower::mlir::gpu_runs;
+use crate::placement::cluster::Device;
 use crate::placement::cost::CostModel;
-use graphc_ir::{Diagnostic, Graph, Node, Op};
+use graphc_ir::{DeviceKind, Diagnostic, Graph, Node, Op};
 
 /// What each of the top-level nodes admits, in order; the first that admits no device is the
 /// error.
@@ -20,18 +27,45 @@ pub(super) fn splits_off(g: &Graph, m: Node) -> bool {
         && g.nodes[m].device.as_ref().is_some_and(|s| !s.is_empty())
 }
 
-/// The devices node `n` (with its regions) may run on: compatible with every annotation in
-/// it, and having a kernel for every op in it.
-pub(super) fn admitted(g: &Graph, n: Node, cost: &CostModel<'_>) -> Result<Vec<bool>, Diagnostic> {
-    let cluster = cost.cluster;
-    let mut ok = vec![true; cluster.devices.len()];
+/// Why device `d` has no kernel for node `m` of `g`, or `Ok`. A node inside a fusion is
+/// checked by its op alone: the fusion's kernel is the GPU's question.
+pub(super) fn kernel_on(d: &Device, g: &Graph, m: Node) -> Result<(), String> {
+    let op = g.nodes[m].op;
+    if !d.supports(op) {
+        return Err(format!("{} has no kernel for '{}'", d.name, op.name()));
+    }
+    if d.kind == DeviceKind::Gpu && !inside_fusion(g, m) {
+        gpu_runs(g, m).map_err(|why| format!("{} has no kernel for {}: {why}", d.name, g.describe(m)))?;
+    }
+    Ok(())
+}
+
+fn inside_fusion(g: &Graph, m: Node) -> bool {
+    g.regions[g.nodes[m].parent].parent.is_some_and(|p| g.nodes[p].op == Op::Fusion)
+}
+
+/// Node `n` and the nodes in its regions that go with it, `n` first.
+fn unit(g: &Graph, n: Node) -> Vec<Node> {
+    let mut out = Vec::new();
     let mut stack = vec![n];
     while let Some(m) = stack.pop() {
-        let nd = &g.nodes[m];
         if m != n && splits_off(g, m) {
             continue; // placed on its own by resolve_nested
         }
-        stack.extend(nd.regions.iter().flat_map(|&r| g.regions[r].nodes.iter().copied()));
+        stack.extend(g.nodes[m].regions.iter().flat_map(|&r| g.regions[r].nodes.iter().copied()));
+        out.push(m);
+    }
+    out
+}
+
+/// The devices node `n` (with its regions) may run on: compatible with every annotation in
+/// it, and having a kernel for every node in it.
+pub(super) fn admitted(g: &Graph, n: Node, cost: &CostModel<'_>) -> Result<Vec<bool>, Diagnostic> {
+    let cluster = cost.cluster;
+    let mut ok = vec![true; cluster.devices.len()];
+    let members = unit(g, n);
+    for &m in &members {
+        let nd = &g.nodes[m];
         if let Some(spec) = nd.device.as_ref().filter(|s| !s.is_empty()) {
             let matching: Vec<usize> = cluster.matching(spec).collect();
             if matching.is_empty() {
@@ -58,16 +92,14 @@ pub(super) fn admitted(g: &Graph, n: Node, cost: &CostModel<'_>) -> Result<Vec<b
                 .with_help("a fusion runs on one device with everything in its kernel"));
             }
         }
-        if !cluster.devices.iter().any(|d| d.supports(nd.op)) {
+        let why: Vec<Result<(), String>> = cluster.devices.iter().map(|d| kernel_on(d, g, m)).collect();
+        if why.iter().all(Result::is_err) {
+            let reasons: Vec<String> = why.into_iter().filter_map(Result::err).collect();
             return Err(Diagnostic::error(nd.span, format!("no device of the cluster can run {}", g.describe(m)))
-                .with_help(format!(
-                    "every device lists '{}' as unsupported; the devices are {}",
-                    nd.op.name(),
-                    cluster.listing()
-                )));
+                .with_help(format!("{}; the devices are {}", reasons.join("; "), cluster.listing())));
         }
-        for (d, x) in ok.iter_mut().enumerate() {
-            *x &= cluster.devices[d].supports(nd.op);
+        for (x, w) in ok.iter_mut().zip(&why) {
+            *x &= w.is_ok();
         }
     }
     if !ok.iter().any(|&b| b) {
@@ -78,16 +110,7 @@ pub(super) fn admitted(g: &Graph, n: Node, cost: &CostModel<'_>) -> Result<Vec<b
             .devices
             .iter()
             .filter(|d| pinned.is_none_or(|s| s.is_compatible_with(&d.spec)))
-            .filter_map(|d| {
-                let mut ops = vec![nd.op];
-                let mut stack: Vec<Node> = nd.regions.iter().flat_map(|&r| g.regions[r].nodes.clone()).collect();
-                while let Some(m) = stack.pop() {
-                    ops.push(g.nodes[m].op);
-                    stack.extend(g.nodes[m].regions.iter().flat_map(|&r| g.regions[r].nodes.iter().copied()));
-                }
-                let missing = ops.iter().find(|&&op| !d.supports(op))?;
-                Some(format!("{} has no kernel for '{}'", d.name, missing.name()))
-            })
+            .filter_map(|d| members.iter().find_map(|&m| kernel_on(d, g, m).err()))
             .collect();
         let what = match pinned {
             Some(s) => format!("{} is pinned to '{s}'", g.describe(n)),

@@ -1,0 +1,107 @@
+//! Which kernels a GPU runs, and their `gpu.module`: loop kernels (`emit.rs`) and tiled matrix
+//! products (`gpu_product.rs`). Placement asks the same question node by node
+//! ([`gpu_runs`]), so a node the GPU has no kernel for is placed on a CPU device rather than
+//! run on the host inside a GPU's partition.
+
+use super::{emit, gpu_product};
+use crate::lower::plan::{self, KernelPlan};
+use graphc_ir::{Graph, Module, Node, Op};
+
+/// The GPU kernels of `m`'s graph `graph`: each kernel (in [`plan::kernels`]' order) the GPU
+/// can run, named `graphc_gpu_N`, as one `gpu.module` for `chip`; and those it cannot, headed
+/// as in listings, with why.
+pub fn gpu_listing(m: &Module, graph: &str, chip: &str) -> Result<(String, Vec<GpuKernel>, Vec<String>), String> {
+    let g = m.graph(graph).ok_or_else(|| format!("no graph @{graph}"))?;
+    let mut kernels = Vec::new();
+    let mut texts = Vec::new();
+    let mut kept = Vec::new();
+    for (i, k) in plan::kernels(m).into_iter().enumerate() {
+        if k.graph != graph {
+            continue;
+        }
+        let name = format!("graphc_gpu_{i}");
+        match gpu_kernel(g, k.node, &k.plan, &name) {
+            Ok((text, plan)) => {
+                texts.push(text);
+                kernels.push(GpuKernel { name, node: k.node, plan });
+            }
+            Err(e) => kept.push(format!("{}: {e}", plan::kernel_header(m, i, &k))),
+        }
+    }
+    Ok((emit::gpu_module(&texts, chip), kernels, kept))
+}
+
+/// Whether a GPU runs node `n` of `g` (a node outside fusions; a fusion as a whole): with a
+/// GPU kernel, or as one of the ops that need none ([`needs_no_kernel`]). The error says why
+/// not.
+pub fn gpu_runs(g: &Graph, n: Node) -> Result<(), String> {
+    let op = g.nodes[n].op;
+    match plan::kernel_plan(g, n) {
+        Some(p) => gpu_kernel(g, n, &p, "graphc_gpu").map(|_| ()),
+        None if needs_no_kernel(op) => Ok(()),
+        None if op == Op::Fusion => Err("its region is not one kernel the GPU has".into()),
+        None if plan::supported(op) => Err(format!("the GPU's kernels for '{}' take f32 tensors only", op.name())),
+        None => Err(format!("the GPU backend has none for '{}'", op.name())),
+    }
+}
+
+/// Ops a device runs without a kernel of its own: constants, views and copies, state, control
+/// flow (whose regions' nodes are placed one by one) and transfers.
+fn needs_no_kernel(op: Op) -> bool {
+    matches!(
+        op,
+        Op::Constant
+            | Op::Identity
+            | Op::Reshape
+            | Op::Shape
+            | Op::Rank
+            | Op::Variable
+            | Op::Read
+            | Op::Assign
+            | Op::NoOp
+            | Op::Cond
+            | Op::While
+            | Op::Send
+            | Op::Recv
+    )
+}
+
+/// The GPU kernel of node `n` of `g`, whose plan is `plan`, as a `gpu.func` named `name`.
+fn gpu_kernel(g: &Graph, n: Node, plan: &KernelPlan, name: &str) -> Result<(String, GpuPlan), String> {
+    match plan {
+        KernelPlan::Loop(p) => emit::gpu_kernel(p, name).map(|text| (text, GpuPlan::Loop(p.clone()))),
+        KernelPlan::MatMul(p) => {
+            let operands = g.nodes[n]
+                .operands
+                .iter()
+                .map(|&v| g.values[v].ty.as_tensor().cloned().ok_or_else(|| "an operand is not a tensor".to_string()))
+                .collect::<Result<Vec<_>, _>>()?;
+            let types = gpu_product::operand_types(p, &operands)?;
+            let text = gpu_product::gpu_product_kernel(p, types.len(), name)?;
+            Ok((text, GpuPlan::Product(p.clone(), types)))
+        }
+        KernelPlan::Columns(_) => Err("column reductions have no GPU kernel yet".into()),
+        KernelPlan::Conv(_) => Err("convolutions have no GPU kernel yet".into()),
+        KernelPlan::Pool(_) => Err("pooling has no GPU kernel yet".into()),
+        KernelPlan::Concat(_) => Err("concat has no GPU kernel yet".into()),
+    }
+}
+
+/// A kernel of a graph as a GPU runs it.
+#[derive(Clone, Debug)]
+pub struct GpuKernel {
+    /// Its function in the `gpu.module` and the PTX.
+    pub name: String,
+    pub node: Node,
+    pub plan: GpuPlan,
+}
+
+/// What a GPU kernel computes.
+#[derive(Clone, Debug)]
+pub enum GpuPlan {
+    /// A loop kernel: a thread per element, or per row.
+    Loop(plan::LoopPlan),
+    /// A tiled matrix product (`gpu_product.rs`), with the type each operand of its node must
+    /// have and whether it is expanded to the product's shape first.
+    Product(plan::MatMulPlan, Vec<(graphc_ir::TensorType, bool)>),
+}
