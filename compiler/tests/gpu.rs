@@ -10,7 +10,7 @@ mod common;
 
 use common::examples;
 use graphc::lower::cpu::CompileOptions;
-use graphc::lower::mlir::{gpu_listing, gpu_product, ptx::ptx};
+use graphc::lower::mlir::{gpu_listing, gpu_product, gpu_product::Contraction, ptx::ptx};
 use graphc::lower::plan::{self, KernelPlan};
 use graphc::passes::{PassManager, DEFAULT_PIPELINE};
 use graphc_cpu_runtime::In;
@@ -120,22 +120,26 @@ impl graphc_runtime::Kernel for Twin {
     }
 }
 
-/// `m` (optimized) with the CPU twin of the GPU product kernel in place of every matrix
-/// product the GPU runs; how many.
+/// `m` (optimized) with the CPU twin of the GPU's tiled kernel in place of every matrix
+/// product and convolution the GPU runs; how many.
 fn with_twins(m: &Module) -> (Arc<graphc::lower::cpu::CpuKernels>, usize) {
     let kernels = common::cpu_kernels(m, &CompileOptions::default()).unwrap();
     let mut text = String::from("module {\n");
     let (mut names, mut twins) = (Vec::new(), Vec::new());
     for (i, k) in plan::kernels(m).into_iter().enumerate() {
-        let KernelPlan::MatMul(p) = &k.plan else { continue };
+        let p = match &k.plan {
+            KernelPlan::MatMul(p) => Contraction::MatMul(p.clone()),
+            KernelPlan::Conv(p) => Contraction::Conv(p.clone()),
+            _ => continue,
+        };
         let g = m.graph(&k.graph).unwrap();
         let operands: Vec<TensorType> =
             g.nodes[k.node].operands.iter().map(|&v| g.values[v].ty.as_tensor().unwrap().clone()).collect();
-        let Ok(types) = gpu_product::operand_types(p, &operands) else { continue };
+        let Ok(types) = gpu_product::operand_types(&p, &operands) else { continue };
         let name = format!("twin_{i}");
-        text.push_str(&gpu_product::cpu_twin(p, types.len(), &name).unwrap());
-        names.push((name, gpu_product::extents(p, types.len())));
-        twins.push((k.graph.clone(), k.node, types, p.clone()));
+        text.push_str(&gpu_product::cpu_twin(&p, types.len(), &name).unwrap());
+        names.push((name, gpu_product::extents(&p, types.len())));
+        twins.push((k.graph.clone(), k.node, types, p));
     }
     text.push_str("}\n");
     let count = twins.len();
@@ -258,6 +262,107 @@ graph @row_max(%x: f32[8,20], %w: f32[20,10]) -> (y: f32[8,10]) {
     assert_exact_against_interpreter(&m, kernels);
     // The five products, and the row reduction after one of them.
     assert_eq!(assemble("epilogues", &m), 6);
+}
+
+/// A `conv` graph named `name`: `n` images of `c` channels `h` x `w` by `m` filters of
+/// `kh` x `kw` in `group` groups, with strides, pads (tops and lefts, then bottoms and rights)
+/// and dilations; `None` when no window fits.
+#[allow(clippy::too_many_arguments)]
+fn conv_graph(
+    name: &str,
+    [n, c, h, w]: [u64; 4],
+    [m, kh, kw]: [u64; 3],
+    group: u64,
+    strides: [u64; 2],
+    pads: [u64; 4],
+    dilations: [u64; 2],
+    epilogue: &str,
+) -> Option<String> {
+    let size = |x: u64, k: u64, a: usize| {
+        let span = dilations[a] * (k - 1) + 1;
+        let padded = x + pads[a] + pads[a + 2];
+        (padded >= span).then(|| (padded - span) / strides[a] + 1)
+    };
+    let (oh, ow) = (size(h, kh, 0)?, size(w, kw, 1)?);
+    let out = format!("f32[{n},{m},{oh},{ow}]");
+    let (extra, body, ret) = match epilogue {
+        "" => (String::new(), String::new(), "%y"),
+        "bias_relu" => {
+            (format!(", %b: f32[1,{m},1,1]"), format!("  %yb = add %y, %b : {out}\n  %z = relu %yb : {out}\n"), "%z")
+        }
+        "residual" => (format!(", %r: {out}"), format!("  %z = mul %y, %r : {out}\n"), "%z"),
+        _ => unreachable!(),
+    };
+    Some(format!(
+        "graph @{name}(%x: f32[{n},{c},{h},{w}], %k: f32[{m},{},{kh},{kw}]{extra}) -> (y: {out}) {{\n  %y = conv %x, %k {{strides = [{}, {}], pads = [{}, {}, {}, {}], dilations = [{}, {}], group = {group}}} : {out}\n{body}  return {ret}\n}}\n",
+        c / group,
+        strides[0],
+        strides[1],
+        pads[0],
+        pads[1],
+        pads[2],
+        pads[3],
+        dilations[0],
+        dilations[1],
+    ))
+}
+
+#[test]
+fn the_tiled_convolution_kernel_computes_every_geometry_exactly() {
+    // Images, channels and filters in groups (depthwise too), filters past a tile's 64 rows,
+    // depths (channels by taps) past its 16, output planes past its 64 columns; windows of
+    // 1x1 and wider, strided, padded unevenly and dilated: every combination that fits.
+    let mut text = String::new();
+    let mut graphs = 0;
+    for (images, channels, filters, group) in [(1, 3, 5, 1), (2, 4, 70, 1), (1, 6, 9, 3), (2, 4, 4, 4), (1, 16, 66, 2)]
+    {
+        for (kh, kw) in [(1, 1), (3, 3), (2, 3)] {
+            for (strides, pads, dilations) in [
+                ([1, 1], [0; 4], [1, 1]),
+                ([1, 1], [1; 4], [1, 1]),
+                ([2, 1], [1, 0, 2, 1], [1, 1]),
+                ([1, 2], [2; 4], [2, 2]),
+            ] {
+                let (h, w) = if graphs % 5 == 4 { (1, 2) } else { (11, 13) };
+                let shape = [images, channels, h, w];
+                let name = format!("c{graphs}");
+                if let Some(g) = conv_graph(&name, shape, [filters, kh, kw], group, strides, pads, dilations, "") {
+                    text.push_str(&g);
+                    graphs += 1;
+                }
+            }
+        }
+    }
+    assert!(graphs >= 50, "{graphs} convolutions");
+    let m = optimize(&parse_module(&text).unwrap());
+    let (kernels, twins) = with_twins(&m);
+    assert_eq!(twins, graphs, "every convolution has a GPU kernel");
+    assert_exact_against_interpreter(&m, kernels);
+    assert_eq!(assemble("convolutions", &m), graphs);
+}
+
+#[test]
+fn the_tiled_convolution_kernel_runs_its_elementwise_epilogue() {
+    let cases = [
+        // A per-filter bias and relu over 70 filters (two tiles of rows) in 2 groups.
+        ("bias_relu", [2, 4, 9, 10], [70, 3, 3], 2, [1, 1], [1; 4], "bias_relu"),
+        // A tensor of the result's shape, strided.
+        ("residual", [1, 3, 12, 9], [8, 3, 2], 1, [2, 1], [0, 1, 0, 1], "residual"),
+        // One output row per plane: the epilogue's rows are the products' rows.
+        ("one_row", [2, 5, 3, 70], [6, 3, 3], 1, [1, 1], [0; 4], "bias_relu"),
+    ];
+    let mut text = String::new();
+    for (name, shape, filters, group, strides, pads, epilogue) in cases {
+        text.push_str(&conv_graph(name, shape, filters, group, strides, pads, [1, 1], epilogue).unwrap());
+    }
+    let m = optimize(&parse_module(&text).unwrap());
+    let epilogues =
+        plan::kernels(&m).iter().filter(|k| matches!(&k.plan, KernelPlan::Conv(p) if p.epilogue.is_some())).count();
+    assert_eq!(epilogues, 3, "the convolutions head fusions: {}", print_module(&m));
+    let (kernels, twins) = with_twins(&m);
+    assert_eq!(twins, 3, "{}", print_module(&m));
+    assert_exact_against_interpreter(&m, kernels);
+    assert_eq!(assemble("conv_epilogues", &m), 3);
 }
 
 #[test]

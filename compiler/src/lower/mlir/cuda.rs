@@ -67,20 +67,21 @@ fn describe(k: &GpuKernel, code: Arc<GpuCode>) -> GpuLoopKernel {
             function: k.name.clone(),
             reach: graphc_cpu_runtime::describe::extents(p).ins,
         },
-        GpuPlan::Product(p, types) => {
-            let (out, results) = gpu_product::result_types(p);
+        GpuPlan::Product(c, types) => {
+            let (out, results) = gpu_product::result_types(c);
             let results = results.into_iter().map(|ty| (ty, false)).collect();
+            let (rows, cols) = gpu_product::view(c);
             GpuLoopKernel {
-                rows: p.m,
-                cols: p.n,
+                rows,
+                cols,
                 inputs: types.iter().map(|(ty, m)| input((ty, *m))).collect(),
                 out,
                 results,
-                scratch_per_row: if p.epilogue.is_some() { p.n } else { 0 },
-                threads: Threads::Blocks(gpu_product::blocks(p)),
+                scratch_per_row: if c.has_epilogue() { cols } else { 0 },
+                threads: Threads::Blocks(gpu_product::blocks(c)),
                 code,
                 function: k.name.clone(),
-                reach: gpu_product::extents(p, types.len()).ins,
+                reach: gpu_product::extents(c, types.len()).ins,
             }
         }
     }

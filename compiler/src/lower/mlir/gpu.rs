@@ -1,9 +1,9 @@
 //! Which kernels a GPU runs, and their `gpu.module`: loop kernels (`emit.rs`) and tiled matrix
-//! products (`gpu_product.rs`). Placement asks the same question node by node
+//! products and convolutions (`gpu_product.rs`). Placement asks the same question node by node
 //! ([`gpu_runs`]), so a node the GPU has no kernel for is placed on a CPU device rather than
 //! run on the host inside a GPU's partition.
 
-use super::{emit, gpu_product};
+use super::{emit, gpu_product, gpu_product::Contraction};
 use crate::lower::plan::{self, KernelPlan};
 use graphc_ir::{Graph, Module, Node, Op};
 
@@ -69,22 +69,25 @@ fn needs_no_kernel(op: Op) -> bool {
 /// The GPU kernel of node `n` of `g`, whose plan is `plan`, as a `gpu.func` named `name`.
 fn gpu_kernel(g: &Graph, n: Node, plan: &KernelPlan, name: &str) -> Result<(String, GpuPlan), String> {
     match plan {
-        KernelPlan::Loop(p) => emit::gpu_kernel(p, name).map(|text| (text, GpuPlan::Loop(p.clone()))),
-        KernelPlan::MatMul(p) => {
-            let operands = g.nodes[n]
-                .operands
-                .iter()
-                .map(|&v| g.values[v].ty.as_tensor().cloned().ok_or_else(|| "an operand is not a tensor".to_string()))
-                .collect::<Result<Vec<_>, _>>()?;
-            let types = gpu_product::operand_types(p, &operands)?;
-            let text = gpu_product::gpu_product_kernel(p, types.len(), name)?;
-            Ok((text, GpuPlan::Product(p.clone(), types)))
-        }
+        KernelPlan::Loop(p) => emit::gpu_kernel(p, name).map(|text| (text, GpuPlan::Loop(Box::new(p.clone())))),
+        KernelPlan::MatMul(p) => product(g, n, Contraction::MatMul(p.clone()), name),
+        KernelPlan::Conv(p) => product(g, n, Contraction::Conv(p.clone()), name),
         KernelPlan::Columns(_) => Err("column reductions have no GPU kernel yet".into()),
-        KernelPlan::Conv(_) => Err("convolutions have no GPU kernel yet".into()),
         KernelPlan::Pool(_) => Err("pooling has no GPU kernel yet".into()),
         KernelPlan::Concat(_) => Err("concat has no GPU kernel yet".into()),
     }
+}
+
+/// The tiled kernel of contraction `c`, node `n` of `g`.
+fn product(g: &Graph, n: Node, c: Contraction, name: &str) -> Result<(String, GpuPlan), String> {
+    let operands = g.nodes[n]
+        .operands
+        .iter()
+        .map(|&v| g.values[v].ty.as_tensor().cloned().ok_or_else(|| "an operand is not a tensor".to_string()))
+        .collect::<Result<Vec<_>, _>>()?;
+    let types = gpu_product::operand_types(&c, &operands)?;
+    let text = gpu_product::gpu_product_kernel(&c, types.len(), name)?;
+    Ok((text, GpuPlan::Product(Box::new(c), types)))
 }
 
 /// A kernel of a graph as a GPU runs it.
@@ -100,8 +103,8 @@ pub struct GpuKernel {
 #[derive(Clone, Debug)]
 pub enum GpuPlan {
     /// A loop kernel: a thread per element, or per row.
-    Loop(plan::LoopPlan),
-    /// A tiled matrix product (`gpu_product.rs`), with the type each operand of its node must
-    /// have and whether it is expanded to the product's shape first.
-    Product(plan::MatMulPlan, Vec<(graphc_ir::TensorType, bool)>),
+    Loop(Box<plan::LoopPlan>),
+    /// A tiled matrix product or convolution (`gpu_product.rs`), with the type each operand
+    /// of its node must have and whether it is expanded to the result's shape first.
+    Product(Box<Contraction>, Vec<(graphc_ir::TensorType, bool)>),
 }
