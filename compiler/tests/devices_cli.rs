@@ -85,6 +85,46 @@ fn trace_and_profile_feed_the_simulator() {
 }
 
 #[test]
+fn a_profiles_gpu_times_move_placement() {
+    // A big matmul goes to the GPU of cpu_gpu (40x on contractions)...
+    let gir = tmp("big_matmul.gir");
+    std::fs::write(
+        &gir,
+        "graph @g(%x: f32[256,256], %w: f32[256,256]) -> (y: f32[256,256]) {\n  %y = matmul %x, %w : f32[256,256]\n  return %y\n}\n",
+    )
+    .unwrap();
+    let devices = example("cpu_gpu.devices.toml");
+    let placed = |profile: Option<&PathBuf>| {
+        let out = tmp("placed.gir");
+        let mut args = vec!["opt", gir.to_str().unwrap(), "--passes", "place", "--devices", &devices, "-o"];
+        args.push(out.to_str().unwrap());
+        if let Some(p) = profile {
+            args.extend(["--profile", p.to_str().unwrap()]);
+        }
+        let o = graphc(&args);
+        assert!(o.status.success(), "{}", text(&o).1);
+        let ir = std::fs::read_to_string(&out).unwrap();
+        ir.lines().find(|l| l.contains("= matmul")).unwrap().to_string()
+    };
+    assert!(placed(None).contains("device:gpu:0"), "{}", placed(None));
+    // ... unless a profile measured it there as slower than the CPU: a GPU's own times are
+    // taken as they are, not its reference time over its speed.
+    let measured = tmp("cpu_profile.json");
+    let o =
+        graphc(&["run", gir.to_str().unwrap(), "--backend", "interp", "--write-profile", measured.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o).1);
+    let mut p: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&measured).unwrap()).unwrap();
+    let ops = p["ops"].clone();
+    let sig = ops.as_object().unwrap().keys().find(|k| k.starts_with("matmul")).unwrap().clone();
+    p["devices"] = serde_json::json!({ "gpu": { sig.clone(): { "mean_us": 1e6, "count": 3 } } });
+    let slow_gpu = tmp("slow_gpu_profile.json");
+    std::fs::write(&slow_gpu, p.to_string()).unwrap();
+    assert!(placed(Some(&slow_gpu)).contains("device:cpu:0"), "{}", placed(Some(&slow_gpu)));
+    // The CPU's measurement alone leaves the GPU's speed to scale it.
+    assert!(placed(Some(&measured)).contains("device:gpu:0"), "{}", placed(Some(&measured)));
+}
+
+#[test]
 fn opt_places_and_partitions_into_ir_that_checks() {
     let out = tmp("parted.gir");
     let o = graphc(&[
@@ -116,12 +156,31 @@ fn opt_places_and_partitions_into_ir_that_checks() {
 fn bad_device_specs_and_placements_are_clear_errors() {
     let bad = tmp("bad.devices.toml");
     std::fs::write(&bad, "[[device]]\nspec = \"/cpu:0\"\nspeed = { warp = 2.0 }\n").unwrap();
+    let profile = |devices: &str| {
+        let path = tmp(&format!("bad_profile_{}.json", devices.len()));
+        let text = format!(r#"{{"format": "graphc-profile", "version": 1, "ops": {{}}, "devices": {{{devices}}}}}"#);
+        std::fs::write(&path, text).unwrap();
+        path.display().to_string()
+    };
     let cases: Vec<(Vec<String>, &str)> = vec![
         (vec!["--devices".into(), "/nonexistent/x.toml".into()], "cannot read device spec /nonexistent/x.toml"),
         (vec!["--devices".into(), bad.display().to_string()], "unknown op class 'warp'"),
         (
             vec!["--devices".into(), example("two_cpus.devices.toml"), "--profile".into(), bad.display().to_string()],
             "is not a graphc profile",
+        ),
+        (
+            vec!["--devices".into(), example("two_cpus.devices.toml"), "--profile".into(), profile(r#""tpu": {}"#)],
+            "devices.tpu: expected a device kind other than the reference CPU's (gpu)",
+        ),
+        (
+            vec![
+                "--devices".into(),
+                example("two_cpus.devices.toml"),
+                "--profile".into(),
+                profile(r#""gpu": {"add": {"mean_us": -1.0, "count": 2}}"#),
+            ],
+            "devices.gpu: 'add' has mean_us -1 over 2 runs; expected a finite time",
         ),
     ];
     for (flags, want) in cases {

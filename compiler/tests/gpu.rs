@@ -367,15 +367,60 @@ fn the_tiled_convolution_kernel_runs_its_elementwise_epilogue() {
 
 #[test]
 fn only_kernels_placed_on_a_gpu_or_nowhere_are_for_the_gpu() {
-    let text = "graph @g(%x: f32[8,16], %w: f32[16,4]) -> (a: f32[8,4], b: f32[8,4], c: f32[8,4]) {
+    let text = "graph @g(%x: f32[8,16], %w: f32[16,4], %p: bool[]) -> (a: f32[8,4], b: f32[8,4], c: f32[8,4], d: f32[8,4], e: f32[8,4]) {
   %a = matmul %x, %w device \"/job:localhost/replica:0/task:0/device:cpu:0\" : f32[8,4]
   %b = matmul %x, %w device \"/device:gpu:0\" : f32[8,4]
   %c = matmul %x, %w : f32[8,4]
-  return %a, %b, %c
+  %d = cond %p, %x, %w device \"/device:cpu:0\" : f32[8,4]
+    then(%x1: f32[8,16], %w1: f32[16,4]) {
+      %m1 = matmul %x1, %w1 : f32[8,4]
+      yield %m1
+    }
+    else(%x2: f32[8,16], %w2: f32[16,4]) {
+      %m2 = matmul %x2, %w2 device \"/device:gpu:0\" : f32[8,4]
+      yield %m2
+    }
+  %e = cond %p, %x, %w device \"/device:gpu:0\" : f32[8,4]
+    then(%x3: f32[8,16], %w3: f32[16,4]) {
+      %m3 = matmul %x3, %w3 : f32[8,4]
+      yield %m3
+    }
+    else(%x4: f32[8,16], %w4: f32[16,4]) {
+      %m4 = matmul %x4, %w4 device \"/device:cpu:0\" : f32[8,4]
+      yield %m4
+    }
+  return %a, %b, %c, %d, %e
 }
 ";
     let m = parse_module(text).unwrap();
     let g = &m.graphs[0];
-    let on: Vec<bool> = g.regions[g.body].nodes.iter().map(|&n| graphc::lower::mlir::cuda::for_the_gpu(g, n)).collect();
-    assert_eq!(on[..3], [false, true, true]);
+    let on = |name: &str| {
+        let n = g
+            .walk()
+            .into_iter()
+            .find(|&n| g.nodes[n].results.first().is_some_and(|&v| g.values[v].name.as_deref() == Some(name)));
+        graphc::lower::mlir::cuda::for_the_gpu(g, n.unwrap())
+    };
+    let placed: Vec<bool> = ["a", "b", "c", "m1", "m2", "m3", "m4"].iter().map(|n| on(n)).collect();
+    assert_eq!(placed, [false, true, true, false, true, true, false]);
+}
+
+#[test]
+fn a_cuda_run_measures_on_the_gpu_what_the_gpu_runs() {
+    // What a profile of a `--backend cuda` run records as the GPU's times.
+    let text = "graph @g(%x: f32[8,16], %w: f32[16,4], %i: f32[1,2,8,8]) -> (a: f32[8,4], b: f32[8,4], c: f32[8,4], p: f32[1,2,4,4]) {
+  %a = matmul %x, %w device \"/device:cpu:0\" : f32[8,4]
+  %b = matmul %x, %w device \"/device:gpu:0\" : f32[8,4]
+  %c = matmul %x, %w : f32[8,4]
+  %p = max_pool %i {kernel = [2, 2], strides = [2, 2]} : f32[1,2,4,4]
+  return %a, %b, %c, %p
+}
+";
+    let m = parse_module(text).unwrap();
+    let g = &m.graphs[0];
+    let cuda = graphc::backend::backend("cuda").unwrap();
+    let kinds: Vec<&str> = g.regions[g.body].nodes.iter().map(|&n| cuda.runs_on(g, n).name()).collect();
+    assert_eq!(kinds, ["cpu", "gpu", "gpu", "cpu"]);
+    let jit = graphc::backend::backend("jit").unwrap();
+    assert!(g.regions[g.body].nodes.iter().all(|&n| jit.runs_on(g, n) == graphc_ir::DeviceKind::Cpu));
 }

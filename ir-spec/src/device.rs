@@ -21,6 +21,11 @@ impl DeviceKind {
         }
     }
 
+    /// The kind of this [`DeviceKind::name`].
+    pub fn from_name(s: &str) -> Option<Self> {
+        [DeviceKind::Cpu, DeviceKind::Gpu].into_iter().find(|k| k.name() == s)
+    }
+
     fn parse(s: &str) -> Option<Self> {
         match s.to_ascii_lowercase().as_str() {
             "cpu" => Some(DeviceKind::Cpu),

@@ -5,7 +5,7 @@
 use super::{Backend, CompileOptions, Compiled};
 use crate::lower::cpu::CpuKernels;
 use crate::lower::mlir;
-use graphc_ir::Module;
+use graphc_ir::{DeviceKind, Graph, Module, Node};
 
 #[derive(Debug)]
 pub struct Cuda;
@@ -15,7 +15,7 @@ impl Backend for Cuda {
         "cuda"
     }
     fn description(&self) -> &'static str {
-        "The default pass pipeline, then elementwise and row kernels and tiled matrix products as PTX on the first NVIDIA GPU (through MLIR and the CUDA driver); what the GPU cannot run on the CPU backend"
+        "The default pass pipeline, then elementwise and row kernels and tiled matrix products and convolutions as PTX on the first NVIDIA GPU (through MLIR and the CUDA driver); what the GPU cannot run on the CPU backend"
     }
     fn pipeline(&self) -> &'static str {
         crate::passes::DEFAULT_PIPELINE
@@ -24,5 +24,15 @@ impl Backend for Cuda {
         let kernels = CpuKernels::compile_with(m, options)?;
         let tier = mlir::cuda::compile_into(m, kernels.table())?;
         Ok(Compiled::cpu(kernels, tier.compile_time, None))
+    }
+
+    /// The GPU, for the nodes placed on a GPU or on no device that it runs (with a kernel,
+    /// or needing none: `gpu_runs`); placement gives a GPU no others.
+    fn runs_on(&self, g: &Graph, n: Node) -> DeviceKind {
+        if mlir::cuda::for_the_gpu(g, n) && mlir::gpu_runs(g, n).is_ok() {
+            DeviceKind::Gpu
+        } else {
+            DeviceKind::Cpu
+        }
     }
 }

@@ -21,8 +21,7 @@ mod jit;
 mod llvm;
 mod tier;
 
-use graphc_ir::DeviceSpec;
-use graphc_ir::Module;
+use graphc_ir::{DeviceKind, DeviceSpec, Graph, Module, Node};
 use graphc_runtime::{CompiledKernels, Executor, KernelTable};
 use std::sync::Arc;
 use std::time::Duration;
@@ -64,6 +63,13 @@ pub trait Backend: Sync + std::fmt::Debug {
     /// tensors in its own memory (a GPU) returns its own, which copies only at send/recv.
     fn executor(&self, _device: &DeviceSpec, _compiled: &Compiled) -> Option<Arc<dyn Executor>> {
         None
+    }
+
+    /// The kind of device that runs node `n` of `g` (a top-level node of a graph it
+    /// compiled), so that a profile records the node's time as that kind's: the host's CPU,
+    /// unless this backend runs the node elsewhere.
+    fn runs_on(&self, _g: &Graph, _n: Node) -> DeviceKind {
+        DeviceKind::Cpu
     }
 }
 

@@ -57,7 +57,7 @@ fn run_loaded(a: &RunArgs, file: &SourceFile, module: Module) -> anyhow::Result<
     let show_every = if a.steps <= 20 { 1 } else { a.steps / 10 };
     // Room for the times of a usual run up front; --steps may be any u64.
     let mut times = Vec::with_capacity(a.steps.min(1 << 16) as usize);
-    let mut timeline = Timeline::new(&job, session.module());
+    let mut timeline = Timeline::new(&job, session.module(), backend);
     let mut last = Vec::new();
     for step in 1..=a.steps {
         let start = Instant::now();
@@ -111,12 +111,7 @@ fn run_loaded(a: &RunArgs, file: &SourceFile, module: Module) -> anyhow::Result<
     }
     if let Some(path) = &a.write_profile {
         write_file(path, &timeline.profile.to_json())?;
-        say!(
-            "profile of {} node kind{} -> {}",
-            timeline.profile.ops.len(),
-            plural(timeline.profile.ops.len()),
-            path.display()
-        );
+        say!("profile of {} node kind{} -> {}", timeline.profile.len(), plural(timeline.profile.len()), path.display());
     }
 
     print_timing(&graphs, &last, &times, a);

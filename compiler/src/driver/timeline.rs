@@ -2,6 +2,7 @@
 //! per device and one for transfers) and node times for `--write-profile`.
 
 use super::job::Job;
+use crate::backend::Backend;
 use crate::placement::cost::{signature, Profile};
 use crate::trace;
 use graphc_ir::{Module, Op};
@@ -20,10 +21,12 @@ pub struct Timeline {
     /// Spans past [`trace::MAX_SPANS`] and node executions the runtime did not record.
     pub dropped: u64,
     pub profile: Profile,
+    /// What ran the nodes: the kind of device each node's time is measured on.
+    backend: &'static dyn Backend,
 }
 
 impl Timeline {
-    pub fn new(job: &Job, m: &Module) -> Timeline {
+    pub fn new(job: &Job, m: &Module, backend: &'static dyn Backend) -> Timeline {
         let tracks = job
             .requests
             .iter()
@@ -37,7 +40,7 @@ impl Timeline {
             })
             .collect();
         let graphs = job.requests.iter().map(|r| r.graph.clone()).collect();
-        Timeline { graphs, tracks, origin: None, spans: Vec::new(), dropped: 0, profile: Profile::new() }
+        Timeline { graphs, tracks, origin: None, spans: Vec::new(), dropped: 0, profile: Profile::new(), backend }
     }
 
     pub fn record(&mut self, m: &Module, step_start: Instant, outs: &[RunOutput], profile: bool) {
@@ -52,7 +55,7 @@ impl Timeline {
                 let nd = &g.nodes[e.node];
                 let secs = e.end.saturating_duration_since(e.start).as_secs_f64();
                 if profile {
-                    self.profile.record(signature(g, e.node), secs);
+                    self.profile.record(self.backend.runs_on(g, e.node), signature(g, e.node), secs);
                 }
                 if self.spans.len() >= trace::MAX_SPANS {
                     self.dropped += 1;

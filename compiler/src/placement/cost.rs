@@ -1,10 +1,11 @@
 //! The cost model: how long a node takes on a device and how long a tensor takes to cross a
 //! link. Node times come from a profile of earlier runs when it has the node's signature, and
 //! otherwise from static heuristics (elements touched and flops, by op) calibrated against
-//! the reference CPU; either is divided by the device's speed for the op's class.
+//! the reference CPU; either is divided by the device's speed for the op's class. A profile's
+//! times measured on another kind of device (a GPU's) are that kind's own, taken as they are.
 
 use super::cluster::Cluster;
-use graphc_ir::{Graph, Node, Op, Type};
+use graphc_ir::{DeviceKind, Graph, Node, Op, Type};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -53,8 +54,13 @@ pub const ASSUMED_TRIPS: f64 = 10.0;
 pub struct Profile {
     pub format: String,
     pub version: u32,
-    /// Signature to measurement.
+    /// Signature to measurement, on the reference CPU's kind of device.
     pub ops: BTreeMap<String, Measured>,
+    /// Measured on devices of other kinds: kind (`gpu`) to signature to measurement, written
+    /// by runs whose backend ran those nodes there (`--backend cuda`). The cost model takes
+    /// them as they are on a device of that kind, not scaled by its speed.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub devices: BTreeMap<String, BTreeMap<String, Measured>>,
 }
 
 /// The mean time of one kind of node.
@@ -68,14 +74,27 @@ const PROFILE_FORMAT: &str = "graphc-profile";
 
 impl Profile {
     pub fn new() -> Profile {
-        Profile { format: PROFILE_FORMAT.into(), version: 1, ops: BTreeMap::new() }
+        Profile { format: PROFILE_FORMAT.into(), version: 1, ops: BTreeMap::new(), devices: BTreeMap::new() }
     }
 
-    /// Adds one measurement of a node of signature `sig`.
-    pub fn record(&mut self, sig: String, seconds: f64) {
-        let m = self.ops.entry(sig).or_default();
+    /// Adds one measurement of a node of signature `sig` that ran on a device of kind `on`.
+    pub fn record(&mut self, on: DeviceKind, sig: String, seconds: f64) {
+        let table = match on {
+            DeviceKind::Cpu => &mut self.ops,
+            other => self.devices.entry(other.name().to_string()).or_default(),
+        };
+        let m = table.entry(sig).or_default();
         m.mean_us += (seconds * 1e6 - m.mean_us) / (m.count + 1) as f64;
         m.count += 1;
+    }
+
+    /// How many kinds of node it has times for, on any device.
+    pub fn len(&self) -> usize {
+        self.ops.len() + self.devices.values().map(BTreeMap::len).sum::<usize>()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 
     pub fn load(path: &Path) -> Result<Profile, String> {
@@ -92,6 +111,16 @@ impl Profile {
                 p.version
             ));
         }
+        for (kind, table) in &p.devices {
+            if !matches!(DeviceKind::from_name(kind), Some(k) if k != DeviceKind::Cpu) {
+                return Err(format!(
+                    "{}: devices.{kind}: expected a device kind other than the reference CPU's (gpu)",
+                    path.display()
+                ));
+            }
+            check_times(path, &format!("devices.{kind}"), table)?;
+        }
+        check_times(path, "ops", &p.ops)?;
         Ok(p)
     }
 
@@ -99,9 +128,30 @@ impl Profile {
         serde_json::to_string_pretty(self).expect("a profile serializes")
     }
 
-    /// Seconds a node of this signature took, if measured.
-    fn seconds(&self, sig: &str) -> Option<f64> {
-        self.ops.get(sig).map(|m| m.mean_us * 1e-6)
+    /// Seconds a node of this signature took on a device of kind `on`, if measured.
+    fn seconds(&self, on: DeviceKind, sig: &str) -> Option<f64> {
+        let table = match on {
+            DeviceKind::Cpu => Some(&self.ops),
+            other => self.devices.get(other.name()),
+        };
+        table?.get(sig).map(|m| m.mean_us * 1e-6)
+    }
+
+    fn measured_on(&self, on: DeviceKind) -> bool {
+        on == DeviceKind::Cpu || self.devices.contains_key(on.name())
+    }
+}
+
+/// Every time of a profile's table is a finite, non-negative mean of at least one run.
+fn check_times(path: &Path, table: &str, times: &BTreeMap<String, Measured>) -> Result<(), String> {
+    match times.iter().find(|(_, m)| !(m.mean_us.is_finite() && m.mean_us >= 0.0 && m.count > 0)) {
+        Some((sig, m)) => Err(format!(
+            "{}: {table}: '{sig}' has mean_us {} over {} runs; expected a finite time of at least 0 over at least 1 run",
+            path.display(),
+            m.mean_us,
+            m.count
+        )),
+        None => Ok(()),
     }
 }
 
@@ -148,16 +198,38 @@ pub struct CostModel<'a> {
     profile: Option<&'a Profile>,
     /// Reference-CPU seconds per node, computed once (signatures are not free).
     memo: std::cell::RefCell<HashMap<(usize, Node), f64>>,
+    /// The same for the profile's times on other kinds of device.
+    measured: std::cell::RefCell<HashMap<(usize, Node, DeviceKind), Option<f64>>>,
 }
 
 impl<'a> CostModel<'a> {
     pub fn new(cluster: &'a Cluster, profile: Option<&'a Profile>) -> Self {
-        CostModel { cluster, profile, memo: Default::default() }
+        CostModel { cluster, profile, memo: Default::default(), measured: Default::default() }
     }
 
-    /// Seconds node `n` of `g` takes on device `d`, its regions included.
+    /// Seconds node `n` of `g` takes on device `d`, its regions included: as measured on a
+    /// device of its kind when the profile has that, else its reference time over the
+    /// device's speed.
     pub fn node_time(&self, g: &Graph, n: Node, d: usize) -> f64 {
-        self.reference_time(g, n) / self.cluster.devices[d].speed(g.nodes[n].op.kind())
+        let device = &self.cluster.devices[d];
+        if device.kind != DeviceKind::Cpu {
+            if let Some(t) = self.measured_time(g, n, device.kind) {
+                return t;
+            }
+        }
+        self.reference_time(g, n) / device.speed(g.nodes[n].op.kind())
+    }
+
+    /// Seconds node `n` of `g` took on a device of kind `kind`, when the profile says.
+    fn measured_time(&self, g: &Graph, n: Node, kind: DeviceKind) -> Option<f64> {
+        let p = self.profile.filter(|p| p.measured_on(kind))?;
+        let key = (g as *const Graph as usize, n, kind);
+        if let Some(&t) = self.measured.borrow().get(&key) {
+            return t;
+        }
+        let t = p.seconds(kind, &signature(g, n)).map(|t| t + reference::NODE_UNMEASURED);
+        self.measured.borrow_mut().insert(key, t);
+        t
     }
 
     /// Seconds to move a value of this type from device `a` to `b` (0 on one device).
@@ -179,7 +251,7 @@ impl<'a> CostModel<'a> {
         if let Some(&t) = self.memo.borrow().get(&key) {
             return t;
         }
-        let t = match self.profile.and_then(|p| p.seconds(&signature(g, n))) {
+        let t = match self.profile.and_then(|p| p.seconds(DeviceKind::Cpu, &signature(g, n))) {
             Some(t) => t + reference::NODE_UNMEASURED,
             None => self.estimate(g, n),
         };
