@@ -10,7 +10,9 @@ mod common;
 
 use common::examples;
 use graphc::lower::cpu::CompileOptions;
-use graphc::lower::mlir::{gpu_listing, gpu_product, gpu_product::Contraction, ptx::ptx};
+use graphc::lower::mlir::gpu_product::{self, Contraction};
+use graphc::lower::mlir::gpu_reduce::{self, Reduction};
+use graphc::lower::mlir::{gpu_listing, ptx::ptx};
 use graphc::lower::plan::{self, KernelPlan};
 use graphc::passes::{PassManager, DEFAULT_PIPELINE};
 use graphc_cpu_runtime::In;
@@ -41,7 +43,10 @@ fn assemble(what: &str, m: &Module) -> usize {
     if ptxas.is_none() {
         eprintln!("GRAPHC_PTXAS is not set: PTX produced but not assembled (tests/all.sh sets it)");
     }
-    let dir = std::env::temp_dir().join(format!("graphc-ptx-{}-{what}", std::process::id()));
+    // Tests assemble concurrently, and an example may share a name with a test's module.
+    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("graphc-ptx-{}-{call}-{what}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let mut kernels = 0;
     for g in &m.graphs {
@@ -120,26 +125,40 @@ impl graphc_runtime::Kernel for Twin {
     }
 }
 
-/// `m` (optimized) with the CPU twin of the GPU's tiled kernel in place of every matrix
-/// product and convolution the GPU runs; how many.
+/// `m` (optimized) with the CPU twin of the GPU's kernel in place of every matrix product,
+/// convolution, pool and column reduction the GPU runs; how many.
 fn with_twins(m: &Module) -> (Arc<graphc::lower::cpu::CpuKernels>, usize) {
     let kernels = common::cpu_kernels(m, &CompileOptions::default()).unwrap();
     let mut text = String::from("module {\n");
     let (mut names, mut twins) = (Vec::new(), Vec::new());
     for (i, k) in plan::kernels(m).into_iter().enumerate() {
-        let p = match &k.plan {
-            KernelPlan::MatMul(p) => Contraction::MatMul(p.clone()),
-            KernelPlan::Conv(p) => Contraction::Conv(p.clone()),
-            _ => continue,
-        };
-        let g = m.graph(&k.graph).unwrap();
-        let operands: Vec<TensorType> =
-            g.nodes[k.node].operands.iter().map(|&v| g.values[v].ty.as_tensor().unwrap().clone()).collect();
-        let Ok(types) = gpu_product::operand_types(&p, &operands) else { continue };
         let name = format!("twin_{i}");
-        text.push_str(&gpu_product::cpu_twin(&p, types.len(), &name).unwrap());
-        names.push((name, gpu_product::extents(&p, types.len())));
-        twins.push((k.graph.clone(), k.node, types, p));
+        let g = m.graph(&k.graph).unwrap();
+        let contraction = match &k.plan {
+            KernelPlan::MatMul(p) => Some(Contraction::MatMul(p.clone())),
+            KernelPlan::Conv(p) => Some(Contraction::Conv(p.clone())),
+            _ => None,
+        };
+        let reduction = match &k.plan {
+            KernelPlan::Pool(p) => Some(Reduction::Pool(p.clone())),
+            KernelPlan::Columns(p) => Some(Reduction::Columns(p.clone())),
+            _ => None,
+        };
+        if let Some(p) = contraction {
+            let operands: Vec<TensorType> =
+                g.nodes[k.node].operands.iter().map(|&v| g.values[v].ty.as_tensor().unwrap().clone()).collect();
+            let Ok(types) = gpu_product::operand_types(&p, &operands) else { continue };
+            text.push_str(&gpu_product::cpu_twin(&p, types.len(), &name).unwrap());
+            names.push((name, gpu_product::extents(&p, types.len())));
+            let (out, results) = gpu_product::result_types(&p);
+            twins.push((k.graph.clone(), k.node, types, out, results));
+        } else if let Some(r) = reduction {
+            let Ok(twin) = gpu_reduce::cpu_twin(&r, &name) else { continue };
+            text.push_str(&twin);
+            names.push((name, gpu_reduce::extents(&r)));
+            let out = r.out().clone();
+            twins.push((k.graph.clone(), k.node, vec![(r.input().clone(), false)], out.clone(), vec![out]));
+        }
     }
     text.push_str("}\n");
     let count = twins.len();
@@ -147,8 +166,7 @@ fn with_twins(m: &Module) -> (Arc<graphc::lower::cpu::CpuKernels>, usize) {
         return (kernels, 0);
     }
     let entries = graphc::lower::mlir::jit::compile(&text, &names).unwrap_or_else(|e| panic!("{e}\n{text}"));
-    for (entry, (graph, node, types, p)) in entries.into_iter().zip(twins) {
-        let (out, results) = gpu_product::result_types(&p);
+    for (entry, (graph, node, types, out, results)) in entries.into_iter().zip(twins) {
         kernels.table().replace(&graph, node, Arc::new(Twin { entry, types, out, results }));
     }
     (kernels, count)
@@ -366,6 +384,81 @@ fn the_tiled_convolution_kernel_runs_its_elementwise_epilogue() {
 }
 
 #[test]
+fn the_pool_and_column_kernels_compute_every_window_exactly() {
+    // Max and average pools: windows of 1x1 and wider (wider than the input too), strided,
+    // padded unevenly and dilated, rounded up, counting the padding or not; and column sums
+    // and means over one and several leading axes.
+    let mut text = String::new();
+    let mut graphs = 0;
+    // Name, kernel, strides, pads, dilations, ceil_mode.
+    type Window = (&'static str, [u64; 2], [u64; 2], [u64; 4], [u64; 2], bool);
+    let windows: [Window; 7] = [
+        ("unit", [1, 1], [1, 1], [0; 4], [1, 1], false),
+        ("square", [2, 2], [2, 2], [0; 4], [1, 1], false),
+        ("padded", [3, 3], [2, 2], [1; 4], [1, 1], false),
+        ("uneven", [2, 3], [1, 2], [0, 1, 2, 0], [1, 1], true),
+        ("dilated", [3, 2], [2, 1], [2, 1, 1, 2], [2, 3], true),
+        ("wide", [9, 12], [3, 4], [1, 0, 0, 1], [1, 1], false),
+        ("beyond", [2, 2], [5, 5], [3, 3, 3, 3], [1, 1], true),
+    ];
+    for op in ["max_pool", "avg_pool"] {
+        for (name, kernel, strides, pads, dilations, ceil_mode) in windows {
+            for include_pad in [false, true] {
+                if op == "max_pool" && include_pad {
+                    continue;
+                }
+                let extra =
+                    if op == "avg_pool" { format!(", count_include_pad = {include_pad}") } else { String::new() };
+                let attrs = format!(
+                    "kernel = [{}, {}], strides = [{}, {}], pads = [{}, {}, {}, {}], dilations = [{}, {}], ceil_mode = {ceil_mode}{extra}",
+                    kernel[0], kernel[1], strides[0], strides[1], pads[0], pads[1], pads[2], pads[3], dilations[0], dilations[1]
+                );
+                let [n, c, h, w] = [2u64, 3, 7, 10];
+                let size = |x: u64, a: usize| {
+                    let span = dilations[a] * (kernel[a] - 1) + 1;
+                    let room = (x + pads[a] + pads[a + 2]).checked_sub(span)?;
+                    let mut o = if ceil_mode { room.div_ceil(strides[a]) } else { room / strides[a] } + 1;
+                    // A last window must start inside the input or its leading padding.
+                    if ceil_mode && (o - 1) * strides[a] >= x + pads[a] {
+                        o -= 1;
+                    }
+                    Some(o)
+                };
+                let (Some(oh), Some(ow)) = (size(h, 0), size(w, 1)) else { continue };
+                text.push_str(&format!(
+                    "graph @{op}_{name}_{include_pad}(%x: f32[{n},{c},{h},{w}]) -> (y: f32[{n},{c},{oh},{ow}]) {{\n  %y = {op} %x {{{attrs}}} : f32[{n},{c},{oh},{ow}]\n  return %y\n}}\n"
+                ));
+                graphs += 1;
+            }
+        }
+    }
+    for (op, shape, axes, out) in [
+        ("reduce_sum", "70,33", "0", "33"),
+        ("reduce_mean", "70,33", "0", "33"),
+        ("reduce_sum", "3,5,70", "0, 1", "70"),
+        ("reduce_mean", "2,3,4", "0, 1, 2", ""),
+    ] {
+        text.push_str(&format!(
+            "graph @{op}_{graphs}(%x: f32[{shape}]) -> (y: f32[{out}]) {{\n  %y = {op} %x {{axes = [{axes}]}} : f32[{out}]\n  return %y\n}}\n"
+        ));
+        graphs += 1;
+    }
+    // NaNs where the input is 0 (0 / 0): a maximum that meets one is NaN, as is a mean.
+    for op in ["max_pool", "avg_pool"] {
+        text.push_str(&format!(
+            "graph @{op}_nan(%x: f32[1,2,6,6]) -> (y: f32[1,2,3,3]) {{\n  %q = div %x, %x : f32[1,2,6,6]\n  %y = {op} %q {{kernel = [2, 2], strides = [2, 2]}} : f32[1,2,3,3]\n  return %y\n}}\n"
+        ));
+        graphs += 1;
+    }
+    let m = optimize(&parse_module(&text).unwrap_or_else(|e| panic!("{e:?}\n{text}")));
+    let (kernels, twins) = with_twins(&m);
+    assert_eq!(twins, graphs, "every pool and column reduction has a GPU kernel: {}", print_module(&m));
+    assert_exact_against_interpreter(&m, kernels);
+    // And the two divisions' loop kernels.
+    assert_eq!(assemble("reductions", &m), graphs + 2);
+}
+
+#[test]
 fn only_kernels_placed_on_a_gpu_or_nowhere_are_for_the_gpu() {
     let text = "graph @g(%x: f32[8,16], %w: f32[16,4], %p: bool[]) -> (a: f32[8,4], b: f32[8,4], c: f32[8,4], d: f32[8,4], e: f32[8,4]) {
   %a = matmul %x, %w device \"/job:localhost/replica:0/task:0/device:cpu:0\" : f32[8,4]
@@ -408,12 +501,12 @@ fn only_kernels_placed_on_a_gpu_or_nowhere_are_for_the_gpu() {
 #[test]
 fn a_cuda_run_measures_on_the_gpu_what_the_gpu_runs() {
     // What a profile of a `--backend cuda` run records as the GPU's times.
-    let text = "graph @g(%x: f32[8,16], %w: f32[16,4], %i: f32[1,2,8,8]) -> (a: f32[8,4], b: f32[8,4], c: f32[8,4], p: f32[1,2,4,4]) {
+    let text = "graph @g(%x: f32[8,16], %w: f32[16,4]) -> (a: f32[8,4], b: f32[8,4], c: f32[8,4], j: f32[16,16]) {
   %a = matmul %x, %w device \"/device:cpu:0\" : f32[8,4]
   %b = matmul %x, %w device \"/device:gpu:0\" : f32[8,4]
   %c = matmul %x, %w : f32[8,4]
-  %p = max_pool %i {kernel = [2, 2], strides = [2, 2]} : f32[1,2,4,4]
-  return %a, %b, %c, %p
+  %j = concat %x, %x {axis = 0} : f32[16,16]
+  return %a, %b, %c, %j
 }
 ";
     let m = parse_module(text).unwrap();

@@ -15,7 +15,7 @@ impl Backend for Cuda {
         "cuda"
     }
     fn description(&self) -> &'static str {
-        "The default pass pipeline, then elementwise and row kernels and tiled matrix products and convolutions as PTX on the first NVIDIA GPU (through MLIR and the CUDA driver); what the GPU cannot run on the CPU backend"
+        "The default pass pipeline, then elementwise and row kernels and tiled matrix products and convolutions, pools and column reductions as PTX on the first NVIDIA GPU (through MLIR and the CUDA driver); what the GPU cannot run on the CPU backend"
     }
     fn pipeline(&self) -> &'static str {
         crate::passes::DEFAULT_PIPELINE

@@ -3,7 +3,7 @@
 //! and each kernel put in a `KernelTable` in place of the CPU kernel of the same plan.
 
 use super::{gpu_listing, ptx::ptx, Tier};
-use super::{gpu_product, GpuKernel, GpuPlan};
+use super::{gpu_product, gpu_reduce, GpuKernel, GpuPlan};
 use graphc_cuda_runtime::{GpuCode, GpuInput, GpuLoopKernel, Threads};
 use graphc_ir::{DeviceKind, Graph, Module, Node};
 use graphc_runtime::KernelTable;
@@ -92,6 +92,22 @@ fn describe(k: &GpuKernel, code: Arc<GpuCode>) -> GpuLoopKernel {
                 code,
                 function: k.name.clone(),
                 reach: gpu_product::extents(c, types.len()).ins,
+            }
+        }
+        GpuPlan::Reduce(r) => {
+            let (rows, cols) = gpu_reduce::view(r);
+            let extents = gpu_reduce::extents(r);
+            GpuLoopKernel {
+                rows,
+                cols,
+                inputs: vec![GpuInput { ty: r.input().clone(), materialize: false }],
+                out: r.out().clone(),
+                results: vec![(r.out().clone(), false)],
+                scratch_per_row: 0,
+                threads: Threads::PerElement,
+                code,
+                function: k.name.clone(),
+                reach: extents.ins,
             }
         }
     }

@@ -1,9 +1,11 @@
 //! Which kernels a GPU runs, and their `gpu.module`: loop kernels (`emit.rs`) and tiled matrix
-//! products and convolutions (`gpu_product.rs`). Placement asks the same question node by node
+//! products and convolutions (`gpu_product.rs`), pools and column reductions (`gpu_reduce.rs`). Placement asks the same question node by node
 //! ([`gpu_runs`]), so a node the GPU has no kernel for is placed on a CPU device rather than
 //! run on the host inside a GPU's partition.
 
-use super::{emit, gpu_product, gpu_product::Contraction};
+use super::emit;
+use super::gpu_product::{self, Contraction};
+use super::gpu_reduce::{self, Reduction};
 use crate::lower::plan::{self, KernelPlan};
 use graphc_ir::{Graph, Module, Node, Op};
 
@@ -40,7 +42,10 @@ pub fn gpu_runs(g: &Graph, n: Node) -> Result<(), String> {
         Some(p) => gpu_kernel(g, n, &p, "graphc_gpu").map(|_| ()),
         None if needs_no_kernel(op) => Ok(()),
         None if op == Op::Fusion => Err("its region is not one kernel the GPU has".into()),
-        None if plan::supported(op) => Err(format!("the GPU's kernels for '{}' take f32 tensors only", op.name())),
+        None if plan::supported(op) => Err(format!(
+            "the GPU's kernels for '{}' take f32 tensors and reduce the last axis or the leading ones",
+            op.name()
+        )),
         None => Err(format!("the GPU backend has none for '{}'", op.name())),
     }
 }
@@ -72,8 +77,8 @@ fn gpu_kernel(g: &Graph, n: Node, plan: &KernelPlan, name: &str) -> Result<(Stri
         KernelPlan::Loop(p) => emit::gpu_kernel(p, name).map(|text| (text, GpuPlan::Loop(Box::new(p.clone())))),
         KernelPlan::MatMul(p) => product(g, n, Contraction::MatMul(p.clone()), name),
         KernelPlan::Conv(p) => product(g, n, Contraction::Conv(p.clone()), name),
-        KernelPlan::Columns(_) => Err("column reductions have no GPU kernel yet".into()),
-        KernelPlan::Pool(_) => Err("pooling has no GPU kernel yet".into()),
+        KernelPlan::Columns(p) => reduction(Reduction::Columns(p.clone()), name),
+        KernelPlan::Pool(p) => reduction(Reduction::Pool(p.clone()), name),
         KernelPlan::Concat(_) => Err("concat has no GPU kernel yet".into()),
     }
 }
@@ -88,6 +93,12 @@ fn product(g: &Graph, n: Node, c: Contraction, name: &str) -> Result<(String, Gp
     let types = gpu_product::operand_types(&c, &operands)?;
     let text = gpu_product::gpu_product_kernel(&c, types.len(), name)?;
     Ok((text, GpuPlan::Product(Box::new(c), types)))
+}
+
+/// The kernel of pool or column reduction `r`.
+fn reduction(r: Reduction, name: &str) -> Result<(String, GpuPlan), String> {
+    let text = gpu_reduce::gpu_reduce_kernel(&r, name)?;
+    Ok((text, GpuPlan::Reduce(Box::new(r))))
 }
 
 /// A kernel of a graph as a GPU runs it.
@@ -107,4 +118,6 @@ pub enum GpuPlan {
     /// A tiled matrix product or convolution (`gpu_product.rs`), with the type each operand
     /// of its node must have and whether it is expanded to the result's shape first.
     Product(Box<Contraction>, Vec<(graphc_ir::TensorType, bool)>),
+    /// A pool or column reduction (`gpu_reduce.rs`): a thread per output element.
+    Reduce(Box<Reduction>),
 }

@@ -10,6 +10,7 @@ pub mod cuda;
 pub mod emit;
 mod gpu;
 pub mod gpu_product;
+pub mod gpu_reduce;
 #[cfg(feature = "llvm")]
 pub mod jit;
 #[cfg(feature = "llvm")]
