@@ -116,7 +116,9 @@ fn a_profiles_gpu_times_move_placement() {
     let mut p: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&measured).unwrap()).unwrap();
     let ops = p["ops"].clone();
     let sig = ops.as_object().unwrap().keys().find(|k| k.starts_with("matmul")).unwrap().clone();
-    p["devices"] = serde_json::json!({ "gpu": { sig.clone(): { "mean_us": 1e6, "count": 3 } } });
+    // Twice the CPU's time: slower as it is, far faster divided by the GPU's speed (40).
+    let cpu_us = ops[&sig]["mean_us"].as_f64().unwrap();
+    p["devices"] = serde_json::json!({ "gpu": { sig.clone(): { "mean_us": 2.0 * cpu_us, "count": 3 } } });
     let slow_gpu = tmp("slow_gpu_profile.json");
     std::fs::write(&slow_gpu, p.to_string()).unwrap();
     assert!(placed(Some(&slow_gpu)).contains("device:cpu:0"), "{}", placed(Some(&slow_gpu)));

@@ -32,8 +32,11 @@ fn run_loaded(a: &RunArgs, file: &SourceFile, module: Module) -> anyhow::Result<
     let compile_options = a.session.compile_options();
     // Kept to the end: dropping it waits for a background tier (auto) to finish compiling.
     let (session, _compiled, warning) = driver::session(backend, module, options, &compile_options)?;
+    // What ran the nodes, for the profile: the interpreter when the backend could not compile.
+    let mut measured_by = backend;
     if let Some(w) = warning {
         eprintln!("warning: {w}");
+        measured_by = graphc::backend::backend("interp").map_err(|e| anyhow!(e))?;
     }
     if let Some(path) = &a.restore {
         // A cluster's checkpoint (its index) restores as one process's.
@@ -57,7 +60,7 @@ fn run_loaded(a: &RunArgs, file: &SourceFile, module: Module) -> anyhow::Result<
     let show_every = if a.steps <= 20 { 1 } else { a.steps / 10 };
     // Room for the times of a usual run up front; --steps may be any u64.
     let mut times = Vec::with_capacity(a.steps.min(1 << 16) as usize);
-    let mut timeline = Timeline::new(&job, session.module(), backend);
+    let mut timeline = Timeline::new(&job, session.module(), measured_by);
     let mut last = Vec::new();
     for step in 1..=a.steps {
         let start = Instant::now();

@@ -5,9 +5,9 @@ use super::job::Job;
 use crate::backend::Backend;
 use crate::placement::cost::{signature, Profile};
 use crate::trace;
-use graphc_ir::{Module, Op};
+use graphc_ir::{DeviceKind, Module, Node, Op};
 use graphc_runtime::RunOutput;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::Instant;
 
 /// Node timelines of every step, for `--trace`, and node times, for `--write-profile`.
@@ -21,8 +21,10 @@ pub struct Timeline {
     /// Spans past [`trace::MAX_SPANS`] and node executions the runtime did not record.
     pub dropped: u64,
     pub profile: Profile,
-    /// What ran the nodes: the kind of device each node's time is measured on.
+    /// What ran the nodes: the kind of device each node's time is measured on, asked once
+    /// per node (per request and node).
     backend: &'static dyn Backend,
+    kinds: HashMap<(usize, Node), DeviceKind>,
 }
 
 impl Timeline {
@@ -40,7 +42,16 @@ impl Timeline {
             })
             .collect();
         let graphs = job.requests.iter().map(|r| r.graph.clone()).collect();
-        Timeline { graphs, tracks, origin: None, spans: Vec::new(), dropped: 0, profile: Profile::new(), backend }
+        Timeline {
+            graphs,
+            tracks,
+            origin: None,
+            spans: Vec::new(),
+            dropped: 0,
+            profile: Profile::new(),
+            backend,
+            kinds: HashMap::new(),
+        }
     }
 
     pub fn record(&mut self, m: &Module, step_start: Instant, outs: &[RunOutput], profile: bool) {
@@ -55,7 +66,9 @@ impl Timeline {
                 let nd = &g.nodes[e.node];
                 let secs = e.end.saturating_duration_since(e.start).as_secs_f64();
                 if profile {
-                    self.profile.record(self.backend.runs_on(g, e.node), signature(g, e.node), secs);
+                    let backend = self.backend;
+                    let kind = *self.kinds.entry((i, e.node)).or_insert_with(|| backend.runs_on(g, e.node));
+                    self.profile.record(kind, signature(g, e.node), secs);
                 }
                 if self.spans.len() >= trace::MAX_SPANS {
                     self.dropped += 1;

@@ -88,7 +88,7 @@ impl Profile {
         m.count += 1;
     }
 
-    /// How many kinds of node it has times for, on any device.
+    /// How many times it holds: a kind of node on a kind of device each.
     pub fn len(&self) -> usize {
         self.ops.len() + self.devices.values().map(BTreeMap::len).sum::<usize>()
     }
@@ -128,17 +128,17 @@ impl Profile {
         serde_json::to_string_pretty(self).expect("a profile serializes")
     }
 
-    /// Seconds a node of this signature took on a device of kind `on`, if measured.
-    fn seconds(&self, on: DeviceKind, sig: &str) -> Option<f64> {
-        let table = match on {
+    /// The times measured on devices of kind `on`, if any.
+    fn table(&self, on: DeviceKind) -> Option<&BTreeMap<String, Measured>> {
+        match on {
             DeviceKind::Cpu => Some(&self.ops),
             other => self.devices.get(other.name()),
-        };
-        table?.get(sig).map(|m| m.mean_us * 1e-6)
+        }
     }
 
-    fn measured_on(&self, on: DeviceKind) -> bool {
-        on == DeviceKind::Cpu || self.devices.contains_key(on.name())
+    /// Seconds a node of this signature took on a device of kind `on`, if measured.
+    fn seconds(&self, on: DeviceKind, sig: &str) -> Option<f64> {
+        self.table(on)?.get(sig).map(|m| m.mean_us * 1e-6)
     }
 }
 
@@ -222,7 +222,7 @@ impl<'a> CostModel<'a> {
 
     /// Seconds node `n` of `g` took on a device of kind `kind`, when the profile says.
     fn measured_time(&self, g: &Graph, n: Node, kind: DeviceKind) -> Option<f64> {
-        let p = self.profile.filter(|p| p.measured_on(kind))?;
+        let p = self.profile.filter(|p| p.table(kind).is_some())?;
         let key = (g as *const Graph as usize, n, kind);
         if let Some(&t) = self.measured.borrow().get(&key) {
             return t;

@@ -47,12 +47,12 @@ pub fn compile_into(m: &Module, table: &KernelTable) -> Result<Tier, String> {
 /// Whether kernel node `n` of `g` runs on the GPU: placed on a GPU device, or on none (a
 /// module run with `--backend cuda` and no device spec). A node placed on a CPU device (a
 /// CPU partition of a spec with a GPU) keeps its CPU kernel. A node inside a `cond` or
-/// `while` without a device of its own runs where the node around it does.
+/// `while` whose annotation names no device runs where the node around it does.
 pub fn for_the_gpu(g: &Graph, n: Node) -> bool {
     let mut m = n;
     loop {
-        if let Some(d) = g.nodes[m].device.as_ref().filter(|d| !d.is_empty()) {
-            return d.device.is_none_or(|(kind, _)| kind == DeviceKind::Gpu);
+        if let Some((kind, _)) = g.nodes[m].device.as_ref().and_then(|d| d.device) {
+            return kind == DeviceKind::Gpu;
         }
         match g.regions[g.nodes[m].parent].parent {
             Some(p) => m = p,

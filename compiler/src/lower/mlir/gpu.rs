@@ -40,7 +40,7 @@ pub fn gpu_runs(g: &Graph, n: Node) -> Result<(), String> {
     let op = g.nodes[n].op;
     match plan::kernel_plan(g, n) {
         Some(p) => gpu_kernel(g, n, &p, "graphc_gpu").map(|_| ()),
-        None if needs_no_kernel(op) => Ok(()),
+        None if needs_no_kernel(op) || host_scalar(g, n) => Ok(()),
         None if op == Op::Fusion => Err("its region is not one kernel the GPU has".into()),
         None if plan::supported(op) => Err(format!(
             "the GPU's kernels for '{}' take f32 tensors and reduce the last axis or the leading ones",
@@ -51,7 +51,7 @@ pub fn gpu_runs(g: &Graph, n: Node) -> Result<(), String> {
 }
 
 /// Ops a device runs without a kernel of its own: constants, views and copies, state, control
-/// flow (whose regions' nodes are placed one by one) and transfers.
+/// flow (whose regions' nodes must each be runnable there too) and transfers.
 fn needs_no_kernel(op: Op) -> bool {
     matches!(
         op,
@@ -69,6 +69,16 @@ fn needs_no_kernel(op: Op) -> bool {
             | Op::Send
             | Op::Recv
     )
+}
+
+/// Integer and boolean scalar arithmetic (a loop's counter and condition), which a GPU device
+/// keeps in host memory, as TensorFlow's GPU kernels keep int32 scalars: no kernel launch.
+fn host_scalar(g: &Graph, n: Node) -> bool {
+    let nd = &g.nodes[n];
+    let scalar = |v: &graphc_ir::Value| {
+        g.values[*v].ty.as_tensor().is_some_and(|t| t.num_elements() == Some(1) && !t.dtype.is_float())
+    };
+    plan::supported(nd.op) && !nd.results.is_empty() && nd.results.iter().chain(&nd.operands).all(scalar)
 }
 
 /// The GPU kernel of node `n` of `g`, whose plan is `plan`, as a `gpu.func` named `name`.

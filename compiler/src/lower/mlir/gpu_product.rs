@@ -678,15 +678,10 @@ impl Kernel<'_> {
         let inside = self.inside(e, &row, d.m, &col, d.n);
         e.line(&format!("scf.if {inside} {{"));
         e.depth += 1;
-        let (er, ec) = if ep.cols == d.n {
-            let r0 = e.imul(&at.batch, d.m as i64);
-            (e.iadd(&r0, &row), col)
-        } else {
-            let off = e.imul(&row, d.n as i64);
-            let off = e.iadd(&off, &col);
-            let flat = e.iadd(&first, &off);
-            (self.div(e, &flat, ep.cols), self.rem(e, &flat, ep.cols))
-        };
+        let off = e.imul(&row, d.n as i64);
+        let off = e.iadd(&off, &col);
+        let flat = e.iadd(&first, &off);
+        let (er, ec) = (self.div(e, &flat, ep.cols), self.rem(e, &flat, ep.cols));
         e.row(ep, &er, &ins, &self.outs, Some(&ec))?;
         e.depth -= 1;
         e.line("}");

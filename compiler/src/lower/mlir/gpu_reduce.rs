@@ -1,7 +1,8 @@
 //! Pooling and column reductions on the GPU: a thread per output element folds its window or
 //! its column, in the order the run half's CPU kernels do (a pool's taps inside the input in
 //! (ky, kx) order, maxima from -inf with NaN winning, sums in f64; a column's rows in order
-//! from -0 in f64), so the results are theirs and the reference's, bit for bit.
+//! from -0 in f64), so the results are theirs and the reference's, bit for bit (but for
+//! NaNs' payloads: a GPU's f64 arithmetic returns its canonical NaN).
 //!
 //! The same body also comes as a CPU function ([`cpu_twin`]) over the same threads, which the
 //! tests run against the reference interpreter on machines without a GPU.
@@ -42,9 +43,23 @@ impl Reduction {
     }
 }
 
+/// The fewest columns a column reduction needs to run on the GPU: a thread sums each column
+/// in order (the CPU's order, so the sums are the CPU's), so fewer columns leave the GPU
+/// nearly idle while one thread walks the rows.
+pub const MIN_GPU_COLUMNS: usize = 256;
+
 /// Whether the GPU kernel runs `r`; the error says why not.
 pub fn check(r: &Reduction) -> Result<(), String> {
-    let Reduction::Pool(p) = r else { return Ok(()) };
+    let p = match r {
+        Reduction::Columns(c) if c.cols < MIN_GPU_COLUMNS => {
+            return Err(format!(
+                "{} columns: a column reduction needs {MIN_GPU_COLUMNS} or more on the GPU (a thread each)",
+                c.cols
+            ))
+        }
+        Reduction::Columns(_) => return Ok(()),
+        Reduction::Pool(p) => p,
+    };
     let w = &p.window;
     if p.input.rank() != 4 || p.out.rank() != 4 || w.kernel.len() != 2 {
         return Err("only 2-D pools have a GPU kernel".into());

@@ -2,7 +2,6 @@
 //! handle form one group that goes to one device, as do same-named state in different graphs
 //! of the module; the group may use only devices every member admits.
 
-use super::constraints::kernel_on;
 use crate::placement::cost::CostModel;
 use graphc_ir::{Diagnostic, Graph, Node, Op, Type};
 use std::collections::HashMap;
@@ -91,7 +90,7 @@ impl Groups {
                 }
             }
             if !ok.iter().any(|&b| b) {
-                return Err(colocation_conflict(g, top, ms, cost));
+                return Err(colocation_conflict(g, top, ms, allowed, cost));
             }
             group_allowed.insert(root, ok);
         }
@@ -136,7 +135,13 @@ impl Groups {
     }
 }
 
-fn colocation_conflict(g: &Graph, top: &[Node], members: &[usize], cost: &CostModel<'_>) -> Diagnostic {
+fn colocation_conflict(
+    g: &Graph,
+    top: &[Node],
+    members: &[usize],
+    allowed: &[Vec<bool>],
+    cost: &CostModel<'_>,
+) -> Diagnostic {
     let cluster = cost.cluster;
     let state = members.iter().map(|&i| top[i]).find(|&n| matches!(g.nodes[n].op, Op::Variable | Op::Queue));
     let first = state.unwrap_or(top[members[0]]);
@@ -156,8 +161,10 @@ fn colocation_conflict(g: &Graph, top: &[Node], members: &[usize], cost: &CostMo
         let why = match &nd.device {
             Some(s) if !s.is_empty() => format!("{} is pinned to '{s}'", g.describe(n)),
             _ => {
-                let can: Vec<&str> =
-                    cluster.devices.iter().filter(|d| kernel_on(d, g, n).is_ok()).map(|d| d.name.as_str()).collect();
+                let can: Vec<&str> = (0..cluster.devices.len())
+                    .filter(|&d| allowed[i][d])
+                    .map(|d| cluster.devices[d].name.as_str())
+                    .collect();
                 format!("{} can run on {}", g.describe(n), can.join(", "))
             }
         };
