@@ -1,7 +1,8 @@
-//! Which kernels a GPU runs, and their `gpu.module`: loop kernels (`emit.rs`) and tiled matrix
-//! products and convolutions (`gpu_product.rs`), pools and column reductions (`gpu_reduce.rs`). Placement asks the same question node by node
-//! ([`gpu_runs`]), so a node the GPU has no kernel for is placed on a CPU device rather than
-//! run on the host inside a GPU's partition.
+//! Which kernels a GPU runs, and their `gpu.module`: loop kernels (`emit.rs`), tiled matrix
+//! products and convolutions (`gpu_product.rs`), pools and column reductions
+//! (`gpu_reduce.rs`). Placement asks the same question node by node ([`gpu_runs`]), so a node
+//! the GPU has no kernel for is placed on a CPU device rather than run on the host inside a
+//! GPU's partition.
 
 use super::emit;
 use super::gpu_product::{self, Contraction};
@@ -34,8 +35,8 @@ pub fn gpu_listing(m: &Module, graph: &str, chip: &str) -> Result<(String, Vec<G
 }
 
 /// Whether a GPU runs node `n` of `g` (a node outside fusions; a fusion as a whole): with a
-/// GPU kernel, or as one of the ops that need none ([`needs_no_kernel`]). The error says why
-/// not.
+/// GPU kernel, as one of the ops that need none ([`needs_no_kernel`]), or as scalar integer
+/// arithmetic in host memory ([`host_scalar`]). The error says why not.
 pub fn gpu_runs(g: &Graph, n: Node) -> Result<(), String> {
     let op = g.nodes[n].op;
     match plan::kernel_plan(g, n) {
