@@ -174,6 +174,16 @@ fn with_twins(m: &Module) -> (Arc<graphc::lower::cpu::CpuKernels>, usize) {
     (kernels, count)
 }
 
+/// Runs `m` (optimized) with the CPU twins of its GPU kernels, of which there must be `twins`,
+/// exactly against the interpreter, and assembles its GPU module, which must hold `kernels`
+/// kernels (per chip).
+fn check_twins(m: &Module, what: &str, twins: usize, kernels: usize) {
+    let (compiled, count) = with_twins(m);
+    assert_eq!(count, twins, "{what}: GPU kernels with twins in {}", print_module(m));
+    assert_exact_against_interpreter(m, compiled);
+    assert_eq!(assemble(what, m), kernels, "{what}: GPU kernels");
+}
+
 /// Small integers as f32, seeded: products and sums of them are exact in any order, so the
 /// twin's results must be the interpreter's bit for bit.
 fn small_integers(ty: &TensorType, seed: u64) -> Tensor {
@@ -236,10 +246,8 @@ fn the_tiled_product_kernel_computes_every_size_and_layout_exactly() {
         }
     }
     let m = optimize(&parse_module(&text).unwrap());
-    let (kernels, twins) = with_twins(&m);
-    assert_eq!(twins, graphs, "every product has a GPU kernel");
-    assert_exact_against_interpreter(&m, kernels);
-    assert_eq!(assemble("products", &m), graphs);
+    // Every product has a GPU kernel.
+    check_twins(&m, "products", graphs, graphs);
 }
 
 #[test]
@@ -277,11 +285,8 @@ graph @row_max(%x: f32[8,20], %w: f32[20,10]) -> (y: f32[8,10]) {
     let epilogues =
         plan::kernels(&m).iter().filter(|k| matches!(&k.plan, KernelPlan::MatMul(p) if p.epilogue.is_some())).count();
     assert_eq!(epilogues, 4, "the products head fusions: {}", print_module(&m));
-    let (kernels, twins) = with_twins(&m);
-    assert_eq!(twins, 5, "{}", print_module(&m));
-    assert_exact_against_interpreter(&m, kernels);
     // The five products, and the row reduction after one of them.
-    assert_eq!(assemble("epilogues", &m), 6);
+    check_twins(&m, "epilogues", 5, 6);
 }
 
 /// A `conv` graph named `name`: `n` images of `c` channels `h` x `w` by `m` filters of
@@ -355,10 +360,8 @@ fn the_tiled_convolution_kernel_computes_every_geometry_exactly() {
     }
     assert!(graphs >= 50, "{graphs} convolutions");
     let m = optimize(&parse_module(&text).unwrap());
-    let (kernels, twins) = with_twins(&m);
-    assert_eq!(twins, graphs, "every convolution has a GPU kernel");
-    assert_exact_against_interpreter(&m, kernels);
-    assert_eq!(assemble("convolutions", &m), graphs);
+    // Every convolution has a GPU kernel.
+    check_twins(&m, "convolutions", graphs, graphs);
 }
 
 #[test]
@@ -379,10 +382,7 @@ fn the_tiled_convolution_kernel_runs_its_elementwise_epilogue() {
     let epilogues =
         plan::kernels(&m).iter().filter(|k| matches!(&k.plan, KernelPlan::Conv(p) if p.epilogue.is_some())).count();
     assert_eq!(epilogues, 3, "the convolutions head fusions: {}", print_module(&m));
-    let (kernels, twins) = with_twins(&m);
-    assert_eq!(twins, 3, "{}", print_module(&m));
-    assert_exact_against_interpreter(&m, kernels);
-    assert_eq!(assemble("conv_epilogues", &m), 3);
+    check_twins(&m, "conv_epilogues", 3, 3);
 }
 
 #[test]
@@ -453,11 +453,8 @@ fn the_pool_and_column_kernels_compute_every_window_exactly() {
         graphs += 1;
     }
     let m = optimize(&parse_module(&text).unwrap_or_else(|e| panic!("{e:?}\n{text}")));
-    let (kernels, twins) = with_twins(&m);
-    assert_eq!(twins, graphs, "every pool and column reduction has a GPU kernel: {}", print_module(&m));
-    assert_exact_against_interpreter(&m, kernels);
-    // And the two divisions' loop kernels.
-    assert_eq!(assemble("reductions", &m), graphs + 2);
+    // Every pool and column reduction has a GPU kernel, and so do the two divisions.
+    check_twins(&m, "reductions", graphs, graphs + 2);
     // Too few columns for a thread each to keep a GPU busy: the CPU's.
     let few =
         "graph @few(%x: f32[4096,8]) -> (y: f32[8]) {\n  %y = reduce_sum %x {axes = [0]} : f32[8]\n  return %y\n}\n";

@@ -41,10 +41,7 @@ pub fn kernel(plan: &LoopPlan, name: &str, lanes: usize) -> Result<String, Strin
     }
     let mut e =
         Emitter { out: String::new(), next: 0, depth: 2, lanes, scratch: "%scratch".into(), gpu: false, ptx: false };
-    let _ = writeln!(
-        e.out,
-        "  func.func @{name}(%ins: !llvm.ptr, %outs: !llvm.ptr, %row_begin: i64, %row_end: i64, %scratch: !llvm.ptr) {{"
-    );
+    e.cpu_function(name);
     e.kernel(plan)?;
     e.line("return");
     e.out.push_str("  }\n");
@@ -81,21 +78,8 @@ pub fn gpu_module(kernels: &[String], chip: &str) -> String {
 /// (the run half's scalar math functions: log, erf, pow) are errors.
 pub fn gpu_kernel(plan: &LoopPlan, name: &str) -> Result<String, String> {
     let mut e = Emitter::thread(3);
-    let ins: Vec<String> = (0..plan.inputs.len()).map(|i| format!("%in{i}")).collect();
-    let outs: Vec<String> = (0..plan.results.len()).map(|k| format!("%out{k}")).collect();
-    let params: Vec<String> = ins
-        .iter()
-        .chain(&outs)
-        .map(|p| format!("{p}: !llvm.ptr"))
-        .chain(["%scratch: !llvm.ptr".into(), "%rows: i64".into()])
-        .collect();
-    let _ = writeln!(e.out, "    gpu.func @{name}({}) kernel {{", params.join(", "));
-    let block = e.op("gpu.block_id x");
-    let dim = e.op("gpu.block_dim x");
-    let thread = e.op("gpu.thread_id x");
-    let first = e.op(&format!("arith.muli {block}, {dim} : index"));
-    let at = e.op(&format!("arith.addi {first}, {thread} : index"));
-    let t = e.op(&format!("arith.index_cast {at} : index to i64"));
+    let (ins, outs) = e.gpu_function(name, plan.inputs.len(), plan.results.len(), "");
+    let t = e.grid_thread();
     if gpu_threads_per_element(plan) {
         let total = e.imul("%rows", plan.cols as i64);
         let inside = e.op(&format!("arith.cmpi slt, {t}, {total} : i64"));
@@ -219,6 +203,47 @@ impl Emitter {
                 self.op(&format!("llvm.load {at} : !llvm.ptr -> !llvm.ptr"))
             })
             .collect()
+    }
+
+    /// Opens a `func.func` named `name` with the CPU kernels' signature.
+    pub(super) fn cpu_function(&mut self, name: &str) {
+        let _ = writeln!(
+            self.out,
+            "  func.func @{name}(%ins: !llvm.ptr, %outs: !llvm.ptr, %row_begin: i64, %row_end: i64, %scratch: !llvm.ptr) {{"
+        );
+    }
+
+    /// Opens a `gpu.func` kernel named `name` with every GPU kernel's parameters: a pointer per
+    /// input and per result, the scratch's, then the row count (`%rows`, i64); `attributes`
+    /// are the kernel's own (empty: none). Returns the inputs' and results' names.
+    pub(super) fn gpu_function(
+        &mut self,
+        name: &str,
+        inputs: usize,
+        results: usize,
+        attributes: &str,
+    ) -> (Vec<String>, Vec<String>) {
+        let ins: Vec<String> = (0..inputs).map(|i| format!("%in{i}")).collect();
+        let outs: Vec<String> = (0..results).map(|k| format!("%out{k}")).collect();
+        let params: Vec<String> = ins
+            .iter()
+            .chain(&outs)
+            .map(|p| format!("{p}: !llvm.ptr"))
+            .chain(["%scratch: !llvm.ptr".into(), "%rows: i64".into()])
+            .collect();
+        let attributes = if attributes.is_empty() { String::new() } else { format!(" attributes {{{attributes}}}") };
+        let _ = writeln!(self.out, "    gpu.func @{name}({}) kernel{attributes} {{", params.join(", "));
+        (ins, outs)
+    }
+
+    /// The thread's index in the whole grid (i64).
+    pub(super) fn grid_thread(&mut self) -> String {
+        let block = self.op("gpu.block_id x");
+        let dim = self.op("gpu.block_dim x");
+        let thread = self.op("gpu.thread_id x");
+        let first = self.op(&format!("arith.muli {block}, {dim} : index"));
+        let at = self.op(&format!("arith.addi {first}, {thread} : index"));
+        self.op(&format!("arith.index_cast {at} : index to i64"))
     }
 
     pub(super) fn line(&mut self, s: &str) {

@@ -213,29 +213,12 @@ pub fn gpu_product_kernel(c: &Contraction, operands: usize, name: &str) -> Resul
             "    llvm.mlir.global internal @{name}_{tile}() {{addr_space = 3 : i32, alignment = 16 : i64}} : !llvm.array<{SHARED} x f32>"
         );
     }
-    let params: Vec<String> = (0..operands)
-        .map(|i| format!("%in{i}: !llvm.ptr"))
-        .chain((0..results).map(|k| format!("%out{k}: !llvm.ptr")))
-        .chain(["%scratch: !llvm.ptr".into(), "%rows: i64".into()])
-        .collect();
     // The kernel's indexing assumes its block size: the driver refuses any other launch.
-    let _ = writeln!(
-        e.out,
-        "    gpu.func @{name}({}) kernel attributes {{nvvm.reqntid = array<i32: {THREADS}, 1, 1>}} {{",
-        params.join(", ")
-    );
+    let (ins, outs) = e.gpu_function(name, operands, results, &format!("nvvm.reqntid = array<i32: {THREADS}, 1, 1>"));
     let shared = "!llvm.ptr<3>";
     let a_tile = e.op(&format!("llvm.mlir.addressof @{name}_a : {shared}"));
     let b_tile = e.op(&format!("llvm.mlir.addressof @{name}_b : {shared}"));
-    let k = Kernel {
-        c,
-        d: c.dims(),
-        shared,
-        a_tile,
-        b_tile,
-        ins: (0..operands).map(|i| format!("%in{i}")).collect(),
-        outs: (0..results).map(|k| format!("%out{k}")).collect(),
-    };
+    let k = Kernel { c, d: c.dims(), shared, a_tile, b_tile, ins, outs };
     let blk = e.op("gpu.block_id x");
     let blk = e.op(&format!("arith.index_cast {blk} : index to i64"));
     let t = e.op("gpu.thread_id x");
@@ -265,10 +248,7 @@ pub fn gpu_product_kernel(c: &Contraction, operands: usize, name: &str) -> Resul
 pub fn cpu_twin(c: &Contraction, operands: usize, name: &str) -> Result<String, String> {
     let results = result_count(c);
     let mut e = Emitter::cpu_thread(2);
-    let _ = writeln!(
-        e.out,
-        "  func.func @{name}(%ins: !llvm.ptr, %outs: !llvm.ptr, %row_begin: i64, %row_end: i64, %scratch: !llvm.ptr) {{"
-    );
+    e.cpu_function(name);
     let ins = e.pointers("%ins", operands);
     let outs = e.pointers("%outs", results);
     let stack = |e: &mut Emitter, len: usize| {
@@ -655,15 +635,11 @@ impl Kernel<'_> {
             for j in 0..EACH {
                 let (ci, cj) = (e_i64(e, i), e_i64(e, j));
                 let (row, col) = coords(e, &ci, &cj);
-                let inside = self.inside(e, &row, d.m, &col, d.n);
-                e.line(&format!("scf.if {inside} {{"));
-                e.depth += 1;
-                let off = e.imul(&row, d.n as i64);
-                let off = e.iadd(&off, &col);
-                let to = e.gep(&product, &off);
-                e.store(&acc[i * EACH + j], &to, Lanes(1));
-                e.depth -= 1;
-                e.line("}");
+                self.if_inside(e, &row, &col, &mut |e, off| {
+                    let to = e.gep(&product, off);
+                    e.store(&acc[i * EACH + j], &to, Lanes(1));
+                    Ok(())
+                })?;
             }
         }
         let Some((ep, used)) = epilogue else { return Ok(()) };
@@ -675,17 +651,32 @@ impl Kernel<'_> {
         let q = self.open_loop(e, &lo, &hi, 1);
         let (i, j) = (self.div(e, &q, EACH), self.rem(e, &q, EACH));
         let (row, col) = coords(e, &i, &j);
-        let inside = self.inside(e, &row, d.m, &col, d.n);
+        self.if_inside(e, &row, &col, &mut |e, off| {
+            let flat = e.iadd(&first, off);
+            let (er, ec) = (self.div(e, &flat, ep.cols), self.rem(e, &flat, ep.cols));
+            e.row(ep, &er, &ins, &self.outs, Some(&ec))
+        })?;
+        self.close_loop(e);
+        Ok(())
+    }
+
+    /// `body(e, row * n + col)` where element (row, col) is inside the block's product.
+    fn if_inside(
+        &self,
+        e: &mut Emitter,
+        row: &str,
+        col: &str,
+        body: &mut dyn FnMut(&mut Emitter, &str) -> Result<(), String>,
+    ) -> Result<(), String> {
+        let d = self.d;
+        let inside = self.inside(e, row, d.m, col, d.n);
         e.line(&format!("scf.if {inside} {{"));
         e.depth += 1;
-        let off = e.imul(&row, d.n as i64);
-        let off = e.iadd(&off, &col);
-        let flat = e.iadd(&first, &off);
-        let (er, ec) = (self.div(e, &flat, ep.cols), self.rem(e, &flat, ep.cols));
-        e.row(ep, &er, &ins, &self.outs, Some(&ec))?;
+        let off = e.imul(row, d.n as i64);
+        let off = e.iadd(&off, col);
+        body(e, &off)?;
         e.depth -= 1;
         e.line("}");
-        self.close_loop(e);
         Ok(())
     }
 

@@ -11,7 +11,6 @@ use super::emit::{Emitter, Lanes};
 use crate::lower::plan::{ColumnPlan, PoolPlan};
 use graphc_cpu_runtime::Extents;
 use graphc_ir::{Op, TensorType};
-use std::fmt::Write;
 
 /// What a reduction kernel computes.
 #[derive(Clone, Debug)]
@@ -98,21 +97,13 @@ pub fn extents(r: &Reduction) -> Extents {
 pub fn gpu_reduce_kernel(r: &Reduction, name: &str) -> Result<String, String> {
     check(r)?;
     let mut e = Emitter::thread(3);
-    let _ = writeln!(
-        e.out,
-        "    gpu.func @{name}(%in0: !llvm.ptr, %out0: !llvm.ptr, %scratch: !llvm.ptr, %rows: i64) kernel {{"
-    );
-    let block = e.op("gpu.block_id x");
-    let dim = e.op("gpu.block_dim x");
-    let thread = e.op("gpu.thread_id x");
-    let first = e.op(&format!("arith.muli {block}, {dim} : index"));
-    let at = e.op(&format!("arith.addi {first}, {thread} : index"));
-    let t = e.op(&format!("arith.index_cast {at} : index to i64"));
+    let (ins, outs) = e.gpu_function(name, 1, 1, "");
+    let t = e.grid_thread();
     let total = e.imul("%rows", view(r).1 as i64);
     let inside = e.op(&format!("arith.cmpi slt, {t}, {total} : i64"));
     e.line(&format!("scf.if {inside} {{"));
     e.depth += 1;
-    element(&mut e, r, &t, "%in0", "%out0");
+    element(&mut e, r, &t, &ins[0], &outs[0]);
     e.depth -= 1;
     e.line("}");
     e.line("gpu.return");
@@ -125,10 +116,7 @@ pub fn gpu_reduce_kernel(r: &Reduction, name: &str) -> Result<String, String> {
 pub fn cpu_twin(r: &Reduction, name: &str) -> Result<String, String> {
     check(r)?;
     let mut e = Emitter::cpu_thread(2);
-    let _ = writeln!(
-        e.out,
-        "  func.func @{name}(%ins: !llvm.ptr, %outs: !llvm.ptr, %row_begin: i64, %row_end: i64, %scratch: !llvm.ptr) {{"
-    );
+    e.cpu_function(name);
     let x = e.pointers("%ins", 1).remove(0);
     let y = e.pointers("%outs", 1).remove(0);
     let cols = view(r).1 as i64;
