@@ -6,6 +6,7 @@
 //! run: a tiered compiler starts a session on quick kernels (or none: the interpreter) and
 //! swaps in better ones as it finishes them.
 
+use crate::device::DeviceKernel;
 use crate::pool::BufferPool;
 use crate::tensor::Tensor;
 use graphc_ir::Node;
@@ -19,6 +20,12 @@ pub trait CompiledKernels: Send + Sync + Debug {
     /// compile that node (then it has taken nothing from `operands`). An error is a run-time
     /// failure of the node (reported like a kernel error of the interpreter).
     fn run(&self, graph: &str, node: Node, operands: &mut Operands<'_>) -> Option<Result<Vec<Tensor>, String>>;
+
+    /// Node `node`'s kernel on tensors in a device's memory, for an executor that keeps them
+    /// there ([`crate::InterpExecutor::on_device`]); `None` when it has none.
+    fn device_kernel(&self, _graph: &str, _node: Node) -> Option<Arc<dyn DeviceKernel>> {
+        None
+    }
 }
 
 /// One node's compiled code.
@@ -26,6 +33,12 @@ pub trait Kernel: Send + Sync + Debug {
     /// Runs the node on its operands (see [`CompiledKernels::run`]). An error is a run-time
     /// failure of the node.
     fn run(&self, operands: &mut Operands<'_>) -> Result<Vec<Tensor>, String>;
+
+    /// The same kernel on tensors in its device's memory, when it runs on a device and can
+    /// take its operands there as they are.
+    fn on_device(self: Arc<Self>) -> Option<Arc<dyn DeviceKernel>> {
+        None
+    }
 }
 
 /// Kernels by graph name and node, each of which can be set, replaced or removed while
@@ -88,6 +101,10 @@ impl CompiledKernels for KernelTable {
     fn run(&self, graph: &str, node: Node, operands: &mut Operands<'_>) -> Option<Result<Vec<Tensor>, String>> {
         let kernel = self.get(graph, node)?;
         Some(kernel.run(operands))
+    }
+
+    fn device_kernel(&self, graph: &str, node: Node) -> Option<Arc<dyn DeviceKernel>> {
+        self.get(graph, node)?.on_device()
     }
 }
 

@@ -2,10 +2,18 @@
 //! verifier guarantees is a topological order), pure ops through the reference kernels (or a
 //! backend's compiled code), state and control flow here. [`InterpExecutor`] is its face as an
 //! [`Executor`], every session's default.
+//!
+//! On a device with memory of its own ([`InterpExecutor::on_device`]), the nodes the device
+//! has kernels for run there on tensors that stay there ([`RtValue::Device`]): a host operand
+//! is copied in (once while the host tensor lives, [`Residency`]), and a device value is
+//! copied out only for what runs on the host: a send, a fetch, an op the device has no
+//! kernel for. Identity, reshape, shape and rank take device values as they are, and
+//! control flow passes them into its regions.
 
 use crate::budget::{bytes_of, Ledger};
 use crate::compiled::{CompiledKernels, Operands};
 use crate::constants::ConstantCache;
+use crate::device::{Device, DeviceKernel, Residency};
 use crate::error::{ErrorKind, RunError};
 use crate::executor::{ExecContext, ExecOutput, Executor, NodeEvent};
 use crate::kernels;
@@ -28,6 +36,8 @@ use std::time::Instant;
 #[derive(Clone, Debug, Default)]
 pub struct InterpExecutor {
     compiled: Option<Arc<dyn CompiledKernels>>,
+    /// The device whose kernels (`compiled`'s device kernels) run on tensors in its memory.
+    residency: Option<Arc<Residency>>,
 }
 
 impl InterpExecutor {
@@ -38,11 +48,23 @@ impl InterpExecutor {
 
     /// The interpreter running a backend's compiled code where it has some.
     pub fn with_compiled(compiled: Arc<dyn CompiledKernels>) -> Self {
-        InterpExecutor { compiled: Some(compiled) }
+        InterpExecutor { compiled: Some(compiled), residency: None }
+    }
+
+    /// The interpreter keeping tensors in `device`'s memory between the nodes `compiled` has
+    /// device kernels for ([`CompiledKernels::device_kernel`]), and running the rest as
+    /// [`InterpExecutor::with_compiled`] does.
+    pub fn on_device(compiled: Arc<dyn CompiledKernels>, device: Arc<dyn Device>) -> Self {
+        InterpExecutor { compiled: Some(compiled), residency: Some(Arc::new(Residency::new(device))) }
     }
 
     pub fn compiled(&self) -> Option<&Arc<dyn CompiledKernels>> {
         self.compiled.as_ref()
+    }
+
+    /// The device it keeps tensors on, with what crossed so far.
+    pub fn residency(&self) -> Option<&Arc<Residency>> {
+        self.residency.as_ref()
     }
 }
 
@@ -53,20 +75,31 @@ impl Executor for InterpExecutor {
         interp.events = cx.trace().map(|_| Vec::new());
         interp.max_events = cx.trace().unwrap_or(crate::executor::MAX_EVENTS);
         interp.compiled = self.compiled.as_deref();
+        interp.residency = self.residency.as_deref();
         interp.liveness = cx.liveness();
         interp.retained = cx.fetches().iter().copied().collect();
         interp.derived_from_cache =
             cx.feeds().keys().all(|&v| matches!(graph.values[v].def, graphc_ir::ValueDef::Param(..)));
+        let fed: Vec<_> = self.residency.iter().flat_map(|_| cx.feeds().values().map(Arc::downgrade)).collect();
         let mut env: Env = cx.take_feeds().into_iter().map(|(v, t)| (v, RtValue::Tensor(t))).collect();
         interp.hold_bound(&env);
-        interp.run_nodes(graph.body, &mut env, &|n| cx.is_needed(n))?;
-        let values = cx
-            .fetches()
-            .iter()
-            .map(|v| {
-                env.get(v).cloned().ok_or_else(|| RunError::internal(format!("fetched value {v} was not computed")))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+        let ran = interp.run_nodes(graph.body, &mut env, &|n| cx.is_needed(n));
+        let values = ran.and_then(|()| {
+            cx.fetches()
+                .iter()
+                .map(|v| {
+                    let value = env.get(v).cloned();
+                    interp.on_host(
+                        value.ok_or_else(|| RunError::internal(format!("fetched value {v} was not computed")))?,
+                    )
+                })
+                .collect::<Result<Vec<_>, _>>()
+        });
+        drop(env);
+        if let Some(r) = &self.residency {
+            r.end_run(&fed);
+        }
+        let values = values?;
         Ok(ExecOutput {
             values,
             nodes_executed: interp.executed,
@@ -104,6 +137,8 @@ pub(crate) struct Interp<'a> {
     depth: usize,
     /// Compiled code for some nodes, from a backend.
     pub compiled: Option<&'a dyn CompiledKernels>,
+    /// The device that runs `compiled`'s device kernels, keeping their tensors.
+    pub residency: Option<&'a Residency>,
     /// Where values die: without it, every value lives to the end of its region.
     pub liveness: Option<&'a Liveness>,
     /// Values kept whatever their liveness (the fetches, read after the body has run).
@@ -136,6 +171,7 @@ impl<'a> Interp<'a> {
             events_dropped: 0,
             depth: 0,
             compiled: None,
+            residency: None,
             liveness: None,
             retained: HashSet::new(),
             pool: cx.pool(),
@@ -260,15 +296,20 @@ impl<'a> Interp<'a> {
         let g = self.graph;
         let nd = &g.nodes[n];
         let args = nd.operands.iter().map(|&v| lookup(env, v)).collect::<Result<Vec<_>, _>>()?;
+        let cached = self.invariant.contains(&n) && (self.derived_from_cache || nd.op == Op::Constant);
+        let on_device = if cached { None } else { self.device_kernel(n) };
         // Kernels allocate their results: those must fit the budget beside what is live,
         // operands read here for the last time included (they live until the kernel is done).
+        // A device's results are in its memory, which the device itself refuses to overfill.
         if nd.op == Op::Fusion || kernels::is_kernel(nd.op) {
             let mut bytes = 0u64;
             for t in nd.results.iter().filter_map(|&v| g.values[v].ty.as_tensor()) {
                 check_tensor_size(t, self.max_bytes).map_err(|m| RunError::new(ErrorKind::ResourceExhausted, m))?;
                 bytes = bytes.saturating_add(crate::limits::tensor_bytes(t).unwrap_or(u64::MAX));
             }
-            self.ledger.check(bytes, g)?;
+            if on_device.is_none() {
+                self.ledger.check(bytes, g)?;
+            }
         }
         // Operands read here for the last time leave `env` now, so that the node holds the
         // only reference and a kernel may reuse their buffers.
@@ -276,8 +317,11 @@ impl<'a> Interp<'a> {
             self.unbind(env, v);
         }
         self.executed += 1;
-        let cached = self.invariant.contains(&n) && (self.derived_from_cache || nd.op == Op::Constant);
-        let results = if cached { self.compute_invariant(n, args)? } else { self.compute(n, args)? };
+        let results = match on_device {
+            Some(k) => self.run_on_device(&*k, args)?,
+            None if cached => self.compute_invariant(n, args)?,
+            None => self.compute(n, args)?,
+        };
         if results.len() != nd.results.len() {
             return Err(RunError::internal(format!(
                 "gave {} results, the node has {}",
@@ -314,10 +358,87 @@ impl<'a> Interp<'a> {
         Ok(results)
     }
 
-    /// Runs a node through compiled code when there is some, else through `interpret`.
+    /// The kernel that runs node `n` on the device, when there is a device and it has one.
+    fn device_kernel(&self, n: Node) -> Option<Arc<dyn DeviceKernel>> {
+        self.residency?;
+        let op = self.graph.nodes[n].op;
+        if op != Op::Fusion && !kernels::is_kernel(op) {
+            return None;
+        }
+        self.compiled?.device_kernel(&self.graph.name, n)
+    }
+
+    /// Runs a node on the device with kernel `k`, copying in the operands that are on the
+    /// host; its results stay on the device.
+    fn run_on_device(&mut self, k: &dyn DeviceKernel, args: Vec<RtValue>) -> Result<Vec<RtValue>, RunError> {
+        let residency = self.residency.ok_or_else(|| RunError::internal("a device kernel without a device"))?;
+        let operands = args
+            .iter()
+            .enumerate()
+            .map(|(i, a)| match a {
+                RtValue::Device(d) => Ok(d.clone()),
+                RtValue::Tensor(t) => residency.upload(t).map_err(|m| {
+                    RunError::new(ErrorKind::Kernel, format!("operand {i} to {}: {m}", residency.device().name()))
+                }),
+                _ => Err(RunError::internal(format!("operand {i} is not a tensor"))),
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        // Operands read here for the last time die with the kernel's use of them.
+        drop(args);
+        let out = k.run(&operands).map_err(|m| RunError::new(ErrorKind::Kernel, m))?;
+        Ok(out.into_iter().map(RtValue::Device).collect())
+    }
+
+    /// `v` with a tensor in a device's memory copied to the host.
+    fn on_host(&self, v: RtValue) -> Result<RtValue, RunError> {
+        match (v, self.residency) {
+            (RtValue::Device(d), Some(r)) => {
+                let t = r
+                    .download(&*d)
+                    .map_err(|m| RunError::new(ErrorKind::Kernel, format!("{}: {m}", r.device().name())))?;
+                Ok(RtValue::Tensor(t))
+            }
+            (RtValue::Device(_), None) => Err(RunError::internal("a device's tensor where no device is")),
+            (v, _) => Ok(v),
+        }
+    }
+
+    /// Node `n` on operands some of which are in a device's memory, where the host need not
+    /// see their elements (their types are enough): `None` when it must.
+    fn on_device_as_is(&self, n: Node, args: &[RtValue]) -> Option<Result<Vec<RtValue>, RunError>> {
+        let nd = &self.graph.nodes[n];
+        let RtValue::Device(d) = args.first()? else { return None };
+        let dims = || d.ty().shape.iter().map(|&x| x as i64).collect::<Vec<i64>>();
+        Some(match nd.op {
+            Op::Identity => Ok(vec![args[0].clone()]),
+            Op::Reshape => {
+                let ty = self.graph.values[nd.results[0]].ty.as_tensor()?.clone();
+                d.reshaped(&ty).map(|r| vec![RtValue::Device(r)]).map_err(|m| RunError::new(ErrorKind::Kernel, m))
+            }
+            Op::Shape => Ok(vec![RtValue::tensor(Tensor::I64(ndarray::Array1::from(dims()).into_dyn()))]),
+            Op::Rank => Ok(vec![RtValue::tensor(Tensor::I64(ndarray::arr0(dims().len() as i64).into_dyn()))]),
+            _ => return None,
+        })
+    }
+
+    /// Runs a node through compiled code when there is some, else through `interpret`, on the
+    /// host: operands in a device's memory are copied out first, but those control flow
+    /// passes into its regions.
     fn compute(&mut self, n: Node, args: Vec<RtValue>) -> Result<Vec<RtValue>, RunError> {
         let g = self.graph;
         let nd = &g.nodes[n];
+        if let Some(done) = self.on_device_as_is(n, &args) {
+            return done;
+        }
+        let args = args
+            .into_iter()
+            .enumerate()
+            .map(|(i, a)| match nd.op {
+                Op::While => Ok(a),
+                Op::Cond if i > 0 => Ok(a),
+                _ => self.on_host(a),
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         if let Some(compiled) = self.compiled.filter(|_| nd.op == Op::Fusion || kernels::is_kernel(nd.op)) {
             let shared = args
                 .iter()

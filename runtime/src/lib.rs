@@ -10,7 +10,9 @@
 //! one graph's part of a step in place of the interpreter ([`Session::set_executor`]); a
 //! [`Rendezvous`], made per step by a [`RendezvousFactory`] ([`Session::set_rendezvous`]),
 //! carries send/recv; a [`KernelTable`] holds compiled kernels that can be replaced while
-//! sessions run them.
+//! sessions run them. A [`Device`] with memory of its own, and kernels that run there
+//! ([`DeviceKernel`]), let the interpreter keep a partition's tensors in that memory
+//! ([`InterpExecutor::on_device`]).
 //!
 //! This crate depends on the IR only; the compiler depends on it, never the reverse.
 
@@ -18,6 +20,7 @@ pub mod budget;
 pub mod checkpoint;
 mod compiled;
 mod constants;
+mod device;
 mod error;
 mod exec;
 mod executor;
@@ -41,6 +44,7 @@ mod wait;
 
 pub use compiled::{CompiledKernels, Kernel, KernelTable, Operands};
 pub use constants::ConstantCache;
+pub use device::{Device, DeviceKernel, DeviceTensor, Residency, Transfers};
 pub use error::{ErrorKind, RunError};
 pub use exec::InterpExecutor;
 pub use executor::{ExecContext, ExecOutput, Executor, NodeEvent, MAX_EVENTS};

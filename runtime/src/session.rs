@@ -476,6 +476,12 @@ impl Session {
             });
         }
         for (r, (&v, name)) in out.values.iter().zip(plan.fetches.iter().zip(&plan.fetch_names)) {
+            if let RtValue::Device(_) = r {
+                return Err(RunError {
+                    graph: Some(g.name.clone()),
+                    ..RunError::internal(format!("the executor returned fetch '{name}' in a device's memory"))
+                });
+            }
             let (got, want) = (r.ty(), &g.values[v].ty);
             if &got != want {
                 return Err(RunError {

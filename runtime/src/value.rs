@@ -1,6 +1,7 @@
 //! The values a run binds: tensors, tokens, and handles to session state. The interpreter,
 //! the rendezvous and executors all pass these, so they live apart from each of them.
 
+use crate::device::DeviceTensor;
 use crate::state::{Queue, Variable};
 use crate::tensor::Tensor;
 use graphc_ir::Type;
@@ -10,6 +11,9 @@ use std::sync::Arc;
 #[derive(Clone, Debug)]
 pub enum RtValue {
     Tensor(Arc<Tensor>),
+    /// A tensor in a device's memory. Only inside an executor that keeps one there: what it
+    /// sends, returns or stores is on the host.
+    Device(Arc<dyn DeviceTensor>),
     Token,
     Var(Arc<Variable>),
     Queue(Arc<Queue>),
@@ -31,6 +35,7 @@ impl RtValue {
     pub fn ty(&self) -> Type {
         match self {
             RtValue::Tensor(t) => Type::Tensor(t.ty()),
+            RtValue::Device(t) => Type::Tensor(t.ty()),
             RtValue::Token => Type::Token,
             RtValue::Var(v) => Type::Var(v.ty.clone()),
             RtValue::Queue(q) => Type::Queue(q.types.clone()),
