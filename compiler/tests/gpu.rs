@@ -522,3 +522,23 @@ fn a_cuda_run_measures_on_the_gpu_what_the_gpu_runs() {
     let jit = graphc::backend::backend("jit").unwrap();
     assert!(g.regions[g.body].nodes.iter().all(|&n| jit.runs_on(g, n) == graphc_ir::DeviceKind::Cpu));
 }
+
+#[test]
+fn the_cuda_backend_keeps_the_tensors_of_gpu_and_unplaced_graphs_on_the_gpu() {
+    use graphc::backend::Compiled;
+    use graphc_ir::DeviceSpec;
+    let cuda = graphc::backend::backend("cuda").unwrap();
+    let compiled = Compiled { kernels: Some(Arc::new(graphc_runtime::KernelTable::new())), ..Compiled::default() };
+    let spec = |s: &str| DeviceSpec::parse(s).unwrap();
+    // The executor's residency is what tells a device executor from the default interpreter.
+    let resident =
+        |d: Option<&DeviceSpec>| cuda.executor(d, &compiled).map(|e| format!("{e:?}").contains("residency: Some"));
+    assert_eq!(resident(Some(&spec("/device:gpu:0"))), Some(true));
+    assert_eq!(resident(None), Some(true));
+    assert_eq!(resident(Some(&spec("/job:worker/task:0"))), Some(true));
+    assert_eq!(resident(Some(&spec("/device:cpu:0"))), None);
+    // Nothing compiled (no GPU here): no executor of its own.
+    assert!(cuda.executor(Some(&spec("/device:gpu:0")), &Compiled::default()).is_none());
+    let jit = graphc::backend::backend("jit").unwrap();
+    assert!(jit.executor(Some(&spec("/device:gpu:0")), &compiled).is_none());
+}

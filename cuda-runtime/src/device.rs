@@ -1,6 +1,6 @@
 //! The crate's only unsafe code, and its only calls into the CUDA driver (through cudarc):
-//! finding the driver library, the process-wide context, loading PTX, and launching a kernel
-//! on buffers this module allocates to the sizes it is given.
+//! finding the driver library, the process-wide context, loading PTX, buffers in the device's
+//! memory (copied in, allocated, copied back), and launching a kernel on them.
 //!
 //! Nothing of cudarc's is called before the driver library is known to be there (its dynamic
 //! loading panics otherwise), and every call is made under `catch_unwind`, so that whatever
@@ -68,16 +68,65 @@ pub fn load(ptx: &str) -> Result<Arc<GpuCode>, String> {
 }
 
 /// One launch: `function` over `threads` threads, with parameters one device pointer per
-/// input (a copy of each buffer), one per output (`outputs` f32 each, zeroed), the scratch
-/// pointer (`scratch` f32), then `rows` as an i64.
+/// input, one per output (`outputs` f32 each, zeroed), the scratch pointer (`scratch` f32),
+/// then `rows` as an i64.
 #[derive(Debug)]
 pub(crate) struct Launch<'a> {
     pub function: &'a str,
-    pub inputs: &'a [&'a [f32]],
     pub outputs: &'a [usize],
     pub scratch: usize,
     pub rows: usize,
     pub threads: usize,
+}
+
+/// `len` f32s in device 0's memory (at least one is allocated, so that no pointer is null),
+/// freed when dropped.
+#[derive(Debug)]
+pub(crate) struct Buffer {
+    slice: CudaSlice<f32>,
+    pub len: usize,
+}
+
+/// Copies `x` into device 0's memory.
+pub(crate) fn upload(x: &[f32]) -> Result<Buffer, String> {
+    let what = || format!("cannot copy {} f32s to the GPU", x.len());
+    check_len(x.len()).map_err(|e| format!("{}: {e}", what()))?;
+    let s = &device()?.stream;
+    guarded(&what(), || {
+        let slice = if x.is_empty() { s.alloc_zeros::<f32>(1) } else { s.clone_htod(x) };
+        Ok(Buffer { slice: slice.map_err(|e| cuda(what(), e))?, len: x.len() })
+    })
+}
+
+/// `len` zeroed f32s in device 0's memory; `what` names them in an error.
+fn alloc(what: impl Display, len: usize) -> Result<Buffer, String> {
+    check_len(len).map_err(|e| format!("cannot allocate {what}: {e}"))?;
+    let s = &device()?.stream;
+    guarded(&format!("cannot allocate {what}"), || {
+        let slice = s
+            .alloc_zeros::<f32>(len.max(1))
+            .map_err(|e| cuda(format_args!("cannot allocate {what} ({len} f32s) on the GPU"), e))?;
+        Ok(Buffer { slice, len })
+    })
+}
+
+/// Copies a buffer back to the host.
+pub(crate) fn download(b: &Buffer) -> Result<Vec<f32>, String> {
+    let s = &device()?.stream;
+    guarded("cannot copy a tensor back from the GPU", || {
+        let mut v = s.clone_dtoh(&b.slice).map_err(|e| cuda("cannot copy a tensor back from the GPU", e))?;
+        s.synchronize().map_err(|e| cuda("cannot copy a tensor back from the GPU", e))?;
+        v.truncate(b.len);
+        Ok(v)
+    })
+}
+
+/// Whether `len` f32s fit the address space.
+fn check_len(len: usize) -> Result<(), String> {
+    match len.checked_mul(size_of::<f32>()) {
+        Some(b) if b <= isize::MAX as usize => Ok(()),
+        _ => Err(format!("a buffer of {len} f32s is larger than memory can be")),
+    }
 }
 
 impl GpuCode {
@@ -97,10 +146,10 @@ impl GpuCode {
         Ok(f)
     }
 
-    /// Runs one launch to completion and returns its outputs. Every buffer is allocated here
-    /// to the size given (at least one element, so that no pointer is null), and freed on
-    /// return.
-    pub(crate) fn launch(&self, l: &Launch<'_>) -> Result<Vec<Vec<f32>>, String> {
+    /// Runs one launch on `inputs` (buffers in the device's memory, whose reach the caller
+    /// has checked) to completion, and returns its outputs, allocated here to the sizes given;
+    /// the scratch is freed on return.
+    pub(crate) fn launch(&self, l: &Launch<'_>, inputs: &[&Buffer]) -> Result<Vec<Buffer>, String> {
         let name = l.function;
         let f = self.function(name)?;
         let grid = u32::try_from(l.threads.div_ceil(THREADS_PER_BLOCK))
@@ -108,44 +157,27 @@ impl GpuCode {
             .filter(|&g| g <= i32::MAX as u32)
             .ok_or_else(|| format!("kernel {name}: {} threads are more than a launch can have", l.threads))?;
         let rows = i64::try_from(l.rows).map_err(|_| format!("kernel {name}: {} rows do not fit an i64", l.rows))?;
-        for len in l.inputs.iter().map(|x| x.len()).chain(l.outputs.iter().copied()).chain([l.scratch]) {
-            if len.checked_mul(size_of::<f32>()).is_none_or(|b| b > isize::MAX as usize) {
-                return Err(format!("kernel {name}: a buffer of {len} f32s is larger than memory can be"));
-            }
+        let mut outs = l
+            .outputs
+            .iter()
+            .enumerate()
+            .map(|(k, &len)| alloc(format_args!("kernel {name}'s output {k}"), len))
+            .collect::<Result<Vec<_>, _>>()?;
+        // An empty view: nothing to launch, its results are zeros.
+        if l.threads == 0 {
+            return Ok(outs);
         }
+        let mut scratch = alloc(format_args!("kernel {name}'s scratch"), l.scratch)?;
         let s = &self.stream;
         guarded(&format!("kernel {name}"), || {
-            let ins = l
-                .inputs
-                .iter()
-                .enumerate()
-                .map(|(i, x)| {
-                    let d = if x.is_empty() { s.alloc_zeros::<f32>(1) } else { s.clone_htod(*x) };
-                    d.map_err(|e| {
-                        cuda(format_args!("kernel {name}: cannot copy input {i} ({} f32s) to the device", x.len()), e)
-                    })
-                })
-                .collect::<Result<Vec<_>, _>>()?;
-            let alloc = |what: &str, len: usize| -> Result<CudaSlice<f32>, String> {
-                s.alloc_zeros::<f32>(len.max(1)).map_err(|e| {
-                    cuda(format_args!("kernel {name}: cannot allocate {what} ({len} f32s) on the device"), e)
-                })
-            };
-            let mut outs = l
-                .outputs
-                .iter()
-                .enumerate()
-                .map(|(k, &len)| alloc(&format!("output {k}"), len))
-                .collect::<Result<Vec<_>, _>>()?;
-            let mut scratch = alloc("scratch", l.scratch)?;
             let mut args = s.launch_builder(&f);
-            for x in &ins {
-                args.arg(x);
+            for x in inputs {
+                args.arg(&x.slice);
             }
             for x in &mut outs {
-                args.arg(x);
+                args.arg(&mut x.slice);
             }
-            args.arg(&mut scratch);
+            args.arg(&mut scratch.slice);
             args.arg(&rows);
             let cfg = LaunchConfig {
                 grid_dim: (grid, 1, 1),
@@ -153,29 +185,18 @@ impl GpuCode {
                 shared_mem_bytes: 0,
             };
             // SAFETY: the parameters are what every generated kernel takes (a global pointer
-            // per input, per output and for scratch, then rows), each buffer has the length
-            // its kernel description gives (the caller checked each input's reach against
-            // it), and all of them outlive the launch (synchronized below before they are
-            // freed). Device code checks nothing itself: a kernel reading past its buffers
-            // may fault (an error from the synchronization) or read unrelated memory
-            // silently, which is why every reach is checked before the launch.
+            // per input, per output and for scratch, then rows), each output and the scratch
+            // have the length the kernel's description gives, each input's reach was checked
+            // against its buffer by the caller, and all of them outlive the launch (it is
+            // synchronized below, before the scratch is freed). Device code checks nothing
+            // itself: a kernel reading past its buffers may fault (an error from the
+            // synchronization) or read unrelated memory silently, which is why every reach is
+            // checked before the launch.
             unsafe { args.launch(cfg) }.map_err(|e| cuda(format_args!("cannot launch kernel {name}"), e))?;
-            s.synchronize().map_err(|e| cuda(format_args!("kernel {name} failed"), e))?;
-            let outs = outs
-                .iter()
-                .zip(l.outputs)
-                .enumerate()
-                .map(|(k, (d, &len))| {
-                    let mut v = s
-                        .clone_dtoh(d)
-                        .map_err(|e| cuda(format_args!("kernel {name}: cannot copy output {k} back"), e))?;
-                    v.truncate(len);
-                    Ok(v)
-                })
-                .collect::<Result<Vec<_>, String>>()?;
-            s.synchronize().map_err(|e| cuda(format_args!("kernel {name}: cannot copy its outputs back"), e))?;
-            Ok(outs)
-        })
+            // Waiting here puts a fault on the node whose kernel made it.
+            s.synchronize().map_err(|e| cuda(format_args!("kernel {name} failed"), e))
+        })?;
+        Ok(outs)
     }
 }
 

@@ -2,9 +2,10 @@
 //! compile half from its plan, and the driver that checks its operands and prepares their
 //! buffers for the device.
 
-use crate::device::{GpuCode, Launch, THREADS_PER_BLOCK};
+use crate::device::{download, upload, Buffer, GpuCode, Launch, THREADS_PER_BLOCK};
+use crate::tensor::{elements, GpuTensor};
 use graphc_ir::TensorType;
-use graphc_runtime::{Kernel, Operands, Tensor};
+use graphc_runtime::{DeviceKernel, DeviceTensor, Kernel, Operands, Tensor};
 use std::borrow::Cow;
 use std::sync::Arc;
 
@@ -54,18 +55,17 @@ pub struct GpuLoopKernel {
     pub reach: Vec<usize>,
 }
 
-impl Kernel for GpuLoopKernel {
-    /// Runs the kernel on a node's operands; an error when they are not what it was compiled
-    /// for, or when the device fails. A kernel with no threads (an empty view) launches
-    /// nothing: its results are zeros.
-    fn run(&self, operands: &mut Operands<'_>) -> Result<Vec<Tensor>, String> {
-        let all = operands.all();
-        if all.len() != self.inputs.len() {
-            return Err(format!("{} operands where the kernel takes {}", all.len(), self.inputs.len()));
-        }
-        for (i, (t, input)) in all.iter().zip(&self.inputs).enumerate() {
-            check_type(i, t, &input.ty)?;
-        }
+/// What one launch of a kernel needs, from its description: the launch, and the elements
+/// each result has.
+struct Sized {
+    lens: Vec<usize>,
+    scratch: usize,
+    threads: usize,
+}
+
+impl GpuLoopKernel {
+    /// The launch's sizes; an error when the description does not hold together.
+    fn sized(&self) -> Result<Sized, String> {
         let (rows, cols) = (self.rows, self.cols);
         let n =
             rows.checked_mul(cols).ok_or_else(|| format!("a [{rows}, {cols}] view has more elements than memory"))?;
@@ -88,8 +88,62 @@ impl Kernel for GpuLoopKernel {
                 .checked_mul(THREADS_PER_BLOCK)
                 .ok_or_else(|| format!("{b} blocks of {THREADS_PER_BLOCK} threads are more than a launch can have"))?,
         };
-        let outs = if threads == 0 {
-            lens.iter().map(|&len| vec![0.0; len]).collect()
+        Ok(Sized { lens, scratch, threads })
+    }
+
+    /// Checks that there are as many operands as inputs, each of the input's type.
+    fn check_types(&self, types: impl ExactSizeIterator<Item = TensorType>) -> Result<(), String> {
+        if types.len() != self.inputs.len() {
+            return Err(format!("{} operands where the kernel takes {}", types.len(), self.inputs.len()));
+        }
+        for (i, (t, input)) in types.zip(&self.inputs).enumerate() {
+            if t != input.ty {
+                return Err(format!("compiled kernel input {i} is {t} where the kernel was compiled for {}", input.ty));
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks that each input's buffer (of `lens` elements) holds what the kernel reads of it.
+    fn check_reach(&self, lens: &[usize]) -> Result<(), String> {
+        if self.reach.len() != lens.len() {
+            return Err(format!("the kernel knows the reach of {} inputs of {}", self.reach.len(), lens.len()));
+        }
+        for (i, (&len, &reach)) in lens.iter().zip(&self.reach).enumerate() {
+            if len < reach {
+                return Err(format!("GPU kernel input {i} has {len} elements where the kernel reads {reach}"));
+            }
+        }
+        Ok(())
+    }
+
+    /// Launches the kernel on buffers in the device's memory, checked against its
+    /// description; its results are left there.
+    fn launch(&self, size: &Sized, inputs: &[&Buffer]) -> Result<Vec<Buffer>, String> {
+        self.check_reach(&inputs.iter().map(|b| b.len).collect::<Vec<_>>())?;
+        self.code.launch(
+            &Launch {
+                function: &self.function,
+                outputs: &size.lens,
+                scratch: size.scratch,
+                rows: self.rows,
+                threads: size.threads,
+            },
+            inputs,
+        )
+    }
+}
+
+impl Kernel for GpuLoopKernel {
+    /// Runs the kernel on a node's operands on the host: copies them in, and its results
+    /// back. An error when they are not what it was compiled for, or when the device fails.
+    /// A kernel with no threads (an empty view) launches nothing: its results are zeros.
+    fn run(&self, operands: &mut Operands<'_>) -> Result<Vec<Tensor>, String> {
+        let all = operands.all();
+        self.check_types(all.iter().map(|t| t.ty()))?;
+        let size = self.sized()?;
+        let outs = if size.threads == 0 {
+            size.lens.iter().map(|&len| vec![0.0; len]).collect()
         } else {
             let host = all
                 .iter()
@@ -97,45 +151,41 @@ impl Kernel for GpuLoopKernel {
                 .enumerate()
                 .map(|(i, (t, input))| f32_input(i, t, input, &self.out))
                 .collect::<Result<Vec<_>, _>>()?;
-            let inputs: Vec<&[f32]> = host.iter().map(|c| &**c).collect();
-            if self.reach.len() != inputs.len() {
-                return Err(format!("the kernel knows the reach of {} inputs of {}", self.reach.len(), inputs.len()));
-            }
-            for (i, (buf, &reach)) in inputs.iter().zip(&self.reach).enumerate() {
-                if buf.len() < reach {
-                    return Err(format!(
-                        "GPU kernel input {i} has {} elements where the kernel reads {reach}",
-                        buf.len()
-                    ));
-                }
-            }
-            self.code.launch(&Launch {
-                function: &self.function,
-                inputs: &inputs,
-                outputs: &lens,
-                scratch,
-                rows,
-                threads,
-            })?
+            let on_device = host.iter().map(|x| upload(x)).collect::<Result<Vec<_>, _>>()?;
+            let outs = self.launch(&size, &on_device.iter().collect::<Vec<_>>())?;
+            outs.iter().map(download).collect::<Result<Vec<_>, _>>()?
         };
         outs.into_iter().zip(&self.results).map(|(v, (ty, _))| Tensor::from_f32(v, ty)).collect()
+    }
+
+    /// The kernel on tensors kept on the GPU, unless an input must first be expanded to the
+    /// kernel's shape (a broadcast its indexing cannot express), which happens on the host.
+    fn on_device(self: Arc<Self>) -> Option<Arc<dyn DeviceKernel>> {
+        if self.inputs.iter().any(|i| i.materialize) {
+            return None;
+        }
+        Some(self)
+    }
+}
+
+impl DeviceKernel for GpuLoopKernel {
+    fn run(&self, operands: &[Arc<dyn DeviceTensor>]) -> Result<Vec<Arc<dyn DeviceTensor>>, String> {
+        let tensors = operands
+            .iter()
+            .enumerate()
+            .map(|(i, d)| {
+                d.as_any().downcast_ref::<GpuTensor>().ok_or_else(|| format!("GPU kernel input {i} is not on the GPU"))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        self.check_types(tensors.iter().map(|t| t.ty()))?;
+        let size = self.sized()?;
+        let inputs: Vec<&Buffer> = tensors.iter().map(|t| t.buffer()).collect();
+        let outs = self.launch(&size, &inputs)?;
+        Ok(outs.into_iter().zip(&self.results).map(|(b, (ty, _))| GpuTensor::boxed(b, ty.clone())).collect())
     }
 }
 
 /// An f32 input as one contiguous buffer, expanded to the output shape when the kernel says.
 fn f32_input<'t>(i: usize, t: &'t Tensor, input: &GpuInput, out: &TensorType) -> Result<Cow<'t, [f32]>, String> {
     t.f32_elements(input.materialize.then_some(out)).map_err(|e| format!("GPU kernel input {i}: {e}"))
-}
-
-/// Whether operand `i` has the type the kernel was made for (the shapes its indexing assumes).
-fn check_type(i: usize, t: &Tensor, ty: &TensorType) -> Result<(), String> {
-    if t.ty() != *ty {
-        return Err(format!("compiled kernel input {i} is {} where the kernel was compiled for {ty}", t.ty()));
-    }
-    Ok(())
-}
-
-/// A type's element count, when it fits in memory's indices.
-fn elements(ty: &TensorType) -> Option<usize> {
-    ty.shape.iter().try_fold(1usize, |acc, &d| acc.checked_mul(usize::try_from(d).ok()?))
 }

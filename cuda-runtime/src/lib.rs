@@ -6,12 +6,16 @@
 //! everything builds without CUDA, and on a machine without a driver or a device
 //! [`available`], [`load`] and every kernel return an error, never panic or abort.
 //!
-//! For now each kernel call allocates its device buffers, copies its inputs in and its
-//! results back, and frees them: the tensors of a session stay on the host. A device-resident
-//! executor (tensors kept on the GPU, copied only at send/recv) comes later.
+//! A kernel runs two ways. As a [`graphc_runtime::Kernel`] on host tensors, it copies its
+//! operands in and its results back on every call. As a [`graphc_runtime::DeviceKernel`],
+//! under an executor that keeps a partition's tensors on the GPU
+//! ([`graphc_runtime::InterpExecutor::on_device`] with [`CudaDevice`]), it reads and writes
+//! [`GpuTensor`]s that stay in device memory between kernels.
 
 mod device;
 mod kernel;
+mod tensor;
 
 pub use device::{available, load, GpuCode, THREADS_PER_BLOCK};
 pub use kernel::{GpuInput, GpuLoopKernel, Threads};
+pub use tensor::{CudaDevice, GpuTensor};

@@ -1,9 +1,11 @@
 //! The CUDA run half: errors, never panics, without a driver or device; hand-written PTX
 //! kernels on a GPU (skipped, with the reason printed, where there is none).
 
-use graphc_cuda_runtime::{available, load, GpuCode, GpuInput, GpuLoopKernel, Threads};
-use graphc_ir::{DType, TensorType};
-use graphc_runtime::{BufferPool, Kernel, Operands, Tensor};
+use graphc_cuda_runtime::{available, load, CudaDevice, GpuCode, GpuInput, GpuLoopKernel, Threads};
+use graphc_ir::{parse_module, DType, TensorType};
+use graphc_runtime::{
+    BufferPool, Device, InterpExecutor, Kernel, KernelTable, Operands, RunRequest, Session, SessionOptions, Tensor,
+};
 use ndarray::{ArrayD, IxDyn};
 use std::sync::Arc;
 
@@ -166,6 +168,14 @@ fn errors_without_a_device() {
         }
         Ok(()) => eprintln!("CUDA is available here"),
     }
+    let ty = TensorType::new(DType::F32, [3]);
+    match (available(), CudaDevice.upload(&f32s(&ty, |i| i as f32))) {
+        (Err(why), Err(e)) => assert!(e.contains(&why), "{e}"),
+        (Err(why), Ok(_)) => panic!("no device ({why}), yet a tensor was copied to it"),
+        (Ok(()), r) => assert!(r.is_ok(), "{r:?}"),
+    }
+    let e = CudaDevice.upload(&Tensor::I32(ArrayD::zeros(IxDyn(&[3])))).unwrap_err();
+    assert!(e.contains("the GPU holds f32 tensors, not i32[3]"), "{e}");
     let e = load("garbage").expect_err("garbage loads as PTX");
     assert!(!e.is_empty() && !e.contains('\n'), "{e:?}");
     eprintln!("load(\"garbage\"): {e}");
@@ -241,4 +251,48 @@ fn sums_rows_on_the_device() {
     let out = run(&k, vec![a]).unwrap();
     assert_eq!(out[0].ty(), sum);
     assert_eq!(values(&out[0]), want);
+}
+
+#[test]
+fn keeps_tensors_on_the_device_between_kernels() {
+    let Some(code) = code() else { return };
+    let n = 1000;
+    let ty = TensorType::new(DType::F32, [n]);
+    let k = Arc::new(add_rows(&code, n, false));
+    let on_device = k.clone().on_device().expect("a kernel with no broadcast to expand runs on the device");
+    assert!(Arc::new(add_rows(&code, n, true)).on_device().is_none(), "a broadcast to expand goes by the host");
+    let (a, b) = (f32s(&ty, |i| i as f32 * 0.25), f32s(&ty, |i| 3.0 - i as f32));
+    let (da, db) = (CudaDevice.upload(&a).unwrap(), CudaDevice.upload(&b).unwrap());
+    let c = on_device.run(&[da.clone(), db.clone()]).unwrap();
+    let d = on_device.run(&[c[0].clone(), db.clone()]).unwrap();
+    let want: Vec<f32> = values(&a).iter().zip(values(&b)).map(|(x, y)| (x + y) + y).collect();
+    assert_eq!(values(&d[0].download().unwrap()), want);
+    // A reshape shares the buffer; a view of another size is refused.
+    let flat = d[0].reshaped(&TensorType::new(DType::F32, [10, 100])).unwrap();
+    assert_eq!(values(&flat.download().unwrap()), want);
+    assert!(d[0].reshaped(&TensorType::new(DType::F32, [999])).is_err());
+    let e = on_device.run(&[da]).unwrap_err();
+    assert!(e.contains("1 operands where the kernel takes 2"), "{e}");
+}
+
+#[test]
+fn a_session_on_the_gpu_copies_only_feeds_and_fetches() {
+    let Some(code) = code() else { return };
+    let src = "graph @g(%a: f32[1000], %b: f32[1000]) -> (d: f32[1000]) {\n  %c = add %a, %b : f32[1000]\n  %d = add %c, %b : f32[1000]\n  return %d\n}\n";
+    let m = parse_module(src).unwrap();
+    let g = &m.graphs[0];
+    let table = KernelTable::new();
+    for &n in &g.regions[g.body].nodes {
+        table.replace("g", n, Arc::new(add_rows(&code, 1000, false)));
+    }
+    let executor = Arc::new(InterpExecutor::on_device(Arc::new(table), Arc::new(CudaDevice)));
+    let mut s = Session::new(m, SessionOptions::default()).unwrap();
+    s.set_executor("g", executor.clone()).unwrap();
+    let ty = TensorType::new(DType::F32, [1000]);
+    let (a, b) = (f32s(&ty, |i| i as f32), f32s(&ty, |i| 0.5 * i as f32));
+    let out = s.run(RunRequest::new("g").feed("a", a.clone()).feed("b", b.clone())).unwrap();
+    let want: Vec<f32> = values(&a).iter().zip(values(&b)).map(|(x, y)| (x + y) + y).collect();
+    assert_eq!(values(out.tensor(0).unwrap()), want);
+    let t = executor.residency().unwrap().transfers();
+    assert_eq!((t.uploads, t.downloads), (2, 1), "{t:?}");
 }

@@ -1,11 +1,16 @@
 //! NVIDIA GPUs as a backend: the default pipeline, then the CPU backend's kernels, each that a
-//! GPU can run replaced by its PTX kernel (`crate::lower::mlir::cuda`). For now a GPU kernel
-//! copies its operands in and its results out on every call; the tensors stay on the host.
+//! GPU can run replaced by its PTX kernel (`crate::lower::mlir::cuda`). A graph placed on a
+//! GPU, or not placed at all, runs on an executor that keeps the GPU kernels' tensors in the
+//! GPU's memory between them (`InterpExecutor::on_device`); elsewhere (a graph whose nodes
+//! are on several devices) a GPU kernel copies its operands in and its results out.
 
 use super::{Backend, CompileOptions, Compiled};
 use crate::lower::cpu::CpuKernels;
 use crate::lower::mlir;
-use graphc_ir::{DeviceKind, Graph, Module, Node};
+use graphc_cuda_runtime::CudaDevice;
+use graphc_ir::{DeviceKind, DeviceSpec, Graph, Module, Node};
+use graphc_runtime::{Executor, InterpExecutor};
+use std::sync::Arc;
 
 #[derive(Debug)]
 pub struct Cuda;
@@ -24,6 +29,13 @@ impl Backend for Cuda {
         let kernels = CpuKernels::compile_with(m, options)?;
         let tier = mlir::cuda::compile_into(m, kernels.table())?;
         Ok(Compiled::cpu(kernels, tier.compile_time, None))
+    }
+
+    /// On a GPU, or on no device: the interpreter keeping the GPU kernels' tensors on the GPU.
+    fn executor(&self, device: Option<&DeviceSpec>, compiled: &Compiled) -> Option<Arc<dyn Executor>> {
+        let on_gpu = device.is_none_or(|d| d.device.is_none_or(|(kind, _)| kind == DeviceKind::Gpu));
+        let kernels = compiled.kernels.clone().filter(|_| on_gpu)?;
+        Some(Arc::new(InterpExecutor::on_device(kernels, Arc::new(CudaDevice))))
     }
 
     /// The GPU, for the nodes placed on a GPU or on no device that it runs (with a kernel,

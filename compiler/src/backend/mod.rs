@@ -58,10 +58,11 @@ pub trait Backend: Sync + std::fmt::Debug {
         self.compile_with(m, &CompileOptions::default())
     }
 
-    /// The executor for a graph placed on `device` (a partition), or `None` for the session's
-    /// default: the interpreter running this backend's kernels. A backend whose device keeps
-    /// tensors in its own memory (a GPU) returns its own, which copies only at send/recv.
-    fn executor(&self, _device: &DeviceSpec, _compiled: &Compiled) -> Option<Arc<dyn Executor>> {
+    /// The executor for a graph placed on `device` (a partition; `None`: a graph none of
+    /// whose nodes is placed), or `None` for the session's default: the interpreter running
+    /// this backend's kernels. A backend whose device keeps tensors in its own memory (a GPU)
+    /// returns its own, which copies only where the host must see a value (send, fetch).
+    fn executor(&self, _device: Option<&DeviceSpec>, _compiled: &Compiled) -> Option<Arc<dyn Executor>> {
         None
     }
 

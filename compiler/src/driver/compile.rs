@@ -49,9 +49,9 @@ pub fn session(
             Some(format!("{} compilation failed ({e}); running on the interpreter", backend.name().to_uppercase())),
         ),
     };
-    // Backend executors only for what the backend compiled, and only for partitions: graphs
-    // whose every node is on one device.
-    let devices: Vec<(String, DeviceSpec)> = if warning.is_some() {
+    // Backend executors only for what the backend compiled, and only for partitions (graphs
+    // whose every node is on one device) and graphs not placed at all.
+    let devices: Vec<(String, Option<DeviceSpec>)> = if warning.is_some() {
         Vec::new()
     } else {
         m.graphs.iter().filter_map(|g| Some((g.name.clone(), partition_device(g)?))).collect()
@@ -62,16 +62,17 @@ pub fn session(
     }
     .map_err(|e| anyhow::anyhow!("{e}"))?;
     for (graph, device) in &devices {
-        if let Some(e) = backend.executor(device, &compiled) {
+        if let Some(e) = backend.executor(device.as_ref(), &compiled) {
             session.set_executor(graph, e).map_err(|e| anyhow::anyhow!("{e}"))?;
         }
     }
     Ok((session, compiled, warning))
 }
 
-/// The device every node of the graph's body is on, if there is one.
-fn partition_device(g: &Graph) -> Option<DeviceSpec> {
-    let mut devices = g.regions[g.body].nodes.iter().map(|&n| g.nodes[n].device.clone());
-    let first = devices.next()??;
-    devices.all(|d| d.as_ref() == Some(&first)).then_some(first)
+/// The device every node of the graph's body is on: `Some(None)` when no node is placed,
+/// `None` when they are on different devices, or some are placed and some not.
+fn partition_device(g: &Graph) -> Option<Option<DeviceSpec>> {
+    let mut devices = g.regions[g.body].nodes.iter().map(|&n| &g.nodes[n].device);
+    let first = devices.next().cloned().unwrap_or_default();
+    devices.all(|d| *d == first).then_some(first)
 }
