@@ -10,6 +10,7 @@ mod common;
 
 use common::examples;
 use graphc::lower::cpu::CompileOptions;
+use graphc::lower::mlir::gpu_concat;
 use graphc::lower::mlir::gpu_product::{self, Contraction};
 use graphc::lower::mlir::gpu_reduce::{self, Reduction};
 use graphc::lower::mlir::{gpu_listing, ptx::ptx};
@@ -154,6 +155,11 @@ fn with_twins(m: &Module) -> (Arc<graphc::lower::cpu::CpuKernels>, usize) {
             names.push((name, gpu_product::extents(&p, types.len())));
             let (out, results) = gpu_product::result_types(&p);
             twins.push((k.graph.clone(), k.node, types, out, results));
+        } else if let KernelPlan::Concat(p) = &k.plan {
+            text.push_str(&gpu_concat::cpu_twin(p, &name));
+            names.push((name, gpu_concat::extents(p)));
+            let types = p.inputs.iter().map(|t| (t.clone(), false)).collect();
+            twins.push((k.graph.clone(), k.node, types, p.out.clone(), vec![p.out.clone()]));
         } else if let Some(r) = reduction {
             let Ok(twin) = gpu_reduce::cpu_twin(&r, &name) else { continue };
             text.push_str(&twin);
@@ -506,11 +512,11 @@ fn only_kernels_placed_on_a_gpu_or_nowhere_are_for_the_gpu() {
 #[test]
 fn a_cuda_run_measures_on_the_gpu_what_the_gpu_runs() {
     // What a profile of a `--backend cuda` run records as the GPU's times.
-    let text = "graph @g(%x: f32[8,16], %w: f32[16,4]) -> (a: f32[8,4], b: f32[8,4], c: f32[8,4], j: f32[16,16]) {
+    let text = "graph @g(%x: f32[8,16], %w: f32[16,4]) -> (a: f32[8,4], b: f32[8,4], c: f32[8,4], j: i32[8,16]) {
   %a = matmul %x, %w device \"/device:cpu:0\" : f32[8,4]
   %b = matmul %x, %w device \"/device:gpu:0\" : f32[8,4]
   %c = matmul %x, %w : f32[8,4]
-  %j = concat %x, %x {axis = 0} : f32[16,16]
+  %j = cast %x {to = i32} : i32[8,16]
   return %a, %b, %c, %j
 }
 ";
@@ -541,4 +547,40 @@ fn the_cuda_backend_keeps_the_tensors_of_gpu_and_unplaced_graphs_on_the_gpu() {
     assert!(cuda.executor(Some(&spec("/device:gpu:0")), &Compiled::default()).is_none());
     let jit = graphc::backend::backend("jit").unwrap();
     assert!(jit.executor(Some(&spec("/device:gpu:0")), &compiled).is_none());
+}
+
+#[test]
+fn the_concat_kernel_copies_every_layout_exactly() {
+    // Along every axis, of two to four operands of different widths along it (one of them
+    // empty), and the same operand twice; NaNs (0 / 0) and negative zeros copied bit for bit.
+    let mut text = String::new();
+    let mut graphs = 0;
+    let cases: [(&str, &[&str], usize); 7] = [
+        ("f32[3,5,7]", &["f32[2,5,7]", "f32[1,5,7]"], 0),
+        ("f32[3,9,7]", &["f32[3,2,7]", "f32[3,0,7]", "f32[3,4,7]", "f32[3,3,7]"], 1),
+        ("f32[3,5,12]", &["f32[3,5,5]", "f32[3,5,7]"], 2),
+        ("f32[300,3]", &["f32[300,1]", "f32[300,2]"], 1),
+        ("f32[1,70,9]", &["f32[1,64,9]", "f32[1,6,9]"], 1),
+        ("f32[4,514]", &["f32[4,257]", "f32[4,257]"], 1),
+        ("f32[6]", &["f32[1]", "f32[2]", "f32[3]"], 0),
+    ];
+    for (out, ins, axis) in cases {
+        let params: Vec<String> = ins.iter().enumerate().map(|(i, t)| format!("%x{i}: {t}")).collect();
+        let names: Vec<String> = (0..ins.len()).map(|i| format!("%x{i}")).collect();
+        text.push_str(&format!(
+            "graph @c{graphs}({}) -> (y: {out}) {{\n  %y = concat {} {{axis = {axis}}} : {out}\n  return %y\n}}\n",
+            params.join(", "),
+            names.join(", ")
+        ));
+        graphs += 1;
+    }
+    text.push_str(
+        "graph @twice(%a: f32[5,3]) -> (y: f32[5,6]) {\n  %y = concat %a, %a {axis = 1} : f32[5,6]\n  return %y\n}\n",
+    );
+    text.push_str("graph @nan(%a: f32[8,300], %b: f32[8,300]) -> (y: f32[8,600]) {\n  %z = div %a, %b : f32[8,300]\n  %n = neg %b : f32[8,300]\n  %m = mul %n, %a : f32[8,300]\n  %y = concat %z, %m {axis = 1} : f32[8,600]\n  return %y\n}\n");
+    graphs += 2;
+    let m = parse_module(&text).unwrap();
+    // The module as written, so the concats stay concats; @nan's div, neg and mul are a
+    // kernel each.
+    check_twins(&m, "concats", graphs, graphs + 3);
 }

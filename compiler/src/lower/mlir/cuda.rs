@@ -2,8 +2,8 @@
 //! (`ptx.rs`), loaded through the CUDA driver by the run half (crate `graphc-cuda-runtime`),
 //! and each kernel put in a `KernelTable` in place of the CPU kernel of the same plan.
 
+use super::{gpu_concat, gpu_product, gpu_reduce, GpuKernel, GpuPlan};
 use super::{gpu_listing, ptx::ptx, Tier};
-use super::{gpu_product, gpu_reduce, GpuKernel, GpuPlan};
 use graphc_cuda_runtime::{GpuCode, GpuInput, GpuLoopKernel, Threads};
 use graphc_ir::{DeviceKind, Graph, Module, Node};
 use graphc_runtime::KernelTable;
@@ -92,6 +92,21 @@ fn describe(k: &GpuKernel, code: Arc<GpuCode>) -> GpuLoopKernel {
                 code,
                 function: k.name.clone(),
                 reach: gpu_product::extents(c, types.len()).ins,
+            }
+        }
+        GpuPlan::Concat(p) => {
+            let (rows, cols) = gpu_concat::view(p);
+            GpuLoopKernel {
+                rows,
+                cols,
+                inputs: p.inputs.iter().map(|ty| GpuInput { ty: ty.clone(), materialize: false }).collect(),
+                out: p.out.clone(),
+                results: vec![(p.out.clone(), false)],
+                scratch_per_row: 0,
+                threads: Threads::PerElement,
+                code,
+                function: k.name.clone(),
+                reach: gpu_concat::extents(p).ins,
             }
         }
         GpuPlan::Reduce(r) => {

@@ -182,6 +182,9 @@ pub(super) struct Emitter {
     ptx: bool,
 }
 
+/// What writes element `t` of a per-element kernel: `(emitter, t, inputs, result)`.
+pub(super) type ElementBody<'a> = dyn FnMut(&mut Emitter, &str, &[String], &str) + 'a;
+
 impl Emitter {
     /// An emitter of a GPU thread's scalar code, `depth` levels in.
     pub(super) fn thread(depth: usize) -> Emitter {
@@ -244,6 +247,48 @@ impl Emitter {
         let first = self.op(&format!("arith.muli {block}, {dim} : index"));
         let at = self.op(&format!("arith.addi {first}, {thread} : index"));
         self.op(&format!("arith.index_cast {at} : index to i64"))
+    }
+
+    /// A `gpu.func` named `name` of a thread per element of a `[rows, cols]` view (`cols`
+    /// fixed, the rows the launch's): a pointer per input (`inputs`), the result's, the
+    /// scratch's (unused) and the row count; thread `t` of the grid, when inside the view,
+    /// runs `body(e, t, inputs, result)`, which writes element `t`.
+    pub(super) fn per_element_gpu(name: &str, inputs: usize, cols: usize, body: &mut ElementBody<'_>) -> String {
+        let mut e = Emitter::thread(3);
+        let (ins, outs) = e.gpu_function(name, inputs, 1, "");
+        let t = e.grid_thread();
+        let total = e.imul("%rows", cols as i64);
+        let inside = e.op(&format!("arith.cmpi slt, {t}, {total} : i64"));
+        e.line(&format!("scf.if {inside} {{"));
+        e.depth += 1;
+        body(&mut e, &t, &ins, &outs[0]);
+        e.depth -= 1;
+        e.line("}");
+        e.line("gpu.return");
+        e.out.push_str("    }\n");
+        e.out
+    }
+
+    /// [`Emitter::per_element_gpu`]'s kernel as a CPU function named `name` with the CPU
+    /// kernels' signature over the view's rows: each row's threads one after another, each
+    /// running the same body (a GPU kernel's twin, which tests run without a GPU).
+    pub(super) fn per_element_twin(name: &str, inputs: usize, cols: usize, body: &mut ElementBody<'_>) -> String {
+        let mut e = Emitter::cpu_thread(2);
+        e.cpu_function(name);
+        let ins = e.pointers("%ins", inputs);
+        let y = e.pointers("%outs", 1).remove(0);
+        let (lo, hi) = (e.imul("%row_begin", cols as i64), e.imul("%row_end", cols as i64));
+        let one = e.i64c(1);
+        let t = format!("%t{}", e.next);
+        e.next += 1;
+        e.line(&format!("scf.for {t} = {lo} to {hi} step {one} : i64 {{"));
+        e.depth += 1;
+        body(&mut e, &t, &ins, &y);
+        e.depth -= 1;
+        e.line("}");
+        e.line("return");
+        e.out.push_str("  }\n");
+        e.out
     }
 
     pub(super) fn line(&mut self, s: &str) {

@@ -1,10 +1,11 @@
 //! Which kernels a GPU runs, and their `gpu.module`: loop kernels (`emit.rs`), tiled matrix
 //! products and convolutions (`gpu_product.rs`), pools and column reductions
-//! (`gpu_reduce.rs`). Placement asks the same question node by node ([`gpu_runs`]), so a node
+//! (`gpu_reduce.rs`), concats (`gpu_concat.rs`). Placement asks the same question node by node ([`gpu_runs`]), so a node
 //! the GPU has no kernel for is placed on a CPU device rather than run on the host inside a
 //! GPU's partition.
 
 use super::emit;
+use super::gpu_concat;
 use super::gpu_product::{self, Contraction};
 use super::gpu_reduce::{self, Reduction};
 use crate::lower::plan::{self, KernelPlan};
@@ -90,7 +91,7 @@ fn gpu_kernel(g: &Graph, n: Node, plan: &KernelPlan, name: &str) -> Result<(Stri
         KernelPlan::Conv(p) => product(g, n, Contraction::Conv(p.clone()), name),
         KernelPlan::Columns(p) => reduction(Reduction::Columns(p.clone()), name),
         KernelPlan::Pool(p) => reduction(Reduction::Pool(p.clone()), name),
-        KernelPlan::Concat(_) => Err("concat has no GPU kernel yet".into()),
+        KernelPlan::Concat(p) => Ok((gpu_concat::gpu_concat_kernel(p, name), GpuPlan::Concat(Box::new(p.clone())))),
     }
 }
 
@@ -131,4 +132,6 @@ pub enum GpuPlan {
     Product(Box<Contraction>, Vec<(graphc_ir::TensorType, bool)>),
     /// A pool or column reduction (`gpu_reduce.rs`): a thread per output element.
     Reduce(Box<Reduction>),
+    /// A concat (`gpu_concat.rs`): a thread per output element.
+    Concat(Box<plan::ConcatPlan>),
 }

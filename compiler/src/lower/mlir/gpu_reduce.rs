@@ -96,42 +96,14 @@ pub fn extents(r: &Reduction) -> Extents {
 /// (unused) and the view's row count; thread `t` of the grid computes element `t`.
 pub fn gpu_reduce_kernel(r: &Reduction, name: &str) -> Result<String, String> {
     check(r)?;
-    let mut e = Emitter::thread(3);
-    let (ins, outs) = e.gpu_function(name, 1, 1, "");
-    let t = e.grid_thread();
-    let total = e.imul("%rows", view(r).1 as i64);
-    let inside = e.op(&format!("arith.cmpi slt, {t}, {total} : i64"));
-    e.line(&format!("scf.if {inside} {{"));
-    e.depth += 1;
-    element(&mut e, r, &t, &ins[0], &outs[0]);
-    e.depth -= 1;
-    e.line("}");
-    e.line("gpu.return");
-    e.out.push_str("    }\n");
-    Ok(e.out)
+    Ok(Emitter::per_element_gpu(name, 1, view(r).1, &mut |e, t, ins, y| element(e, r, t, &ins[0], y)))
 }
 
 /// The kernel as a CPU function named `name` with the CPU kernels' signature over the view's
 /// rows: each row's threads one after another, each running the GPU kernel's body.
 pub fn cpu_twin(r: &Reduction, name: &str) -> Result<String, String> {
     check(r)?;
-    let mut e = Emitter::cpu_thread(2);
-    e.cpu_function(name);
-    let x = e.pointers("%ins", 1).remove(0);
-    let y = e.pointers("%outs", 1).remove(0);
-    let cols = view(r).1 as i64;
-    let (lo, hi) = (e.imul("%row_begin", cols), e.imul("%row_end", cols));
-    let one = e.i64c(1);
-    let t = format!("%t{}", e.next);
-    e.next += 1;
-    e.line(&format!("scf.for {t} = {lo} to {hi} step {one} : i64 {{"));
-    e.depth += 1;
-    element(&mut e, r, &t, &x, &y);
-    e.depth -= 1;
-    e.line("}");
-    e.line("return");
-    e.out.push_str("  }\n");
-    Ok(e.out)
+    Ok(Emitter::per_element_twin(name, 1, view(r).1, &mut |e, t, ins, y| element(e, r, t, &ins[0], y)))
 }
 
 /// Element `t` of the result: `y[t]` from `x`.

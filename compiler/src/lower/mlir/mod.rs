@@ -9,6 +9,7 @@
 pub mod cuda;
 pub mod emit;
 mod gpu;
+pub mod gpu_concat;
 pub mod gpu_product;
 pub mod gpu_reduce;
 #[cfg(feature = "llvm")]
