@@ -677,6 +677,10 @@ impl CompiledKernels for Recording {
         }
         Some(out)
     }
+
+    fn device_kernel(&self, graph: &str, node: Node) -> Option<Arc<dyn graphc_runtime::DeviceKernel>> {
+        self.kernels.device_kernel(graph, node)
+    }
 }
 
 /// A module of one graph computing what node `n` of `g` does (a fusion's kernel, or the op),

@@ -584,3 +584,36 @@ fn the_concat_kernel_copies_every_layout_exactly() {
     // kernel each.
     check_twins(&m, "concats", graphs, graphs + 3);
 }
+
+#[test]
+fn the_cpu_backends_kernels_pass_a_device_kernel_on() {
+    // The cuda backend's executor asks its compiled kernels (the CPU backend's table, with
+    // the GPU's kernels in it) for each node's device kernel: the table's wrapper must
+    // forward the question, or every GPU kernel would copy in and out.
+    #[derive(Debug)]
+    struct OnDevice;
+    impl graphc_runtime::Kernel for OnDevice {
+        fn run(&self, _: &mut graphc_runtime::Operands<'_>) -> Result<Vec<Tensor>, String> {
+            Err("not run here".into())
+        }
+        fn on_device(self: Arc<Self>) -> Option<Arc<dyn graphc_runtime::DeviceKernel>> {
+            Some(self)
+        }
+    }
+    impl graphc_runtime::DeviceKernel for OnDevice {
+        fn run(
+            &self,
+            _: &[Arc<dyn graphc_runtime::DeviceTensor>],
+        ) -> Result<Vec<Arc<dyn graphc_runtime::DeviceTensor>>, String> {
+            Err("not run here".into())
+        }
+    }
+    let m = parse_module("graph @g(%x: f32[4]) -> (y: f32[4]) {\n  %y = relu %x : f32[4]\n  return %y\n}\n").unwrap();
+    let kernels = common::cpu_kernels(&m, &CompileOptions::default()).unwrap();
+    let g = &m.graphs[0];
+    let n = g.regions[g.body].nodes[0];
+    use graphc_runtime::CompiledKernels;
+    assert!(kernels.device_kernel("g", n).is_none(), "a CPU kernel has no device kernel");
+    kernels.table().replace("g", n, Arc::new(OnDevice));
+    assert!(kernels.device_kernel("g", n).is_some());
+}

@@ -4,7 +4,8 @@
 use graphc_cuda_runtime::{available, load, CudaDevice, GpuCode, GpuInput, GpuLoopKernel, Threads};
 use graphc_ir::{parse_module, DType, TensorType};
 use graphc_runtime::{
-    BufferPool, Device, InterpExecutor, Kernel, KernelTable, Operands, RunRequest, Session, SessionOptions, Tensor,
+    BufferPool, Device, InterpExecutor, Kernel, KernelTable, Operands, Residency, RunRequest, Session, SessionOptions,
+    Tensor,
 };
 use ndarray::{ArrayD, IxDyn};
 use std::sync::Arc;
@@ -285,7 +286,8 @@ fn a_session_on_the_gpu_copies_only_feeds_and_fetches() {
     for &n in &g.regions[g.body].nodes {
         table.replace("g", n, Arc::new(add_rows(&code, 1000, false)));
     }
-    let executor = Arc::new(InterpExecutor::on_device(Arc::new(table), Arc::new(CudaDevice)));
+    let device = Arc::new(Residency::new(Arc::new(CudaDevice)));
+    let executor = Arc::new(InterpExecutor::on_device(Arc::new(table), device));
     let mut s = Session::new(m, SessionOptions::default()).unwrap();
     s.set_executor("g", executor.clone()).unwrap();
     let ty = TensorType::new(DType::F32, [1000]);

@@ -22,10 +22,9 @@ pub trait CompiledKernels: Send + Sync + Debug {
     fn run(&self, graph: &str, node: Node, operands: &mut Operands<'_>) -> Option<Result<Vec<Tensor>, String>>;
 
     /// Node `node`'s kernel on tensors in a device's memory, for an executor that keeps them
-    /// there ([`crate::InterpExecutor::on_device`]); `None` when it has none.
-    fn device_kernel(&self, _graph: &str, _node: Node) -> Option<Arc<dyn DeviceKernel>> {
-        None
-    }
+    /// there ([`crate::InterpExecutor::on_device`]); `None` when it has none. Required, so
+    /// that code wrapping another's kernels forwards it rather than silently dropping it.
+    fn device_kernel(&self, graph: &str, node: Node) -> Option<Arc<dyn DeviceKernel>>;
 }
 
 /// One node's compiled code.

@@ -1,8 +1,8 @@
 //! Devices with memory of their own (a GPU): the seam through which an executor keeps a
 //! graph's tensors in a device's memory between the kernels that run there, and copies them
 //! only where a value must be on the host: at send, at a fetch, and for an op the device has
-//! no kernel for (which placement keeps off such a device, so that in a partition this is
-//! the loop counters and conditions the host keeps).
+//! no kernel for (which placement keeps off such a device: in a partition, the loop counters
+//! and conditions the host keeps, and state: a variable's reads and assigns).
 //!
 //! A backend gives three things: a [`Device`] that copies host tensors in, the
 //! [`DeviceTensor`]s that live there, and, for the nodes it runs there, [`Kernel`]s whose
@@ -62,13 +62,15 @@ pub struct Transfers {
 /// Host tensors' copies on a device, by the host tensor's address (held by the weak reference).
 type Kept = HashMap<usize, (Weak<Tensor>, Arc<dyn DeviceTensor>)>;
 
-/// An executor's device: the device, the host tensors it holds copies of, and what crossed.
+/// A device as its executors share it: the device, the long-lived host tensors it holds
+/// copies of, and what crossed.
 ///
-/// A host tensor copied in is kept on the device as long as the host tensor lives (a weak
-/// reference to it is the key): the weights a variable holds and the session's constants are
-/// copied once, not once per step, until the variable is assigned a new tensor. Host
-/// tensors do not change once made (a kernel writes over an operand only when nothing else,
-/// a weak reference included, holds it), so a kept copy is never stale.
+/// A long-lived host tensor (a variable's value, a constant) copied in with `keep` is kept on
+/// the device as long as the host tensor lives (a weak reference to it is the key): weights
+/// and constants are copied once, not once per step, until the variable is assigned a new
+/// tensor. A kept copy is never stale: host tensors are changed in place only through
+/// `Arc::get_mut` (which refuses while a weak reference exists), `Arc::make_mut` or
+/// `Arc::try_unwrap` (which move the value to a new allocation or out of it first).
 #[derive(Debug)]
 pub struct Residency {
     device: Arc<dyn Device>,
@@ -95,21 +97,29 @@ impl Residency {
         &self.device
     }
 
-    /// Host tensor `t` in the device's memory: the copy kept from before, or a new one.
-    pub fn upload(&self, t: &Arc<Tensor>) -> Result<Arc<dyn DeviceTensor>, String> {
+    /// Host tensor `t` in the device's memory: the copy kept from before, or a new one, kept
+    /// while `t` lives when `keep` (a long-lived tensor), else the caller's alone.
+    pub fn upload(&self, t: &Arc<Tensor>, keep: bool) -> Result<Arc<dyn DeviceTensor>, String> {
         let key = Arc::as_ptr(t) as usize;
-        if let Some((weak, d)) = self.kept().get(&key) {
-            // The weak reference keeps the allocation, so the address is this tensor's.
-            if weak.upgrade().is_some_and(|w| Arc::ptr_eq(&w, t)) {
-                return Ok(d.clone());
+        if keep {
+            if let Some((weak, d)) = self.kept().get(&key) {
+                // The weak reference keeps the allocation, so the address is this tensor's.
+                if weak.upgrade().is_some_and(|w| Arc::ptr_eq(&w, t)) {
+                    return Ok(d.clone());
+                }
             }
+            // Copies of tensors that died go before the new one takes room.
+            self.forget_dead();
         }
         let d = self.device.upload(t)?;
+        if d.ty() != t.ty() {
+            return Err(format!("{} made {} of a tensor of type {}", self.device.name(), d.ty(), t.ty()));
+        }
         self.uploads.fetch_add(1, Ordering::Relaxed);
         self.upload_bytes.fetch_add(crate::budget::bytes_of(t), Ordering::Relaxed);
-        let mut kept = self.kept();
-        kept.retain(|_, (w, _)| w.strong_count() > 0);
-        kept.insert(key, (Arc::downgrade(t), d.clone()));
+        if keep {
+            self.kept().insert(key, (Arc::downgrade(t), d.clone()));
+        }
         Ok(d)
     }
 
@@ -124,15 +134,9 @@ impl Residency {
         Ok(Arc::new(t))
     }
 
-    /// Ends a run: drops the copies of host tensors that have died, and of `step_only`, the
-    /// host tensors that lived for the run alone (its feeds, which the session holds a
-    /// little longer), so that no device memory is held for them past the run.
-    pub fn end_run(&self, step_only: &[Weak<Tensor>]) {
-        let mut kept = self.kept();
-        for w in step_only {
-            kept.remove(&(w.as_ptr() as usize));
-        }
-        kept.retain(|_, (w, _)| w.strong_count() > 0);
+    /// Drops the copies of kept host tensors that have died.
+    pub fn forget_dead(&self) {
+        self.kept().retain(|_, (w, _)| w.strong_count() > 0);
     }
 
     /// What crossed so far.

@@ -5,7 +5,8 @@
 //!
 //! On a device with memory of its own ([`InterpExecutor::on_device`]), the nodes the device
 //! has kernels for run there on tensors that stay there ([`RtValue::Device`]): a host operand
-//! is copied in (once while the host tensor lives, [`Residency`]), and a device value is
+//! is copied in (a variable's value or a constant once while it lives, [`Residency`]), and
+//! its value bound to the copy from then on (freed at its last use), and a device value is
 //! copied out only for what runs on the host: a send, a fetch, an op the device has no
 //! kernel for. Identity, reshape, shape and rank take device values as they are, and
 //! control flow passes them into its regions.
@@ -13,7 +14,7 @@
 use crate::budget::{bytes_of, Ledger};
 use crate::compiled::{CompiledKernels, Operands};
 use crate::constants::ConstantCache;
-use crate::device::{Device, DeviceKernel, Residency};
+use crate::device::{DeviceKernel, DeviceTensor, Residency};
 use crate::error::{ErrorKind, RunError};
 use crate::executor::{ExecContext, ExecOutput, Executor, NodeEvent};
 use crate::kernels;
@@ -53,9 +54,10 @@ impl InterpExecutor {
 
     /// The interpreter keeping tensors in `device`'s memory between the nodes `compiled` has
     /// device kernels for ([`CompiledKernels::device_kernel`]), and running the rest as
-    /// [`InterpExecutor::with_compiled`] does.
-    pub fn on_device(compiled: Arc<dyn CompiledKernels>, device: Arc<dyn Device>) -> Self {
-        InterpExecutor { compiled: Some(compiled), residency: Some(Arc::new(Residency::new(device))) }
+    /// [`InterpExecutor::with_compiled`] does. Executors of one device share its residency,
+    /// so that weights two graphs read are copied once.
+    pub fn on_device(compiled: Arc<dyn CompiledKernels>, device: Arc<Residency>) -> Self {
+        InterpExecutor { compiled: Some(compiled), residency: Some(device) }
     }
 
     pub fn compiled(&self) -> Option<&Arc<dyn CompiledKernels>> {
@@ -80,7 +82,6 @@ impl Executor for InterpExecutor {
         interp.retained = cx.fetches().iter().copied().collect();
         interp.derived_from_cache =
             cx.feeds().keys().all(|&v| matches!(graph.values[v].def, graphc_ir::ValueDef::Param(..)));
-        let fed: Vec<_> = self.residency.iter().flat_map(|_| cx.feeds().values().map(Arc::downgrade)).collect();
         let mut env: Env = cx.take_feeds().into_iter().map(|(v, t)| (v, RtValue::Tensor(t))).collect();
         interp.hold_bound(&env);
         let ran = interp.run_nodes(graph.body, &mut env, &|n| cx.is_needed(n));
@@ -97,7 +98,7 @@ impl Executor for InterpExecutor {
         });
         drop(env);
         if let Some(r) = &self.residency {
-            r.end_run(&fed);
+            r.forget_dead();
         }
         let values = values?;
         Ok(ExecOutput {
@@ -108,6 +109,9 @@ impl Executor for InterpExecutor {
         })
     }
 }
+
+/// A device kernel's results, and the host operands it copied in, by value.
+type RunOnDevice = (Vec<RtValue>, Vec<(Value, Arc<dyn DeviceTensor>)>);
 
 /// Values bound so far in one region activation.
 pub(crate) type Env = HashMap<Value, RtValue>;
@@ -300,8 +304,10 @@ impl<'a> Interp<'a> {
         let on_device = if cached { None } else { self.device_kernel(n) };
         // Kernels allocate their results: those must fit the budget beside what is live,
         // operands read here for the last time included (they live until the kernel is done).
-        // A device's results are in its memory, which the device itself refuses to overfill.
-        if nd.op == Op::Fusion || kernels::is_kernel(nd.op) {
+        // A device's results are in its memory, which the device itself refuses to overfill,
+        // as are a view's of a device value.
+        let as_is = matches!(args.first(), Some(RtValue::Device(_))) && takes_device_values_as_they_are(nd.op);
+        if (nd.op == Op::Fusion || kernels::is_kernel(nd.op)) && !as_is {
             let mut bytes = 0u64;
             for t in nd.results.iter().filter_map(|&v| g.values[v].ty.as_tensor()) {
                 check_tensor_size(t, self.max_bytes).map_err(|m| RunError::new(ErrorKind::ResourceExhausted, m))?;
@@ -318,7 +324,19 @@ impl<'a> Interp<'a> {
         }
         self.executed += 1;
         let results = match on_device {
-            Some(k) => self.run_on_device(&*k, args)?,
+            Some(k) => {
+                let (results, copied) = self.run_on_device(n, &*k, args)?;
+                // Operands copied in are bound to their copies from now on (those still
+                // read later), so that no later kernel, loop iteration or branch copies them
+                // again, and the host's hold on them ends.
+                for (v, d) in copied {
+                    if env.contains_key(&v) {
+                        self.unbind(env, v);
+                        self.bind(env, v, RtValue::Device(d));
+                    }
+                }
+                results
+            }
             None if cached => self.compute_invariant(n, args)?,
             None => self.compute(n, args)?,
         };
@@ -368,31 +386,54 @@ impl<'a> Interp<'a> {
         self.compiled?.device_kernel(&self.graph.name, n)
     }
 
-    /// Runs a node on the device with kernel `k`, copying in the operands that are on the
-    /// host; its results stay on the device.
-    fn run_on_device(&mut self, k: &dyn DeviceKernel, args: Vec<RtValue>) -> Result<Vec<RtValue>, RunError> {
+    /// Runs node `n` on the device with kernel `k`, copying in the operands that are on the
+    /// host; its results stay on the device. Returns them, and the operands it copied in.
+    fn run_on_device(&mut self, n: Node, k: &dyn DeviceKernel, args: Vec<RtValue>) -> Result<RunOnDevice, RunError> {
         let residency = self.residency.ok_or_else(|| RunError::internal("a device kernel without a device"))?;
-        let operands = args
-            .iter()
-            .enumerate()
-            .map(|(i, a)| match a {
-                RtValue::Device(d) => Ok(d.clone()),
-                RtValue::Tensor(t) => residency.upload(t).map_err(|m| {
-                    RunError::new(ErrorKind::Kernel, format!("operand {i} to {}: {m}", residency.device().name()))
-                }),
-                _ => Err(RunError::internal(format!("operand {i} is not a tensor"))),
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        // Operands read here for the last time die with the kernel's use of them.
+        let values = &self.graph.nodes[n].operands;
+        let mut copied: Vec<(Value, Arc<dyn DeviceTensor>)> = Vec::new();
+        let mut operands = Vec::with_capacity(args.len());
+        for (i, (a, &v)) in args.iter().zip(values).enumerate() {
+            operands.push(match a {
+                RtValue::Device(d) => d.clone(),
+                RtValue::Tensor(t) => {
+                    // An operand read twice is copied once.
+                    if let Some((_, d)) = copied.iter().find(|(w, _)| *w == v) {
+                        operands.push(d.clone());
+                        continue;
+                    }
+                    let d = residency.upload(t, self.long_lived(v)).map_err(|m| {
+                        RunError::new(ErrorKind::Kernel, format!("operand {i} to {}: {m}", residency.device().name()))
+                    })?;
+                    copied.push((v, d.clone()));
+                    d
+                }
+                _ => return Err(RunError::internal(format!("operand {i} is not a tensor"))),
+            });
+        }
         drop(args);
         let out = k.run(&operands).map_err(|m| RunError::new(ErrorKind::Kernel, m))?;
-        Ok(out.into_iter().map(RtValue::Device).collect())
+        Ok((out.into_iter().map(RtValue::Device).collect(), copied))
     }
 
-    /// `v` with a tensor in a device's memory copied to the host.
+    /// Whether value `v` outlives the run on the host (a variable's value, a constant, a
+    /// step-invariant result), so that its device copy is worth keeping while it does.
+    fn long_lived(&self, v: Value) -> bool {
+        match self.graph.values[v].def {
+            graphc_ir::ValueDef::Result(p, _) => {
+                matches!(self.graph.nodes[p].op, Op::Read | Op::Constant) || self.invariant.contains(&p)
+            }
+            graphc_ir::ValueDef::Param(..) => false,
+        }
+    }
+
+    /// `v` with a tensor in a device's memory copied to the host, if the copy fits the memory
+    /// budget beside what is live.
     fn on_host(&self, v: RtValue) -> Result<RtValue, RunError> {
         match (v, self.residency) {
             (RtValue::Device(d), Some(r)) => {
+                let bytes = crate::limits::tensor_bytes(&d.ty()).unwrap_or(u64::MAX);
+                self.ledger.check(bytes, self.graph)?;
                 let t = r
                     .download(&*d)
                     .map_err(|m| RunError::new(ErrorKind::Kernel, format!("{}: {m}", r.device().name())))?;
@@ -408,6 +449,9 @@ impl<'a> Interp<'a> {
     fn on_device_as_is(&self, n: Node, args: &[RtValue]) -> Option<Result<Vec<RtValue>, RunError>> {
         let nd = &self.graph.nodes[n];
         let RtValue::Device(d) = args.first()? else { return None };
+        if !takes_device_values_as_they_are(nd.op) {
+            return None;
+        }
         let dims = || d.ty().shape.iter().map(|&x| x as i64).collect::<Vec<i64>>();
         Some(match nd.op {
             Op::Identity => Ok(vec![args[0].clone()]),
@@ -434,7 +478,7 @@ impl<'a> Interp<'a> {
             .into_iter()
             .enumerate()
             .map(|(i, a)| match nd.op {
-                Op::While => Ok(a),
+                Op::While | Op::Fusion => Ok(a),
                 Op::Cond if i > 0 => Ok(a),
                 _ => self.on_host(a),
             })
@@ -567,8 +611,8 @@ impl<'a> Interp<'a> {
     fn run_loop(&mut self, cond: Region, body: Region, mut values: Vec<RtValue>) -> Result<Vec<RtValue>, RunError> {
         loop {
             self.check_stop()?;
-            let go = self.run_region(cond, values.clone())?;
-            match go.first().and_then(RtValue::as_tensor) {
+            let go = self.run_region(cond, values.clone())?.into_iter().next().map(|v| self.on_host(v)).transpose()?;
+            match go.as_ref().and_then(RtValue::as_tensor) {
                 Some(Tensor::Bool(b)) if b.len() == 1 => {
                     if !b.iter().next().copied().unwrap_or(false) {
                         return Ok(values);
@@ -587,6 +631,12 @@ impl<'a> Interp<'a> {
     fn rendezvous_key(&self, key: &str) -> String {
         rendezvous_key(key, &self.iterations)
     }
+}
+
+/// Ops that take a device value as it is, reading only its type (identity, and reshape, a
+/// view of the same memory) or nothing of it at all (shape, rank).
+fn takes_device_values_as_they_are(op: Op) -> bool {
+    matches!(op, Op::Identity | Op::Reshape | Op::Shape | Op::Rank)
 }
 
 fn lookup(env: &Env, v: Value) -> Result<RtValue, RunError> {

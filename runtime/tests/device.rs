@@ -8,8 +8,8 @@ mod common;
 use common::*;
 use graphc_ir::{parse_module, Attrs, Module, Node, Op, TensorType, Type};
 use graphc_runtime::{
-    kernels, CompiledKernels, Device, DeviceKernel, DeviceTensor, ErrorKind, InterpExecutor, Operands, RunRequest,
-    Session, SessionOptions, Tensor, Transfers,
+    kernels, CompiledKernels, Device, DeviceKernel, DeviceTensor, ErrorKind, InterpExecutor, Operands, Residency,
+    RunRequest, Session, SessionOptions, Tensor, Transfers,
 };
 use std::any::Any;
 use std::collections::{HashMap, HashSet};
@@ -173,7 +173,8 @@ fn pair(src: &str, on_device: &[&str], capacity: u64) -> Pair {
     let m = parse_module(src).unwrap_or_else(|d| panic!("{src}\n{d:?}"));
     let memory = Arc::new(Memory { live: AtomicU64::new(0), peak: AtomicU64::new(0), capacity });
     let kernels = Arc::new(FakeKernels::new(&m, OPS, &memory));
-    let executor = Arc::new(InterpExecutor::on_device(kernels, Arc::new(FakeDevice { memory: memory.clone() })));
+    let device = Arc::new(Residency::new(Arc::new(FakeDevice { memory: memory.clone() })));
+    let executor = Arc::new(InterpExecutor::on_device(kernels, device));
     let mut device = Session::new(m.clone(), SessionOptions::default()).unwrap();
     for g in on_device {
         device.set_executor(g, executor.clone()).unwrap();
@@ -195,7 +196,8 @@ impl Pair {
         };
         let got = tensors(self.device.run_step(requests()).unwrap_or_else(|e| panic!("on the device: {e}")));
         let want = tensors(self.reference.run_step(requests()).unwrap());
-        assert_eq!(got.len(), want.len());
+        let counts = |o: &[Vec<Tensor>]| o.iter().map(Vec::len).collect::<Vec<_>>();
+        assert_eq!(counts(&got), counts(&want));
         for (g, w) in got.iter().flatten().zip(want.iter().flatten()) {
             assert_eq!(g.ty(), w.ty());
             let bits = |t: &Tensor| t.to_f64_vec().iter().map(|x| x.to_bits()).collect::<Vec<_>>();
@@ -237,11 +239,11 @@ fn a_chain_of_device_kernels_copies_its_feeds_in_once_and_its_fetches_out() {
 
 #[test]
 fn device_tensors_are_freed_after_their_last_use() {
-    // Ten 1 MiB values in a row: each dies once the next is made, so at most the input, the
-    // operand and the result are on the device at once.
+    // Ten 1 MiB values in a row: each dies once the next is made, and the fed one once the
+    // first is, so at most an operand and a result are on the device at once.
     let mut body = String::from("  %v0 = relu %x : f32[512,512]\n");
     for i in 1..10 {
-        body += &format!("  %v{i} = add %v{}, %x : f32[512,512]\n", i - 1);
+        body += &format!("  %v{i} = add %v{}, %v{} : f32[512,512]\n", i - 1, i - 1);
     }
     let src = format!("graph @g(%x: f32[512,512]) -> (y: f32[512,512]) {{\n{body}  return %v9\n}}\n");
     let p = pair(&src, &["g"], 1 << 30);
@@ -249,7 +251,7 @@ fn device_tensors_are_freed_after_their_last_use() {
     p.step(|| vec![RunRequest::new("g").feed("x", x.clone())]);
     let mib = 512 * 512 * 4;
     let peak = p.memory.peak.load(Ordering::SeqCst);
-    assert!(peak <= 3 * mib, "peak {peak} bytes for 1 MiB values");
+    assert!(peak <= 2 * mib, "peak {peak} bytes for 1 MiB values");
 }
 
 #[test]
@@ -360,13 +362,20 @@ graph @g(%x: f32[4,8]) -> (y: f32[4,2]) {
   %y = matmul %x, %w : f32[4,2]
   return %y
 }
+graph @g2(%x: f32[4,8]) -> (y: f32[4,2]) {
+  %v = variable {name = \"w\", init = dense<0.25> : f32[8,2]} : var<f32[8,2]>
+  %w = read %v : f32[8,2]
+  %y = matmul %x, %w : f32[4,2]
+  %z = tanh %y : f32[4,2]
+  return %z
+}
 graph @set(%nw: f32[8,2]) -> (w: f32[8,2]) {
   %v = variable {name = \"w\", init = dense<0.25> : f32[8,2]} : var<f32[8,2]>
   %a = assign %v, %nw : f32[8,2]
   return %a
 }
 ";
-    let p = pair(src, &["g"], 1 << 30);
+    let p = pair(src, &["g", "g2"], 1 << 30);
     let x = ramp(&[4, 8], 0.1);
     let uploads = |p: &Pair| p.transfers().uploads;
     let step = || vec![RunRequest::new("g").feed("x", x.clone())];
@@ -375,10 +384,12 @@ graph @set(%nw: f32[8,2]) -> (w: f32[8,2]) {
     p.step(step);
     p.step(step);
     assert_eq!(uploads(&p), 4, "a new feed each step; the weights are on the device already");
+    p.step(|| vec![RunRequest::new("g2").feed("x", x.clone())]);
+    assert_eq!(uploads(&p), 5, "another graph on the device finds the weights there too");
     let nw = ramp(&[8, 2], 0.3);
     p.step(|| vec![RunRequest::new("set").feed("nw", nw.clone())]);
     let y = p.step(step);
-    assert_eq!(uploads(&p), 6, "the assigned weights are copied in");
+    assert_eq!(uploads(&p), 7, "the assigned weights are copied in");
     assert_ne!(y[0][0].to_f64_vec(), vec![0.0; 8]);
 }
 
@@ -406,11 +417,11 @@ graph @g(%x: f32[4,4]) -> (y: f32[4,4], z: f64[4,4]) {
 
 #[test]
 fn a_full_device_is_an_error_at_the_node_and_the_session_goes_on() {
-    // Room for the two feeds and the product, not for the product's relu too.
+    // Room for the two feeds, not for their product too.
     let src = format!(
         "{CHAIN}\ngraph @small(%x: f32[64,64]) -> (y: f32[64,64]) {{\n  %y = relu %x : f32[64,64]\n  return %y\n}}\n"
     );
-    let p = pair(&src, &["g", "small"], 3 * 64 * 64 * 4);
+    let p = pair(&src, &["g", "small"], 2 * 64 * 64 * 4);
     let (x, w) = (ramp(&[64, 64], 0.01), ramp(&[64, 64], 0.003));
     let e = p.device.run(RunRequest::new("g").feed("x", x.clone()).feed("w", w.clone())).unwrap_err();
     assert_eq!(e.kind, ErrorKind::Kernel);
@@ -432,7 +443,8 @@ fn a_dtype_the_device_cannot_hold_is_an_error_naming_it() {
     let n = g.regions[g.body].nodes[0];
     let k = FakeKernel { op: Op::Add, attrs: Attrs::default(), results: vec![], memory: memory.clone() };
     let kernels = FakeKernels { kernels: HashMap::from([(("g".to_string(), n), Arc::new(k))]) };
-    let executor = InterpExecutor::on_device(Arc::new(kernels), Arc::new(FakeDevice { memory }));
+    let executor =
+        InterpExecutor::on_device(Arc::new(kernels), Arc::new(Residency::new(Arc::new(FakeDevice { memory }))));
     let mut s = Session::new(m, SessionOptions::default()).unwrap();
     s.set_executor("g", Arc::new(executor)).unwrap();
     let e = s.run(RunRequest::new("g").feed("x", i32t(&[3], &[1, 2, 3]))).unwrap_err();
@@ -474,7 +486,6 @@ fn random_chains_on_the_device_equal_the_interpreter() {
             let p = pair(&src, &["g"], 1 << 30);
             let (x, z) = (ramp(shape, 0.3), ramp(shape, -0.2));
             p.step(|| vec![RunRequest::new("g").feed("x", x.clone()).feed("z", z.clone())]);
-            assert!(p.transfers().downloads >= 1);
             assert_eq!(p.memory.live.load(Ordering::SeqCst), 0);
         }
     }

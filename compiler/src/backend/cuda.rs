@@ -9,8 +9,8 @@ use crate::lower::cpu::CpuKernels;
 use crate::lower::mlir;
 use graphc_cuda_runtime::CudaDevice;
 use graphc_ir::{DeviceKind, DeviceSpec, Graph, Module, Node};
-use graphc_runtime::{Executor, InterpExecutor};
-use std::sync::Arc;
+use graphc_runtime::{Executor, InterpExecutor, Residency};
+use std::sync::{Arc, OnceLock};
 
 #[derive(Debug)]
 pub struct Cuda;
@@ -35,7 +35,7 @@ impl Backend for Cuda {
     fn executor(&self, device: Option<&DeviceSpec>, compiled: &Compiled) -> Option<Arc<dyn Executor>> {
         let on_gpu = device.is_none_or(|d| d.device.is_none_or(|(kind, _)| kind == DeviceKind::Gpu));
         let kernels = compiled.kernels.clone().filter(|_| on_gpu)?;
-        Some(Arc::new(InterpExecutor::on_device(kernels, Arc::new(CudaDevice))))
+        Some(Arc::new(InterpExecutor::on_device(kernels, gpu().clone())))
     }
 
     /// The GPU, for the nodes placed on a GPU or on no device that it runs (with a kernel,
@@ -47,4 +47,11 @@ impl Backend for Cuda {
             DeviceKind::Cpu
         }
     }
+}
+
+/// GPU 0 as every executor on it shares it: one memory, so the weights several graphs or
+/// sessions read are copied there once.
+fn gpu() -> &'static Arc<Residency> {
+    static GPU: OnceLock<Arc<Residency>> = OnceLock::new();
+    GPU.get_or_init(|| Arc::new(Residency::new(Arc::new(CudaDevice))))
 }

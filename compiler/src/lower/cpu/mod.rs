@@ -146,4 +146,8 @@ impl CompiledKernels for CpuKernels {
     fn run(&self, graph: &str, node: Node, operands: &mut Operands<'_>) -> Option<Result<Vec<Tensor>, String>> {
         self.table.run(graph, node, operands)
     }
+
+    fn device_kernel(&self, graph: &str, node: Node) -> Option<Arc<dyn graphc_runtime::DeviceKernel>> {
+        self.table.device_kernel(graph, node)
+    }
 }
