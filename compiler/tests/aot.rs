@@ -374,3 +374,74 @@ fn an_aarch64_object_cross_compiles() {
     assert_eq!(o.status.code(), Some(1));
     assert!(text(&o).1.contains("--emit obj"), "{}", text(&o).1);
 }
+
+/// `graphc compile ARGS`, asserting it fails with one line (exit 1) containing `what`.
+fn compile_fails(args: &[&str], what: &str) {
+    let o = graphc(&[&["compile"], args].concat());
+    let (out, err) = text(&o);
+    assert_eq!(o.status.code(), Some(1), "graphc compile {args:?}:\n{out}{err}");
+    assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+    assert!(err.contains(what), "graphc compile {args:?}: expected '{what}' in: {err}");
+}
+
+#[test]
+fn compile_never_replaces_a_device_a_fifo_its_source_or_its_weights() {
+    runtime_library();
+    let dir = scratch("clobber");
+    let source = dir.join("mlp.gir");
+    std::fs::copy(example("mlp.gir"), &source).unwrap();
+    let src = source.to_str().unwrap();
+    let fifo = dir.join("fifo");
+    assert!(Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    let null = dir.join("null");
+    std::os::unix::fs::symlink("/dev/null", &null).unwrap();
+    for emit in ["exe", "staticlib"] {
+        for (out, is) in
+            [(&fifo, "is a FIFO"), (&null, "is a character device"), (&"/dev/null".into(), "is a character device")]
+        {
+            compile_fails(&[src, "--emit", emit, "-o", out.to_str().unwrap()], is);
+        }
+    }
+    // An object's header too: x.o's is x.h.
+    let header = dir.join("x.h");
+    assert!(Command::new("mkfifo").arg(&header).status().unwrap().success());
+    compile_fails(&[src, "--emit", "obj", "-o", dir.join("x.o").to_str().unwrap()], "the C header");
+    std::fs::remove_file(&header).unwrap();
+    assert!(std::fs::symlink_metadata(&null).unwrap().file_type().is_symlink());
+    // The source, the weights file, and the object's header are not written over.
+    compile_fails(&[src, "-o", src], "is the model");
+    let weights = dir.join("w.safetensors");
+    let w = weights.to_str().unwrap();
+    compile_fails(&[src, "-o", w, "--weights-file", w], "are the same file");
+    compile_fails(
+        &[
+            src,
+            "--emit",
+            "obj",
+            "-o",
+            dir.join("mlp.o").to_str().unwrap(),
+            "--weights-file",
+            dir.join("mlp.h").to_str().unwrap(),
+        ],
+        "are the same file",
+    );
+    assert_eq!(std::fs::read_to_string(&source).unwrap(), std::fs::read_to_string(example("mlp.gir")).unwrap());
+    // A directory, and a directory that is not there, are named as such.
+    let d = format!("{}/", dir.display());
+    compile_fails(&[src, "--emit", "obj", "-o", &d], "a directory; give the path of the file to write");
+    let missing = dir.join("missing/x");
+    compile_fails(
+        &[src, "-o", missing.to_str().unwrap()],
+        &format!("there is no directory {}", dir.join("missing").display()),
+    );
+    // Nothing was left beside the outputs.
+    let mut left: Vec<String> =
+        std::fs::read_dir(&*dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    left.sort();
+    assert_eq!(left, ["fifo", "mlp.gir", "null"]);
+    // A program written over a plain file is executable.
+    let exe = dir.join("prog");
+    std::fs::write(&exe, "old").unwrap();
+    compile(&[src, "-o", exe.to_str().unwrap()]);
+    assert!(run_exe(&exe, &[]).status.success());
+}

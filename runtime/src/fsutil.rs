@@ -1,23 +1,16 @@
 //! Writing files so that a crash never leaves a half-written one, and opening input files
 //! only when they are regular files of known length.
 
-use std::collections::HashSet;
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
 use std::time::Duration;
 
-/// Temporary files of other processes younger than this are left alone even when their
-/// writer looks dead: a writer in another PID namespace (a container sharing the directory)
-/// is invisible in /proc but still writing.
-const STALE_AFTER: Duration = Duration::from_secs(60);
-
-/// The names of this process's temporary files being written now (unique, by the counter), so
-/// that cleaning up never removes a concurrent writer's file.
-static IN_FLIGHT: Mutex<Option<HashSet<String>>> = Mutex::new(None);
+/// A temporary file younger than this is never taken for a dead writer's: its writer locks it
+/// right after creating it, and this covers the moment in between.
+const GRACE: Duration = Duration::from_secs(2);
 
 /// Writes `path` through a temporary file: `write` fills it, it is flushed to disk, then
 /// renamed over the file (atomic on POSIX), and the directory is synced so the rename itself
@@ -29,9 +22,29 @@ static IN_FLIGHT: Mutex<Option<HashSet<String>>> = Mutex::new(None);
 /// process may set them, its owner and group. Temporary files for the same target that a
 /// killed writer left behind are removed first (see [`remove_stale_temporaries`]).
 pub fn write_atomically(path: &Path, write: impl FnOnce(&mut File) -> io::Result<()>) -> io::Result<()> {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    replace_file(path, false, write)
+}
+
+/// [`write_atomically`] for a program: a new file is executable (as far as the umask lets
+/// it), and a file replaced keeps its mode with execute permission added where it is
+/// readable.
+pub fn write_executable_atomically(path: &Path, write: impl FnOnce(&mut File) -> io::Result<()>) -> io::Result<()> {
+    replace_file(path, true, write)
+}
+
+/// Checks, before any work is done, that `path` can be written as [`write_atomically`]
+/// writes: its directory exists, and it is a regular file, a symlink to one, or nothing yet.
+/// The error is what [`write_atomically`] would fail with.
+pub fn check_writable(path: &Path) -> io::Result<()> {
+    target_of(path).map(|_| ())
+}
+
+/// The final target of `path`, its directory and file name, and the file there now if any;
+/// an error for a directory, a device, a FIFO or a socket, and for a directory that is not
+/// there.
+fn target_of(path: &Path) -> io::Result<(PathBuf, PathBuf, String, Option<std::fs::Metadata>)> {
     let target = final_target(path)?;
-    let dir = target.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let dir = target.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new(".")).to_path_buf();
     let name = target
         .file_name()
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "the path names no file"))?
@@ -50,23 +63,42 @@ pub fn write_atomically(path: &Path, write: impl FnOnce(&mut File) -> io::Result
         Err(e) if e.kind() == io::ErrorKind::NotFound => None,
         Err(e) => return Err(e),
     };
+    match std::fs::metadata(&dir) {
+        Ok(m) if m.is_dir() => {}
+        Ok(_) => {
+            return Err(io::Error::new(io::ErrorKind::NotADirectory, format!("{} is not a directory", dir.display())))
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            return Err(io::Error::new(io::ErrorKind::NotFound, format!("there is no directory {}", dir.display())))
+        }
+        Err(e) => return Err(e),
+    }
+    Ok((target, dir, name, existing))
+}
+
+fn replace_file(path: &Path, executable: bool, write: impl FnOnce(&mut File) -> io::Result<()>) -> io::Result<()> {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let (target, dir, name, existing) = target_of(path)?;
+    let dir = dir.as_path();
     remove_stale_temporaries(dir, &name);
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    let tmp_name = format!("{}{}-{n}", temp_prefix(&name), std::process::id());
-    let tmp = dir.join(&tmp_name);
-    in_flight(|s| s.insert(tmp_name.clone()));
+    let tmp = dir.join(format!("{}{}-{n}", temp_prefix(&name), std::process::id()));
+    let mode = |m: u32| if executable { m | (m & 0o444) >> 2 } else { m };
     let result = (|| {
         let mut options = OpenOptions::new();
         // Never wider than the file it replaces, even before the exact mode is set below.
-        options.write(true).create_new(true).mode(existing.as_ref().map_or(0o666, |m| m.mode() & 0o777));
+        options.write(true).create_new(true).mode(mode(existing.as_ref().map_or(0o666, |m| m.mode() & 0o777)));
         let mut f = options.open(&tmp)?;
+        // Held until the file is closed (or its writer dies): a cleaner that can take it knows
+        // the writer is gone, in whatever PID namespace it ran.
+        f.try_lock().map_err(|e| io::Error::other(format!("cannot lock {}: {e}", tmp.display())))?;
         if let Some(m) = &existing {
-            keep_owner_and_mode(&f, m)?;
+            keep_owner_and_mode(&f, m, mode(m.mode() & 0o7777))?;
         }
         write(&mut f)?;
         f.sync_all()?;
-        drop(f);
         std::fs::rename(&tmp, &target)?;
+        drop(f);
         // Directories cannot be opened for syncing everywhere; the rename is done either way.
         if let Ok(d) = File::open(dir) {
             let _ = d.sync_all();
@@ -76,12 +108,7 @@ pub fn write_atomically(path: &Path, write: impl FnOnce(&mut File) -> io::Result
     if result.is_err() {
         let _ = std::fs::remove_file(&tmp);
     }
-    in_flight(|s| s.remove(&tmp_name));
     result
-}
-
-fn in_flight<R>(f: impl FnOnce(&mut HashSet<String>) -> R) -> R {
-    f(crate::wait::lock(&IN_FLIGHT).get_or_insert_with(HashSet::new))
 }
 
 /// `.NAME.tmp-`: what every temporary file for target NAME starts with, the writer's process
@@ -112,24 +139,23 @@ fn final_target(path: &Path) -> io::Result<PathBuf> {
 /// Gives the new file the replaced one's permission bits, and its owner and group where they
 /// differ from ours and the process may change them (only root may give a file away; a
 /// group it belongs to, any owner).
-fn keep_owner_and_mode(f: &File, old: &std::fs::Metadata) -> io::Result<()> {
+fn keep_owner_and_mode(f: &File, old: &std::fs::Metadata, mode: u32) -> io::Result<()> {
     let new = f.metadata()?;
     if (new.uid(), new.gid()) != (old.uid(), old.gid()) {
         let _ = std::os::unix::fs::fchown(f, Some(old.uid()), Some(old.gid()))
             .or_else(|_| std::os::unix::fs::fchown(f, None, Some(old.gid())));
     }
-    f.set_permissions(std::fs::Permissions::from_mode(old.mode() & 0o7777))
+    f.set_permissions(std::fs::Permissions::from_mode(mode))
 }
 
 /// Removes the temporary files for target `name` in `dir` whose writer is gone: files named
-/// exactly as [`write_atomically`] names them (`.NAME.tmp-PID-N`), regular files, and either
-/// this process's but not being written now (left by an earlier process with our id), or of a
-/// process that no longer runs and untouched for [`STALE_AFTER`]. Anything else is left alone;
-/// failures are ignored (cleaning up is a courtesy, the write does not depend on it).
+/// exactly as [`write_atomically`] names them (`.NAME.tmp-PID-N`), regular files, older than
+/// [`GRACE`], that no writer holds the lock of (a writer holds it until it is done, and a
+/// killed writer's lock goes with it). Anything else is left alone; failures are ignored
+/// (cleaning up is a courtesy, the write does not depend on it).
 pub fn remove_stale_temporaries(dir: &Path, name: &str) {
     let Ok(entries) = std::fs::read_dir(dir) else { return };
     let prefix = temp_prefix(name);
-    let me = std::process::id();
     for entry in entries.flatten() {
         let file = entry.file_name();
         let Some(file) = file.to_str() else { continue };
@@ -138,24 +164,61 @@ pub fn remove_stale_temporaries(dir: &Path, name: &str) {
         if !digits(pid) || !digits(n) {
             continue;
         }
-        let Ok(pid) = pid.parse::<u32>() else { continue };
         let path = entry.path();
         let Ok(meta) = std::fs::symlink_metadata(&path) else { continue };
-        if !meta.file_type().is_file() {
+        let young = meta.modified().ok().and_then(|t| t.elapsed().ok()).is_none_or(|age| age < GRACE);
+        if !meta.file_type().is_file() || young {
             continue;
         }
-        // Old enough in every case: a writer of another PID namespace may carry our PID.
-        let old = meta.modified().ok().and_then(|t| t.elapsed().ok()).is_some_and(|age| age >= STALE_AFTER);
-        let stale = old && if pid == me { !in_flight(|s| s.contains(file)) } else { process_is_gone(pid) };
-        if stale {
+        let Ok(f) = File::open(&path) else { continue };
+        // The lock taken, the writer is gone; the path checked to still name the file locked.
+        let same = |m: std::fs::Metadata| (m.dev(), m.ino()) == (meta.dev(), meta.ino());
+        if f.try_lock().is_ok() && std::fs::symlink_metadata(&path).is_ok_and(same) {
             let _ = std::fs::remove_file(&path);
         }
     }
 }
 
-/// Whether no process `pid` runs, by /proc; where there is no /proc, every process might.
-fn process_is_gone(pid: u32) -> bool {
-    Path::new("/proc/self").exists() && !Path::new("/proc").join(pid.to_string()).exists()
+/// Refuses outputs that would replace one of the run's inputs or another output: each of
+/// `outputs`, as `(what, path)` with `what` saying what it is (`--log`, `-o`), is compared with
+/// each input and each other output by the file it is (device and inode, symlinks and `..`
+/// seen through) or, not there yet, the file it would be. The error names both.
+pub fn check_outputs(inputs: &[(&str, &Path)], outputs: &[(&str, &Path)]) -> Result<(), String> {
+    let ids: Vec<Option<Identity>> = outputs.iter().map(|(_, p)| identity(p)).collect();
+    for (i, ((what, path), id)) in outputs.iter().zip(&ids).enumerate() {
+        let Some(id) = id else { continue };
+        if let Some((in_what, in_path)) = inputs.iter().find(|(_, p)| identity(p).as_ref() == Some(id)) {
+            return Err(format!(
+                "{what} {} is {in_what} {}, which this run reads; give {what} another path",
+                path.display(),
+                in_path.display()
+            ));
+        }
+        if let Some(((other, other_path), _)) = outputs[..i].iter().zip(&ids).find(|(_, o)| o.as_ref() == Some(id)) {
+            return Err(format!(
+                "{other} {} and {what} {} are the same file; give each its own path",
+                other_path.display(),
+                path.display()
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// What a path names for [`check_outputs`]: the file there, or where one would be created.
+#[derive(PartialEq)]
+enum Identity {
+    File(u64, u64),
+    Planned(PathBuf),
+}
+
+fn identity(path: &Path) -> Option<Identity> {
+    if let Ok(m) = std::fs::metadata(path) {
+        return Some(Identity::File(m.dev(), m.ino()));
+    }
+    let target = final_target(path).ok()?;
+    let dir = target.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    Some(Identity::Planned(std::fs::canonicalize(dir).ok()?.join(target.file_name()?)))
 }
 
 /// Opens `path` for reading if it is a regular file (symlinks followed), with its length.

@@ -6,6 +6,7 @@
 //! graphc-aot`), found beside the graphc binary, or where `GRAPHC_AOT_LIB` says. Stable cargo
 //! cannot make one crate's build output another's input, hence the lookup.
 
+use graphc_runtime::fsutil;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -37,19 +38,34 @@ pub fn runtime_library() -> Result<PathBuf, String> {
     ))
 }
 
-/// A scratch directory for the object, removed when dropped.
+/// A scratch directory for the object and the linker's output, in the system's temporary
+/// directory, removed when dropped. What is linked there is then copied to the output the way
+/// every file graphc writes is written (`fsutil`), never moved over whatever the path names.
 struct Scratch(PathBuf);
 
 impl Scratch {
-    fn new(out: &Path) -> Result<Scratch, String> {
+    fn new() -> Result<Scratch, String> {
         let name = format!(
-            ".graphc-link-{}-{}",
+            "graphc-link-{}-{}",
             std::process::id(),
             std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0)
         );
-        let dir = out.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new(".")).join(name);
-        std::fs::create_dir(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        let dir = std::env::temp_dir().join(name);
+        std::fs::create_dir(&dir).map_err(|e| format!("cannot create the scratch directory {}: {e}", dir.display()))?;
         Ok(Scratch(dir))
+    }
+
+    /// Copies the scratch file `from` to `out`, as an executable or not.
+    fn install(&self, from: &Path, out: &Path, executable: bool) -> Result<(), String> {
+        let copy = |f: &mut std::fs::File| {
+            std::fs::File::open(from).and_then(|mut src| std::io::copy(&mut src, f)).map(|_| ())
+        };
+        let written = if executable {
+            fsutil::write_executable_atomically(out, copy)
+        } else {
+            fsutil::write_atomically(out, copy)
+        };
+        written.map_err(|e| format!("cannot write {}: {e}", out.display()))
     }
 }
 
@@ -72,7 +88,7 @@ fn run(cmd: &mut Command, what: &str) -> Result<(), String> {
 /// The executable `out`: `object` linked with the run-time library by `cc` (or `$CC`).
 pub fn executable(object: &[u8], out: &Path) -> Result<(), String> {
     let lib = runtime_library()?;
-    let scratch = Scratch::new(out)?;
+    let scratch = Scratch::new()?;
     let o = scratch.0.join("program.o");
     std::fs::write(&o, object).map_err(|e| format!("cannot write {}: {e}", o.display()))?;
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
@@ -87,16 +103,14 @@ pub fn executable(object: &[u8], out: &Path) -> Result<(), String> {
             .args(SYSTEM_LIBS),
         "link the executable",
     )?;
-    std::fs::rename(&tmp, out)
-        .or_else(|_| std::fs::copy(&tmp, out).map(|_| ()))
-        .map_err(|e| format!("cannot write {}: {e}", out.display()))
+    scratch.install(&tmp, out, true)
 }
 
 /// The static library `out`: the run-time library's archive with `object` added (by `ar`, or
 /// `$AR`). A program links it with `cc prog.c out.a -lpthread -ldl -lm`.
 pub fn static_library(object: &[u8], out: &Path) -> Result<(), String> {
     let lib = runtime_library()?;
-    let scratch = Scratch::new(out)?;
+    let scratch = Scratch::new()?;
     let archive = scratch.0.join("lib.a");
     std::fs::copy(&lib, &archive).map_err(|e| format!("cannot copy {}: {e}", lib.display()))?;
     let name = format!("{}_graphc.o", out.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default());
@@ -113,7 +127,5 @@ pub fn static_library(object: &[u8], out: &Path) -> Result<(), String> {
         _ => {}
     }
     run(cmd.arg("rs").arg(&archive).arg(&o), "add the object to the static library")?;
-    std::fs::rename(&archive, out)
-        .or_else(|_| std::fs::copy(&archive, out).map(|_| ()))
-        .map_err(|e| format!("cannot write {}: {e}", out.display()))
+    scratch.install(&archive, out, false)
 }

@@ -155,31 +155,71 @@ fn compile_object(m: &Module, source: &str, graphs: &[String], options: &AotOpti
     Ok(Object { bytes, header, weights, compiled })
 }
 
+/// One of the files [`write`] writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Output {
+    Weights,
+    /// The executable, object or static library.
+    Main,
+    Header,
+}
+
+impl Output {
+    /// What it is, for messages.
+    pub fn what(self) -> &'static str {
+        match self {
+            Output::Weights => "--weights-file",
+            Output::Main => "-o",
+            Output::Header => "the C header",
+        }
+    }
+}
+
+/// The files [`write`] writes for `out`: the weights file, then the object and its header,
+/// the static library and its header, or the executable. Each is checked to be writable as
+/// `fsutil` writes (its directory there; a regular file or nothing yet), so that a bad path
+/// fails before the compile.
+pub fn output_paths(out: &Path, options: &AotOptions) -> Result<Vec<(Output, PathBuf)>, String> {
+    // "DIR/" names no file: with_extension would make it "DIR.o", beside DIR.
+    if out.as_os_str().to_string_lossy().ends_with('/') || out.is_dir() {
+        return Err(format!("-o {}: a directory; give the path of the file to write", out.display()));
+    }
+    let mut paths: Vec<(Output, PathBuf)> = Vec::new();
+    if let Some(w) = &options.weights_file {
+        paths.push((Output::Weights, w.clone()));
+    }
+    let main = match options.emit {
+        Emit::Obj if out.extension().is_none_or(|e| e != "o") => out.with_extension("o"),
+        _ => out.to_path_buf(),
+    };
+    let header = main.with_extension("h");
+    paths.push((Output::Main, main));
+    if options.emit != Emit::Exe {
+        paths.push((Output::Header, header));
+    }
+    for (output, p) in &paths {
+        graphc_runtime::fsutil::check_writable(p)
+            .map_err(|e| format!("{} {}: cannot write it: {e}", output.what(), p.display()))?;
+    }
+    Ok(paths)
+}
+
 /// Writes `object` as `options.emit` says to `out` (and the header, and the weights file);
 /// the paths written.
 pub fn write(object: &Object, out: &Path, options: &AotOptions) -> Result<Vec<PathBuf>, String> {
     let mut written = Vec::new();
-    if let (Some(path), Some(bytes)) = (&options.weights_file, &object.weights) {
-        write_file(path, bytes)?;
-        written.push(path.clone());
-    }
-    let header = |out: &Path| out.with_extension("h");
-    match options.emit {
-        Emit::Obj => {
-            let o = if out.extension().is_some_and(|e| e == "o") { out.to_path_buf() } else { out.with_extension("o") };
-            write_file(&o, &object.bytes)?;
-            write_file(&header(&o), object.header.as_bytes())?;
-            written.extend([o.clone(), header(&o)]);
+    for (output, path) in output_paths(out, options)? {
+        match (output, options.emit) {
+            (Output::Weights, _) => match &object.weights {
+                Some(bytes) => write_file(&path, bytes)?,
+                None => continue,
+            },
+            (Output::Header, _) => write_file(&path, object.header.as_bytes())?,
+            (Output::Main, Emit::Obj) => write_file(&path, &object.bytes)?,
+            (Output::Main, Emit::StaticLib) => link::static_library(&object.bytes, &path)?,
+            (Output::Main, Emit::Exe) => link::executable(&object.bytes, &path)?,
         }
-        Emit::StaticLib => {
-            link::static_library(&object.bytes, out)?;
-            write_file(&header(out), object.header.as_bytes())?;
-            written.extend([out.to_path_buf(), header(out)]);
-        }
-        Emit::Exe => {
-            link::executable(&object.bytes, out)?;
-            written.push(out.to_path_buf());
-        }
+        written.push(path);
     }
     Ok(written)
 }

@@ -28,15 +28,6 @@ pub fn compile(a: &CompileArgs) -> anyhow::Result<ExitCode> {
             bail!("--emit {}: GPU kernels, for --target {GPU_TARGET}", format!("{e:?}").to_lowercase())
         }
     };
-    let (file, m) = load_optimized(a)?;
-    let graphs: Vec<String> = match &a.graph {
-        Some(g) => {
-            let g = g.trim_start_matches('@');
-            m.graph(g).ok_or_else(|| anyhow!("{}: no graph @{g}", file.name))?;
-            vec![g.to_string()]
-        }
-        None => m.graphs.iter().map(|g| g.name.clone()).collect(),
-    };
     let aot = AotOptions {
         emit,
         target: a.target.clone(),
@@ -45,6 +36,19 @@ pub fn compile(a: &CompileArgs) -> anyhow::Result<ExitCode> {
             CompileCpu::Native => Cpu::Native,
         },
         weights_file: a.weights_file.clone(),
+    };
+    // Where the files go, checked before the work of compiling.
+    let outputs = aot::output_paths(&a.output, &aot).map_err(|e| anyhow!(e))?;
+    let outputs: Vec<(&str, &std::path::Path)> = outputs.iter().map(|(o, p)| (o.what(), p.as_path())).collect();
+    graphc::driver::check_outputs(&a.file, &a.inputs, &[], &outputs)?;
+    let (file, m) = load_optimized(a)?;
+    let graphs: Vec<String> = match &a.graph {
+        Some(g) => {
+            let g = g.trim_start_matches('@');
+            m.graph(g).ok_or_else(|| anyhow!("{}: no graph @{g}", file.name))?;
+            vec![g.to_string()]
+        }
+        None => m.graphs.iter().map(|g| g.name.clone()).collect(),
     };
     let start = std::time::Instant::now();
     let object = aot::compile(&m, &file.name, &graphs, &aot).map_err(|e| anyhow!("{}: {e}", file.name))?;
@@ -77,6 +81,11 @@ fn load_optimized(a: &CompileArgs) -> anyhow::Result<(SourceFile, graphc_ir::Mod
 fn compile_gpu(a: &CompileArgs) -> anyhow::Result<ExitCode> {
     let chip = chip(&a.gpu_arch)
         .ok_or_else(|| anyhow!("--gpu-arch {}: expected a compute capability such as sm_80 or sm_90", a.gpu_arch))?;
+    if a.output.as_os_str() != "-" {
+        graphc_runtime::fsutil::check_writable(&a.output)
+            .map_err(|e| anyhow!("-o {}: cannot write it: {e}", a.output.display()))?;
+        graphc::driver::check_outputs(&a.file, &a.inputs, &[], &[("-o", &a.output)])?;
+    }
     let (file, m) = load_optimized(a)?;
     let graph = match (&a.graph, m.graphs.as_slice()) {
         (Some(g), _) => {

@@ -5,6 +5,7 @@ use graphc_ir::{Attr, Graph, Module, NodeSpec, Op, SourceFile, Type, Value};
 use graphc_runtime::limits::default_max_tensor_bytes;
 use graphc_runtime::{feeds, Tensor};
 use std::collections::BTreeMap;
+use std::path::Path;
 use std::sync::Arc;
 
 /// What `run` and `bench` take from the command line to build a step.
@@ -85,4 +86,22 @@ pub fn freeze_inputs(m: &mut Module, flags: &[String]) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// Refuses outputs that would replace what the run reads (the model, its `--input` files,
+/// `more`) or one another; see `fsutil::check_outputs`. Malformed `--input` flags are left for
+/// the feeds to report.
+pub fn check_outputs(
+    model: &Path,
+    input_flags: &[String],
+    more: &[(&str, &Path)],
+    outputs: &[(&str, &Path)],
+) -> anyhow::Result<()> {
+    let given = feeds::parse_input_flags(input_flags).unwrap_or_default();
+    let named: Vec<(String, &Path)> =
+        given.iter().map(|(n, p)| (format!("the --input file of '{n}'"), p.as_path())).collect();
+    let mut inputs: Vec<(&str, &Path)> = vec![("the model", model)];
+    inputs.extend(named.iter().map(|(w, p)| (w.as_str(), *p)));
+    inputs.extend_from_slice(more);
+    graphc_runtime::fsutil::check_outputs(&inputs, outputs).map_err(|e| anyhow!(e))
 }
