@@ -534,3 +534,35 @@ fn odd_flags_and_broken_inputs_never_crash_run() {
         assert!(err.trim().ends_with("not a regular file") && err.lines().count() == 1, "{p}: {err}");
     }
 }
+
+#[test]
+fn the_default_backend_keeps_nan_payloads_as_the_interpreter_does() {
+    // i32 bits of a quiet NaN with a payload and of a negative signalling NaN, bitcast to f32
+    // and back: the default backend folds the bitcasts into constants, which must keep the
+    // interpreter's bits.
+    let dir = tmpdir("nan-bits");
+    let p = dir.join("bitcasts.gir");
+    std::fs::write(
+        &p,
+        "graph @g() -> (f: f32[2], y: i32[2]) {
+  %c = constant {value = dense<[2143289345, -4194305]> : i32[2]} : i32[2]
+  %f = bitcast %c {to = f32} : f32[2]
+  %y = bitcast %f {to = i32} : i32[2]
+  return %f, %y
+}
+",
+    )
+    .unwrap();
+    let file = p.display().to_string();
+    let interp = dir.join("interp").display().to_string();
+    let default = dir.join("default").display().to_string();
+    ok(&["run", &file, "--backend", "interp", "--out-dir", &interp]);
+    ok(&["run", &file, "--out-dir", &default]);
+    for name in ["f.npy", "y.npy"] {
+        let want = npy::read_npy(&dir.join("interp").join(name)).unwrap();
+        let got = npy::read_npy(&dir.join("default").join(name)).unwrap();
+        assert!(got.bit_identical(&want), "{name}: {got:?} vs the interpreter's {want:?}");
+    }
+    let y = npy::read_npy(&dir.join("default/y.npy")).unwrap();
+    assert_eq!(y.to_data(), TensorData::I32(vec![2143289345, -4194305]));
+}

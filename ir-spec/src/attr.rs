@@ -74,22 +74,59 @@ macro_rules! same_variant {
     }};
 }
 
-/// Bit equality of floats, with every NaN the same value (literals compare structurally).
+/// Element equality for literals: bit equality of floats, so NaN equals itself and a NaN's
+/// payload and sign, like a zero's sign, tell values apart.
 trait SameElem: Copy + PartialEq {
     fn same(self, o: Self) -> bool {
         self == o
     }
 }
-macro_rules! same_float {
-    ($($t:ty),*) => {$(
+
+/// The bits of the float dtypes, as literals spell them: a NaN other than the dtype's
+/// canonical one prints as its bit pattern (`0x7FC00001`) and parses back to it.
+pub trait FloatBits: Copy + fmt::Debug {
+    /// The width in bits (a bit pattern is written with `WIDTH / 4` hex digits).
+    const WIDTH: u32;
+    /// The bits of the NaN that `nan` names: positive, quiet, with no payload.
+    const CANONICAL_NAN: u64;
+    fn bits(self) -> u64;
+    /// The float of the low `WIDTH` bits of `bits`.
+    fn from_bits(bits: u64) -> Self;
+    fn is_nan(self) -> bool;
+    fn to_f64(self) -> f64;
+}
+
+macro_rules! float_bits {
+    ($($t:ty, $u:ty, $nan:expr, $wide:expr;)*) => {$(
+        impl FloatBits for $t {
+            const WIDTH: u32 = <$u>::BITS;
+            const CANONICAL_NAN: u64 = $nan;
+            fn bits(self) -> u64 {
+                self.to_bits() as u64
+            }
+            fn from_bits(bits: u64) -> Self {
+                <$t>::from_bits(bits as $u)
+            }
+            fn is_nan(self) -> bool {
+                <$t>::is_nan(self)
+            }
+            fn to_f64(self) -> f64 {
+                ($wide)(self)
+            }
+        }
         impl SameElem for $t {
             fn same(self, o: Self) -> bool {
-                self.to_bits() == o.to_bits() || (self.is_nan() && o.is_nan())
+                self.to_bits() == o.to_bits()
             }
         }
     )*};
 }
-same_float!(f32, f64, f16, bf16);
+float_bits! {
+    f32, u32, 0x7FC0_0000, |x: f32| x as f64;
+    f64, u64, 0x7FF8_0000_0000_0000, |x: f64| x;
+    f16, u16, 0x7E00, f16::to_f64;
+    bf16, u16, 0x7FC0, bf16::to_f64;
+}
 impl SameElem for i8 {}
 impl SameElem for i16 {}
 impl SameElem for i32 {}
@@ -182,11 +219,11 @@ impl TensorData {
     /// Writes element `i` in the IR's literal spelling.
     fn write_elem(&self, f: &mut impl fmt::Write, i: usize) -> fmt::Result {
         match self {
-            TensorData::F32(v) => write_float(f, v[i] as f64, v[i]),
+            TensorData::F32(v) => write_float(f, v[i], v[i]),
             TensorData::F64(v) => write_float(f, v[i], v[i]),
             // The f32 of a 16-bit float's value prints shortest and parses back to it.
-            TensorData::F16(v) => write_float(f, v[i].to_f64(), v[i].to_f32()),
-            TensorData::BF16(v) => write_float(f, v[i].to_f64(), v[i].to_f32()),
+            TensorData::F16(v) => write_float(f, v[i], v[i].to_f32()),
+            TensorData::BF16(v) => write_float(f, v[i], v[i].to_f32()),
             TensorData::Bool(v) => write!(f, "{}", v[i]),
             TensorData::I32(v) => write!(f, "{}", v[i]),
             TensorData::I64(v) => write!(f, "{}", v[i]),
@@ -200,10 +237,15 @@ impl TensorData {
     }
 }
 
-/// Floats print in Rust's shortest round-trip form; non-finite values as `nan`, `inf`, `-inf`.
-fn write_float(f: &mut impl fmt::Write, v: f64, shortest: impl fmt::Debug) -> fmt::Result {
-    if v.is_nan() {
+/// Floats print in Rust's shortest round-trip form (`shortest`, `x`'s value); infinities as
+/// `inf`, `-inf`; the canonical NaN as `nan` and every other NaN (a payload, the sign bit, a
+/// signalling one) as its bit pattern, `0x` and `WIDTH / 4` uppercase hex digits.
+fn write_float<T: FloatBits>(f: &mut impl fmt::Write, x: T, shortest: impl fmt::Debug) -> fmt::Result {
+    let v = x.to_f64();
+    if x.is_nan() && x.bits() == T::CANONICAL_NAN {
         f.write_str("nan")
+    } else if x.is_nan() {
+        write!(f, "0x{:0w$X}", x.bits(), w = (T::WIDTH / 4) as usize)
     } else if v.is_infinite() {
         f.write_str(if v > 0.0 { "inf" } else { "-inf" })
     } else {
@@ -211,7 +253,8 @@ fn write_float(f: &mut impl fmt::Write, v: f64, shortest: impl fmt::Debug) -> fm
     }
 }
 
-/// Element equality that treats every NaN as the same value, so literals compare structurally.
+/// Element equality of bits: NaN equals itself, so literals compare structurally, and NaNs of
+/// different bits (or zeros of different signs) are different literals.
 impl PartialEq for TensorData {
     fn eq(&self, other: &Self) -> bool {
         fn same<T: SameElem>(a: &[T], b: &[T]) -> bool {
@@ -340,7 +383,7 @@ impl PartialEq for Attr {
     fn eq(&self, other: &Self) -> bool {
         match (self, other) {
             (Attr::Int(a), Attr::Int(b)) => a == b,
-            (Attr::Float(a), Attr::Float(b)) => a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()),
+            (Attr::Float(a), Attr::Float(b)) => a.to_bits() == b.to_bits(),
             (Attr::Bool(a), Attr::Bool(b)) => a == b,
             (Attr::Str(a), Attr::Str(b)) => a == b,
             (Attr::DType(a), Attr::DType(b)) => a == b,

@@ -18,6 +18,9 @@ pub enum Tok {
     Int(i128),
     /// A float literal as written (sign included), converted once its dtype is known.
     Float(String),
+    /// A float's bit pattern as written, `0x` and hex digits (`0x7FC00001`), checked against
+    /// the width of its dtype once that is known.
+    Hex(String),
     Str(String),
     LParen,
     RParen,
@@ -44,7 +47,7 @@ impl Tok {
             Tok::ValueNum(n) => format!("value %{n}"),
             Tok::Global(s) => format!("@{s}"),
             Tok::Int(i) => format!("number {i}"),
-            Tok::Float(f) => format!("number {f}"),
+            Tok::Float(f) | Tok::Hex(f) => format!("number {f}"),
             Tok::Str(_) => "a string".into(),
             Tok::LParen => "'('".into(),
             Tok::RParen => "')'".into(),
@@ -246,6 +249,9 @@ impl Lexer<'_, '_> {
         if self.peek(0) == b'-' {
             self.pos += 1;
         }
+        if self.peek(0) == b'0' && self.peek(1) == b'x' {
+            return self.hex(start);
+        }
         let mut is_float = false;
         while self.peek(0).is_ascii_digit() {
             self.pos += 1;
@@ -286,6 +292,35 @@ impl Lexer<'_, '_> {
                 }
             }
         }
+    }
+
+    /// A bit pattern, `0x` and hex digits, at `pos` (on the `0`); `start` is on its sign if
+    /// it has one, which is an error: the sign is the pattern's top bit.
+    fn hex(&mut self, start: usize) {
+        self.pos += 2;
+        while self.peek(0).is_ascii_hexdigit() {
+            self.pos += 1;
+        }
+        let digits = self.pos - start - 2 - usize::from(self.src[start] == b'-');
+        if is_ident_char(self.peek(0)) || digits == 0 {
+            while is_ident_char(self.peek(0)) {
+                self.pos += 1;
+            }
+            return self.error(start, self.pos, format!("malformed number '{}'", &self.text[start..self.pos]));
+        }
+        let text = &self.text[start..self.pos];
+        if let Some(unsigned) = text.strip_prefix('-') {
+            self.error(
+                start,
+                self.pos,
+                format!(
+                    "'{text}': a bit pattern has no sign; its top bit is the float's sign (0xBF800000 is -1.0 in f32)"
+                ),
+            );
+            // The pattern without its sign stands in, so the parser does not report it again.
+            return self.push(Tok::Hex(unsigned.to_string()), start);
+        }
+        self.push(Tok::Hex(text.to_string()), start);
     }
 
     /// Reads a string literal at `pos` (on the opening quote); `None` after reporting an error.

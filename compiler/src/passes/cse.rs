@@ -80,12 +80,12 @@ fn fingerprint(g: &Graph, n: Node) -> u64 {
     h.finish()
 }
 
-/// The first element's bits (every NaN alike, as literal equality has it).
+/// The first element's bits, widened to f64 (literals are equal when their elements' bits are,
+/// so equal ones hash alike; NaNs of different payloads are different constants).
 fn first_bits(d: &TensorData) -> u64 {
-    let f = |x: f64| if x.is_nan() { u64::MAX } else { x.to_bits() };
     if d.is_empty() {
         0
     } else {
-        f(d.f64_at(0))
+        d.f64_at(0).to_bits()
     }
 }

@@ -1,7 +1,7 @@
 //! Attribute dictionaries, checked against the op's declared attributes as they are read.
 
 use super::{PResult, Parser, Reported};
-use crate::attr::{Attr, Attrs};
+use crate::attr::{Attr, Attrs, FloatBits};
 use crate::diag::{Diagnostic, Span};
 use crate::lexer::Tok;
 use crate::ops::Op;
@@ -88,6 +88,11 @@ impl Parser {
                 self.bump();
                 f.parse::<f64>().map(Attr::Float).map_err(|_| self.error(span, format!("malformed number {f}")))
             }
+            // A float attribute is an f64: its bit pattern, as a NaN with a payload prints.
+            Tok::Hex(h) => {
+                self.bump();
+                super::literal::bit_pattern(&h, DType::F64).map(Attr::Float).map_err(|m| self.error(span, m))
+            }
             Tok::Str(s) => {
                 self.bump();
                 Ok(Attr::Str(s))
@@ -128,7 +133,7 @@ impl Parser {
                     "true" => Ok(Attr::Bool(true)),
                     "false" => Ok(Attr::Bool(false)),
                     "inf" => Ok(Attr::Float(f64::INFINITY)),
-                    "nan" => Ok(Attr::Float(f64::NAN)),
+                    "nan" => Ok(Attr::Float(f64::from_bits(<f64 as FloatBits>::CANONICAL_NAN))),
                     "dense" => self.dense().map(Attr::Tensor),
                     _ => match DType::from_name(&w) {
                         Some(d) => Ok(Attr::DType(d)),

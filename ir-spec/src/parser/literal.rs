@@ -2,7 +2,7 @@
 //! elements converted to the dtype.
 
 use super::{PResult, Parser, MAX_LITERAL_DEPTH};
-use crate::attr::{bf16, f16, TensorData, TensorLiteral};
+use crate::attr::{bf16, f16, FloatBits, TensorData, TensorLiteral};
 use crate::diag::Span;
 use crate::lexer::Tok;
 use crate::types::DType;
@@ -51,6 +51,7 @@ impl Parser {
             }
             Tok::Int(i) => Scalar::Int(i),
             Tok::Float(f) => Scalar::Float(f),
+            Tok::Hex(h) => Scalar::Hex(h),
             Tok::Minus if matches!(self.peek_at(1), Tok::Ident(s) if s == "inf") => {
                 self.bump();
                 Scalar::Float("-inf".into())
@@ -68,7 +69,24 @@ impl Parser {
 enum Scalar {
     Int(i128),
     Float(String),
+    /// A float's bit pattern, `0x...`.
+    Hex(String),
     Bool(bool),
+}
+
+/// The float of `dtype` (a `T`) whose bits `text` (`0x` and hex digits) spells: exactly
+/// `T::WIDTH / 4` digits, so that every pattern has one spelling and no width is guessed.
+pub(super) fn bit_pattern<T: FloatBits>(text: &str, dtype: DType) -> Result<T, String> {
+    let digits = &text[2..];
+    let want = (T::WIDTH / 4) as usize;
+    if digits.len() != want {
+        return Err(format!(
+            "the {dtype} bit pattern {text} has {} hex digits; {dtype} takes {want}, like {}",
+            digits.len(),
+            format_args!("0x{:0want$X}", T::CANONICAL_NAN)
+        ));
+    }
+    u64::from_str_radix(digits, 16).map(T::from_bits).map_err(|_| format!("malformed number {text}"))
 }
 
 enum Lit {
@@ -104,6 +122,7 @@ fn convert(dtype: DType, items: &[(Scalar, Span)]) -> Result<TensorData, (String
         match s {
             Scalar::Int(i) => Ok(*i as f64),
             Scalar::Float(f) => f.parse::<f64>().map_err(|_| (format!("malformed number {f}"), span)),
+            Scalar::Hex(h) => Err((hex_not_float(h, dtype), span)),
             Scalar::Bool(_) => Err((format!("{dtype} literal holds a bool"), span)),
         }
     }
@@ -114,13 +133,18 @@ fn convert(dtype: DType, items: &[(Scalar, Span)]) -> Result<TensorData, (String
             .map(|(s, span)| match s {
                 Scalar::Int(i) => T::try_from(*i).map_err(|_| (format!("number is out of range for {dtype}"), *span)),
                 Scalar::Float(f) => Err((format!("{dtype} literal holds the non-integer {f}"), *span)),
+                Scalar::Hex(h) => Err((hex_not_float(h, dtype), *span)),
                 Scalar::Bool(_) => Err((format!("{dtype} literal holds a bool"), *span)),
             })
             .collect()
     }
+    fn hex_not_float(h: &str, dtype: DType) -> String {
+        format!("{dtype} literal holds the bit pattern {h}; bit patterns spell floats, integers are written in decimal")
+    }
     /// Every element as a float of `dtype`: `parse` reads the text itself (going through f64
-    /// could round twice), `from` converts an integer; out of range is an error, not inf.
-    fn floats<T>(
+    /// could round twice), `from` converts an integer, a bit pattern is taken as it is and
+    /// `nan` is the canonical NaN; out of range is an error, not inf.
+    fn floats<T: FloatBits>(
         items: &[(Scalar, Span)],
         dtype: DType,
         parse: fn(&str) -> Option<T>,
@@ -131,7 +155,9 @@ fn convert(dtype: DType, items: &[(Scalar, Span)]) -> Result<TensorData, (String
             .iter()
             .map(|(s, span)| {
                 let v = match s {
+                    Scalar::Float(f) if f == "nan" => T::from_bits(T::CANONICAL_NAN),
                     Scalar::Float(f) => parse(f).ok_or_else(|| (format!("malformed number {f}"), *span))?,
+                    Scalar::Hex(h) => return bit_pattern(h, dtype).map_err(|m| (m, *span)),
                     _ => from(float_of(s, *span, dtype)?),
                 };
                 if infinite(&v) && !matches!(s, Scalar::Float(f) if f.ends_with("inf")) {
