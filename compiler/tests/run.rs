@@ -566,3 +566,40 @@ fn the_default_backend_keeps_nan_payloads_as_the_interpreter_does() {
     let y = npy::read_npy(&dir.join("default/y.npy")).unwrap();
     assert_eq!(y.to_data(), TensorData::I32(vec![2143289345, -4194305]));
 }
+
+#[test]
+fn outputs_never_replace_the_model_an_input_or_each_other() {
+    let dir = tmpdir("clobber");
+    let model = dir.join("ts.gir");
+    std::fs::copy(example("train_step.gir"), &model).unwrap();
+    let m = model.to_str().unwrap();
+    let p = |name: &str| dir.join(name).display().to_string();
+    let cases: [(Vec<String>, &str); 8] = [
+        (vec!["--checkpoint".into(), m.into()], "--checkpoint"),
+        (vec!["--trace".into(), m.into()], "is the model"),
+        (vec!["--trace".into(), p("t.json"), "--write-profile".into(), p("t.json")], "are the same file"),
+        (vec!["--write-profile".into(), p("prof.json"), "--profile".into(), p("prof.json")], "is the --profile file"),
+        (vec!["--trace".into(), "/dev/full".into()], "is a character device"),
+        (vec!["--trace".into(), "-".into()], "--trace -: give a file"),
+        (vec!["--write-profile".into(), p("missing/prof.json")], "there is no directory"),
+        (vec!["--checkpoint".into(), p("c.st"), "--restore".into(), p("c.st"), "--trace".into(), p("c.st")], "is the --restore checkpoint"),
+    ];
+    std::fs::write(dir.join("prof.json"), "{}").unwrap();
+    for (extra, what) in cases {
+        let mut args = vec!["run", m, "--graph", "step"];
+        args.extend(extra.iter().map(String::as_str));
+        let err = fails(&args);
+        assert!(err.contains(what) && err.trim().lines().count() == 1, "{extra:?}: expected '{what}' in: {err}");
+    }
+    assert_eq!(std::fs::read(&model).unwrap(), std::fs::read(example("train_step.gir")).unwrap());
+    // An --out-dir file that is an --input file: @predict's output 'y' and its input 'x'.
+    let x = save(&dir, "y.npy", &ramp(&[8, 4]));
+    let before = std::fs::read(&x).unwrap();
+    let err = fails(&["run", m, "--graph", "predict", "--input", &format!("x={x}"), "--out-dir", dir.to_str().unwrap()]);
+    assert!(err.contains("is the --input file of 'x'"), "{err}");
+    assert_eq!(std::fs::read(&x).unwrap(), before);
+    // A run that goes on saves over the checkpoint it restored.
+    let c = p("c.safetensors");
+    ok(&["run", m, "--graph", "step", "--checkpoint", &c]);
+    ok(&["run", m, "--graph", "step", "--restore", &c, "--checkpoint", &c]);
+}

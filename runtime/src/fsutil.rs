@@ -179,6 +179,14 @@ pub fn remove_stale_temporaries(dir: &Path, name: &str) {
     }
 }
 
+/// Creates (or truncates) `path` for writing as it goes, a log say, under the rule every
+/// writer keeps: a regular file or nothing yet, never a device, a FIFO, a socket or a
+/// directory, in a directory that is there (symlinks followed).
+pub fn create_regular(path: &Path) -> io::Result<File> {
+    let (target, ..) = target_of(path)?;
+    File::create(target)
+}
+
 /// Refuses outputs that would replace one of the run's inputs or another output: each of
 /// `outputs`, as `(what, path)` with `what` saying what it is (`--log`, `-o`), is compared with
 /// each input and each other output by the file it is (device and inode, symlinks and `..`

@@ -576,6 +576,14 @@ impl DeviceArgs {
     pub fn devices(&self) -> graphc::driver::Devices {
         graphc::driver::Devices { spec: self.devices.clone(), profile: self.profile.clone() }
     }
+
+    /// The files these flags read, each with what it is (no output may replace them).
+    pub fn files(&self) -> Vec<(&'static str, &std::path::Path)> {
+        [("the --devices spec", self.devices.as_deref()), ("the --profile file", self.profile.as_deref())]
+            .into_iter()
+            .filter_map(|(w, p)| Some((w, p?)))
+            .collect()
+    }
 }
 
 /// The backends of the registry, each with its description, as `--backend`'s values.

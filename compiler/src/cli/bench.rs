@@ -118,7 +118,8 @@ fn dump_code(dir: &Path, listings: &[(String, Listing)]) -> anyhow::Result<()> {
     for (_, l) in listings {
         if let Some(code) = &l.code {
             let path = dir.join(format!("{}.bin", l.name));
-            std::fs::write(&path, code).with_context(|| format!("--dump-code: cannot write {}", path.display()))?;
+            graphc_runtime::fsutil::write_atomically(&path, |f| std::io::Write::write_all(f, code))
+                .with_context(|| format!("--dump-code: cannot write {}", path.display()))?;
         }
     }
     Ok(())

@@ -40,7 +40,7 @@ pub fn compile(a: &CompileArgs) -> anyhow::Result<ExitCode> {
     // Where the files go, checked before the work of compiling.
     let outputs = aot::output_paths(&a.output, &aot).map_err(|e| anyhow!(e))?;
     let outputs: Vec<(&str, &std::path::Path)> = outputs.iter().map(|(o, p)| (o.what(), p.as_path())).collect();
-    graphc::driver::check_outputs(&a.file, &a.inputs, &[], &outputs)?;
+    graphc::driver::check_outputs(&a.file, &a.inputs, &[], None, &outputs)?;
     let (file, m) = load_optimized(a)?;
     let graphs: Vec<String> = match &a.graph {
         Some(g) => {
@@ -84,7 +84,7 @@ fn compile_gpu(a: &CompileArgs) -> anyhow::Result<ExitCode> {
     if a.output.as_os_str() != "-" {
         graphc_runtime::fsutil::check_writable(&a.output)
             .map_err(|e| anyhow!("-o {}: cannot write it: {e}", a.output.display()))?;
-        graphc::driver::check_outputs(&a.file, &a.inputs, &[], &[("-o", &a.output)])?;
+        graphc::driver::check_outputs(&a.file, &a.inputs, &[], None, &[("-o", &a.output)])?;
     }
     let (file, m) = load_optimized(a)?;
     let graph = match (&a.graph, m.graphs.as_slice()) {

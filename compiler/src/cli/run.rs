@@ -14,6 +14,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 pub fn run(a: &RunArgs) -> anyhow::Result<ExitCode> {
+    check_outputs(a, &[])?;
     let (file, module) = driver::load(&a.file, &import_options_for(&a.file, &a.inputs, &a.shapes)?)?;
     let file = &file;
     run_loaded(a, file, module)
@@ -123,10 +124,33 @@ fn run_loaded(a: &RunArgs, file: &SourceFile, module: Module) -> anyhow::Result<
     }
     let named = job.named_outputs(&last);
     match &a.out_dir {
-        Some(dir) => write_outputs(dir, &named)?,
+        Some(dir) => {
+            let files: Vec<std::path::PathBuf> =
+                named.iter().map(|(n, _)| dir.join(format!("{}.npy", outputs::output_file_name(n)))).collect();
+            check_outputs(a, &files.iter().map(|f| ("--out-dir's file", f.as_path())).collect::<Vec<_>>())?;
+            write_outputs(dir, &named)?
+        }
         None => outputs::output_summaries(&named).into_iter().for_each(|l| say!("{l}")),
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Refuses outputs (--checkpoint, --trace, --write-profile and `more`) that would replace the
+/// model, an --input file, the profile, the device spec, the restored checkpoint or one
+/// another.
+fn check_outputs(a: &RunArgs, more: &[(&str, &Path)]) -> anyhow::Result<()> {
+    let mut outputs: Vec<(&str, &Path)> = [
+        ("--checkpoint", a.checkpoint.as_deref()),
+        ("--trace", a.trace.as_deref()),
+        ("--write-profile", a.write_profile.as_deref()),
+    ]
+    .into_iter()
+    .filter_map(|(w, p)| Some((w, p?)))
+    .collect();
+    driver::check_writable(&outputs)?;
+    // --out-dir's files, in a directory made when they are written.
+    outputs.extend_from_slice(more);
+    driver::check_outputs(&a.file, &a.inputs, &a.session.devices.files(), a.restore.as_deref(), &outputs)
 }
 
 /// Reports failed periodic saves: each a warning with --keep-going-on-checkpoint-error, else

@@ -11,6 +11,10 @@ use std::process::ExitCode;
 
 /// `graphc simulate`: the predicted step time and device utilization of each graph.
 pub fn simulate(a: &SimulateArgs) -> anyhow::Result<ExitCode> {
+    if let Some(trace) = &a.trace {
+        driver::check_writable(&[("--trace", trace)])?;
+        driver::check_outputs(&a.file, &[], &a.devices.files(), None, &[("--trace", trace)])?;
+    }
     let (file, module) = super::ir::load(&a.file)?;
     let file = &file;
     let wanted: Vec<String> = a.graphs.iter().map(|g| g.trim_start_matches('@').to_string()).collect();

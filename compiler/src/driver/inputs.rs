@@ -89,19 +89,39 @@ pub fn freeze_inputs(m: &mut Module, flags: &[String]) -> anyhow::Result<()> {
 }
 
 /// Refuses outputs that would replace what the run reads (the model, its `--input` files,
-/// `more`) or one another; see `fsutil::check_outputs`. Malformed `--input` flags are left for
-/// the feeds to report.
+/// `reads`, the `--restore` checkpoint) or one another; see `fsutil::check_outputs`. The
+/// restored checkpoint is read before the run, so `--checkpoint` alone may replace it: that is
+/// how a run goes on. Malformed `--input` flags are left for the feeds to report.
 pub fn check_outputs(
     model: &Path,
     input_flags: &[String],
-    more: &[(&str, &Path)],
+    reads: &[(&str, &Path)],
+    restore: Option<&Path>,
     outputs: &[(&str, &Path)],
 ) -> anyhow::Result<()> {
+    if let Some(r) = restore {
+        let others: Vec<(&str, &Path)> = outputs.iter().filter(|(w, _)| *w != "--checkpoint").copied().collect();
+        graphc_runtime::fsutil::check_outputs(&[("the --restore checkpoint", r)], &others).map_err(|e| anyhow!(e))?;
+    }
     let given = feeds::parse_input_flags(input_flags).unwrap_or_default();
     let named: Vec<(String, &Path)> =
         given.iter().map(|(n, p)| (format!("the --input file of '{n}'"), p.as_path())).collect();
     let mut inputs: Vec<(&str, &Path)> = vec![("the model", model)];
     inputs.extend(named.iter().map(|(w, p)| (w.as_str(), *p)));
-    inputs.extend_from_slice(more);
+    inputs.extend_from_slice(reads);
     graphc_runtime::fsutil::check_outputs(&inputs, outputs).map_err(|e| anyhow!(e))
+}
+
+/// Refuses before the run outputs that cannot be written as every file is (`fsutil`): a
+/// device, a FIFO, a directory, a missing directory; and `-`, which names no file here
+/// (standard output carries the run's own lines).
+pub fn check_writable(outputs: &[(&str, &Path)]) -> anyhow::Result<()> {
+    for (what, path) in outputs {
+        if path.as_os_str() == "-" {
+            bail!("{what} -: give a file; standard output shows the run's progress");
+        }
+        graphc_runtime::fsutil::check_writable(path)
+            .map_err(|e| anyhow!("{what} {}: cannot write it: {e}", path.display()))?;
+    }
+    Ok(())
 }

@@ -26,7 +26,7 @@ mod train;
 pub use compile::{optimize, session};
 pub use dataset::{Dataset, Position};
 pub use distributed::{read_token, Distributed};
-pub use inputs::{check_outputs, freeze_inputs, make_inputs, select_graphs, Feeds, Inputs};
+pub use inputs::{check_outputs, check_writable, freeze_inputs, make_inputs, select_graphs, Feeds, Inputs};
 pub use job::{prepare, Job, Prepared};
 pub use load::{import_options_for, is_onnx, load};
 pub use place::{place_and_partition, placement_summary, Devices, Placed};
