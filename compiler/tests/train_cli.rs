@@ -363,3 +363,75 @@ fn without_data_the_inputs_are_seeded_random_and_variables_are_written() {
     assert_eq!(w.ty().to_string(), "f32[4,1]");
     assert!(w.to_f64_vec().iter().any(|&v| v != 0.0), "trained away from the initial zeros");
 }
+
+fn as_str(a: &[String]) -> Vec<&str> {
+    a.iter().map(String::as_str).collect()
+}
+
+/// Rewrites the checkpoint at `path` with its metadata changed by `edit`.
+fn edit_metadata(path: &Path, edit: impl FnOnce(&mut std::collections::HashMap<String, String>)) {
+    let bytes = std::fs::read(path).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let (_, header) = safetensors::SafeTensors::read_metadata(&bytes).unwrap();
+    let mut meta = header.metadata().clone().unwrap_or_default();
+    edit(&mut meta);
+    let edited = safetensors::serialize(st.tensors(), Some(meta)).unwrap();
+    std::fs::write(path, edited).unwrap();
+}
+
+#[test]
+fn a_malformed_checkpoint_field_is_refused_not_taken_as_step_0() {
+    let dir = tmpdir("malformed");
+    let data = dir.join("data");
+    // 16 examples in batches of 8: 2 batches an epoch.
+    regression_data(&data, 16);
+    let ck = dir.join("ck.safetensors");
+    let common = [train_step(), "-g".into(), "step".into(), "--data".into(), s(&data).into()];
+    let args = |extra: &[&str]| -> Vec<String> {
+        let mut a: Vec<String> = common.to_vec();
+        a.extend(extra.iter().map(|s| s.to_string()));
+        a
+    };
+    ok(&as_str(&args(&["--steps", "3", "--checkpoint", s(&ck)])));
+    let good = std::fs::read(&ck).unwrap();
+    let restore = args(&["--steps", "6", "--restore", s(&ck)]);
+    let invalid = format!("error: --restore: {} is not a valid checkpoint: ", ck.display());
+    for (key, value, expected) in [
+        ("graphc.step", "-1", "expected the steps done, a whole number from 0 to 18446744073709551615"),
+        ("graphc.step", "ten", "expected the steps done"),
+        ("graphc.step", "1e23", "expected the steps done"),
+        ("graphc.train.seed", "five", "expected the shuffling seed"),
+        ("graphc.train.epoch", "-1", "expected the epoch of the next batch"),
+        ("graphc.train.batch", "2", "expected a batch of an epoch, below the 2 of 16 examples in batches of 8"),
+        ("graphc.train.batch_size", "0", "expected the examples in a batch, at least 1"),
+        (
+            "graphc.train.examples",
+            "4",
+            "expected the examples in the data, at least a batch (graphc.train.batch_size is 8)",
+        ),
+    ] {
+        std::fs::write(&ck, &good).unwrap();
+        edit_metadata(&ck, |m| {
+            m.insert(key.into(), value.into());
+        });
+        let e = one_line_error(&as_str(&restore));
+        let want = format!("{invalid}its metadata {key} is {value:?}; {expected}");
+        assert!(e.starts_with(&want), "{key} = {value:?}:\n{e}\nwanted:\n{want}");
+    }
+    // A data position missing a field, or its seed.
+    for (key, why) in [
+        ("graphc.train.examples", "its data position is incomplete: it lacks graphc.train.examples"),
+        ("graphc.train.seed", "it has a data position but no graphc.train.seed"),
+    ] {
+        std::fs::write(&ck, &good).unwrap();
+        edit_metadata(&ck, |m| {
+            m.remove(key);
+        });
+        let e = one_line_error(&as_str(&restore));
+        assert!(e.starts_with(&format!("{invalid}{why}")), "{e}");
+    }
+    // The checkpoint as written takes up at step 4.
+    std::fs::write(&ck, &good).unwrap();
+    let out = ok(&as_str(&restore));
+    assert!(out.contains("taking up at step 4"), "{out}");
+}

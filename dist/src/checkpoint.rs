@@ -132,7 +132,12 @@ pub fn load_merged(path: &Path) -> Result<Option<checkpoint::Loaded>, String> {
     if index.format != FORMAT {
         return Err(format!("{}: expected format \"{FORMAT}\", got \"{}\"", path.display(), index.format));
     }
-    let mut all = checkpoint::Loaded { values: BTreeMap::new(), uninitialized: Vec::new(), step: Some(index.step) };
+    let mut all = checkpoint::Loaded {
+        values: BTreeMap::new(),
+        uninitialized: Vec::new(),
+        step: Some(index.step),
+        train: BTreeMap::new(),
+    };
     for name in &index.shards {
         let shard = decode_shard(&shard_beside(path, name)?)?;
         all.values.extend(shard.values);

@@ -5,6 +5,11 @@
 //! changes nothing unless every variable matches. Uninitialized variables are listed in the
 //! metadata (`graphc.uninitialized.NAME`) rather than stored.
 //!
+//! Every field of the metadata under `graphc.` is checked when a checkpoint is read, by every
+//! reader alike ([`decode`]): the step and `graphc train`'s counts ([`meta`]) must be whole
+//! numbers, an uninitialized variable's entry must be empty, and a field graphc does not know
+//! is refused; the error names the field, what was expected and what came.
+//!
 //! [`Checkpointer`] saves in the background: a step hands it a snapshot (pointer copies; see
 //! `state.rs`) and goes on; a writer thread serializes and writes the latest snapshot, and
 //! keeps each failure for the caller to collect ([`Checkpointer::take_failures`]) between
@@ -26,6 +31,27 @@ use std::thread::JoinHandle;
 
 const UNINIT_PREFIX: &str = "graphc.uninitialized.";
 
+/// The metadata's fields that hold counts: the step, and `graphc train`'s shuffling seed and
+/// data position (which its driver reads; the runtime checks them as every reader does).
+pub mod meta {
+    /// Steps done when the checkpoint was taken.
+    pub const STEP: &str = "graphc.step";
+    pub const SEED: &str = "graphc.train.seed";
+    pub const EPOCH: &str = "graphc.train.epoch";
+    pub const BATCH: &str = "graphc.train.batch";
+    pub const BATCH_SIZE: &str = "graphc.train.batch_size";
+    pub const EXAMPLES: &str = "graphc.train.examples";
+
+    /// `graphc train`'s fields, with what each counts.
+    pub const TRAIN: [(&str, &str); 5] = [
+        (SEED, "the shuffling seed"),
+        (EPOCH, "the epoch of the next batch"),
+        (BATCH, "the next batch's place in its epoch"),
+        (BATCH_SIZE, "the examples in a batch"),
+        (EXAMPLES, "the examples in the data"),
+    ];
+}
+
 /// Every variable's value at one moment (`None`: uninitialized), by name.
 pub type Snapshot = Vec<(String, Option<Arc<Tensor>>)>;
 
@@ -39,7 +65,7 @@ pub fn encode(snapshot: &Snapshot, step: Option<u64>) -> Result<Vec<u8>, RunErro
     let mut meta: HashMap<String, String> = HashMap::new();
     meta.insert("format".into(), "graphc".into());
     if let Some(s) = step {
-        meta.insert("graphc.step".into(), s.to_string());
+        meta.insert(meta::STEP.into(), s.to_string());
     }
     for (name, value) in snapshot {
         match value {
@@ -65,13 +91,14 @@ pub fn save(snapshot: &Snapshot, step: Option<u64>, path: &Path) -> Result<(), R
         .map_err(|e| error(format!("cannot write checkpoint {}: {e}", path.display())))
 }
 
-/// A checkpoint read back: values by name, the uninitialized names, and the step it was
-/// taken at.
+/// A checkpoint read back: values by name, the uninitialized names, the step it was taken
+/// at, and `graphc train`'s fields ([`meta::TRAIN`]) that it has.
 #[derive(Debug)]
 pub struct Loaded {
     pub values: BTreeMap<String, Tensor>,
     pub uninitialized: Vec<String>,
     pub step: Option<u64>,
+    pub train: BTreeMap<String, u64>,
 }
 
 pub fn load(path: &Path) -> Result<Loaded, RunError> {
@@ -80,10 +107,11 @@ pub fn load(path: &Path) -> Result<Loaded, RunError> {
     decode(&bytes).map_err(|e| error(format!("{} is not a valid checkpoint: {}", path.display(), e.message)))
 }
 
+/// A checkpoint's bytes read back, its metadata checked (see the module's header).
 pub fn decode(bytes: &[u8]) -> Result<Loaded, RunError> {
     let st = SafeTensors::deserialize(bytes).map_err(|e| error(e.to_string()))?;
-    let (_, meta) = SafeTensors::read_metadata(bytes).map_err(|e| error(e.to_string()))?;
-    let meta = meta.metadata().clone().unwrap_or_default();
+    let (_, header) = SafeTensors::read_metadata(bytes).map_err(|e| error(e.to_string()))?;
+    let fields = header.metadata().clone().unwrap_or_default();
     let mut values = BTreeMap::new();
     for (name, view) in st.tensors() {
         let t = from_le_bytes(view.dtype(), view.shape(), view.data()).ok_or_else(|| {
@@ -91,11 +119,54 @@ pub fn decode(bytes: &[u8]) -> Result<Loaded, RunError> {
         })?;
         values.insert(name, t);
     }
-    let mut uninitialized: Vec<String> =
-        meta.keys().filter_map(|k| k.strip_prefix(UNINIT_PREFIX)).map(str::to_string).collect();
-    uninitialized.sort();
-    let step = meta.get("graphc.step").and_then(|s| s.parse().ok());
-    Ok(Loaded { values, uninitialized, step })
+    let mut loaded = Loaded { values, uninitialized: Vec::new(), step: None, train: BTreeMap::new() };
+    // In key order, so the first bad field named is the same every time.
+    for (key, value) in fields.iter().collect::<BTreeMap<_, _>>() {
+        if let Some(name) = key.strip_prefix(UNINIT_PREFIX) {
+            if name.is_empty() {
+                return Err(error(format!("its metadata has a field {key} that names no variable")));
+            }
+            if !value.is_empty() {
+                return Err(bad_field(key, value, "\"\" (the field says the variable is uninitialized)"));
+            }
+            if loaded.values.contains_key(name) {
+                return Err(error(format!(
+                    "variable \"{name}\" is both stored and listed as uninitialized (its metadata's {key})"
+                )));
+            }
+            loaded.uninitialized.push(name.to_string());
+        } else if key == meta::STEP {
+            loaded.step = Some(count(key, value, "the steps done")?);
+        } else if let Some(&(_, what)) = meta::TRAIN.iter().find(|(k, _)| k == key) {
+            loaded.train.insert(key.clone(), count(key, value, what)?);
+        } else if key.starts_with("graphc.") {
+            return Err(error(format!(
+                "its metadata has a field {key}, which graphc does not know (a checkpoint of a newer graphc?)"
+            )));
+        }
+    }
+    Ok(loaded)
+}
+
+/// A metadata field's value as a count: decimal digits, 0 to 2^64 - 1, nothing else.
+fn count(key: &str, value: &str, what: &str) -> Result<u64, RunError> {
+    match value.parse::<u64>() {
+        Ok(n) if value.bytes().all(|b| b.is_ascii_digit()) => Ok(n),
+        _ => Err(bad_field(key, value, &format!("{what}, a whole number from 0 to {}", u64::MAX))),
+    }
+}
+
+/// The error for metadata field `key`, which holds `value` where `expected` should be.
+fn bad_field(key: &str, value: &str, expected: &str) -> RunError {
+    error(format!("its metadata {key} is {}; expected {expected}", shown(value)))
+}
+
+/// A value as an error shows it: quoted, escaped (one line), its first 40 characters.
+pub fn shown(value: &str) -> String {
+    match value.char_indices().nth(40) {
+        None => format!("{value:?}"),
+        Some((cut, _)) => format!("{:?}... ({} bytes)", &value[..cut], value.len()),
+    }
 }
 
 /// Applies a loaded checkpoint to the session's variables: all of them or none. The error

@@ -219,3 +219,93 @@ fn a_failed_background_save_is_reported_while_the_run_goes_on() {
     // Collected failures are not reported again at the end.
     assert_eq!(c.finish().unwrap(), 0);
 }
+
+/// Rewrites the checkpoint at `path` with its metadata changed by `edit`.
+fn edit_metadata(path: &std::path::Path, edit: impl FnOnce(&mut std::collections::HashMap<String, String>)) {
+    let bytes = std::fs::read(path).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let (_, header) = safetensors::SafeTensors::read_metadata(&bytes).unwrap();
+    let mut meta = header.metadata().clone().unwrap_or_default();
+    edit(&mut meta);
+    let edited = safetensors::serialize(st.tensors(), Some(meta)).unwrap();
+    std::fs::write(path, edited).unwrap();
+}
+
+#[test]
+fn every_metadata_field_is_checked_and_a_bad_one_named_with_what_came() {
+    let dir = tempdir("metadata");
+    let path = dir.join("m.safetensors");
+    let s = session(MODEL);
+    step(&s, &[1.0, 2.0, 3.0]);
+    s.save(&path, Some(7)).unwrap();
+    let good = std::fs::read(&path).unwrap();
+    let fresh = session(MODEL);
+    let before = values(&fresh);
+    // (field, value, what the error expects)
+    let bad = [
+        ("graphc.step", "-1", "expected the steps done, a whole number from 0 to 18446744073709551615"),
+        ("graphc.step", "ten", "expected the steps done"),
+        ("graphc.step", "1e23", "expected the steps done"),
+        ("graphc.step", "18446744073709551616", "expected the steps done"),
+        ("graphc.step", "+5", "expected the steps done"),
+        ("graphc.step", " 5", "expected the steps done"),
+        ("graphc.step", "", "expected the steps done"),
+        ("graphc.step", "3.0", "expected the steps done"),
+        ("graphc.train.seed", "x", "expected the shuffling seed, a whole number"),
+        ("graphc.train.epoch", "-3", "expected the epoch of the next batch"),
+        ("graphc.train.batch", "1.5", "expected the next batch's place in its epoch"),
+        ("graphc.train.batch_size", "", "expected the examples in a batch"),
+        ("graphc.train.examples", "1e3", "expected the examples in the data"),
+        ("graphc.uninitialized.unset", "yes", "expected \"\" (the field says the variable is uninitialized)"),
+    ];
+    for (key, value, expected) in bad {
+        std::fs::write(&path, &good).unwrap();
+        edit_metadata(&path, |m| {
+            m.insert(key.to_string(), value.to_string());
+        });
+        let e = fresh.restore(&path).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Checkpoint, "{key} = {value:?}");
+        let want = format!("{} is not a valid checkpoint: its metadata {key} is {value:?}; {expected}", path.display());
+        assert!(e.message.starts_with(&want), "{key} = {value:?}:\n{}\nwanted:\n{want}", e.message);
+        assert_eq!(e.message.lines().count(), 1, "{e}");
+        assert!(same(&before, &values(&fresh)), "nothing was restored");
+        let e = checkpoint::load(&path).unwrap_err();
+        assert!(e.message.starts_with(&want), "{e}");
+    }
+    // Fields that name nothing graphc knows, or contradict the tensors.
+    for (key, value, why) in [
+        ("graphc.stpe", "7", "its metadata has a field graphc.stpe, which graphc does not know"),
+        ("graphc.train.lr", "1", "its metadata has a field graphc.train.lr, which graphc does not know"),
+        ("graphc.uninitialized.", "", "its metadata has a field graphc.uninitialized. that names no variable"),
+        (
+            "graphc.uninitialized.layer.w",
+            "",
+            "variable \"layer.w\" is both stored and listed as uninitialized (its metadata's graphc.uninitialized.layer.w)",
+        ),
+    ] {
+        std::fs::write(&path, &good).unwrap();
+        edit_metadata(&path, |m| {
+            m.insert(key.to_string(), value.to_string());
+        });
+        let e = fresh.restore(&path).unwrap_err();
+        assert!(e.message.starts_with(&format!("{} is not a valid checkpoint: {why}", path.display())), "{e}");
+    }
+    // A long or multi-line value is shown escaped, on one line, cut short.
+    std::fs::write(&path, &good).unwrap();
+    let long = format!("{}\nx", "9".repeat(100));
+    edit_metadata(&path, |m| {
+        m.insert("graphc.step".into(), long.clone());
+    });
+    let e = fresh.restore(&path).unwrap_err();
+    assert!(e.message.contains(&format!("is \"{}\"... (102 bytes); expected", "9".repeat(40))), "{e}");
+    assert_eq!(e.message.lines().count(), 1);
+    // The largest step, and other tools' fields, are taken.
+    std::fs::write(&path, &good).unwrap();
+    edit_metadata(&path, |m| {
+        m.insert("graphc.step".into(), u64::MAX.to_string());
+        m.insert("format".into(), "pt".into());
+        m.insert("framework.note".into(), "-1".into());
+    });
+    assert_eq!(fresh.restore(&path).unwrap(), Some(u64::MAX));
+    assert!(same(&values(&s), &values(&fresh)));
+}

@@ -43,11 +43,11 @@ pub const PREFETCH: i64 = 4;
 const QUEUE: &str = "train.batches";
 const PRODUCER: &str = "train_feed";
 
-const META_SEED: &str = "graphc.train.seed";
-const META_EPOCH: &str = "graphc.train.epoch";
-const META_BATCH: &str = "graphc.train.batch";
-const META_BATCH_SIZE: &str = "graphc.train.batch_size";
-const META_EXAMPLES: &str = "graphc.train.examples";
+const META_SEED: &str = checkpoint::meta::SEED;
+const META_EPOCH: &str = checkpoint::meta::EPOCH;
+const META_BATCH: &str = checkpoint::meta::BATCH;
+const META_BATCH_SIZE: &str = checkpoint::meta::BATCH_SIZE;
+const META_EXAMPLES: &str = checkpoint::meta::EXAMPLES;
 
 /// What `graphc train` takes from the command line to plan the training.
 #[derive(Debug)]
@@ -660,23 +660,52 @@ impl Resume {
         let bytes = graphc_runtime::fsutil::read_regular(path, "a safetensors checkpoint")
             .map_err(|e| anyhow!("--restore: {}", e.replacen("cannot read ", "cannot read checkpoint ", 1)))?;
         let invalid = |why: String| anyhow!("--restore: {} is not a valid checkpoint: {why}", path.display());
+        // The runtime has checked that every field is a count.
         let loaded = checkpoint::decode(&bytes).map_err(|e| invalid(e.message))?;
-        let (_, header) = safetensors::SafeTensors::read_metadata(&bytes).map_err(|e| invalid(e.to_string()))?;
-        let meta = header.metadata().clone().unwrap_or_default();
-        let number = |key: &str| -> anyhow::Result<Option<u64>> {
-            meta.get(key)
-                .map(|v| v.parse::<u64>().map_err(|_| invalid(format!("its metadata {key} = '{v}' is not a count"))))
-                .transpose()
-        };
-        let seed = number(META_SEED)?;
+        let field = |key: &str| loaded.train.get(key).copied();
+        let seed = field(META_SEED);
         let keys = [META_EPOCH, META_BATCH, META_BATCH_SIZE, META_EXAMPLES];
-        let values = keys.iter().map(|k| number(k)).collect::<anyhow::Result<Vec<_>>>()?;
-        let data = match values[..] {
+        let data = match keys.map(field) {
             [Some(epoch), Some(batch), Some(batch_size), Some(examples)] => {
+                let bad = |key: &str, value: u64, expected: String| {
+                    invalid(format!("its metadata {key} is \"{value}\"; expected {expected}"))
+                };
+                if seed.is_none() {
+                    return Err(invalid(format!(
+                        "it has a data position but no {META_SEED}, the seed its batches were shuffled with"
+                    )));
+                }
+                if batch_size == 0 {
+                    return Err(bad(META_BATCH_SIZE, 0, "the examples in a batch, at least 1".into()));
+                }
+                if examples < batch_size {
+                    return Err(bad(
+                        META_EXAMPLES,
+                        examples,
+                        format!("the examples in the data, at least a batch ({META_BATCH_SIZE} is {batch_size})"),
+                    ));
+                }
+                let per_epoch = examples / batch_size;
+                if batch >= per_epoch {
+                    return Err(bad(
+                        META_BATCH,
+                        batch,
+                        format!(
+                            "a batch of an epoch, below the {per_epoch} of {examples} examples in batches of {batch_size}"
+                        ),
+                    ));
+                }
                 Some(SavedPosition { position: Position { epoch, batch }, examples, batch_size })
             }
             [None, None, None, None] => None,
-            _ => return Err(invalid(format!("its data position is incomplete (it needs all of {})", keys.join(", ")))),
+            fields => {
+                let lacks: Vec<&str> = keys.iter().zip(fields).filter(|(_, v)| v.is_none()).map(|(k, _)| *k).collect();
+                return Err(invalid(format!(
+                    "its data position is incomplete: it lacks {} (it needs all of {})",
+                    lacks.join(", "),
+                    keys.join(", ")
+                )));
+            }
         };
         Ok(Resume { path: path.to_path_buf(), step: loaded.step.unwrap_or(0), seed, data, loaded })
     }
