@@ -435,3 +435,57 @@ fn a_malformed_checkpoint_field_is_refused_not_taken_as_step_0() {
     let out = ok(&as_str(&restore));
     assert!(out.contains("taking up at step 4"), "{out}");
 }
+
+#[test]
+fn another_models_checkpoint_is_refused_for_its_variables_before_anything_else() {
+    let dir = tmpdir("stranger");
+    let spirals = root().join("ir-spec/examples/data/spirals");
+    let other = dir.join("spirals.ckpt");
+    // The spirals MLP's checkpoint: other variables, and a data position of 1024 examples.
+    let mlp = root().join("ir-spec/examples/mlp_train.gir");
+    ok(&[s(&mlp), "-g", "step", "--steps", "2", "--data", s(&spirals), "--checkpoint", s(&other)]);
+    let data = dir.join("data");
+    regression_data(&data, 16);
+    let restore = |ck: &Path, extra: &[&str]| {
+        let mut a = vec![train_step(), "-g".into(), "step".into(), "--data".into(), s(&data).into()];
+        a.extend(["--steps", "5", "--restore", s(ck)].map(String::from));
+        a.extend(extra.iter().map(|s| s.to_string()));
+        one_line_error(&a.iter().map(String::as_str).collect::<Vec<_>>())
+    };
+    // Not its data position, its seed or its step: its variables.
+    let e = restore(&other, &["--seed", "9"]);
+    let want = format!(
+        "error: --restore {}: the checkpoint does not match the module's variables (it has none of them: another model's checkpoint?): ",
+        other.display()
+    );
+    assert!(e.starts_with(&want), "{e}");
+    assert!(e.contains("\"b\" (f32[1]) is missing from the checkpoint; \"w\" (f32[4,1]) is missing"), "{e}");
+    assert!(e.contains("\"adam/m/b1\" is in the checkpoint but is no variable of the module"), "{e}");
+    assert!(e.ends_with("and 14 more differences (in all: 2 missing, 24 extra)"), "{e}");
+    assert!(!e.contains("examples") && !e.contains("seed"), "{e}");
+    // Some variables shared: each difference named.
+    let gir = dir.join("near.gir");
+    std::fs::write(
+        &gir,
+        "graph @g() -> (y: f32[4,2]) {
+  %w = variable {name = \"w\", init = dense<0.0> : f32[4,2]} : var<f32[4,2]>
+  %b = variable {name = \"b\", init = dense<[0.0]> : f32[1]} : var<f32[1]>
+  %n = variable {name = \"steps\", init = dense<0> : i64[]} : var<i64[]>
+  %y = read %w : f32[4,2]
+  return %y
+}
+",
+    )
+    .unwrap();
+    let near = dir.join("near.ckpt");
+    let o = graphc(&["run", s(&gir), "--checkpoint", s(&near)]);
+    assert!(o.status.success(), "{:?}", text(&o));
+    let e = restore(&near, &[]);
+    assert_eq!(
+        e,
+        format!(
+            "error: --restore {}: the checkpoint does not match the module's variables: \"w\": the module has f32[4,1], the checkpoint f32[4,2]; \"steps\" is in the checkpoint but is no variable of the module",
+            near.display()
+        )
+    );
+}

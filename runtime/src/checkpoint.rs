@@ -20,7 +20,7 @@ use crate::fsutil::write_atomically;
 use crate::state::State;
 use crate::tensor::Tensor;
 use crate::wait::lock;
-use graphc_ir::DType;
+use graphc_ir::{DType, Module, Op, TensorType, Type};
 use safetensors::tensor::TensorView;
 use safetensors::{Dtype, SafeTensors};
 use std::collections::{BTreeMap, HashMap};
@@ -169,28 +169,74 @@ pub fn shown(value: &str) -> String {
     }
 }
 
-/// Applies a loaded checkpoint to the session's variables: all of them or none. The error
-/// lists every difference (missing, extra, wrong dtype or shape).
-pub fn restore(state: &State, loaded: &Loaded) -> Result<(), RunError> {
-    let mut problems = Vec::new();
-    for (name, var) in &state.variables {
+/// Every variable the module declares, by name, with its type (the first declaration of a
+/// name: the verifier has checked that they agree), as a session of it holds them.
+pub fn module_variables(m: &Module) -> BTreeMap<String, TensorType> {
+    let mut out = BTreeMap::new();
+    for g in &m.graphs {
+        for n in g.walk() {
+            let nd = &g.nodes[n];
+            let (Some(name), Some(&res)) = (nd.attrs.str("name"), nd.results.first()) else { continue };
+            if let (Op::Variable, Type::Var(ty)) = (nd.op, &g.values[res].ty) {
+                out.entry(name.to_string()).or_insert_with(|| ty.clone());
+            }
+        }
+    }
+    out
+}
+
+/// The most differences [`check_variables`] names; it counts the rest.
+const LISTED: usize = 12;
+
+/// Checks a loaded checkpoint against the variables `ours` (of `whose`: "the session", "the
+/// module"): names, dtypes and shapes. The error names the differences: variables of another
+/// type, ours the checkpoint lacks, the checkpoint's that are none of ours (the first dozen,
+/// and how many of each kind in all).
+pub fn check_variables(ours: &BTreeMap<String, TensorType>, loaded: &Loaded, whose: &str) -> Result<(), RunError> {
+    let (mut retyped, mut missing, mut extra) = (Vec::new(), Vec::new(), Vec::new());
+    for (name, ty) in ours {
         match loaded.values.get(name) {
-            Some(t) if t.ty() != var.ty => {
-                problems.push(format!("\"{name}\": the session has {}, the checkpoint {}", var.ty, t.ty()))
+            Some(t) if t.ty() != *ty => {
+                retyped.push(format!("\"{name}\": {whose} has {ty}, the checkpoint {}", t.ty()))
             }
             Some(_) => {}
             None if loaded.uninitialized.contains(name) => {}
-            None => problems.push(format!("\"{name}\" ({}) is missing from the checkpoint", var.ty)),
+            None => missing.push(format!("\"{name}\" ({ty}) is missing from the checkpoint")),
         }
     }
-    for name in loaded.values.keys().chain(&loaded.uninitialized) {
-        if !state.variables.contains_key(name) {
-            problems.push(format!("\"{name}\" is in the checkpoint but is no variable of this module"));
-        }
+    let theirs: Vec<&String> = loaded.values.keys().chain(&loaded.uninitialized).collect();
+    for name in theirs.iter().filter(|n| !ours.contains_key(**n)) {
+        extra.push(format!("\"{name}\" is in the checkpoint but is no variable of {whose}"));
     }
-    if !problems.is_empty() {
-        return Err(error(format!("the checkpoint does not match the module's variables: {}", problems.join("; "))));
+    let counts = [(retyped.len(), "of another type"), (missing.len(), "missing"), (extra.len(), "extra")];
+    let mut problems: Vec<String> = [retyped, missing, extra].concat();
+    if problems.is_empty() {
+        return Ok(());
     }
+    if problems.len() > LISTED {
+        let more = problems.len() - LISTED;
+        let all: Vec<String> = counts.iter().filter(|(n, _)| *n > 0).map(|(n, what)| format!("{n} {what}")).collect();
+        problems.truncate(LISTED);
+        problems.push(format!(
+            "and {more} more difference{} (in all: {})",
+            if more == 1 { "" } else { "s" },
+            all.join(", ")
+        ));
+    }
+    let shared = theirs.iter().filter(|n| ours.contains_key(**n)).count();
+    let stranger = if shared == 0 && !ours.is_empty() && !theirs.is_empty() {
+        " (it has none of them: another model's checkpoint?)"
+    } else {
+        ""
+    };
+    Err(error(format!("the checkpoint does not match {whose}'s variables{stranger}: {}", problems.join("; "))))
+}
+
+/// Applies a loaded checkpoint to the session's variables: all of them or none. The error
+/// lists the differences (missing, extra, wrong dtype or shape; see [`check_variables`]).
+pub fn restore(state: &State, loaded: &Loaded) -> Result<(), RunError> {
+    let ours = state.variables.iter().map(|(name, var)| (name.clone(), var.ty.clone())).collect();
+    check_variables(&ours, loaded, "the session")?;
     for (name, var) in &state.variables {
         var.assign(loaded.values.get(name).map(|t| Arc::new(t.clone())))?;
     }

@@ -114,14 +114,15 @@ fn restore_checks_names_dtypes_and_shapes_and_changes_nothing_on_mismatch() {
     let before = values(&s);
     let e = s.restore(&path).unwrap_err();
     assert_eq!(e.kind, ErrorKind::Checkpoint);
-    for part in [
-        "\"layer.w\": the session has f32[3], the checkpoint f32[4]",
-        "\"steps\": the session has i64[], the checkpoint i32[]",
-        "\"mask\" (bool[2]) is missing",
-        "\"extra\" is in the checkpoint but is no variable",
-    ] {
-        assert!(e.message.contains(part), "missing '{part}' in: {e}");
-    }
+    assert_eq!(
+        e.message,
+        "the checkpoint does not match the session's variables: \
+         \"layer.w\": the session has f32[3], the checkpoint f32[4]; \
+         \"steps\": the session has i64[], the checkpoint i32[]; \
+         \"mask\" (bool[2]) is missing from the checkpoint; \
+         \"unset\" (f64[2,2]) is missing from the checkpoint; \
+         \"extra\" is in the checkpoint but is no variable of the session"
+    );
     assert!(same(&before, &values(&s)), "nothing was restored");
 }
 
@@ -308,4 +309,36 @@ fn every_metadata_field_is_checked_and_a_bad_one_named_with_what_came() {
     });
     assert_eq!(fresh.restore(&path).unwrap(), Some(u64::MAX));
     assert!(same(&values(&s), &values(&fresh)));
+}
+
+#[test]
+fn another_models_checkpoint_is_called_that_and_its_differences_listed_up_to_a_dozen() {
+    let dir = tempdir("stranger");
+    let path = dir.join("other.safetensors");
+    let vars: String = (0..20)
+        .map(|i| format!("  %v{i} = variable {{name = \"other.{i:02}\", init = dense<0.0> : f32[2]}} : var<f32[2]>\n"))
+        .collect();
+    let other = session(&format!("graph @g() -> (y: f32[2]) {{\n{vars}  %y = read %v0 : f32[2]\n  return %y\n}}\n"));
+    other.save(&path, Some(1)).unwrap();
+    let s = session(MODEL);
+    let e = s.restore(&path).unwrap_err();
+    // 4 missing and 20 extra: the first 12 named, the rest counted.
+    let missing = |v: &str| format!("{v} is missing from the checkpoint; ");
+    let extra = |i: usize| format!("\"other.{i:02}\" is in the checkpoint but is no variable of the session; ");
+    let want = format!(
+        "the checkpoint does not match the session's variables (it has none of them: another model's checkpoint?): {}{}and 12 more differences (in all: 4 missing, 20 extra)",
+        ["\"layer.w\" (f32[3])", "\"mask\" (bool[2])", "\"steps\" (i64[])", "\"unset\" (f64[2,2])"]
+            .map(missing)
+            .concat(),
+        (0..8).map(extra).collect::<String>(),
+    );
+    assert_eq!(e.message, want);
+    // The module's variables, as a session of it holds them, checked before any session is.
+    let module = graphc_ir::parse_module(MODEL).unwrap();
+    let declared = checkpoint::module_variables(&module);
+    let held: Vec<(String, String)> = s.state().variables.iter().map(|(n, v)| (n.clone(), v.ty.to_string())).collect();
+    assert_eq!(declared.iter().map(|(n, t)| (n.clone(), t.to_string())).collect::<Vec<_>>(), held);
+    let loaded = checkpoint::load(&path).unwrap();
+    let e = checkpoint::check_variables(&declared, &loaded, "the module").unwrap_err();
+    assert!(e.message.starts_with("the checkpoint does not match the module's variables (it has none"), "{e}");
 }

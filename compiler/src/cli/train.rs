@@ -64,8 +64,13 @@ pub fn train(a: &TrainArgs) -> anyhow::Result<ExitCode> {
     if a.checkpoint_every == Some(0) {
         bail!("--checkpoint-every 0: give a number of steps (at least 1)");
     }
-    // The checkpoint first: its seed decides the data.
+    // The checkpoint first: its seed decides the data. Its variables are checked against the
+    // module's before anything else is (another model's checkpoint is that, whatever else).
     let resume = a.restore.as_deref().map(Resume::read).transpose()?;
+    let (file, module) = driver::load(&a.file, &import_options_for(&a.file, &[], &[])?)?;
+    if let Some(r) = &resume {
+        r.check(&module)?;
+    }
     let seed = Resume::seed(resume.as_ref(), a.seed)?;
     if let Some(r) = &resume {
         if r.step > a.steps {
@@ -77,7 +82,6 @@ pub fn train(a: &TrainArgs) -> anyhow::Result<ExitCode> {
             );
         }
     }
-    let (file, module) = driver::load(&a.file, &import_options_for(&a.file, &[], &[])?)?;
     // In a cluster: a ps task serves; a worker trains the step graph with its variables on
     // the ps tasks, its data shuffled with its own seed.
     let dist = a.cluster.distributed()?;

@@ -723,6 +723,14 @@ impl Resume {
         }
     }
 
+    /// Checks the checkpoint's variables against the module's (names, dtypes and shapes),
+    /// before anything else is checked: another model's checkpoint is refused for that, with
+    /// the variables missing, extra or of another type.
+    pub fn check(&self, module: &Module) -> anyhow::Result<()> {
+        checkpoint::check_variables(&checkpoint::module_variables(module), &self.loaded, "the module")
+            .map_err(|e| anyhow!("--restore {}: {e}", self.path.display()))
+    }
+
     /// Gives the session's variables the checkpoint's values: all of them or, if it does not
     /// match the module, none.
     pub fn apply(&self, session: &Session) -> anyhow::Result<()> {
