@@ -97,12 +97,76 @@ pub fn read_index(path: &Path) -> Result<Option<Index>, String> {
         return Ok(None);
     }
     let bytes = read_regular(path, "a checkpoint index")?;
-    let index: Index = serde_json::from_slice(&bytes)
-        .map_err(|e| format!("{} is not a checkpoint index (graphc's sharded checkpoint JSON): {e}", path.display()))?;
-    if index.format != FORMAT {
-        return Err(format!("{}: expected format \"{FORMAT}\", got \"{}\"", path.display(), index.format));
+    parse_index(path, &bytes).map(Some)
+}
+
+/// A JSON value as an error shows it: as JSON, its first 40 characters.
+fn shown(v: &serde_json::Value) -> String {
+    let text = v.to_string();
+    match text.char_indices().nth(40) {
+        None => text,
+        Some((cut, _)) => format!("{}... ({} bytes)", &text[..cut], text.len()),
     }
-    Ok(Some(index))
+}
+
+/// The index in `bytes` (the file at `path`), every field checked: the error names the file,
+/// the field, what was expected and what came.
+fn parse_index(path: &Path, bytes: &[u8]) -> Result<Index, String> {
+    use serde_json::Value;
+    let at = path.display();
+    let not_one = |why: String| format!("{at} is not a checkpoint index (graphc's sharded checkpoint JSON): {why}");
+    let value: Value = serde_json::from_slice(bytes).map_err(|e| {
+        if e.is_eof() {
+            format!("{at} is a truncated checkpoint index: its JSON stops after {} bytes ({e})", bytes.len())
+        } else {
+            not_one(e.to_string())
+        }
+    })?;
+    let Value::Object(fields) = &value else { return Err(not_one(format!("it is {}, not an object", shown(&value)))) };
+    let Some(format) = fields.get("format") else { return Err(not_one("it has no \"format\"".into())) };
+    if format.as_str() != Some(FORMAT) {
+        return Err(not_one(format!("its format is {}; expected \"{FORMAT}\"", shown(format))));
+    }
+    let bad = |field: &str, got: &Value, expected: &str| {
+        format!("{at}: the checkpoint index's {field} is {}; expected {expected}", shown(got))
+    };
+    let need = |field: &str, expected: &str| -> Result<&Value, String> {
+        fields.get(field).ok_or_else(|| format!("{at}: the checkpoint index has no \"{field}\"; expected {expected}"))
+    };
+    if let Some(other) = fields.keys().find(|k| !["format", "step", "shards", "rows", "copies"].contains(&k.as_str())) {
+        return Err(format!("{at}: the checkpoint index has a field \"{other}\", which graphc does not know"));
+    }
+    let steps = format!("the steps done, a whole number from 0 to {}", u64::MAX);
+    let step = need("step", &steps)?;
+    let step = step.as_u64().ok_or_else(|| bad("step", step, &steps))?;
+    let names = "the shards' file names, a list of one string per ps task";
+    let list = need("shards", names)?;
+    let shards = match list.as_array() {
+        Some(items) if !items.is_empty() => items
+            .iter()
+            .map(|s| s.as_str().map(str::to_string).ok_or_else(|| bad("shards", list, names)))
+            .collect::<Result<Vec<_>, _>>()?,
+        _ => return Err(bad("shards", list, names)),
+    };
+    let mut parts = Parts::default();
+    for (field, map) in [("rows", &mut parts.rows), ("copies", &mut parts.copies)] {
+        let Some(v) = fields.get(field) else { continue };
+        let counts = "the variables held in parts, each with its number of parts";
+        let entries = v.as_object().ok_or_else(|| bad(field, v, counts))?;
+        for (name, n) in entries {
+            let count = n.as_u64().filter(|&n| n >= 1).and_then(|n| usize::try_from(n).ok());
+            let count = count.ok_or_else(|| bad(&format!("{field}.{name}"), n, "a number of parts, at least 1"))?;
+            map.insert(name.clone(), count);
+        }
+    }
+    Ok(Index { format: FORMAT.to_string(), step, shards, parts })
+}
+
+/// Whether a file beginning with `head` is meant as an index (JSON: an object) rather than a
+/// safetensors checkpoint, whose first 8 bytes are its header's length, little-endian, so
+/// hold a zero byte in any file under 2^56 bytes.
+fn looks_like_index(head: &[u8]) -> bool {
+    head.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{') && !head[..head.len().min(8)].contains(&0)
 }
 
 /// Shard `name` of the index at `path`: a file beside it.
@@ -113,33 +177,53 @@ fn shard_beside(path: &Path, name: &str) -> Result<PathBuf, String> {
     Ok(path.with_file_name(name))
 }
 
-fn decode_shard(shard: &Path) -> Result<checkpoint::Loaded, String> {
-    let bytes = read_regular(shard, "a checkpoint shard")?;
-    checkpoint::decode(&bytes).map_err(|e| format!("{}: {}", shard.display(), e.message))
+/// Ps task `task`'s shard of the index `index` at `path`, read and checked: a checkpoint of
+/// the index's step.
+fn read_shard(path: &Path, index: &Index, task: usize) -> Result<(PathBuf, checkpoint::Loaded), String> {
+    let shard = shard_beside(path, &index.shards[task])?;
+    let bytes = read_regular(&shard, "a checkpoint shard")?;
+    let loaded = checkpoint::decode(&bytes)
+        .map_err(|e| format!("{} is not a valid checkpoint shard: {}", shard.display(), e.message))?;
+    let (at, of) = (shard.display(), path.display());
+    match loaded.step {
+        Some(step) if step == index.step => Ok((shard, loaded)),
+        Some(step) => Err(format!(
+            "{at}: the shard is of step {step}, but its index {of} is of step {} (the shard is another checkpoint's)",
+            index.step
+        )),
+        None => Err(format!(
+            "{at}: the shard says no step (its metadata has no {}), but its index {of} is of step {}",
+            checkpoint::meta::STEP,
+            index.step
+        )),
+    }
 }
 
 /// The cluster's checkpoint at `path` as one process would have saved it: every shard's
 /// variables, the parts of a partitioned one joined (its rows in order; a scalar's copies,
 /// checked equal, as one). None when `path` is not a cluster's index (a plain checkpoint).
 pub fn load_merged(path: &Path) -> Result<Option<checkpoint::Loaded>, String> {
-    // An index is a small JSON file; anything else is left to the plain checkpoint's reader.
-    match std::fs::metadata(path) {
-        Ok(m) if m.is_file() && m.len() <= 1 << 20 => {}
+    // An index is JSON; anything else is left to the plain checkpoint's reader (which names
+    // what is wrong with a file that is neither).
+    let mut head = Vec::with_capacity(16);
+    match std::fs::File::open(path) {
+        Ok(f) if f.metadata().is_ok_and(|m| m.is_file()) => {
+            let _ = std::io::Read::read_to_end(&mut std::io::Read::take(f, 16), &mut head);
+        }
         _ => return Ok(None),
     }
-    let Ok(bytes) = std::fs::read(path) else { return Ok(None) };
-    let Ok(index) = serde_json::from_slice::<Index>(&bytes) else { return Ok(None) };
-    if index.format != FORMAT {
-        return Err(format!("{}: expected format \"{FORMAT}\", got \"{}\"", path.display(), index.format));
+    if !looks_like_index(&head) {
+        return Ok(None);
     }
+    let Some(index) = read_index(path)? else { return Ok(None) };
     let mut all = checkpoint::Loaded {
         values: BTreeMap::new(),
         uninitialized: Vec::new(),
         step: Some(index.step),
         train: BTreeMap::new(),
     };
-    for name in &index.shards {
-        let shard = decode_shard(&shard_beside(path, name)?)?;
+    for task in 0..index.shards.len() {
+        let (_, shard) = read_shard(path, &index, task)?;
         all.values.extend(shard.values);
         all.uninitialized.extend(shard.uninitialized);
     }
@@ -189,8 +273,7 @@ pub fn restore_shard(session: &Session, path: &Path, task: usize, tasks: usize) 
             index.shards.len()
         ));
     }
-    let shard = shard_beside(path, &index.shards[task])?;
-    let loaded = decode_shard(&shard)?;
+    let (shard, loaded) = read_shard(path, &index, task)?;
     checkpoint::restore(session.state(), &loaded).map_err(|e| format!("{}: {}", shard.display(), e.message))?;
     Ok(Some(index.step))
 }
@@ -261,6 +344,108 @@ mod tests {
         write_index(&index, 3, &paths, &parts).unwrap();
         assert!(load_merged(&index).unwrap_err().contains("no shard holds its part w/part_2"));
         assert!(load_merged(&paths[0]).unwrap().is_none());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A fresh directory for a test.
+    fn tempdir(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("graphc-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    /// Shards of `w` (a variable f32[2]) for tasks 0 and 1 saying step `step` (none: no step),
+    /// written where the index at `index` names them for step 3.
+    fn two_shards(index: &Path, step: Option<u64>) -> Vec<PathBuf> {
+        use graphc_ir::{DType, TensorType};
+        let t = graphc_runtime::Tensor::from_f32(vec![1.0, 2.0], &TensorType::new(DType::F32, vec![2])).unwrap();
+        (0..2)
+            .map(|i| {
+                let p = shard_path(index, i, 3);
+                let snap = vec![(format!("w{i}"), Some(std::sync::Arc::new(t.clone())))];
+                std::fs::write(&p, checkpoint::encode(&snap, step).unwrap()).unwrap();
+                p
+            })
+            .collect()
+    }
+
+    fn session() -> Session {
+        let m = graphc_ir::parse_module(
+            "graph @g() -> (w: f32[2]) {\n  %w = variable {name = \"w0\"} : var<f32[2]>\n  %r = read %w : f32[2]\n  return %r\n}\n",
+        )
+        .unwrap();
+        Session::new(m, Default::default()).unwrap()
+    }
+
+    #[test]
+    fn a_truncated_or_malformed_index_says_what_is_wrong_naming_the_file() {
+        let dir = tempdir("bad-index");
+        let index = dir.join("ckpt");
+        let shards = two_shards(&index, Some(3));
+        write_index(&index, 3, &shards, &Parts::default()).unwrap();
+        assert_eq!(load_merged(&index).unwrap().unwrap().values.len(), 2);
+        let whole = std::fs::read(&index).unwrap();
+        // Cut anywhere, it is a truncated index, not a safetensors file with a bad header.
+        for cut in 1..whole.len() {
+            std::fs::write(&index, &whole[..cut]).unwrap();
+            let want = format!("{} is a truncated checkpoint index: its JSON stops after {cut} bytes", index.display());
+            let e = load_merged(&index).unwrap_err();
+            assert!(e.starts_with(&want), "cut at {cut}: {e}");
+            assert!(read_index(&index).unwrap_err().starts_with(&want));
+            assert!(restore_shard(&session(), &index, 0, 2).unwrap_err().starts_with(&want));
+        }
+        // Every field checked: the file, the field, what was expected and what came.
+        let text = String::from_utf8(whole).unwrap();
+        let at = index.display().to_string();
+        for (from, to, why) in [
+            ("\"step\": 3", "\"step\": -1", format!("{at}: the checkpoint index's step is -1; expected the steps done, a whole number from 0 to 18446744073709551615")),
+            ("\"step\": 3", "\"step\": \"ten\"", format!("{at}: the checkpoint index's step is \"ten\"; expected the steps done")),
+            ("\"step\": 3", "\"step\": 1e23", format!("{at}: the checkpoint index's step is 1e+23; expected the steps done")),
+            ("\"step\": 3", "\"stpe\": 3", format!("{at}: the checkpoint index has a field \"stpe\", which graphc does not know")),
+            ("\"step\": 3,", "", format!("{at}: the checkpoint index has no \"step\"; expected the steps done")),
+            ("\"step\": 3", "\"step\": 3, \"rows\": {\"w\": 0}", format!("{at}: the checkpoint index's rows.w is 0; expected a number of parts, at least 1")),
+            ("\"graphc-sharded-checkpoint\"", "\"graphc\"", format!("{at} is not a checkpoint index (graphc's sharded checkpoint JSON): its format is \"graphc\"; expected \"graphc-sharded-checkpoint\"")),
+        ] {
+            assert!(text.contains(from), "{text}");
+            std::fs::write(&index, text.replacen(from, to, 1)).unwrap();
+            let e = load_merged(&index).unwrap_err();
+            assert!(e.starts_with(&why), "{from} -> {to}:\n{e}\nwanted:\n{why}");
+        }
+        let e = load_merged(&{
+            std::fs::write(&index, "{\"format\": \"graphc-sharded-checkpoint\", \"step\": 3, \"shards\": []}").unwrap();
+            index.clone()
+        })
+        .unwrap_err();
+        assert!(
+            e.starts_with(&format!("{at}: the checkpoint index's shards is []; expected the shards' file names")),
+            "{e}"
+        );
+        // A safetensors file is no index: the plain reader takes it.
+        assert!(load_merged(&shards[0]).unwrap().is_none());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_shard_of_another_step_than_its_index_is_refused_naming_both() {
+        let dir = tempdir("shard-step");
+        let index = dir.join("ckpt");
+        let shards = two_shards(&index, Some(2));
+        write_index(&index, 3, &shards, &Parts::default()).unwrap();
+        let want =
+            format!("{}: the shard is of step 2, but its index {} is of step 3", shards[0].display(), index.display());
+        let e = load_merged(&index).unwrap_err();
+        assert!(e.starts_with(&want), "{e}");
+        let e = restore_shard(&session(), &index, 0, 2).unwrap_err();
+        assert!(e.starts_with(&want), "{e}");
+        // A shard that says no step.
+        let shards = two_shards(&index, None);
+        let e = load_merged(&index).unwrap_err();
+        assert!(e.starts_with(&format!("{}: the shard says no step", shards[0].display())), "{e}");
+        assert!(e.contains(&format!("its index {} is of step 3", index.display())), "{e}");
+        // Of the index's step, it restores.
+        two_shards(&index, Some(3));
+        assert_eq!(restore_shard(&session(), &index, 0, 2), Ok(Some(3)));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
