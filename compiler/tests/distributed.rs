@@ -455,6 +455,11 @@ fn bad_clusters_are_one_line_errors() {
     };
     let e = run(&[], &[("TF_CONFIG", "{not json")]);
     assert!(e.starts_with("error: TF_CONFIG: expected TensorFlow's cluster JSON") && e.lines().count() == 1, "{e}");
+    // A cluster with no task for this process: the task is missing, not outside the cluster.
+    let cluster = r#"{"cluster": {"ps": ["127.0.0.1:1"], "worker": ["127.0.0.1:2"]}}"#;
+    let e = run(&[], &[("TF_CONFIG", cluster)]);
+    assert!(e.starts_with("error: TF_CONFIG has no \"task\"") && e.contains("--task JOB:INDEX"), "{e}");
+    assert_eq!(e.lines().count(), 1, "{e}");
     let e = run(&["--cluster", "mpi"], &[]);
     assert!(e.contains("run under mpirun"), "{e}");
     let config =

@@ -118,7 +118,7 @@ impl Cluster {
         ranks: &Ranks<'_>,
     ) -> Result<Cluster, String> {
         let task = task.map(parse_task).transpose()?;
-        let mut c = match source {
+        let (mut c, named) = match source {
             Source::TfConfig => {
                 let json =
                     env("TF_CONFIG").ok_or("--cluster tf_config: the TF_CONFIG environment variable is not set")?;
@@ -129,11 +129,25 @@ impl Cluster {
                 let dir = path.parent().unwrap_or(Path::new(""));
                 from_json(&text, &format!("cluster file {}", path.display()), dir)?
             }
-            Source::Slurm => from_slurm(env, ranks)?,
-            Source::Mpi => from_mpi(env, ranks)?,
+            Source::Slurm => (from_slurm(env, ranks)?, true),
+            Source::Mpi => (from_mpi(env, ranks)?, true),
         };
-        if let Some(t) = task {
-            c.task = t;
+        match task {
+            Some(t) => c.task = t,
+            None if named => {}
+            // Which task this process is, said nowhere.
+            None => {
+                let example = r#""task": {"type": "worker", "index": 0}"#;
+                return Err(match source {
+                    Source::File(path) => format!(
+                        "--cluster {}: the cluster file names no task for this process (a file shared by every task does not); give --task JOB:INDEX, like --task worker:0, or add {example} to it",
+                        path.display()
+                    ),
+                    _ => format!(
+                        "TF_CONFIG has no \"task\" saying which task of the cluster this process is; add one ({example}), or give --task JOB:INDEX"
+                    ),
+                });
+            }
         }
         c.check()?;
         Ok(c)
@@ -205,12 +219,17 @@ impl Cluster {
                 ));
             }
         }
-        let n = self.jobs.get(&self.task.job).map_or(0, Vec::len);
+        let job = self.task.job.as_str();
+        let n = self.jobs.get(job).map_or(0, Vec::len);
         if self.task.index >= n {
-            return Err(format!(
-                "this task, {}, is not in the cluster (job '{}' has {n} task(s))",
-                self.task, self.task.job
-            ));
+            let why = if !JOBS.contains(&job) {
+                format!("its job '{job}' is none of {}", JOBS.join(", "))
+            } else if n == 0 {
+                format!("the cluster has no '{job}' job")
+            } else {
+                format!("job '{job}' has {n} task(s), 0 to {}", n - 1)
+            };
+            return Err(format!("this task, {}, is not in the cluster: {why}", self.task));
         }
         Ok(())
     }
@@ -234,15 +253,14 @@ pub fn parse_task(s: &str) -> Result<TaskId, String> {
     Ok(TaskId { job: job.to_string(), index })
 }
 
-/// The cluster in `text`, its device spec files resolved against `dir`.
-fn from_json(text: &str, what: &str, dir: &Path) -> Result<Cluster, String> {
+/// The cluster in `text`, its device spec files resolved against `dir`, and whether the text
+/// names this process's task.
+fn from_json(text: &str, what: &str, dir: &Path) -> Result<(Cluster, bool), String> {
     let c: Config = serde_json::from_str(text).map_err(|e| format!("{what}: expected TensorFlow's cluster JSON ({{\"cluster\": {{\"ps\": [\"host:port\"], \"worker\": [...]}}, \"task\": {{\"type\": \"worker\", \"index\": 0}}}}): {e}"))?;
     let _ = (&c.environment, &c.rpc_layer);
-    let task = match c.task {
-        Some(t) => TaskId { job: t.job, index: t.index },
-        // A file shared by every task: --task says which this is (checked by `check`).
-        None => TaskId { job: String::new(), index: 0 },
-    };
+    let named = c.task.is_some();
+    // None: a file shared by every task, where --task says which this is (`Cluster::load`).
+    let task = c.task.map_or(TaskId { job: String::new(), index: 0 }, |t| TaskId { job: t.job, index: t.index });
     let devices = c
         .devices
         .into_iter()
@@ -255,7 +273,7 @@ fn from_json(text: &str, what: &str, dir: &Path) -> Result<Cluster, String> {
             (job, files)
         })
         .collect();
-    Ok(Cluster { jobs: c.cluster, task, devices })
+    Ok((Cluster { jobs: c.cluster, task, devices }, named))
 }
 
 /// `host:port` with a port number.
@@ -455,6 +473,38 @@ mod tests {
     }
 
     #[test]
+    fn a_missing_task_is_called_missing_and_a_task_outside_the_cluster_says_why() {
+        let cluster = r#""cluster": {"ps": ["a:1"], "worker": ["b:2", "c:3"]}"#;
+        let load = |json: &str, task: Option<&str>| {
+            Cluster::load(&Source::TfConfig, &env_of(&[("TF_CONFIG", json)]), task, &RANKS)
+        };
+        let e = load(&format!("{{{cluster}}}"), None).unwrap_err();
+        assert_eq!(
+            e,
+            r#"TF_CONFIG has no "task" saying which task of the cluster this process is; add one ("task": {"type": "worker", "index": 0}), or give --task JOB:INDEX"#
+        );
+        assert_eq!(load(&format!("{{{cluster}}}"), Some("worker:1")).unwrap().role(), Role::Worker(1));
+        for (task, why) in [
+            (
+                r#"{"type": "worker", "index": 2}"#,
+                "/job:worker/task:2, is not in the cluster: job 'worker' has 2 task(s), 0 to 1",
+            ),
+            (
+                r#"{"type": "chief", "index": 0}"#,
+                "/job:chief/task:0, is not in the cluster: the cluster has no 'chief' job",
+            ),
+            (
+                r#"{"type": "", "index": 0}"#,
+                "/job:/task:0, is not in the cluster: its job '' is none of ps, worker, chief",
+            ),
+            (r#"{"type": "evaluator", "index": 0}"#, "its job 'evaluator' is none of ps, worker, chief"),
+        ] {
+            let e = load(&format!(r#"{{{cluster}, "task": {task}}}"#), None).unwrap_err();
+            assert!(e.ends_with(why), "{task}: {e}");
+        }
+    }
+
+    #[test]
     fn slurm_ranks_become_ps_then_workers_on_their_nodes() {
         let vars = [
             ("SLURM_PROCID", "2"),
@@ -502,7 +552,14 @@ mod tests {
         let path = dir.join("cluster.json");
         std::fs::write(&path, r#"{"cluster": {"ps": ["127.0.0.1:1"], "worker": ["127.0.0.1:2"]}}"#).unwrap();
         let src = Source::File(path.clone());
-        assert!(Cluster::load(&src, &env_of(&[]), None, &RANKS).unwrap_err().contains("not in the cluster"));
+        let e = Cluster::load(&src, &env_of(&[]), None, &RANKS).unwrap_err();
+        assert_eq!(
+            e,
+            format!(
+                r#"--cluster {}: the cluster file names no task for this process (a file shared by every task does not); give --task JOB:INDEX, like --task worker:0, or add "task": {{"type": "worker", "index": 0}} to it"#,
+                path.display()
+            )
+        );
         let c = Cluster::load(&src, &env_of(&[]), Some("ps:0"), &RANKS).unwrap();
         assert_eq!(c.role(), Role::Ps(0));
         assert_eq!(c.task_devices(), None);
