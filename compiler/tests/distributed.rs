@@ -362,13 +362,20 @@ fn a_wrong_token_is_refused_and_garbage_crashes_nothing() {
         finish(spawn(&args, &[("TF_CONFIG", config.as_str()), ("GRAPHC_TOKEN", "wrong")], &dir), LIMIT, "the worker");
     assert!(!wrong.status.success());
     let t = text(&wrong);
-    assert!(t.contains("refused worker 0") && t.contains("token"), "{t}");
+    assert!(t.contains("refused worker 0") && t.contains("the request's token does not match the cluster's"), "{t}");
+    assert!(!t.contains("right"), "the token shows: {t}");
+    // A worker without a token is told it came without one.
+    let none = finish(spawn(&args, &[("TF_CONFIG", config.as_str())], &dir), LIMIT, "the worker");
+    assert!(!none.status.success());
+    let t = text(&none);
+    assert!(t.contains("refused worker 0") && t.contains("the request came without one"), "{t}");
     // The server lives on and trains the right worker.
     let right =
         finish(spawn(&args, &[("TF_CONFIG", config.as_str()), ("GRAPHC_TOKEN", "right")], &dir), LIMIT, "the worker");
     succeeded(right, "the worker with the right token");
     let ps = succeeded(finish(server, LIMIT, "the ps task"), "the ps task");
     assert!(ps.contains("refused a request from 127.0.0.1") && ps.contains("a wrong token"), "{ps}");
+    assert!(ps.contains(": no token"), "{ps}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

@@ -205,7 +205,8 @@ impl PsRpc for PsService {
     }
 }
 
-/// The interceptor checking the token.
+/// The interceptor checking the token. A request without one and a request with another are
+/// told apart (to the caller and in this task's log); neither is told the token.
 fn authenticate(token: Token, who: String) -> impl FnMut(Request<()>) -> Result<Request<()>, Status> + Clone {
     move |r: Request<()>| {
         let Some(want) = token.header() else { return Ok(r) };
@@ -214,11 +215,19 @@ fn authenticate(token: Token, who: String) -> impl FnMut(Request<()>) -> Result<
             return Ok(r);
         }
         let from = r.remote_addr().map_or("an unknown address".to_string(), |a| a.to_string());
-        eprintln!(
-            "{who}: refused a request from {from}: {}",
-            if got.is_empty() { "no token" } else { "a wrong token" }
-        );
-        Err(Status::unauthenticated("this task needs the cluster's token (--token-file or GRAPHC_TOKEN)"))
+        let (logged, told) = if got.is_empty() {
+            (
+                "no token",
+                "this task needs the cluster's token, and the request came without one (give every task the same --token-file or GRAPHC_TOKEN)",
+            )
+        } else {
+            (
+                "a wrong token",
+                "the request's token does not match the cluster's (every task needs the same --token-file or GRAPHC_TOKEN)",
+            )
+        };
+        eprintln!("{who}: refused a request from {from}: {logged}");
+        Err(Status::unauthenticated(told))
     }
 }
 
