@@ -8,7 +8,8 @@
 use crate::bundle::Bundle;
 use crate::program::Program;
 use clap::Parser;
-use graphc_runtime::limits::default_max_tensor_bytes;
+use graphc_runtime::budget::MemoryBudget;
+use graphc_runtime::limits::{self, default_max_tensor_bytes};
 use graphc_runtime::{feeds, outputs, RtValue, RunOutput, RunRequest, Session, SessionOptions};
 use std::ffi::{c_char, c_int, CStr};
 use std::path::{Path, PathBuf};
@@ -47,6 +48,14 @@ struct Args {
     /// name beside the executable, else the path given to graphc compile).
     #[arg(long, value_name = "PATH")]
     weights: Option<PathBuf>,
+    /// Fail a step that runs longer than this (a loop that never ends fails at the loop), and
+    /// a blocking op that waits longer. 'inf' means no limit.
+    #[arg(long, value_name = "SECS", value_parser = limits::parse_timeout)]
+    timeout: Option<limits::Timeout>,
+    /// The most memory the inputs and the live tensors may take (e.g. 2GiB); default:
+    /// $GRAPHC_MEMORY_LIMIT, else what the process may still allocate.
+    #[arg(long, value_name = "SIZE", value_parser = graphc_runtime::budget::parse_bytes)]
+    memory_limit: Option<u64>,
 }
 
 /// The executable's `main`: runs the program of `bundle` as its arguments say; the exit status.
@@ -65,7 +74,8 @@ pub unsafe extern "C" fn graphc_aot_main(argc: c_int, argv: *const *const c_char
             Ok(a) => a,
             Err(e) => {
                 let _ = e.print();
-                return if e.use_stderr() { 2 } else { 0 };
+                // Every error exits 1, as graphc's do.
+                return if e.use_stderr() { 1 } else { 0 };
             }
         };
         // SAFETY: the caller's contract on `bundle`.
@@ -95,12 +105,13 @@ unsafe fn run(a: &Args, bundle: &'static Bundle) -> Result<(), String> {
     let selected: Vec<_> = graphs.iter().map(|g| program.module.graph(g).expect("selected graphs exist")).collect();
     feeds::check_input_names(&given, &selected)?;
     let max_bytes = default_max_tensor_bytes();
+    let mut room = MemoryBudget::resolve(a.memory_limit).map_err(|e| e.to_string())?.limit();
     let mut random = Vec::new();
     let mut requests = Vec::new();
     let mut shown = Vec::new();
     for g in &selected {
         let mut request = RunRequest::new(g.name.clone());
-        for (name, t) in feeds::graph_feeds(g, &given, a.seed, max_bytes, &mut random)? {
+        for (name, t) in feeds::graph_feeds(g, &given, a.seed, max_bytes, &mut room, &mut random)? {
             request = request.feed(name, t);
         }
         for o in &g.outputs {
@@ -111,7 +122,14 @@ unsafe fn run(a: &Args, bundle: &'static Bundle) -> Result<(), String> {
         }
         requests.push(request);
     }
-    let options = SessionOptions { detect_deadlock: true, ..Default::default() };
+    let timeout = a.timeout.and_then(|t| t.0);
+    let options = SessionOptions {
+        detect_deadlock: true,
+        wait_timeout: timeout,
+        step_timeout: timeout,
+        memory_limit: a.memory_limit,
+        ..Default::default()
+    };
     let session = Session::with_compiled(program.module, options, program.kernels).map_err(|e| e.to_string())?;
     let show_every = if a.steps <= 20 { 1 } else { a.steps / 10 };
     let mut times = Vec::new();

@@ -176,7 +176,7 @@ fn the_executable_gives_graphc_runs_errors_for_bad_inputs() {
         assert_eq!(err, want, "{args:?}");
     }
     let o = run_exe(&exe, &["--no-such-flag"]);
-    assert_eq!(o.status.code(), Some(2));
+    assert_eq!(o.status.code(), Some(1));
 }
 
 #[test]
@@ -444,4 +444,43 @@ fn compile_never_replaces_a_device_a_fifo_its_source_or_its_weights() {
     std::fs::write(&exe, "old").unwrap();
     compile(&[src, "-o", exe.to_str().unwrap()]);
     assert!(run_exe(&exe, &[]).status.success());
+}
+
+#[test]
+fn the_executable_bounds_a_step_by_timeout_and_its_inputs_by_memory_limit() {
+    let dir = scratch("limits");
+    let spin = dir.join("spin.gir");
+    std::fs::write(
+        &spin,
+        "graph @spin(%x: f32[3]) -> (y: f32[3]) {
+  %r = while %x : f32[3]
+    cond(%c: f32[3]) {
+      %t = constant {value = dense<true> : bool[]} : bool[]
+      yield %t
+    }
+    body(%b: f32[3]) {
+      %n = neg %b : f32[3]
+      yield %n
+    }
+  return %r
+}
+",
+    )
+    .unwrap();
+    let exe = dir.join("spin");
+    compile(&[spin.to_str().unwrap(), "-o", exe.to_str().unwrap()]);
+    let start = std::time::Instant::now();
+    let o = run_exe(&exe, &["--timeout", "0.5"]);
+    assert!(start.elapsed() < std::time::Duration::from_secs(20), "{:?}", start.elapsed());
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o).1);
+    assert!(text(&o).1.contains("the step ran longer than its time limit of 0.5s"), "{}", text(&o).1);
+    // mlp.gir's random inputs take about 1 MiB.
+    let mlp = dir.join("mlp");
+    compile(&[&example("mlp.gir"), "-o", mlp.to_str().unwrap()]);
+    let o = run_exe(&mlp, &["--memory-limit", "300KiB"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o).1);
+    assert!(text(&o).1.contains("the memory limit leaves for the inputs"), "{}", text(&o).1);
+    assert!(run_exe(&mlp, &["--memory-limit", "64MiB", "--timeout", "60"]).status.success());
+    let o = run_exe(&mlp, &["--timeout", "0"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o).1);
 }

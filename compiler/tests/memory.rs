@@ -111,7 +111,7 @@ fn the_memory_budget_comes_from_the_flag_or_the_environment() {
         assert!(text(&out).contains("would exceed the session's memory budget"), "{}", text(&out));
     }
     let out = graphc(&["run", "--memory-limit", "lots", p]);
-    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     let out = Command::new(env!("CARGO_BIN_EXE_graphc")).args(["run", p]).env("GRAPHC_MEMORY_LIMIT", "lots").output();
     let out = out.unwrap();
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));

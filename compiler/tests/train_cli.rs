@@ -489,3 +489,69 @@ fn another_models_checkpoint_is_refused_for_its_variables_before_anything_else()
         )
     );
 }
+
+#[test]
+fn outputs_never_replace_the_model_the_data_or_each_other() {
+    let dir = tmpdir("clobber");
+    let data = dir.join("data");
+    regression_data(&data, 16);
+    let model = dir.join("m.gir");
+    std::fs::copy(train_step(), &model).unwrap();
+    let (m, d) = (s(&model), s(&data));
+    let base = [m, "--graph", "step", "--steps", "2", "--data", d];
+    let fails = |extra: &[&str], what: &str| {
+        let e = one_line_error(&[&base[..], extra].concat());
+        assert!(e.contains(what), "{extra:?}: expected '{what}' in: {e}");
+    };
+    let (log, plot) = (dir.join("log.jsonl"), dir.join("curve.svg"));
+    fails(&["--log", m], "is the model");
+    fails(&["--log", s(&log), "--plot", m], "--plot");
+    fails(&["--log", s(&data.join("x.npy"))], "is a --data file");
+    fails(&["--checkpoint", s(&data.join("t.npy"))], "is a --data file");
+    fails(&["--log", s(&log), "--plot", s(&log)], "are the same file");
+    fails(&["--log", s(&log), "--checkpoint", s(&log)], "are the same file");
+    // The loss curve beside the log by default: log.svg, the checkpoint's name here.
+    fails(&["--log", s(&log), "--checkpoint", s(&dir.join("log.svg"))], "are the same file");
+    fails(&["--log", "-"], "--log -: give a file");
+    fails(&["--log", "/dev/full"], "is a character device");
+    fails(&["--checkpoint", "/dev/null"], "is a character device");
+    fails(&["--log", s(&dir.join("missing/log.jsonl"))], "there is no directory");
+    fails(&["--out-dir", s(&dir), "--log", s(&dir.join("w.npy"))], "are the same file");
+    // Nothing was written, and the model and the data are whole.
+    assert_eq!(std::fs::read(&model).unwrap(), std::fs::read(train_step()).unwrap());
+    assert!(!log.exists() && !plot.exists());
+    assert!(npy::read_npy(&data.join("x.npy")).is_ok() && npy::read_npy(&data.join("t.npy")).is_ok());
+    // A run goes on from its checkpoint and saves over it; the log may not replace it.
+    let ckpt = dir.join("c.safetensors");
+    ok(&[&base[..], &["--checkpoint", s(&ckpt)]].concat());
+    ok(&[m, "--graph", "step", "--steps", "4", "--data", d, "--restore", s(&ckpt), "--checkpoint", s(&ckpt)]);
+    let e =
+        one_line_error(&[m, "--graph", "step", "--steps", "6", "--data", d, "--restore", s(&ckpt), "--log", s(&ckpt)]);
+    assert!(e.contains("is the --restore checkpoint"), "{e}");
+}
+
+#[test]
+fn the_data_set_counts_against_the_memory_limit_before_it_is_read() {
+    let dir = tmpdir("data-limit");
+    let data = dir.join("data");
+    // x.npy f32[64,4] is 1 KiB, t.npy f32[64,1] 256 bytes.
+    regression_data(&data, 64);
+    let e = one_line_error(&[
+        &train_step(),
+        "--graph",
+        "step",
+        "--steps",
+        "2",
+        "--data",
+        s(&data),
+        "--memory-limit",
+        "1KiB",
+    ]);
+    assert!(
+        e.contains(
+            "the data set takes 1.2 KiB (x.npy 1.0 KiB, t.npy 256 bytes), more than the memory limit of 1.0 KiB"
+        ),
+        "{e}"
+    );
+    ok(&[&train_step(), "--graph", "step", "--steps", "2", "--data", s(&data), "--memory-limit", "64KiB"]);
+}

@@ -206,11 +206,12 @@ pub fn load_merged(path: &Path) -> Result<Option<checkpoint::Loaded>, String> {
     // An index is JSON; anything else is left to the plain checkpoint's reader (which names
     // what is wrong with a file that is neither).
     let mut head = Vec::with_capacity(16);
-    match std::fs::File::open(path) {
-        Ok(f) if f.metadata().is_ok_and(|m| m.is_file()) => {
+    // Opened only when a regular file: opening a FIFO would wait for a writer.
+    match graphc_runtime::fsutil::open_regular(path, "a checkpoint") {
+        Ok((f, _)) => {
             let _ = std::io::Read::read_to_end(&mut std::io::Read::take(f, 16), &mut head);
         }
-        _ => return Ok(None),
+        Err(_) => return Ok(None),
     }
     if !looks_like_index(&head) {
         return Ok(None);

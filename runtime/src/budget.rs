@@ -36,6 +36,14 @@ impl MemoryBudget {
         MemoryBudget { limit, live: AtomicU64::new(0) }
     }
 
+    /// `limit` when given (`--memory-limit`), else [`MemoryBudget::from_environment`].
+    pub fn resolve(limit: Option<u64>) -> Result<Self, RunError> {
+        match limit {
+            Some(limit) => Ok(Self::new(limit)),
+            None => Self::from_environment(),
+        }
+    }
+
     /// The budget from the process's limits, or from `GRAPHC_MEMORY_LIMIT` when it is set.
     pub fn from_environment() -> Result<Self, RunError> {
         match std::env::var(MEMORY_LIMIT_ENV) {

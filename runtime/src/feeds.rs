@@ -2,7 +2,7 @@
 //! `NAME=PATH.npy` flags, checked against the graphs' inputs, and seeded random data for the
 //! inputs not given. Both front ends call these, so their errors are the same lines.
 
-use crate::limits::check_tensor_size;
+use crate::limits::{check_tensor_size, human, tensor_bytes};
 use crate::npy;
 use crate::random::random_input;
 use crate::tensor::Tensor;
@@ -48,12 +48,15 @@ pub fn check_input_names(given: &BTreeMap<&str, PathBuf>, graphs: &[&Graph]) -> 
 
 /// Graph `g`'s inputs by name: each read from its file in `given`, which must hold exactly
 /// the input's type, or else seeded random data (each such input appended to `random` as
-/// `NAME TYPE`), no tensor larger than `max_bytes`.
+/// `NAME TYPE`), no tensor larger than `max_bytes`. Each takes its bytes from `room`, what the
+/// step's inputs may still take of the memory limit, before it is read or made: a file's
+/// header says its type and size, so a file of the wrong shape or too large is refused unread.
 pub fn graph_feeds(
     g: &Graph,
     given: &BTreeMap<&str, PathBuf>,
     seed: u64,
     max_bytes: u64,
+    room: &mut u64,
     random: &mut Vec<String>,
 ) -> Result<BTreeMap<String, Arc<Tensor>>, String> {
     let name = &g.name;
@@ -63,20 +66,33 @@ pub fn graph_feeds(
         let Type::Tensor(want) = &g.values[v].ty else {
             return Err(format!("input '{input}' of @{name} is a {}; only tensors can be fed", g.values[v].ty));
         };
+        let mut take = |bytes: u64, from: &str| {
+            if bytes > *room {
+                return Err(format!(
+                    "input '{input}' of @{name}: {from} takes {}, more than the {} the memory limit leaves for the inputs",
+                    human(bytes),
+                    human(*room)
+                ));
+            }
+            *room -= bytes;
+            Ok(())
+        };
         let t = match given.get(input.as_str()) {
             Some(path) => {
-                let t = npy::read_npy(path).map_err(|e| format!("input '{input}': {e}"))?;
-                if &t.ty() != want {
+                let file = npy::NpyFile::open(path).map_err(|e| format!("input '{input}': {e}"))?;
+                if &file.ty() != want {
                     return Err(format!(
                         "input '{input}' of @{name}: expected {want}, got {} from {}",
-                        t.ty(),
+                        file.ty(),
                         path.display()
                     ));
                 }
-                t
+                take(file.bytes(), &path.display().to_string())?;
+                file.read().map_err(|e| format!("input '{input}': {e}"))?
             }
             None => {
                 check_tensor_size(want, max_bytes).map_err(|m| format!("input '{input}' of @{name}: {m}"))?;
+                take(tensor_bytes(want).unwrap_or(u64::MAX), &format!("random data of type {want}"))?;
                 random.push(format!("{input} {want}"));
                 random_input(g, v, seed).ok_or_else(|| format!("input '{input}' of @{name} is not a tensor"))??
             }

@@ -34,7 +34,8 @@ pub fn check_tensor_size(ty: &TensorType, limit: u64) -> Result<(), String> {
     }
 }
 
-pub(crate) fn human(bytes: u64) -> String {
+/// A size for messages: bytes, KiB, MiB or GiB.
+pub fn human(bytes: u64) -> String {
     const GIB: f64 = (1u64 << 30) as f64;
     if bytes < 1 << 10 {
         format!("{bytes} bytes")
@@ -44,5 +45,23 @@ pub(crate) fn human(bytes: u64) -> String {
         format!("{:.1} GiB", bytes as f64 / GIB)
     } else {
         format!("{:.1} MiB", bytes as f64 / (1u64 << 20) as f64)
+    }
+}
+
+/// A `--timeout`: `None` is no limit.
+#[derive(Clone, Copy, Debug)]
+pub struct Timeout(pub Option<std::time::Duration>);
+
+/// A `--timeout` in seconds: positive; 'inf', or a value too large for the clock, is no limit.
+pub fn parse_timeout(s: &str) -> Result<Timeout, String> {
+    let v: f64 = s.trim().parse().map_err(|_| format!("'{s}' is not a number of seconds"))?;
+    if v.is_nan() || v <= 0.0 {
+        return Err(format!("'{s}' is not a positive number of seconds"));
+    }
+    // Past what a Duration holds (about 5.8e11 years) no deadline can ever be reached.
+    match std::time::Duration::try_from_secs_f64(v) {
+        Ok(d) if d.is_zero() => Err(format!("'{s}' seconds is less than the clock's nanosecond")),
+        Ok(d) => Ok(Timeout(Some(d))),
+        Err(_) => Ok(Timeout(None)),
     }
 }

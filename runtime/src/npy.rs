@@ -19,47 +19,85 @@ const MAX_HEADER_BYTES: u64 = 1 << 16;
 /// has no bfloat16: a file of 2-byte raw elements (`<V2`, what numpy writes for ml_dtypes'
 /// bfloat16 arrays) is read as bf16. The error is one line naming the file and what is wrong with it.
 pub fn read_npy(path: &Path) -> Result<Tensor, String> {
-    let (mut file, len) = open_regular(path, "a .npy file")?;
-    let invalid = |why: String| format!("{} is not a valid .npy file: {why}", path.display());
-    let header = read_header(&mut file, len).map_err(invalid)?;
-    let dtype = Dtype::parse(&header.descr).ok_or_else(|| {
-        format!(
-            "{} holds elements of numpy type '{}', which graphc has no dtype for (it reads float16/32/64, int8/16/32/64, uint8/16/32/64, bool and bfloat16 as V2)",
-            path.display(),
-            header.descr
-        )
-    })?;
-    let count = header.shape.iter().try_fold(1u64, |n, &d| n.checked_mul(d as u64));
-    let need = count.and_then(|c| c.checked_mul(dtype.size as u64));
-    let (Some(count), Some(need)) = (count, need) else {
-        return Err(invalid("the declared shape has more elements than memory can address".into()));
-    };
-    let have = len - header.data_start;
-    if need != have {
-        let more = if have > need { format!(", {} more than that", have - need) } else { String::new() };
-        return Err(invalid(format!(
-            "the header declares {count} elements ({need} bytes) but the file holds {have} bytes of data{more}"
-        )));
+    NpyFile::open(path)?.read()
+}
+
+/// A `.npy` file whose header is read and checked against the file's length, its data not
+/// yet: what it holds ([`NpyFile::ty`], [`NpyFile::bytes`]) can be checked against what the
+/// reader wants and has room for before anything is allocated for it.
+#[derive(Debug)]
+pub struct NpyFile {
+    file: std::fs::File,
+    path: std::path::PathBuf,
+    header: Header,
+    dtype: Dtype,
+    count: usize,
+    bytes: u64,
+}
+
+impl NpyFile {
+    pub fn open(path: &Path) -> Result<NpyFile, String> {
+        let (mut file, len) = open_regular(path, "a .npy file")?;
+        let invalid = |why: String| format!("{} is not a valid .npy file: {why}", path.display());
+        let header = read_header(&mut file, len).map_err(invalid)?;
+        let dtype = Dtype::parse(&header.descr).ok_or_else(|| {
+            format!(
+                "{} holds elements of numpy type '{}', which graphc has no dtype for (it reads float16/32/64, int8/16/32/64, uint8/16/32/64, bool and bfloat16 as V2)",
+                path.display(),
+                header.descr
+            )
+        })?;
+        let count = header.shape.iter().try_fold(1u64, |n, &d| n.checked_mul(d as u64));
+        let need = count.and_then(|c| c.checked_mul(dtype.size as u64));
+        let (Some(count), Some(need)) = (count, need) else {
+            return Err(invalid("the declared shape has more elements than memory can address".into()));
+        };
+        let have = len - header.data_start;
+        if need != have {
+            let more = if have > need { format!(", {} more than that", have - need) } else { String::new() };
+            return Err(invalid(format!(
+                "the header declares {count} elements ({need} bytes) but the file holds {have} bytes of data{more}"
+            )));
+        }
+        let max = crate::limits::default_max_tensor_bytes();
+        if need > max {
+            return Err(format!(
+                "{} holds {need} bytes of data, more than the {max} bytes a tensor may take",
+                path.display()
+            ));
+        }
+        let count = usize::try_from(count).map_err(|_| invalid("the declared shape is too large".into()))?;
+        Ok(NpyFile { file, path: path.to_path_buf(), header, dtype, count, bytes: need })
     }
-    let max = crate::limits::default_max_tensor_bytes();
-    if need > max {
-        return Err(format!(
-            "{} holds {need} bytes of data, more than the {max} bytes a tensor may take",
-            path.display()
-        ));
+
+    /// The tensor type the file holds, as its header declares it.
+    pub fn ty(&self) -> graphc_ir::TensorType {
+        graphc_ir::TensorType::new(self.dtype.dtype, self.header.shape.iter().map(|&d| d as u64).collect::<Vec<u64>>())
     }
-    let count = usize::try_from(count).map_err(|_| invalid("the declared shape is too large".into()))?;
-    let data = read_data(&mut file, dtype, count).map_err(&invalid)?;
-    let tensor = if header.fortran_order {
-        // Fortran order lists the first axis fastest: read it as the reversed shape, then
-        // transpose back into graphc's row-major layout.
-        let reversed: Vec<usize> = header.shape.iter().rev().copied().collect();
-        let t = Tensor::from_data(&reversed, data).ok_or_else(|| invalid("the data does not fill the shape".into()))?;
-        crate::map_dtype!(t, a => a.reversed_axes().as_standard_layout().into_owned())
-    } else {
-        Tensor::from_data(&header.shape, data).ok_or_else(|| invalid("the data does not fill the shape".into()))?
-    };
-    Ok(tensor)
+
+    /// The bytes of its data: what the tensor read from it takes.
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    /// Reads the data, in blocks, into a tensor.
+    pub fn read(mut self) -> Result<Tensor, String> {
+        let path = &self.path;
+        let invalid = |why: String| format!("{} is not a valid .npy file: {why}", path.display());
+        let data = read_data(&mut self.file, self.dtype, self.count).map_err(&invalid)?;
+        let header = &self.header;
+        let tensor = if header.fortran_order {
+            // Fortran order lists the first axis fastest: read it as the reversed shape, then
+            // transpose back into graphc's row-major layout.
+            let reversed: Vec<usize> = header.shape.iter().rev().copied().collect();
+            let t =
+                Tensor::from_data(&reversed, data).ok_or_else(|| invalid("the data does not fill the shape".into()))?;
+            crate::map_dtype!(t, a => a.reversed_axes().as_standard_layout().into_owned())
+        } else {
+            Tensor::from_data(&header.shape, data).ok_or_else(|| invalid("the data does not fill the shape".into()))?
+        };
+        Ok(tensor)
+    }
 }
 
 /// What a `.npy` header says.

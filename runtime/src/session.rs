@@ -177,10 +177,7 @@ impl Session {
             )));
         }
         let max_bytes = options.max_tensor_bytes.unwrap_or_else(crate::limits::default_max_tensor_bytes);
-        let budget = Arc::new(match options.memory_limit {
-            Some(limit) => crate::budget::MemoryBudget::new(limit),
-            None => crate::budget::MemoryBudget::from_environment()?,
-        });
+        let budget = Arc::new(crate::budget::MemoryBudget::resolve(options.memory_limit)?);
         crate::budget::check_variables(&module, &budget)?;
         let state = Arc::new(State::from_module(&module, max_bytes)?);
         let liveness = module.graphs.iter().map(|g| (g.name.clone(), Liveness::of(g))).collect();

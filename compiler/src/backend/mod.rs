@@ -121,10 +121,21 @@ pub const DEFAULT_BACKEND: &str = "jit";
 #[cfg(feature = "llvm")]
 pub const DEFAULT_BACKEND: &str = "auto";
 
-/// The backend of this name; an error listing the known ones.
+/// The backends that need the `llvm` feature (MLIR/LLVM 19), for the error a build without it
+/// gives when one is asked for.
+pub const LLVM_BACKENDS: [&str; 3] = ["auto", "llvm", "cuda"];
+
+/// The backend of this name; an error listing the known ones, or saying the one named is not
+/// built into this graphc.
 pub fn backend(name: &str) -> Result<&'static dyn Backend, String> {
     BACKENDS.iter().copied().find(|b| b.name() == name).ok_or_else(|| {
         let known: Vec<&str> = BACKENDS.iter().map(|b| b.name()).collect();
+        if LLVM_BACKENDS.contains(&name) {
+            return format!(
+                "backend '{name}' is not built into this graphc: it needs the llvm feature (`cargo build --release -p graphc --features llvm`, with MLIR 19 from tests/mlir-toolchain.sh); this build has {}",
+                known.join(", ")
+            );
+        }
         let hint = graphc_ir::suggest::closest(name, known.iter().copied())
             .map(|s| format!("did you mean '{s}'? "))
             .unwrap_or_default();

@@ -521,22 +521,7 @@ impl SessionArgs {
     }
 }
 
-/// A `--timeout`: `None` is no limit.
-#[derive(Clone, Copy, Debug)]
-pub struct Timeout(pub Option<std::time::Duration>);
-
-pub fn parse_timeout(s: &str) -> Result<Timeout, String> {
-    let v: f64 = s.trim().parse().map_err(|_| format!("'{s}' is not a number of seconds"))?;
-    if v.is_nan() || v <= 0.0 {
-        return Err(format!("'{s}' is not a positive number of seconds"));
-    }
-    // Past what a Duration holds (about 5.8e11 years) no deadline can ever be reached.
-    match std::time::Duration::try_from_secs_f64(v) {
-        Ok(d) if d.is_zero() => Err(format!("'{s}' seconds is less than the clock's nanosecond")),
-        Ok(d) => Ok(Timeout(Some(d))),
-        Err(_) => Ok(Timeout(None)),
-    }
-}
+pub use graphc_runtime::limits::{parse_timeout, Timeout};
 
 #[derive(clap::Args, Debug)]
 pub struct CheckArgs {
@@ -586,11 +571,36 @@ impl DeviceArgs {
     }
 }
 
-/// The backends of the registry, each with its description, as `--backend`'s values.
-fn backends() -> clap::builder::PossibleValuesParser {
-    clap::builder::PossibleValuesParser::new(
-        graphc::backend::BACKENDS.iter().map(|b| clap::builder::PossibleValue::new(b.name()).help(b.description())),
-    )
+/// The backends of the registry, each with its description, as `--backend`'s values; a name
+/// outside it is the registry's error (which says when the backend is not built in).
+fn backends() -> BackendParser {
+    BackendParser
+}
+
+#[derive(Clone)]
+struct BackendParser;
+
+impl clap::builder::TypedValueParser for BackendParser {
+    type Value = String;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<String, clap::Error> {
+        let name = value.to_string_lossy();
+        graphc::backend::backend(&name).map(|b| b.name().to_string()).map_err(|e| {
+            let flag = arg.and_then(clap::Arg::get_long).unwrap_or("backend");
+            clap::Error::raw(clap::error::ErrorKind::InvalidValue, format!("--{flag} {name}: {e}\n")).with_cmd(cmd)
+        })
+    }
+
+    fn possible_values(&self) -> Option<Box<dyn Iterator<Item = clap::builder::PossibleValue> + '_>> {
+        Some(Box::new(
+            graphc::backend::BACKENDS.iter().map(|b| clap::builder::PossibleValue::new(b.name()).help(b.description())),
+        ))
+    }
 }
 
 /// The instruction sets, as `--isa`'s values.

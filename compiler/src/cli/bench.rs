@@ -21,7 +21,13 @@ fn bench_loaded(a: &BenchArgs, file: &SourceFile, module: Module) -> anyhow::Res
     // Compile time: the pass pipeline and the session with its kernels; making the inputs
     // in between is not part of it.
     let start = Instant::now();
-    let inputs = Inputs { graphs: &a.graphs, flags: &a.inputs, fetches: &[], seed: a.seed };
+    let inputs = Inputs {
+        graphs: &a.graphs,
+        flags: &a.inputs,
+        fetches: &[],
+        seed: a.seed,
+        memory_limit: a.session.memory_limit,
+    };
     let backend = a.session.backend()?;
     let module = driver::optimize(backend, module, false, file)?;
     let optimized = start.elapsed();

@@ -136,6 +136,7 @@ pub fn import(a: &ImportArgs) -> anyhow::Result<ExitCode> {
 /// replace the file read, before any work.
 fn check_output(input: &Path, out: Option<&Path>) -> anyhow::Result<()> {
     let Some(out) = out.filter(|o| o.as_os_str() != "-") else { return Ok(()) };
-    graphc_runtime::fsutil::check_writable(out).map_err(|e| anyhow::anyhow!("-o {}: cannot write it: {e}", out.display()))?;
+    graphc_runtime::fsutil::check_writable(out)
+        .map_err(|e| anyhow::anyhow!("-o {}: cannot write it: {e}", out.display()))?;
     driver::check_outputs(input, &[], &[], None, &[("-o", out)])
 }

@@ -25,7 +25,14 @@ const RETIRED: [(&str, &str); 4] = [
 ];
 
 pub fn main() -> ExitCode {
-    let cli = Cli::parse();
+    // Every error exits 1, a usage error too (clap's own is 2): scripts test one status.
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() { ExitCode::FAILURE } else { ExitCode::SUCCESS };
+        }
+    };
     for (var, instead) in RETIRED {
         if std::env::var_os(var).is_some() {
             eprintln!("warning: {var} is no longer read; use {instead}");

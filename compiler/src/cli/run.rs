@@ -21,7 +21,13 @@ pub fn run(a: &RunArgs) -> anyhow::Result<ExitCode> {
 }
 
 fn run_loaded(a: &RunArgs, file: &SourceFile, module: Module) -> anyhow::Result<ExitCode> {
-    let inputs = Inputs { graphs: &a.graphs, flags: &a.inputs, fetches: &a.fetches, seed: a.seed };
+    let inputs = Inputs {
+        graphs: &a.graphs,
+        flags: &a.inputs,
+        fetches: &a.fetches,
+        seed: a.seed,
+        memory_limit: a.session.memory_limit,
+    };
     let backend = a.session.backend()?;
     let module = driver::optimize(backend, module, !a.fetches.is_empty(), file)?;
     let Prepared { graphs, module, job, random, placements } =

@@ -67,6 +67,8 @@ pub fn train(a: &TrainArgs) -> anyhow::Result<ExitCode> {
     // The checkpoint first: its seed decides the data. Its variables are checked against the
     // module's before anything else is (another model's checkpoint is that, whatever else).
     let resume = a.restore.as_deref().map(Resume::read).transpose()?;
+    let plot = a.plot.clone().or_else(|| a.log.as_ref().map(|p| p.with_extension("svg")));
+    check_outputs(a, plot.as_deref(), &[])?;
     let (file, module) = driver::load(&a.file, &import_options_for(&a.file, &[], &[])?)?;
     if let Some(r) = &resume {
         r.check(&module)?;
@@ -120,7 +122,13 @@ pub fn train(a: &TrainArgs) -> anyhow::Result<ExitCode> {
             (split.worker, Some((client, pushes, w == 0)), seed)
         }
     };
-    let spec = TrainSpec { graph: a.graph.as_deref(), data: a.data.as_deref(), batch: a.batch, seed };
+    let spec = TrainSpec {
+        graph: a.graph.as_deref(),
+        data: a.data.as_deref(),
+        batch: a.batch,
+        seed,
+        memory_limit: a.session.memory_limit,
+    };
     let (module, training) = driver::plan_training(&spec, &file, module)?;
     // Where to take up, checked before anything is restored.
     let (from, position) = match &client {
@@ -140,7 +148,11 @@ pub fn train(a: &TrainArgs) -> anyhow::Result<ExitCode> {
     }
     // The producer thread blocks on the queue between steps, which deadlock detection would
     // take for a deadlock (see the driver's train.rs).
-    let options = SessionOptions { detect_deadlock: training.pipeline.is_none(), ..a.session.options() };
+    let options = SessionOptions {
+        detect_deadlock: training.pipeline.is_none(),
+        memory_limit: training.memory_left.or(a.session.memory_limit),
+        ..a.session.options()
+    };
     // Kept to the end: dropping it waits for a background tier (auto) to finish compiling.
     let (mut session, _compiled, warning) = driver::session(backend, module, options, &a.session.compile_options())?;
     if let Some((c, pushes, _)) = &client {
@@ -158,6 +170,10 @@ pub fn train(a: &TrainArgs) -> anyhow::Result<ExitCode> {
     if let Some(dir) = &a.out_dir {
         let names: Vec<&str> = session.state().variables.keys().map(String::as_str).collect();
         graphc_runtime::outputs::check_output_names(dir, &names).map_err(|e| anyhow!(e))?;
+        let files: Vec<PathBuf> =
+            names.iter().map(|n| dir.join(format!("{}.npy", graphc_runtime::outputs::output_file_name(n)))).collect();
+        let outputs: Vec<(&str, &Path)> = files.iter().map(|f| ("--out-dir's file", f.as_path())).collect();
+        check_outputs(a, plot.as_deref(), &outputs)?;
     }
     if let Some(r) = &resume {
         r.apply(&session)?;
@@ -167,7 +183,6 @@ pub fn train(a: &TrainArgs) -> anyhow::Result<ExitCode> {
     describe_data(&training, a, from, position, resume.as_ref());
 
     let mut log = a.log.as_deref().map(Log::create).transpose()?;
-    let plot = a.plot.clone().or_else(|| a.log.as_ref().map(|p| p.with_extension("svg")));
     let mut curve: Vec<(u64, f64)> = Vec::with_capacity((a.steps - from).min(1 << 20) as usize);
     let mut nonfinite = 0u64;
     let mut progress = Progress::new(from, a.steps);
@@ -258,6 +273,40 @@ pub fn train(a: &TrainArgs) -> anyhow::Result<ExitCode> {
     }
     summary(&training, from, a.steps, &curve, elapsed, &a.session.backend);
     Ok(ExitCode::SUCCESS)
+}
+
+/// The files training writes whatever the model: the log, the plot and the checkpoint.
+fn fixed_outputs<'a>(a: &'a TrainArgs, plot: Option<&'a Path>) -> Vec<(&'static str, &'a Path)> {
+    let plot_flag = if a.plot.is_some() { "--plot" } else { "the loss curve beside --log" };
+    [("--log", a.log.as_deref()), (plot_flag, plot), ("--checkpoint", a.checkpoint.as_deref())]
+        .into_iter()
+        .filter_map(|(w, p)| Some((w, p?)))
+        .collect()
+}
+
+/// The data set's arrays, which training reads besides the model and the checkpoint.
+fn data_files(a: &TrainArgs) -> Vec<PathBuf> {
+    let entries = a.data.as_deref().and_then(|d| std::fs::read_dir(d).ok());
+    entries
+        .into_iter()
+        .flat_map(|e| e.flatten())
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".npy"))
+        .map(|e| e.path())
+        .collect()
+}
+
+/// Refuses outputs (the log, the plot, the checkpoint and `more`) that are `-` (standard
+/// output shows the progress), cannot be written, would replace what training reads, or share
+/// a file.
+fn check_outputs(a: &TrainArgs, plot: Option<&Path>, more: &[(&str, &Path)]) -> anyhow::Result<()> {
+    let mut outputs = fixed_outputs(a, plot);
+    driver::check_writable(&outputs)?;
+    // --out-dir's files, in a directory made when they are written.
+    outputs.extend_from_slice(more);
+    let data = data_files(a);
+    let mut inputs: Vec<(&str, &Path)> = data.iter().map(|p| ("a --data file", p.as_path())).collect();
+    inputs.extend(a.session.devices.files());
+    driver::check_outputs(&a.file, &[], &inputs, a.restore.as_deref(), &outputs)
 }
 
 /// One line on where the batches come from.
@@ -397,7 +446,8 @@ struct Log {
 
 impl Log {
     fn create(path: &Path) -> anyhow::Result<Log> {
-        let file = std::fs::File::create(path).map_err(|e| anyhow!("--log: cannot write {}: {e}", path.display()))?;
+        let file = graphc_runtime::fsutil::create_regular(path)
+            .map_err(|e| anyhow!("--log: cannot write {}: {e}", path.display()))?;
         Ok(Log { path: path.to_path_buf(), out: BufWriter::new(file) })
     }
 

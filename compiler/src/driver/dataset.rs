@@ -8,6 +8,7 @@
 
 use anyhow::{anyhow, bail};
 use graphc_ir::{Graph, TensorType, Type};
+use graphc_runtime::limits::human;
 use graphc_runtime::random::SplitMix64;
 use graphc_runtime::{npy, Tensor};
 use ndarray::Axis;
@@ -44,9 +45,10 @@ pub struct Position {
 
 impl Dataset {
     /// Reads `dir/NAME.npy` for each input of `g` and checks it. `batch` is `--batch`, which
-    /// must agree with the inputs' leading dim. Every error is one line naming the file or the
+    /// must agree with the inputs' leading dim; the arrays together may take at most
+    /// `memory_limit` bytes, checked from their headers before they are read. Every error is one line naming the file or the
     /// input; `.npy` files that feed no input are a warning.
-    pub fn load(dir: &Path, g: &Graph, batch: Option<u64>) -> anyhow::Result<Dataset> {
+    pub fn load(dir: &Path, g: &Graph, batch: Option<u64>, memory_limit: u64) -> anyhow::Result<Dataset> {
         let entries =
             std::fs::read_dir(dir).map_err(|e| anyhow!("--data {}: cannot read the directory: {e}", dir.display()))?;
         let mut files: Vec<String> = Vec::new();
@@ -121,11 +123,13 @@ impl Dataset {
             bail!("input '{first}' of @{} takes batches of 0 examples ({first_ty})", g.name);
         }
 
-        let mut columns: Vec<Column> = Vec::new();
+        // Every file's header first: types and sizes are checked, and the whole set against
+        // the memory limit, before any data is read.
+        let mut files: Vec<(&String, PathBuf, npy::NpyFile)> = Vec::new();
         for (name, ty) in &inputs {
             let path = dir.join(format!("{name}.npy"));
-            let data = npy::read_npy(&path).map_err(|e| anyhow!("{e}"))?;
-            let got = data.ty();
+            let file = npy::NpyFile::open(&path).map_err(|e| anyhow!("{e}"))?;
+            let got = file.ty();
             let per_example = &ty.shape[1..];
             if got.dtype != ty.dtype || got.shape.len() != ty.shape.len() || &got.shape[1..] != per_example {
                 let want = format!(
@@ -139,7 +143,27 @@ impl Dataset {
                     g.name
                 );
             }
-            columns.push(Column { input: name.clone(), path, data });
+            files.push((name, path, file));
+        }
+        let bytes: u64 = files.iter().map(|(_, _, f)| f.bytes()).sum();
+        if bytes > memory_limit {
+            let each: Vec<String> = files
+                .iter()
+                .map(|(_, p, f)| {
+                    format!("{} {}", p.file_name().unwrap_or_default().to_string_lossy(), human(f.bytes()))
+                })
+                .collect();
+            bail!(
+                "--data {}: the data set takes {} ({}), more than the memory limit of {}; give a larger --memory-limit or a smaller data set",
+                dir.display(),
+                human(bytes),
+                each.join(", "),
+                human(memory_limit)
+            );
+        }
+        let mut columns: Vec<Column> = Vec::new();
+        for (name, path, file) in files {
+            columns.push(Column { input: name.clone(), path, data: file.read().map_err(|e| anyhow!("{e}"))? });
         }
         let examples = columns[0].data.shape()[0] as u64;
         for c in &columns[1..] {
@@ -165,6 +189,11 @@ impl Dataset {
             );
         }
         Ok(Dataset { columns, examples, batch: size })
+    }
+
+    /// The bytes its arrays take.
+    pub fn bytes(&self) -> u64 {
+        self.columns.iter().map(|c| graphc_runtime::budget::bytes_of(&c.data)).sum()
     }
 
     /// Whole batches in an epoch (a last partial one is dropped); at least 1.

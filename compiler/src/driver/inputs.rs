@@ -2,6 +2,7 @@
 
 use anyhow::{anyhow, bail};
 use graphc_ir::{Attr, Graph, Module, NodeSpec, Op, SourceFile, Type, Value};
+use graphc_runtime::budget::MemoryBudget;
 use graphc_runtime::limits::default_max_tensor_bytes;
 use graphc_runtime::{feeds, Tensor};
 use std::collections::BTreeMap;
@@ -15,6 +16,8 @@ pub struct Inputs<'a> {
     pub flags: &'a [String],
     pub fetches: &'a [String],
     pub seed: u64,
+    /// `--memory-limit`, which the inputs count against before they are read.
+    pub memory_limit: Option<u64>,
 }
 
 /// The selected graphs and, per graph, its inputs by name; and the inputs that got random
@@ -33,11 +36,12 @@ pub fn make_inputs(a: &Inputs<'_>, file: &SourceFile, module: &Module) -> anyhow
     let selected: Vec<&Graph> = graphs.iter().map(|g| module.graph(g).expect("selected graphs exist")).collect();
     feeds::check_input_names(&given, &selected).map_err(|e| anyhow!(e))?;
     let max_bytes = default_max_tensor_bytes();
+    let mut room = MemoryBudget::resolve(a.memory_limit).map_err(|e| anyhow!("{e}"))?.limit();
     let mut random = Vec::new();
     // Each selected graph's inputs, by name, made before partitioning moves them around.
     let inputs = selected
         .iter()
-        .map(|g| feeds::graph_feeds(g, &given, a.seed, max_bytes, &mut random).map_err(|e| anyhow!(e)))
+        .map(|g| feeds::graph_feeds(g, &given, a.seed, max_bytes, &mut room, &mut random).map_err(|e| anyhow!(e)))
         .collect::<anyhow::Result<Vec<_>>>()?;
     if !a.fetches.is_empty() && graphs.len() > 1 {
         bail!("--fetch works on one graph, but {} are selected", graphs.len());

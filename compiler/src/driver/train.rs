@@ -59,6 +59,9 @@ pub struct TrainSpec<'a> {
     /// `--batch`, checked against the step inputs' leading dim.
     pub batch: Option<u64>,
     pub seed: u64,
+    /// `--memory-limit`: the data set (or the random inputs) is checked against it before it
+    /// is read, and the session gets what it leaves ([`Training::memory_left`]).
+    pub memory_limit: Option<u64>,
 }
 
 /// The input pipeline added to the module.
@@ -83,6 +86,9 @@ pub struct Training {
     pub random: Vec<String>,
     /// The step graph's feeds when it has no pipeline.
     feeds: BTreeMap<String, Arc<Tensor>>,
+    /// What the memory limit leaves the session once the data set is in memory (`None`: no
+    /// data set, the limit as given).
+    pub memory_left: Option<u64>,
 }
 
 /// Checks the step graph (a float scalar output `loss`), loads and checks the data, and with
@@ -105,13 +111,28 @@ pub fn plan(spec: &TrainSpec<'_>, file: &SourceFile, mut module: Module) -> anyh
         eprint!("{}", Diagnostic::warning(g.nodes[n].span, message).render(file));
     }
     let Some(dir) = spec.data else {
-        let inputs = Inputs { graphs: std::slice::from_ref(&graph), flags: &[], fetches: &[], seed: spec.seed };
+        let inputs = Inputs {
+            graphs: std::slice::from_ref(&graph),
+            flags: &[],
+            fetches: &[],
+            seed: spec.seed,
+            memory_limit: spec.memory_limit,
+        };
         let made = make_inputs(&inputs, file, &module)?;
         let feeds = made.inputs.into_iter().next().unwrap_or_default();
-        let training = Training { graph, seed: spec.seed, dataset: None, pipeline: None, random: made.random, feeds };
+        let training = Training {
+            graph,
+            seed: spec.seed,
+            dataset: None,
+            pipeline: None,
+            random: made.random,
+            feeds,
+            memory_left: None,
+        };
         return Ok((module, training));
     };
-    let dataset = Dataset::load(dir, g, spec.batch)?;
+    let limit = graphc_runtime::budget::MemoryBudget::resolve(spec.memory_limit).map_err(|e| anyhow!("{e}"))?.limit();
+    let dataset = Dataset::load(dir, g, spec.batch, limit)?;
     let fed: Vec<(String, TensorType)> = g
         .inputs()
         .iter()
@@ -121,6 +142,7 @@ pub fn plan(spec: &TrainSpec<'_>, file: &SourceFile, mut module: Module) -> anyh
     let training = Training {
         graph,
         seed: spec.seed,
+        memory_left: Some(limit - dataset.bytes()),
         dataset: Some(dataset),
         pipeline: Some(pipeline),
         random: Vec::new(),
