@@ -478,6 +478,22 @@ fn bad_clusters_are_one_line_errors() {
     let worker = config.replace(r#""type": "ps""#, r#""type": "worker""#);
     let e = run(&["--out-dir", "x"], &[("TF_CONFIG", worker.as_str())]);
     assert!(e.contains("a worker holds no variables"), "{e}");
+    // A ps task's log and checkpoint never replace the model, a device or each other.
+    let serve = |extra: &[&str]| {
+        let o = Command::new(env!("CARGO_BIN_EXE_graphc"))
+            .args([&["serve", file.as_str()][..], extra].concat())
+            .env("TF_CONFIG", config)
+            .env_remove("GRAPHC_TOKEN")
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(1));
+        String::from_utf8_lossy(&o.stderr).into_owned()
+    };
+    assert!(serve(&["--log", &file]).contains("is the model"));
+    assert!(serve(&["--log", "/dev/full"]).contains("is a character device"));
+    let p = std::env::temp_dir().join(format!("graphc-serve-same-{}", std::process::id()));
+    let p = p.to_str().unwrap();
+    assert!(serve(&["--log", p, "--checkpoint", p]).contains("are the same file"));
 }
 
 /// The step of the cluster checkpoint indexed at `path`, once there is one.

@@ -105,7 +105,7 @@ impl ParameterServer {
         };
         let log = match &options.log {
             Some(path) => Some(std::io::BufWriter::new(
-                std::fs::File::create(path).map_err(|e| format!("--log {}: {e}", path.display()))?,
+                graphc_runtime::fsutil::create_regular(path).map_err(|e| format!("--log {}: {e}", path.display()))?,
             )),
             None => None,
         };

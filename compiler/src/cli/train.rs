@@ -21,6 +21,12 @@ pub fn serve(a: &ServeArgs) -> anyhow::Result<ExitCode> {
     let Some(d) = a.cluster.distributed()? else {
         bail!("graphc serve: give --cluster (or set TF_CONFIG): the task serves a cluster's workers");
     };
+    let outputs: Vec<(&str, &Path)> = [("--checkpoint", a.checkpoint.as_deref()), ("--log", a.log.as_deref())]
+        .into_iter()
+        .filter_map(|(w, p)| Some((w, p?)))
+        .collect();
+    driver::check_writable(&outputs)?;
+    driver::check_outputs(&a.file, &[], &[], None, &outputs)?;
     let (file, module) = driver::load(&a.file, &import_options_for(&a.file, &[], &[])?)?;
     let split = d.split(a.graph.as_deref(), &file, &module)?;
     match d.cluster.role() {
