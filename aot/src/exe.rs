@@ -122,6 +122,16 @@ unsafe fn run(a: &Args, bundle: &'static Bundle) -> Result<(), String> {
         }
         requests.push(request);
     }
+    // No output may replace what the program reads: an --input file, its weights file.
+    if let Some(dir) = &a.out_dir {
+        let mut reads: Vec<(String, &Path)> =
+            given.iter().map(|(n, p)| (format!("the --input file of '{n}'"), p.as_path())).collect();
+        reads.extend(weights.as_deref().map(|w| ("the weights file".to_string(), w)));
+        let reads: Vec<(&str, &Path)> = reads.iter().map(|(w, p)| (w.as_str(), *p)).collect();
+        let files: Vec<PathBuf> = shown.iter().map(|(n, _)| outputs::output_path(dir, n)).collect();
+        let writes: Vec<(&str, &Path)> = files.iter().map(|f| ("--out-dir", f.as_path())).collect();
+        graphc_runtime::fsutil::check_outputs(&reads, &writes)?;
+    }
     let timeout = a.timeout.and_then(|t| t.0);
     let options = SessionOptions {
         detect_deadlock: true,

@@ -483,4 +483,12 @@ fn the_executable_bounds_a_step_by_timeout_and_its_inputs_by_memory_limit() {
     assert!(run_exe(&mlp, &["--memory-limit", "64MiB", "--timeout", "60"]).status.success());
     let o = run_exe(&mlp, &["--timeout", "0"]);
     assert_eq!(o.status.code(), Some(1), "{}", text(&o).1);
+    // Its outputs never replace its inputs: output probs, from input x read from probs.npy.
+    let x = dir.join("probs.npy");
+    let t = graphc_runtime::Tensor::from_data(&[64, 784], graphc_ir::TensorData::F32(vec![0.5; 64 * 784])).unwrap();
+    graphc_runtime::npy::write_npy(&x, &t).unwrap();
+    let o = run_exe(&mlp, &["--input", &format!("x={}", x.display()), "--out-dir", dir.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o).1);
+    assert!(text(&o).1.contains("is the --input file of 'x'"), "{}", text(&o).1);
+    assert!(read_npy(&x).unwrap().bit_identical(&t));
 }

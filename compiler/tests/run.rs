@@ -581,7 +581,7 @@ fn outputs_never_replace_the_model_an_input_or_each_other() {
         (vec!["--checkpoint".into(), m.into()], "--checkpoint"),
         (vec!["--trace".into(), m.into()], "is the model"),
         (vec!["--trace".into(), p("t.json"), "--write-profile".into(), p("t.json")], "are the same file"),
-        (vec!["--write-profile".into(), p("prof.json"), "--profile".into(), p("prof.json")], "is the --profile file"),
+        (vec!["--trace".into(), p("prof.json"), "--profile".into(), p("prof.json")], "is the --profile file"),
         (vec!["--trace".into(), "/dev/full".into()], "is a character device"),
         (vec!["--trace".into(), "-".into()], "--trace -: give a file"),
         (vec!["--write-profile".into(), p("missing/prof.json")], "there is no directory"),
@@ -605,6 +605,10 @@ fn outputs_never_replace_the_model_an_input_or_each_other() {
         fails(&["run", m, "--graph", "predict", "--input", &format!("x={x}"), "--out-dir", dir.to_str().unwrap()]);
     assert!(err.contains("is the --input file of 'x'"), "{err}");
     assert_eq!(std::fs::read(&x).unwrap(), before);
+    // A profile is refined in place: --write-profile may replace the --profile read.
+    let prof = p("refined.json");
+    ok(&["run", m, "--graph", "step", "--write-profile", &prof]);
+    ok(&["run", m, "--graph", "step", "--write-profile", &prof, "--profile", &prof]);
     // A run that goes on saves over the checkpoint it restored.
     let c = p("c.safetensors");
     ok(&["run", m, "--graph", "step", "--checkpoint", &c]);
@@ -657,4 +661,80 @@ fn usage_errors_exit_1_as_every_error_does() {
         assert_eq!(o.status.code(), Some(1), "{flags:?}: {}", text(&o).1);
     }
     assert_eq!(graphc(&["run", "--help"]).status.code(), Some(0));
+}
+
+#[test]
+fn outputs_never_replace_an_onnx_models_external_data_or_standard_output() {
+    use graphc_onnx::proto::*;
+    use prost::Message;
+    let dir = tmpdir("onnx-ext");
+    let vi = |name: &str| ValueInfoProto {
+        name: Some(name.into()),
+        r#type: Some(TypeProto {
+            tensor_type: Some(TypeProtoTensor {
+                elem_type: Some(data_type::FLOAT),
+                shape: Some(TensorShapeProto { dim: vec![Dimension { dim_value: Some(2), dim_param: None }] }),
+            }),
+            ..Default::default()
+        }),
+    };
+    let bias = TensorProto {
+        name: Some("b".into()),
+        dims: vec![2],
+        data_type: Some(data_type::FLOAT),
+        data_location: Some(1),
+        external_data: vec![StringStringEntryProto { key: Some("location".into()), value: Some("w.bin".into()) }],
+        ..Default::default()
+    };
+    let graph = GraphProto {
+        node: vec![NodeProto {
+            input: vec!["x".into(), "b".into()],
+            output: vec!["y".into()],
+            name: Some("add".into()),
+            op_type: Some("Add".into()),
+            ..Default::default()
+        }],
+        name: Some("g".into()),
+        initializer: vec![bias],
+        input: vec![vi("x")],
+        output: vec![vi("y")],
+        ..Default::default()
+    };
+    let model = ModelProto {
+        ir_version: Some(8),
+        opset_import: vec![OperatorSetIdProto { domain: Some(String::new()), version: Some(17) }],
+        producer_name: Some("test".into()),
+        graph: Some(graph),
+    };
+    let m = dir.join("m.onnx");
+    std::fs::write(&m, model.encode_to_vec()).unwrap();
+    let data = dir.join("w.bin");
+    std::fs::write(&data, [1.0f32, 2.0].iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>()).unwrap();
+    let (m, d) = (m.to_str().unwrap(), data.to_str().unwrap());
+    ok(&["run", m]);
+    for args in [
+        vec!["run", m, "--checkpoint", d],
+        vec!["import", m, "-o", d],
+        vec!["compile", m, "--weights-file", d, "-o", "x"],
+    ] {
+        let err = fails(&args);
+        assert!(err.contains("is the model's external data") && err.lines().count() == 1, "{args:?}: {err}");
+    }
+    assert_eq!(std::fs::read(&data).unwrap().len(), 8);
+    // Standard output: a pipe is no file to write, and a file it goes to is not replaced.
+    let err = fails(&["run", m, "--trace", "/dev/stdout"]);
+    assert!(err.contains("is a FIFO"), "{err}");
+    let log = dir.join("stdout.txt");
+    let o = Command::new(env!("CARGO_BIN_EXE_graphc"))
+        .args(["run", m, "--trace", "/dev/stdout"])
+        .stdout(std::fs::File::create(&log).unwrap())
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert!(text(&o).1.contains("is this process's standard output"), "{}", text(&o).1);
+    // A path ending in '/' names a directory, and '-' no file.
+    let err = fails(&["run", m, "--trace", &format!("{}/new/", dir.display())]);
+    assert!(err.contains("it names a directory"), "{err}");
+    let err = fails(&["compile", m, "-o", "-"]);
+    assert!(err.contains("-o -: give a file"), "{err}");
 }

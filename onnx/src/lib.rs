@@ -28,3 +28,29 @@ pub fn import_file(path: &Path, options: &ImportOptions) -> Result<Module, Strin
     }
     Ok(module)
 }
+
+/// The external data files a model's tensors name (initializers and constant attributes,
+/// subgraphs included), each once, as the import reads them: `location` beside the model.
+/// For the check that no output replaces what a run reads.
+pub fn external_data_files(path: &Path) -> Result<Vec<std::path::PathBuf>, String> {
+    let bytes = graphc_runtime::fsutil::read_regular(path, "an ONNX model")?;
+    let model = proto::ModelProto::decode(bytes.as_slice())
+        .map_err(|e| format!("{} is not an ONNX model (protobuf decoding failed: {e})", path.display()))?;
+    let base = path.parent().unwrap_or(Path::new("."));
+    let mut files = Vec::new();
+    let mut graphs: Vec<&proto::GraphProto> = model.graph.iter().collect();
+    while let Some(g) = graphs.pop() {
+        let attributes = g.node.iter().flat_map(|n| &n.attribute);
+        let tensors = g.initializer.iter().chain(attributes.clone().filter_map(|a| a.t.as_ref()));
+        graphs.extend(attributes.filter_map(|a| a.g.as_ref()));
+        for t in tensors {
+            let location = t.external_data.iter().find(|e| e.key.as_deref() == Some("location"));
+            if let Some(file) = location.and_then(|e| e.value.as_ref()).map(|l| base.join(l)) {
+                if !files.contains(&file) {
+                    files.push(file);
+                }
+            }
+        }
+    }
+    Ok(files)
+}

@@ -183,6 +183,7 @@ fn external_data_is_read_relative_to_the_model() {
         ..Default::default()
     };
     let p = write("ext.onnx", &model(17, g.clone()).encode_to_vec());
+    assert_eq!(graphc_onnx::external_data_files(&p).unwrap(), [p.with_file_name("weights.bin")]);
     let m = import_file(&p, &ImportOptions::default()).unwrap();
     assert!(graphc_ir::print_module(&m).contains("dense<[[1.0, 0.0, -1.0], [0.5, 0.5, 0.5]]>"));
     g.initializer[0].external_data[0].value = Some("../../etc/passwd".into());

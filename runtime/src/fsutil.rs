@@ -1,6 +1,7 @@
 //! Writing files so that a crash never leaves a half-written one, and opening input files
 //! only when they are regular files of known length.
 
+use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
@@ -10,7 +11,7 @@ use std::time::Duration;
 
 /// A temporary file younger than this is never taken for a dead writer's: its writer locks it
 /// right after creating it, and this covers the moment in between.
-const GRACE: Duration = Duration::from_secs(2);
+const GRACE: Duration = Duration::from_secs(1);
 
 /// Writes `path` through a temporary file: `write` fills it, it is flushed to disk, then
 /// renamed over the file (atomic on POSIX), and the directory is synced so the rename itself
@@ -40,9 +41,39 @@ pub fn check_writable(path: &Path) -> io::Result<()> {
 }
 
 /// The final target of `path`, its directory and file name, and the file there now if any;
-/// an error for a directory, a device, a FIFO or a socket, and for a directory that is not
-/// there.
+/// an error for a directory (or a path ending in `/`), a device, a FIFO, a socket, this
+/// process's standard output or error, and for a directory that is not there.
 fn target_of(path: &Path) -> io::Result<(PathBuf, PathBuf, String, Option<std::fs::Metadata>)> {
+    if path.as_os_str().as_encoded_bytes().ends_with(b"/") {
+        return Err(io::Error::new(io::ErrorKind::IsADirectory, "it names a directory; give the path of a file"));
+    }
+    // What the kernel resolves the path to, magic links (/dev/stdout) included.
+    let existing = match std::fs::metadata(path) {
+        Ok(m) if m.is_dir() => return Err(io::Error::new(io::ErrorKind::IsADirectory, "it is a directory")),
+        // A device, FIFO or socket is not replaced by a file (as root, /dev/null would be).
+        Ok(m) if !m.is_file() => {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{} is {}, not a regular file", path.display(), file_kind(m.file_type())),
+            ))
+        }
+        Ok(m) => {
+            // Replacing the file our output goes to would lose what was printed there.
+            for (fd, stream) in [(1, "output"), (2, "error")] {
+                let same = std::fs::metadata(format!("/proc/self/fd/{fd}"))
+                    .is_ok_and(|s| (s.dev(), s.ino()) == (m.dev(), m.ino()));
+                if same {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidInput,
+                        format!("{} is this process's standard {stream}, not a file to replace", path.display()),
+                    ));
+                }
+            }
+            Some(m)
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+        Err(e) => return Err(e),
+    };
     let target = final_target(path)?;
     let dir = target.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new(".")).to_path_buf();
     let name = target
@@ -50,19 +81,6 @@ fn target_of(path: &Path) -> io::Result<(PathBuf, PathBuf, String, Option<std::f
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "the path names no file"))?
         .to_string_lossy()
         .into_owned();
-    let existing = match std::fs::metadata(&target) {
-        Ok(m) if m.is_dir() => return Err(io::Error::new(io::ErrorKind::IsADirectory, "it is a directory")),
-        // A device, FIFO or socket is not replaced by a file (as root, /dev/null would be).
-        Ok(m) if !m.is_file() => {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!("{} is {}, not a regular file", target.display(), file_kind(m.file_type())),
-            ))
-        }
-        Ok(m) => Some(m),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => None,
-        Err(e) => return Err(e),
-    };
     match std::fs::metadata(&dir) {
         Ok(m) if m.is_dir() => {}
         Ok(_) => {
@@ -81,24 +99,31 @@ fn replace_file(path: &Path, executable: bool, write: impl FnOnce(&mut File) -> 
     let (target, dir, name, existing) = target_of(path)?;
     let dir = dir.as_path();
     remove_stale_temporaries(dir, &name);
-    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    let tmp = dir.join(format!("{}{}-{n}", temp_prefix(&name), std::process::id()));
     let mode = |m: u32| if executable { m | (m & 0o444) >> 2 } else { m };
+    let mut options = OpenOptions::new();
+    // Never wider than the file it replaces, even before the exact mode is set below.
+    options.write(true).create_new(true).mode(mode(existing.as_ref().map_or(0o666, |m| m.mode() & 0o777)));
+    // A name taken already is another writer's (PIDs repeat across PID namespaces): the next.
+    let (tmp, mut f) = loop {
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let tmp = dir.join(format!("{}{}-{n}", temp_prefix(&name), std::process::id()));
+        match options.open(&tmp) {
+            Ok(f) => break (tmp, f),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists && n % 64 != 63 => continue,
+            Err(e) => return Err(e),
+        }
+    };
     let result = (|| {
-        let mut options = OpenOptions::new();
-        // Never wider than the file it replaces, even before the exact mode is set below.
-        options.write(true).create_new(true).mode(mode(existing.as_ref().map_or(0o666, |m| m.mode() & 0o777)));
-        let mut f = options.open(&tmp)?;
         // Held until the file is closed (or its writer dies): a cleaner that can take it knows
-        // the writer is gone, in whatever PID namespace it ran.
-        f.try_lock().map_err(|e| io::Error::other(format!("cannot lock {}: {e}", tmp.display())))?;
+        // the writer is gone, in whatever PID namespace it ran. Where the file system has no
+        // locks, nothing is cleaned (a cleaner cannot take one either).
+        let _ = f.try_lock();
         if let Some(m) = &existing {
             keep_owner_and_mode(&f, m, mode(m.mode() & 0o7777))?;
         }
         write(&mut f)?;
         f.sync_all()?;
         std::fs::rename(&tmp, &target)?;
-        drop(f);
         // Directories cannot be opened for syncing everywhere; the rename is done either way.
         if let Ok(d) = File::open(dir) {
             let _ = d.sync_all();
@@ -108,6 +133,7 @@ fn replace_file(path: &Path, executable: bool, write: impl FnOnce(&mut File) -> 
     if result.is_err() {
         let _ = std::fs::remove_file(&tmp);
     }
+    drop(f);
     result
 }
 
@@ -170,10 +196,16 @@ pub fn remove_stale_temporaries(dir: &Path, name: &str) {
         if !meta.file_type().is_file() || young {
             continue;
         }
-        let Ok(f) = File::open(&path) else { continue };
-        // The lock taken, the writer is gone; the path checked to still name the file locked.
-        let same = |m: std::fs::Metadata| (m.dev(), m.ino()) == (meta.dev(), meta.ino());
-        if f.try_lock().is_ok() && std::fs::symlink_metadata(&path).is_ok_and(same) {
+        // Never through a link, and never waiting on a FIFO put there meanwhile.
+        let opened = OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK).open(&path);
+        let Ok(f) = opened else { continue };
+        // The lock taken, the writer is gone; the file opened, locked and named by the path
+        // now must be the one listed.
+        let same = |m: &std::fs::Metadata| (m.dev(), m.ino()) == (meta.dev(), meta.ino());
+        if f.metadata().is_ok_and(|m| same(&m))
+            && f.try_lock().is_ok()
+            && std::fs::symlink_metadata(&path).is_ok_and(|m| same(&m))
+        {
             let _ = std::fs::remove_file(&path);
         }
     }
@@ -184,7 +216,16 @@ pub fn remove_stale_temporaries(dir: &Path, name: &str) {
 /// directory, in a directory that is there (symlinks followed).
 pub fn create_regular(path: &Path) -> io::Result<File> {
     let (target, ..) = target_of(path)?;
-    File::create(target)
+    // A FIFO put there since the check must not block the open; what was opened is checked.
+    let f = OpenOptions::new().write(true).create(true).truncate(true).custom_flags(libc::O_NONBLOCK).open(&target)?;
+    let m = f.metadata()?;
+    if !m.is_file() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{} is {}, not a regular file", target.display(), file_kind(m.file_type())),
+        ));
+    }
+    Ok(f)
 }
 
 /// Refuses outputs that would replace one of the run's inputs or another output: each of
@@ -192,17 +233,20 @@ pub fn create_regular(path: &Path) -> io::Result<File> {
 /// each input and each other output by the file it is (device and inode, symlinks and `..`
 /// seen through) or, not there yet, the file it would be. The error names both.
 pub fn check_outputs(inputs: &[(&str, &Path)], outputs: &[(&str, &Path)]) -> Result<(), String> {
+    let read: HashMap<Identity, usize> =
+        inputs.iter().enumerate().rev().filter_map(|(i, (_, p))| Some((identity(p)?, i))).collect();
     let ids: Vec<Option<Identity>> = outputs.iter().map(|(_, p)| identity(p)).collect();
+    let mut written: HashMap<&Identity, usize> = HashMap::new();
     for (i, ((what, path), id)) in outputs.iter().zip(&ids).enumerate() {
         let Some(id) = id else { continue };
-        if let Some((in_what, in_path)) = inputs.iter().find(|(_, p)| identity(p).as_ref() == Some(id)) {
+        if let Some((in_what, in_path)) = read.get(id).map(|&k| inputs[k]) {
             return Err(format!(
                 "{what} {} is {in_what} {}, which this run reads; give {what} another path",
                 path.display(),
                 in_path.display()
             ));
         }
-        if let Some(((other, other_path), _)) = outputs[..i].iter().zip(&ids).find(|(_, o)| o.as_ref() == Some(id)) {
+        if let Some((other, other_path)) = written.insert(id, i).map(|k| outputs[k]) {
             return Err(format!(
                 "{other} {} and {what} {} are the same file; give each its own path",
                 other_path.display(),
@@ -214,7 +258,7 @@ pub fn check_outputs(inputs: &[(&str, &Path)], outputs: &[(&str, &Path)]) -> Res
 }
 
 /// What a path names for [`check_outputs`]: the file there, or where one would be created.
-#[derive(PartialEq)]
+#[derive(PartialEq, Eq, Hash)]
 enum Identity {
     File(u64, u64),
     Planned(PathBuf),

@@ -16,7 +16,7 @@ pub fn write_outputs(dir: &Path, named: &[(String, &RtValue)]) -> Result<Vec<Str
     std::fs::create_dir_all(dir).map_err(|e| format!("cannot create the output directory {}: {e}", dir.display()))?;
     let mut lines = Vec::new();
     for (name, v) in named {
-        let path = dir.join(format!("{}.npy", output_file_name(name)));
+        let path = output_path(dir, name);
         match v {
             RtValue::Tensor(t) => {
                 npy::write_npy(&path, t).map_err(|e| format!("output '{name}': {e}"))?;
@@ -62,6 +62,11 @@ pub fn check_output_names(dir: &Path, names: &[&str]) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// The file output `name` is written to in `dir`: `DIR/FILE.npy` ([`output_file_name`]).
+pub fn output_path(dir: &Path, name: &str) -> std::path::PathBuf {
+    dir.join(format!("{}.npy", output_file_name(name)))
 }
 
 /// The file name (without `.npy`) an output is written to: characters outside

@@ -51,7 +51,10 @@ impl Scratch {
             std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0)
         );
         let dir = std::env::temp_dir().join(name);
-        std::fs::create_dir(&dir).map_err(|e| format!("cannot create the scratch directory {}: {e}", dir.display()))?;
+        // Private: it holds the program's object and weights while they are linked.
+        std::os::unix::fs::DirBuilderExt::mode(&mut std::fs::DirBuilder::new(), 0o700)
+            .create(&dir)
+            .map_err(|e| format!("cannot create the scratch directory {}: {e}", dir.display()))?;
         Ok(Scratch(dir))
     }
 

@@ -176,9 +176,8 @@ impl Output {
 }
 
 /// The files [`write`] writes for `out`: the weights file, then the object and its header,
-/// the static library and its header, or the executable. Each is checked to be writable as
-/// `fsutil` writes (its directory there; a regular file or nothing yet), so that a bad path
-/// fails before the compile.
+/// the static library and its header, or the executable; an error for `out` naming a
+/// directory (the object's name is made from it).
 pub fn output_paths(out: &Path, options: &AotOptions) -> Result<Vec<(Output, PathBuf)>, String> {
     // "DIR/" names no file: with_extension would make it "DIR.o", beside DIR.
     if out.as_os_str().to_string_lossy().ends_with('/') || out.is_dir() {
@@ -196,10 +195,6 @@ pub fn output_paths(out: &Path, options: &AotOptions) -> Result<Vec<(Output, Pat
     paths.push((Output::Main, main));
     if options.emit != Emit::Exe {
         paths.push((Output::Header, header));
-    }
-    for (output, p) in &paths {
-        graphc_runtime::fsutil::check_writable(p)
-            .map_err(|e| format!("{} {}: cannot write it: {e}", output.what(), p.display()))?;
     }
     Ok(paths)
 }

@@ -171,6 +171,21 @@ pub struct ClusterArgs {
 }
 
 impl ClusterArgs {
+    /// The files these flags name, each with what it is (no output may replace them).
+    pub fn files(&self) -> Vec<(&'static str, &std::path::Path)> {
+        let file = self.cluster.as_deref().filter(|c| !["tf_config", "slurm", "mpi"].contains(c));
+        [
+            ("the --cluster file", file.map(std::path::Path::new)),
+            ("the --token-file", self.token_file.as_deref()),
+            ("the --tls-cert file", self.tls_cert.as_deref()),
+            ("the --tls-key file", self.tls_key.as_deref()),
+            ("the --tls-ca file", self.tls_ca.as_deref()),
+        ]
+        .into_iter()
+        .filter_map(|(w, p)| Some((w, p?)))
+        .collect()
+    }
+
     /// The training across processes these flags (or TF_CONFIG) ask for, if any.
     pub fn distributed(&self) -> anyhow::Result<Option<graphc::driver::Distributed>> {
         use graphc_dist::cluster::{Cluster, Ranks, Source};
@@ -488,8 +503,9 @@ pub struct SessionArgs {
     /// for the clock, means no limit.
     #[arg(long, value_name = "SECS", value_parser = parse_timeout)]
     pub timeout: Option<Timeout>,
-    /// The most memory the session's live tensors may take together (e.g. 2GiB); default:
-    /// $GRAPHC_MEMORY_LIMIT, else what the process may still allocate.
+    /// The most memory the inputs (--input files and data sets, counted from their headers
+    /// before they are read) and the session's live tensors may take together (e.g. 2GiB);
+    /// default: $GRAPHC_MEMORY_LIMIT, else what the process may still allocate.
     #[arg(long, value_name = "SIZE", value_parser = graphc_runtime::budget::parse_bytes)]
     pub memory_limit: Option<u64>,
     #[command(flatten)]

@@ -8,6 +8,7 @@ use super::args::{CompileArgs, CompileCpu, CompileEmit};
 use super::output::write_output;
 use anyhow::{anyhow, bail};
 use graphc::aot::{self, AotOptions, Emit};
+use graphc::driver::Files;
 use graphc::lower::cpu::object::Cpu;
 use graphc::lower::mlir;
 use graphc_ir::SourceFile;
@@ -38,9 +39,11 @@ pub fn compile(a: &CompileArgs) -> anyhow::Result<ExitCode> {
         weights_file: a.weights_file.clone(),
     };
     // Where the files go, checked before the work of compiling.
-    let outputs = aot::output_paths(&a.output, &aot).map_err(|e| anyhow!(e))?;
-    let outputs: Vec<(&str, &std::path::Path)> = outputs.iter().map(|(o, p)| (o.what(), p.as_path())).collect();
-    graphc::driver::check_outputs(&a.file, &a.inputs, &[], None, &outputs)?;
+    let mut files = Files::reading(&a.file, &a.inputs);
+    for (output, path) in aot::output_paths(&a.output, &aot).map_err(|e| anyhow!(e))? {
+        files.write(output.what(), Some(&path));
+    }
+    files.check()?;
     let (file, m) = load_optimized(a)?;
     let graphs: Vec<String> = match &a.graph {
         Some(g) => {
@@ -81,10 +84,9 @@ fn load_optimized(a: &CompileArgs) -> anyhow::Result<(SourceFile, graphc_ir::Mod
 fn compile_gpu(a: &CompileArgs) -> anyhow::Result<ExitCode> {
     let chip = chip(&a.gpu_arch)
         .ok_or_else(|| anyhow!("--gpu-arch {}: expected a compute capability such as sm_80 or sm_90", a.gpu_arch))?;
+    // '-' is standard output here.
     if a.output.as_os_str() != "-" {
-        graphc_runtime::fsutil::check_writable(&a.output)
-            .map_err(|e| anyhow!("-o {}: cannot write it: {e}", a.output.display()))?;
-        graphc::driver::check_outputs(&a.file, &a.inputs, &[], None, &[("-o", &a.output)])?;
+        Files::reading(&a.file, &a.inputs).write("-o", Some(&a.output)).check()?;
     }
     let (file, m) = load_optimized(a)?;
     let graph = match (&a.graph, m.graphs.as_slice()) {

@@ -76,7 +76,7 @@ pub fn opt(a: &OptArgs) -> anyhow::Result<ExitCode> {
     } else {
         PrintAfter::Some(a.print_after.clone())
     };
-    check_output(&a.file, a.output.as_deref())?;
+    check_output(&a.file, &a.devices.files(), a.output.as_deref())?;
     let (file, mut m) = load(&a.file)?;
     let count = |m: &Module| -> (usize, usize) {
         (m.graphs.iter().map(|g| g.node_count()).sum(), m.graphs.iter().map(kernel_count).sum())
@@ -125,7 +125,7 @@ pub fn dot(a: &DotArgs) -> anyhow::Result<ExitCode> {
 }
 
 pub fn import(a: &ImportArgs) -> anyhow::Result<ExitCode> {
-    check_output(&a.model, a.output.as_deref())?;
+    check_output(&a.model, &[], a.output.as_deref())?;
     let options = graphc_onnx::ImportOptions { weights_as_variables: a.weights_as_variables, ..Default::default() };
     let m = graphc_onnx::import_file(&a.model, &options).map_err(|e| anyhow::anyhow!("{e}"))?;
     write_output(a.output.as_deref(), &print_module(&m))?;
@@ -133,10 +133,12 @@ pub fn import(a: &ImportArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// Refuses `-o OUT` (other than `-`, standard output) where it cannot be written or would
-/// replace the file read, before any work.
-fn check_output(input: &Path, out: Option<&Path>) -> anyhow::Result<()> {
+/// replace a file read, before any work.
+fn check_output(input: &Path, reads: &[(&str, &Path)], out: Option<&Path>) -> anyhow::Result<()> {
     let Some(out) = out.filter(|o| o.as_os_str() != "-") else { return Ok(()) };
-    graphc_runtime::fsutil::check_writable(out)
-        .map_err(|e| anyhow::anyhow!("-o {}: cannot write it: {e}", out.display()))?;
-    driver::check_outputs(input, &[], &[], None, &[("-o", out)])
+    let mut files = driver::Files::reading(input, &[]);
+    for (what, path) in reads {
+        files.read(what, path);
+    }
+    files.write("-o", Some(out)).check()
 }

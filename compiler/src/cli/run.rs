@@ -14,7 +14,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 pub fn run(a: &RunArgs) -> anyhow::Result<ExitCode> {
-    check_outputs(a, &[])?;
+    files(a).check()?;
     let (file, module) = driver::load(&a.file, &import_options_for(&a.file, &a.inputs, &a.shapes)?)?;
     let file = &file;
     run_loaded(a, file, module)
@@ -32,6 +32,9 @@ fn run_loaded(a: &RunArgs, file: &SourceFile, module: Module) -> anyhow::Result<
     let module = driver::optimize(backend, module, !a.fetches.is_empty(), file)?;
     let Prepared { graphs, module, job, random, placements } =
         prepare(&inputs, &a.session.devices.devices(), file, module)?;
+    if let Some(dir) = &a.out_dir {
+        files(a).write_in_dir("--out-dir", job.output_names().map(|n| outputs::output_path(dir, n))).check()?;
+    }
     for p in placements {
         say!("{p}");
     }
@@ -130,33 +133,28 @@ fn run_loaded(a: &RunArgs, file: &SourceFile, module: Module) -> anyhow::Result<
     }
     let named = job.named_outputs(&last);
     match &a.out_dir {
-        Some(dir) => {
-            let files: Vec<std::path::PathBuf> =
-                named.iter().map(|(n, _)| dir.join(format!("{}.npy", outputs::output_file_name(n)))).collect();
-            check_outputs(a, &files.iter().map(|f| ("--out-dir's file", f.as_path())).collect::<Vec<_>>())?;
-            write_outputs(dir, &named)?
-        }
+        Some(dir) => write_outputs(dir, &named)?,
         None => outputs::output_summaries(&named).into_iter().for_each(|l| say!("{l}")),
     }
     Ok(ExitCode::SUCCESS)
 }
 
-/// Refuses outputs (--checkpoint, --trace, --write-profile and `more`) that would replace the
-/// model, an --input file, the profile, the device spec, the restored checkpoint or one
-/// another.
-fn check_outputs(a: &RunArgs, more: &[(&str, &Path)]) -> anyhow::Result<()> {
-    let mut outputs: Vec<(&str, &Path)> = [
-        ("--checkpoint", a.checkpoint.as_deref()),
-        ("--trace", a.trace.as_deref()),
-        ("--write-profile", a.write_profile.as_deref()),
-    ]
-    .into_iter()
-    .filter_map(|(w, p)| Some((w, p?)))
-    .collect();
-    driver::check_writable(&outputs)?;
-    // --out-dir's files, in a directory made when they are written.
-    outputs.extend_from_slice(more);
-    driver::check_outputs(&a.file, &a.inputs, &a.session.devices.files(), a.restore.as_deref(), &outputs)
+/// What a run reads and writes: the model, its --input files, the device spec; the restored
+/// checkpoint, which --checkpoint may replace (a run goes on from it), and the profile, which
+/// --write-profile may (refining it); --checkpoint, --trace, --write-profile.
+fn files(a: &RunArgs) -> driver::Files {
+    let mut files = driver::Files::reading(&a.file, &a.inputs);
+    let devices = &a.session.devices;
+    if let Some(spec) = &devices.devices {
+        files.read("the --devices spec", spec);
+    }
+    files
+        .updated("the --restore checkpoint", a.restore.as_deref(), "--checkpoint")
+        .updated("the --profile file", devices.profile.as_deref(), "--write-profile")
+        .write("--checkpoint", a.checkpoint.as_deref())
+        .write("--trace", a.trace.as_deref())
+        .write("--write-profile", a.write_profile.as_deref());
+    files
 }
 
 /// Reports failed periodic saves: each a warning with --keep-going-on-checkpoint-error, else

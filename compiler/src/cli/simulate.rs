@@ -11,10 +11,11 @@ use std::process::ExitCode;
 
 /// `graphc simulate`: the predicted step time and device utilization of each graph.
 pub fn simulate(a: &SimulateArgs) -> anyhow::Result<ExitCode> {
-    if let Some(trace) = &a.trace {
-        driver::check_writable(&[("--trace", trace)])?;
-        driver::check_outputs(&a.file, &[], &a.devices.files(), None, &[("--trace", trace)])?;
+    let mut files = driver::Files::reading(&a.file, &[]);
+    for (what, path) in a.devices.files() {
+        files.read(what, path);
     }
+    files.write("--trace", a.trace.as_deref()).check()?;
     let (file, module) = super::ir::load(&a.file)?;
     let file = &file;
     let wanted: Vec<String> = a.graphs.iter().map(|g| g.trim_start_matches('@').to_string()).collect();

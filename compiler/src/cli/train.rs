@@ -6,7 +6,7 @@ use super::args::{ServeArgs, TrainArgs};
 use super::output::write_file;
 use anyhow::{anyhow, bail};
 use graphc::driver::{
-    self, import_options_for, plural, Distributed, Periodic, Resume, StepDone, Steps, TrainSpec, Training,
+    self, import_options_for, plural, Distributed, Files, Periodic, Resume, StepDone, Steps, TrainSpec, Training,
 };
 use graphc_dist::{Role, Split};
 use graphc_runtime::{RtValue, SessionOptions};
@@ -21,12 +21,11 @@ pub fn serve(a: &ServeArgs) -> anyhow::Result<ExitCode> {
     let Some(d) = a.cluster.distributed()? else {
         bail!("graphc serve: give --cluster (or set TF_CONFIG): the task serves a cluster's workers");
     };
-    let outputs: Vec<(&str, &Path)> = [("--checkpoint", a.checkpoint.as_deref()), ("--log", a.log.as_deref())]
-        .into_iter()
-        .filter_map(|(w, p)| Some((w, p?)))
-        .collect();
-    driver::check_writable(&outputs)?;
-    driver::check_outputs(&a.file, &[], &[], None, &outputs)?;
+    let mut files = Files::reading(&a.file, &[]);
+    for (what, path) in a.cluster.files() {
+        files.read(what, path);
+    }
+    files.write("--checkpoint", a.checkpoint.as_deref()).write("--log", a.log.as_deref()).check()?;
     let (file, module) = driver::load(&a.file, &import_options_for(&a.file, &[], &[])?)?;
     let split = d.split(a.graph.as_deref(), &file, &module)?;
     match d.cluster.role() {
@@ -74,7 +73,7 @@ pub fn train(a: &TrainArgs) -> anyhow::Result<ExitCode> {
     // module's before anything else is (another model's checkpoint is that, whatever else).
     let resume = a.restore.as_deref().map(Resume::read).transpose()?;
     let plot = a.plot.clone().or_else(|| a.log.as_ref().map(|p| p.with_extension("svg")));
-    check_outputs(a, plot.as_deref(), &[])?;
+    files(a, plot.as_deref()).check()?;
     let (file, module) = driver::load(&a.file, &import_options_for(&a.file, &[], &[])?)?;
     if let Some(r) = &resume {
         r.check(&module)?;
@@ -176,10 +175,8 @@ pub fn train(a: &TrainArgs) -> anyhow::Result<ExitCode> {
     if let Some(dir) = &a.out_dir {
         let names: Vec<&str> = session.state().variables.keys().map(String::as_str).collect();
         graphc_runtime::outputs::check_output_names(dir, &names).map_err(|e| anyhow!(e))?;
-        let files: Vec<PathBuf> =
-            names.iter().map(|n| dir.join(format!("{}.npy", graphc_runtime::outputs::output_file_name(n)))).collect();
-        let outputs: Vec<(&str, &Path)> = files.iter().map(|f| ("--out-dir's file", f.as_path())).collect();
-        check_outputs(a, plot.as_deref(), &outputs)?;
+        let written = names.iter().map(|n| graphc_runtime::outputs::output_path(dir, n));
+        files(a, plot.as_deref()).write_in_dir("--out-dir", written).check()?;
     }
     if let Some(r) = &resume {
         r.apply(&session)?;
@@ -281,38 +278,28 @@ pub fn train(a: &TrainArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// The files training writes whatever the model: the log, the plot and the checkpoint.
-fn fixed_outputs<'a>(a: &'a TrainArgs, plot: Option<&'a Path>) -> Vec<(&'static str, &'a Path)> {
-    let plot_flag = if a.plot.is_some() { "--plot" } else { "the loss curve beside --log" };
-    [("--log", a.log.as_deref()), (plot_flag, plot), ("--checkpoint", a.checkpoint.as_deref())]
-        .into_iter()
-        .filter_map(|(w, p)| Some((w, p?)))
-        .collect()
-}
-
-/// The data set's arrays, which training reads besides the model and the checkpoint.
-fn data_files(a: &TrainArgs) -> Vec<PathBuf> {
-    let entries = a.data.as_deref().and_then(|d| std::fs::read_dir(d).ok());
-    entries
-        .into_iter()
-        .flat_map(|e| e.flatten())
-        .filter(|e| e.file_name().to_string_lossy().ends_with(".npy"))
-        .map(|e| e.path())
-        .collect()
-}
-
-/// Refuses outputs (the log, the plot, the checkpoint and `more`) that are `-` (standard
-/// output shows the progress), cannot be written, would replace what training reads, or share
-/// a file.
-fn check_outputs(a: &TrainArgs, plot: Option<&Path>, more: &[(&str, &Path)]) -> anyhow::Result<()> {
-    let mut outputs = fixed_outputs(a, plot);
-    driver::check_writable(&outputs)?;
-    // --out-dir's files, in a directory made when they are written.
-    outputs.extend_from_slice(more);
-    let data = data_files(a);
-    let mut inputs: Vec<(&str, &Path)> = data.iter().map(|p| ("a --data file", p.as_path())).collect();
-    inputs.extend(a.session.devices.files());
-    driver::check_outputs(&a.file, &[], &inputs, a.restore.as_deref(), &outputs)
+/// What training reads (the model, the data set's arrays, the device spec, the cluster's
+/// files; the restored checkpoint, which --checkpoint alone may replace: that is how a run
+/// goes on) and writes (the log, the plot, the checkpoint).
+fn files(a: &TrainArgs, plot: Option<&Path>) -> Files {
+    let mut files = Files::reading(&a.file, &[]);
+    let data = a.data.as_deref().and_then(|d| std::fs::read_dir(d).ok());
+    for entry in data.into_iter().flatten().flatten() {
+        if entry.file_name().to_string_lossy().ends_with(".npy") {
+            files.read("a --data file", &entry.path());
+        }
+    }
+    for (what, path) in a.session.devices.files().into_iter().chain(a.cluster.files()) {
+        files.read(what, path);
+    }
+    // The curve beside the log by default: --plot names it otherwise.
+    let plot_flag = if a.plot.is_some() { "--plot" } else { "--log's loss curve (see --plot)" };
+    files
+        .updated("the --restore checkpoint", a.restore.as_deref(), "--checkpoint")
+        .write("--log", a.log.as_deref())
+        .write(plot_flag, plot)
+        .write("--checkpoint", a.checkpoint.as_deref());
+    files
 }
 
 /// One line on where the batches come from.

@@ -153,12 +153,15 @@ impl Dataset {
                     format!("{} {}", p.file_name().unwrap_or_default().to_string_lossy(), human(f.bytes()))
                 })
                 .collect();
+            // In bytes where the rounded sizes would read the same.
+            let (need, have) = match (human(bytes), human(memory_limit)) {
+                (a, b) if a == b => (format!("{bytes} bytes"), format!("{memory_limit} bytes")),
+                sizes => sizes,
+            };
             bail!(
-                "--data {}: the data set takes {} ({}), more than the memory limit of {}; give a larger --memory-limit or a smaller data set",
+                "--data {}: the data set takes {need} ({}), more than the memory limit of {have}; give a larger --memory-limit or a smaller data set",
                 dir.display(),
-                human(bytes),
                 each.join(", "),
-                human(memory_limit)
             );
         }
         let mut columns: Vec<Column> = Vec::new();

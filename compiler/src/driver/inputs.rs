@@ -6,7 +6,6 @@ use graphc_runtime::budget::MemoryBudget;
 use graphc_runtime::limits::default_max_tensor_bytes;
 use graphc_runtime::{feeds, Tensor};
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::sync::Arc;
 
 /// What `run` and `bench` take from the command line to build a step.
@@ -68,18 +67,23 @@ pub fn freeze_inputs(m: &mut Module, flags: &[String]) -> anyhow::Result<()> {
     let given = feeds::parse_input_flags(flags).map_err(|e| anyhow!(e))?;
     feeds::check_input_names(&given, &m.graphs.iter().collect::<Vec<_>>()).map_err(|e| anyhow!(e))?;
     for (name, path) in given {
-        let t = graphc_runtime::npy::read_npy(&path).map_err(|e| anyhow!("input '{name}': {e}"))?;
-        for g in &mut m.graphs {
+        // Its type checked against every graph's input from the header, before the data is read.
+        let file = graphc_runtime::npy::NpyFile::open(&path).map_err(|e| anyhow!("input '{name}': {e}"))?;
+        for g in &m.graphs {
             let Some(&v) = g.inputs().iter().find(|&&v| g.values[v].name.as_deref() == Some(name)) else { continue };
-            if g.values[v].ty != Type::Tensor(t.ty()) {
+            if g.values[v].ty != Type::Tensor(file.ty()) {
                 bail!(
                     "input '{name}' of @{}: expected {}, got {} from {}",
                     g.name,
                     g.values[v].ty,
-                    t.ty(),
+                    file.ty(),
                     path.display()
                 );
             }
+        }
+        let t = file.read().map_err(|e| anyhow!("input '{name}': {e}"))?;
+        for g in &mut m.graphs {
+            let Some(&v) = g.inputs().iter().find(|&&v| g.values[v].name.as_deref() == Some(name)) else { continue };
             let constant = NodeSpec::new(Op::Constant, Vec::<Value>::new()).attr("value", Attr::Tensor(t.to_literal()));
             let body = g.body;
             let n = g.insert_node(body, 0, constant).map_err(|e| anyhow!("input '{name}': {e}"))?;
@@ -88,44 +92,6 @@ pub fn freeze_inputs(m: &mut Module, flags: &[String]) -> anyhow::Result<()> {
             g.remove_input(v).map_err(|e| anyhow!("input '{name}': {e}"))?;
             g.set_name(c, name);
         }
-    }
-    Ok(())
-}
-
-/// Refuses outputs that would replace what the run reads (the model, its `--input` files,
-/// `reads`, the `--restore` checkpoint) or one another; see `fsutil::check_outputs`. The
-/// restored checkpoint is read before the run, so `--checkpoint` alone may replace it: that is
-/// how a run goes on. Malformed `--input` flags are left for the feeds to report.
-pub fn check_outputs(
-    model: &Path,
-    input_flags: &[String],
-    reads: &[(&str, &Path)],
-    restore: Option<&Path>,
-    outputs: &[(&str, &Path)],
-) -> anyhow::Result<()> {
-    if let Some(r) = restore {
-        let others: Vec<(&str, &Path)> = outputs.iter().filter(|(w, _)| *w != "--checkpoint").copied().collect();
-        graphc_runtime::fsutil::check_outputs(&[("the --restore checkpoint", r)], &others).map_err(|e| anyhow!(e))?;
-    }
-    let given = feeds::parse_input_flags(input_flags).unwrap_or_default();
-    let named: Vec<(String, &Path)> =
-        given.iter().map(|(n, p)| (format!("the --input file of '{n}'"), p.as_path())).collect();
-    let mut inputs: Vec<(&str, &Path)> = vec![("the model", model)];
-    inputs.extend(named.iter().map(|(w, p)| (w.as_str(), *p)));
-    inputs.extend_from_slice(reads);
-    graphc_runtime::fsutil::check_outputs(&inputs, outputs).map_err(|e| anyhow!(e))
-}
-
-/// Refuses before the run outputs that cannot be written as every file is (`fsutil`): a
-/// device, a FIFO, a directory, a missing directory; and `-`, which names no file here
-/// (standard output carries the run's own lines).
-pub fn check_writable(outputs: &[(&str, &Path)]) -> anyhow::Result<()> {
-    for (what, path) in outputs {
-        if path.as_os_str() == "-" {
-            bail!("{what} -: give a file; standard output shows the run's progress");
-        }
-        graphc_runtime::fsutil::check_writable(path)
-            .map_err(|e| anyhow!("{what} {}: cannot write it: {e}", path.display()))?;
     }
     Ok(())
 }

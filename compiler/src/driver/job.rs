@@ -51,6 +51,11 @@ impl Job {
         Job { requests, outputs }
     }
 
+    /// The names the outputs are shown and written under.
+    pub fn output_names(&self) -> impl Iterator<Item = &str> {
+        self.outputs.iter().map(|(shown, _, _)| shown.as_str())
+    }
+
     pub fn named_outputs<'o>(&self, outs: &'o [RunOutput]) -> Vec<(String, &'o RtValue)> {
         self.outputs
             .iter()

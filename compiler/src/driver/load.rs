@@ -97,10 +97,15 @@ pub fn import_options_for(
     }
     for flag in input_flags {
         if let Some((name, path)) = flag.split_once('=') {
-            if let Ok(t) = graphc_runtime::npy::read_npy(Path::new(path)) {
-                options.input_shapes.insert(name.to_string(), t.shape().iter().map(|&d| d as u64).collect());
-                if t.len() <= 1 << 16 {
-                    options.known_inputs.insert(name.to_string(), t);
+            // The header gives the shape; only a small array's values are read here (a large
+            // one is read, against the memory limit, with the feeds).
+            if let Ok(f) = graphc_runtime::npy::NpyFile::open(Path::new(path)) {
+                let ty = f.ty();
+                options.input_shapes.insert(name.to_string(), ty.shape.clone());
+                if ty.num_elements().is_some_and(|n| n <= 1 << 16) {
+                    if let Ok(t) = f.read() {
+                        options.known_inputs.insert(name.to_string(), t);
+                    }
                 }
             }
         }

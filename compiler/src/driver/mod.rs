@@ -15,6 +15,7 @@
 mod compile;
 mod dataset;
 mod distributed;
+mod files;
 mod inputs;
 mod job;
 mod load;
@@ -26,7 +27,8 @@ mod train;
 pub use compile::{optimize, session};
 pub use dataset::{Dataset, Position};
 pub use distributed::{read_token, Distributed};
-pub use inputs::{check_outputs, check_writable, freeze_inputs, make_inputs, select_graphs, Feeds, Inputs};
+pub use files::Files;
+pub use inputs::{freeze_inputs, make_inputs, select_graphs, Feeds, Inputs};
 pub use job::{prepare, Job, Prepared};
 pub use load::{import_options_for, is_onnx, load};
 pub use place::{place_and_partition, placement_summary, Devices, Placed};

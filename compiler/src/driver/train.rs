@@ -142,7 +142,7 @@ pub fn plan(spec: &TrainSpec<'_>, file: &SourceFile, mut module: Module) -> anyh
     let training = Training {
         graph,
         seed: spec.seed,
-        memory_left: Some(limit - dataset.bytes()),
+        memory_left: Some(limit.saturating_sub(dataset.bytes())),
         dataset: Some(dataset),
         pipeline: Some(pipeline),
         random: Vec::new(),
