@@ -426,27 +426,27 @@ impl Graph {
     pub fn insert_node(&mut self, region: Region, index: usize, mut spec: NodeSpec) -> Result<Node, InferError> {
         crate::infer::normalize_attrs(spec.op, &mut spec.attrs);
         let types = self.infer(spec.op, &spec.operands, &spec.attrs, &spec.regions, spec.declared.as_deref())?;
+        for (i, &v) in spec.operands.iter().enumerate() {
+            self.values[v].uses.push(Use::Operand(self.nodes.next_key(), i as u32));
+        }
+        for (i, &v) in spec.control_deps.iter().enumerate() {
+            self.values[v].uses.push(Use::Control(self.nodes.next_key(), i as u32));
+        }
+        for &r in &spec.regions {
+            self.regions[r].parent = Some(self.nodes.next_key());
+        }
         let node = self.nodes.push(NodeData {
             op: spec.op,
-            operands: spec.operands.clone(),
+            operands: spec.operands,
             results: Vec::new(),
             attrs: spec.attrs,
-            regions: spec.regions.clone(),
-            control_deps: spec.control_deps.clone(),
+            regions: spec.regions,
+            control_deps: spec.control_deps,
             device: spec.device,
             parent: region,
             span: spec.span,
             comments: Vec::new(),
         });
-        for (i, &v) in spec.operands.iter().enumerate() {
-            self.values[v].uses.push(Use::Operand(node, i as u32));
-        }
-        for (i, &v) in spec.control_deps.iter().enumerate() {
-            self.values[v].uses.push(Use::Control(node, i as u32));
-        }
-        for &r in &spec.regions {
-            self.regions[r].parent = Some(node);
-        }
         let results = types
             .into_iter()
             .enumerate()
@@ -547,44 +547,67 @@ impl Graph {
     }
 
     /// Removes many nodes at once, with the regions they own. Each node's results may be used
-    /// only by nodes also being removed. One pass over each affected region, so passes that
-    /// delete thousands of nodes stay linear.
+    /// only by nodes also being removed. Linear in the nodes removed and the uses they make
+    /// (up to a sort), apart from one pass over each affected region, so passes that delete
+    /// thousands of nodes stay linear.
     pub fn remove_nodes(&mut self, nodes: &[Node]) -> Result<(), String> {
-        let doomed: std::collections::HashSet<Node> = nodes.iter().copied().collect();
+        // Membership by binary search in the sorted ids: a hash set of a few hundred thousand
+        // nodes missed the cache on nearly every lookup.
+        let mut doomed = nodes.to_vec();
+        doomed.sort_unstable();
+        doomed.dedup();
+        let is_doomed = |m: &Node| doomed.binary_search(m).is_ok();
         for &n in nodes {
             for &v in &self.nodes[n].results {
-                if self.values[v].uses.iter().any(|u| u.user().is_none_or(|m| !doomed.contains(&m))) {
+                if self.values[v].uses.iter().any(|u| u.user().is_none_or(|m| !is_doomed(&m))) {
                     return Err(format!("cannot remove {n}: its result {v} is still used"));
                 }
             }
         }
         // Drop the uses per value in one pass each: a value used by thousands of the removed
         // nodes (a shared weight) must not cost a scan per use.
-        let mut dropped: HashMap<Value, std::collections::HashSet<Use>> = HashMap::new();
         let mut uses = Vec::new();
         for &n in nodes {
             self.uses_by(n, &mut uses);
         }
-        for (v, u) in uses {
-            dropped.entry(v).or_default().insert(u);
-        }
-        for (v, set) in dropped {
-            self.values[v].uses.retain(|u| !set.contains(u));
+        uses.sort_unstable_by_key(|&(v, _)| v);
+        for dropped in uses.chunk_by(|a, b| a.0 == b.0) {
+            let list = &mut self.values[dropped[0].0].uses;
+            if dropped.len() <= 8 {
+                list.retain(|u| !dropped.iter().any(|(_, d)| d == u));
+            } else {
+                let set: std::collections::HashSet<Use> = dropped.iter().map(|&(_, u)| u).collect();
+                list.retain(|u| !set.contains(u));
+            }
         }
         let mut regions: Vec<Region> = Vec::new();
+        let mut freed = Vec::new();
         for &n in nodes {
-            let parent = self.nodes[n].parent;
-            if !regions.contains(&parent) {
-                regions.push(parent);
-            }
-            for v in self.nodes[n].results.clone() {
+            regions.push(self.nodes[n].parent);
+            for i in 0..self.nodes[n].results.len() {
+                let v = self.nodes[n].results[i];
                 if let Some(name) = self.values[v].name.take() {
-                    self.names.remove(&name);
+                    freed.push((v, name));
                 }
             }
         }
+        // Names go one by one, or in one sweep of the table when they are a good part of it
+        // (a lookup each missed the cache once the table held a hundred thousand names).
+        if freed.len() * 4 < self.names.len() {
+            for (_, name) in &freed {
+                self.names.remove(name);
+            }
+        } else {
+            let mut gone = vec![false; self.values.len()];
+            for &(v, _) in &freed {
+                gone[v.as_u32() as usize] = true;
+            }
+            self.names.retain(|_, v| !gone[v.as_u32() as usize]);
+        }
+        regions.sort_unstable();
+        regions.dedup();
         for r in regions {
-            self.regions[r].nodes.retain(|n| !doomed.contains(n));
+            self.regions[r].nodes.retain(|n| !is_doomed(n));
         }
         Ok(())
     }

@@ -41,7 +41,12 @@ fn at(span: Span, msg: String) -> Diagnostic {
 
 /// Verifies one graph; every problem found is returned.
 pub fn verify_graph(g: &Graph) -> Vec<Diagnostic> {
-    let mut v = GraphVerifier { g, diags: Vec::new(), seen: HashMap::new() };
+    let mut v = GraphVerifier {
+        g,
+        diags: Vec::new(),
+        seen: vec![None; g.nodes.len()],
+        defined: Defined { visit: vec![0; g.values.len()], visits: 0 },
+    };
     v.region(g.body, None);
     v.names_and_outputs();
     v.diags
@@ -50,8 +55,44 @@ pub fn verify_graph(g: &Graph) -> Vec<Diagnostic> {
 struct GraphVerifier<'a> {
     g: &'a Graph,
     diags: Vec<Diagnostic>,
-    /// Live node -> its region, filled by the walk.
-    seen: HashMap<Node, Region>,
+    /// Live node -> its region, filled by the walk (by arena index: hash maps of a few hundred
+    /// thousand nodes missed the cache on nearly every lookup).
+    seen: Vec<Option<Region>>,
+    defined: Defined,
+}
+
+/// The values defined so far in each region being walked, as the walk of the region's visit
+/// number that defined each value, by arena index. A value defined again in another visit
+/// (a broken graph's) goes to that visit's own set, `Scope::again`.
+struct Defined {
+    visit: Vec<u32>,
+    visits: u32,
+}
+
+/// The values visible in one region's walk.
+struct Scope {
+    visit: u32,
+    again: HashSet<Value>,
+}
+
+impl Defined {
+    fn open(&mut self) -> Scope {
+        self.visits += 1;
+        Scope { visit: self.visits, again: HashSet::new() }
+    }
+
+    fn insert(&mut self, scope: &mut Scope, v: Value) {
+        let slot = &mut self.visit[v.as_u32() as usize];
+        if *slot == 0 {
+            *slot = scope.visit;
+        } else if *slot != scope.visit {
+            scope.again.insert(v);
+        }
+    }
+
+    fn contains(&self, scope: &Scope, v: Value) -> bool {
+        self.visit.get(v.as_u32() as usize) == Some(&scope.visit) || scope.again.contains(&v)
+    }
 }
 
 impl GraphVerifier<'_> {
@@ -67,14 +108,17 @@ impl GraphVerifier<'_> {
             self.err(rd.span, format!("{r} records owner {:?} but is held by {:?}", rd.parent, owner));
         }
         // Values visible in this region so far.
-        let mut defined: HashSet<Value> = rd.params.iter().copied().collect();
+        let mut defined = self.defined.open();
+        for &p in &rd.params {
+            self.defined.insert(&mut defined, p);
+        }
         for (i, &p) in rd.params.iter().enumerate() {
             if g.values[p].def != ValueDef::Param(r, i as u32) {
                 self.err(rd.span, format!("parameter {i} of {r} has a wrong definition record"));
             }
         }
         for &n in &rd.nodes {
-            if let Some(prev) = self.seen.insert(n, r) {
+            if let Some(prev) = self.seen[n.as_u32() as usize].replace(r) {
                 self.err(g.nodes[n].span, format!("node {} appears in both {prev} and {r}", g.describe(n)));
                 continue;
             }
@@ -82,12 +126,17 @@ impl GraphVerifier<'_> {
             if nd.parent != r {
                 self.err(nd.span, format!("node {} records region {} but sits in {r}", g.describe(n), nd.parent));
             }
+            // (What a message names is formatted only for a message.)
             for (i, &v) in nd.operands.iter().enumerate() {
-                self.in_scope(&defined, r, v, nd.span, &format!("operand {i} of {}", g.describe(n)));
+                if !self.defined.contains(&defined, v) {
+                    self.in_scope(&defined, r, v, nd.span, &format!("operand {i} of {}", g.describe(n)));
+                }
                 self.use_recorded(v, Use::Operand(n, i as u32), nd.span);
             }
             for (i, &v) in nd.control_deps.iter().enumerate() {
-                self.in_scope(&defined, r, v, nd.span, &format!("control dependency {i} of {}", g.describe(n)));
+                if !self.defined.contains(&defined, v) {
+                    self.in_scope(&defined, r, v, nd.span, &format!("control dependency {i} of {}", g.describe(n)));
+                }
                 self.use_recorded(v, Use::Control(n, i as u32), nd.span);
             }
             for &sub in &nd.regions {
@@ -101,7 +150,7 @@ impl GraphVerifier<'_> {
                 if g.values[res].def != ValueDef::Result(n, i as u32) {
                     self.err(nd.span, format!("result {i} of {} has a wrong definition record", g.describe(n)));
                 }
-                defined.insert(res);
+                self.defined.insert(&mut defined, res);
             }
         }
         for (i, &v) in rd.yields.iter().enumerate() {
@@ -115,8 +164,8 @@ impl GraphVerifier<'_> {
         }
     }
 
-    fn in_scope(&mut self, defined: &HashSet<Value>, region: Region, v: Value, span: Span, what: &str) {
-        if defined.contains(&v) {
+    fn in_scope(&mut self, defined: &Scope, region: Region, v: Value, span: Span, what: &str) {
+        if self.defined.contains(defined, v) {
             return;
         }
         let g = self.g;
@@ -185,10 +234,10 @@ impl GraphVerifier<'_> {
 
     fn names_and_outputs(&mut self) {
         let g = self.g;
-        let mut names = HashMap::new();
+        let mut names: HashMap<&str, Value> = HashMap::new();
         for (v, vd) in g.values.iter() {
             if let Some(name) = &vd.name {
-                if names.insert(name.clone(), v).is_some() {
+                if names.insert(name, v).is_some() {
                     self.err(vd.span, format!("value name %{name} is used twice"));
                 }
             }

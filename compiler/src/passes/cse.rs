@@ -6,7 +6,7 @@ use super::manager::Pass;
 use super::rewrite::{is_pure, regions, remove_dead};
 use graphc_ir::{Attr, TensorData};
 use graphc_ir::{Graph, Node};
-use std::collections::hash_map::DefaultHasher;
+use std::collections::hash_map::{DefaultHasher, Entry};
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 
@@ -21,21 +21,35 @@ impl Pass for Cse {
     fn run(&self, g: &mut Graph) -> Result<bool, String> {
         let mut changed = false;
         for r in regions(g) {
-            // Buckets by a cheap hash; equality is checked in full within a bucket.
-            let mut seen: HashMap<u64, Vec<Node>> = HashMap::new();
+            // Buckets by a cheap hash; equality is checked in full within a bucket. A bucket's
+            // first node is kept inline, the others (a fingerprint shared by different nodes)
+            // in `more`: no allocation per node.
+            let mut seen: HashMap<u64, Node> = HashMap::new();
+            let mut more: HashMap<u64, Vec<Node>> = HashMap::new();
             for n in g.regions[r].nodes.clone() {
                 if !g.nodes[n].regions.is_empty() || !is_pure(g, n) {
                     continue;
                 }
-                let bucket = seen.entry(fingerprint(g, n)).or_default();
-                match bucket.iter().copied().find(|&m| same(g, m, n)) {
+                let key = fingerprint(g, n);
+                let found = match seen.entry(key) {
+                    Entry::Vacant(e) => {
+                        e.insert(n);
+                        continue;
+                    }
+                    Entry::Occupied(e) => {
+                        let first = *e.get();
+                        let others = more.get(&key).into_iter().flatten().copied();
+                        std::iter::once(first).chain(others).find(|&m| same(g, m, n))
+                    }
+                };
+                match found {
                     Some(first) => {
                         for (old, new) in g.nodes[n].results.clone().into_iter().zip(g.nodes[first].results.clone()) {
                             g.replace_all_uses(old, new);
                         }
                         changed = true;
                     }
-                    None => bucket.push(n),
+                    None => more.entry(key).or_default().push(n),
                 }
             }
         }

@@ -21,7 +21,7 @@
 use super::manager::Pass;
 use super::rewrite::{constant_of, regions, remove_dead};
 use graphc_ir::shape::broadcasts_to;
-use graphc_ir::{Attr, DeviceSpec, Graph, Node, NodeSpec, Op, OpKind, Region, Type, Value};
+use graphc_ir::{Attr, DeviceSpec, Graph, Node, NodeSpec, Op, OpKind, Region, Type, Value, ValueDef};
 use std::cmp::Reverse;
 use std::collections::hash_map::Entry;
 use std::collections::{BinaryHeap, HashMap, HashSet};
@@ -36,12 +36,13 @@ impl Pass for Fuse {
 
     fn run(&self, g: &mut Graph) -> Result<bool, String> {
         let mut changed = false;
+        let mut local = Numbering::default();
         for r in regions(g) {
             // Kernels are not fused again.
             if g.regions[r].parent.is_some_and(|p| g.nodes[p].op == Op::Fusion) {
                 continue;
             }
-            changed |= fuse_region(g, r)?;
+            changed |= fuse_region(g, r, &mut local)?;
         }
         if changed {
             remove_dead(g)?;
@@ -67,10 +68,12 @@ impl Kind {
     }
 }
 
+/// A group of one region's nodes, which are named by their positions in the region (as
+/// everything per node is while a region is fused: `Numbering`).
 #[derive(Debug)]
 struct Group {
     /// In no particular order (merges append the smaller group to the larger).
-    members: Vec<Node>,
+    members: Vec<usize>,
     kind: Kind,
     first: usize,
     /// Position of the latest member.
@@ -86,7 +89,7 @@ struct Group {
     /// The producers of the members' operands: those outside the group are where a path out
     /// of it comes back in. Includes members that joined after the entry was made (cheaper to
     /// skip than to remove).
-    producers: Vec<Node>,
+    producers: Vec<usize>,
 }
 
 /// The shape a group's kernel iterates over: a matmul's product, a reduction's operand, or
@@ -177,36 +180,94 @@ fn inlinable(g: &Graph, v: Value) -> bool {
     constant_of(g, v).is_some_and(|lit| lit.is_splat() || lit.data().len() <= 1)
 }
 
-fn fuse_region(g: &mut Graph, r: Region) -> Result<bool, String> {
+/// Positions in one list of nodes (a region's, in order), held in a table over the graph's
+/// arena that is kept from region to region: numbering a list costs its length, not the
+/// arena's, and a node not in the list numbered last has no position. Everything the pass
+/// keeps per node is then a vector over positions (hash maps of nodes missed the cache on
+/// nearly every lookup once a region held a hundred thousand nodes).
+#[derive(Default)]
+struct Numbering {
+    /// Per arena slot: the numbering that last gave the node a position, and the position.
+    slots: Vec<(u32, u32)>,
+    /// The current numbering (0: none yet).
+    stamp: u32,
+}
+
+impl Numbering {
+    fn number(&mut self, g: &Graph, nodes: &[Node]) {
+        self.stamp += 1;
+        if self.slots.len() < g.nodes.len() {
+            self.slots.resize(g.nodes.len(), (0, 0));
+        }
+        for (i, &n) in nodes.iter().enumerate() {
+            self.slots[n.as_u32() as usize] = (self.stamp, i as u32);
+        }
+    }
+
+    fn get(&self, n: Node) -> Option<usize> {
+        self.slots.get(n.as_u32() as usize).filter(|s| s.0 == self.stamp).map(|s| s.1 as usize)
+    }
+}
+
+/// `group_of`'s entry for a position in no group.
+const NO_GROUP: usize = usize::MAX;
+
+/// Visited marks over positions or groups, all cleared in constant time (a search marks with a
+/// stamp of its own), so that a search costs what it visits, not the region's size.
+#[derive(Default)]
+struct Marks {
+    stamps: Vec<u32>,
+    current: u32,
+}
+
+impl Marks {
+    fn clear(&mut self) {
+        self.current += 1;
+    }
+
+    /// Marks `i`; whether it was not marked yet.
+    fn insert(&mut self, i: usize) -> bool {
+        if i >= self.stamps.len() {
+            self.stamps.resize(i + 1, 0);
+        }
+        let fresh = self.stamps[i] != self.current;
+        self.stamps[i] = self.current;
+        fresh
+    }
+}
+
+fn fuse_region(g: &mut Graph, r: Region, local: &mut Numbering) -> Result<bool, String> {
     let nodes = g.regions[r].nodes.clone();
-    let pos: HashMap<Node, usize> = nodes.iter().enumerate().map(|(i, &n)| (n, i)).collect();
+    local.number(g, &nodes);
     // Segments between barriers: barrier k gets 2k+1, the ops after it 2k+2.
-    let mut seg = HashMap::new();
+    let mut seg = Vec::with_capacity(nodes.len());
     let mut barriers = 0;
     for &n in &nodes {
         let barrier = g.nodes[n].op.is_stateful() || !g.nodes[n].regions.is_empty();
         if barrier {
-            seg.insert(n, 2 * barriers + 1);
+            seg.push(2 * barriers + 1);
             barriers += 1;
         } else {
-            seg.insert(n, 2 * barriers);
+            seg.push(2 * barriers);
         }
     }
 
-    let effects = Needs::effects(g, &nodes);
+    let effects = Needs::effects(g, &nodes, local);
 
     let mut groups: Vec<Group> = Vec::new();
-    let mut group_of: HashMap<Node, usize> = HashMap::new();
+    let mut group_of: Vec<usize> = vec![NO_GROUP; nodes.len()];
     let mut spans = Spans::new(nodes.len());
-    for &n in &nodes {
+    let mut marks = (Marks::default(), Marks::default());
+    let mut tried = Vec::new();
+    for (i, &n) in nodes.iter().enumerate() {
         if !fusible(g, n) {
             continue;
         }
         let op = g.nodes[n].op;
         let mut joined = None;
-        let mut tried = Vec::new();
+        tried.clear();
         for &v in &g.nodes[n].operands {
-            let Some(&gi) = g.producer(v).and_then(|p| group_of.get(&p)) else { continue };
+            let Some(gi) = g.producer(v).and_then(|p| group_at(&group_of, local, p)) else { continue };
             if tried.contains(&gi) {
                 continue;
             }
@@ -225,21 +286,23 @@ fn fuse_region(g: &mut Graph, r: Region) -> Result<bool, String> {
                 (k, _) => Some(k),
             };
             let Some(kind) = accepts else { continue };
-            if grp.seg != seg[&n] || grp.device != g.nodes[n].device || grp.effects != effects.id[&n] {
+            if grp.seg != seg[i] || grp.device != g.nodes[n].device || grp.effects != effects.id[i] {
                 continue;
             }
-            let Some(shape) = joined_shape(g, n, gi, grp, &group_of) else { continue };
-            // Joining is safe unless another operand of `n` depends on the group.
-            let starts: Vec<Node> = g.nodes[n]
+            let in_group = |m: Node| group_at(&group_of, local, m) == Some(gi);
+            let Some(shape) = joined_shape(g, n, grp, &nodes, &in_group) else { continue };
+            // Joining is safe unless another operand of `n` depends on the group. (Producers
+            // outside the region, which a verified graph has none of, are no path back.)
+            let starts: Vec<usize> = g.nodes[n]
                 .operands
                 .iter()
-                .filter_map(|&v| g.producer(v))
-                .filter(|p| group_of.get(p) != Some(&gi))
+                .filter_map(|&v| local.get(g.producer(v)?))
+                .filter(|&p| group_of[p] != gi)
                 .collect();
             if !starts.is_empty() {
                 let bound = spans.safe_bound(grp.first);
-                let state = Fusion { groups: &groups, group_of: &group_of, pos: &pos };
-                if reaches_target(g, starts.clone(), &|m| group_of.get(&m) == Some(&gi), bound, &state) {
+                let state = Fusion { nodes: &nodes, groups: &groups, group_of: &group_of, local };
+                if reaches_target(g, starts.clone(), &|m| group_of[m] == gi, bound, &state, &mut marks) {
                     continue;
                 }
             }
@@ -249,18 +312,21 @@ fn fuse_region(g: &mut Graph, r: Region) -> Result<bool, String> {
         match joined {
             Some((gi, kind, shape, outside)) => {
                 let grp = &mut groups[gi];
-                grp.members.push(n);
+                grp.members.push(i);
                 grp.kind = kind;
-                grp.shape = shape;
-                grp.last = pos[&n];
+                if let Reshape::To(shape) = shape {
+                    grp.shape = shape;
+                }
+                grp.last = i;
                 if op.kind() == OpKind::Reduction && grp.rows.is_none() {
                     grp.rows = Some(row_key(g, n));
                 }
                 // Fusible nodes have no `after` lists: their operands are all they depend on.
                 grp.producers.extend(outside);
-                group_of.insert(n, gi);
-                spans.record(pos[&n], groups[gi].first);
-                merge_sibling_groups(g, n, gi, &mut groups, &mut group_of, &pos, &mut spans);
+                group_of[i] = gi;
+                spans.record(i, groups[gi].first);
+                let mut state = Merging { nodes: &nodes, groups: &mut groups, group_of: &mut group_of, local };
+                merge_sibling_groups(g, n, gi, &mut state, &mut spans, &mut marks);
             }
             None => {
                 let (kind, shape) = match op.kind() {
@@ -268,30 +334,33 @@ fn fuse_region(g: &mut Graph, r: Region) -> Result<bool, String> {
                     OpKind::Reduction => (Kind::Input, operand_shape(g, n)),
                     _ => (Kind::Loop, result_shape(g, n)),
                 };
-                group_of.insert(n, groups.len());
-                spans.record(pos[&n], pos[&n]);
+                group_of[i] = groups.len();
+                spans.record(i, i);
                 groups.push(Group {
-                    members: vec![n],
+                    members: vec![i],
                     kind,
-                    first: pos[&n],
-                    last: pos[&n],
-                    seg: seg[&n],
+                    first: i,
+                    last: i,
+                    seg: seg[i],
                     device: g.nodes[n].device.clone(),
                     shape,
                     rows: (op.kind() == OpKind::Reduction).then(|| row_key(g, n)),
-                    effects: effects.id[&n],
-                    producers: producers_of(g, n).collect(),
+                    effects: effects.id[i],
+                    producers: producers_of(g, n).filter_map(|p| local.get(p)).collect(),
                 });
             }
         }
     }
 
-    let mut order_key: HashMap<Node, (usize, usize)> = nodes.iter().map(|&n| (n, (seg[&n], pos[&n]))).collect();
     let mut removed = Vec::new();
     let mut renames = Vec::new();
-    let sources = Needs::sources(g, &nodes);
+    let mut fusions = HashMap::new();
+    let sources = Needs::sources(g, &nodes, local);
     let apart: Vec<usize> = (groups.iter().enumerate())
-        .filter(|&(gi, grp)| grp.members.len() >= 2 && !leaving_values_agree(g, grp, &group_of, gi, &sources))
+        .filter(|&(gi, grp)| {
+            let in_group = |m: Node| group_at(&group_of, local, m) == Some(gi);
+            grp.members.len() >= 2 && !leaving_values_agree(g, grp, &nodes, &in_group, &sources)
+        })
         .map(|(gi, _)| gi)
         .collect();
     for gi in apart {
@@ -301,11 +370,13 @@ fn fuse_region(g: &mut Graph, r: Region) -> Result<bool, String> {
     let copies: usize = groups.iter().map(|grp| grp.members.len()).filter(|&k| k >= 2).sum();
     g.nodes.reserve(copies);
     g.values.reserve(copies);
-    for grp in groups.iter_mut().filter(|grp| grp.members.len() >= 2) {
-        grp.members.sort_unstable_by_key(|m| pos[m]);
-        let (fusion, names) = outline(g, r, grp)?;
-        order_key.insert(fusion, (grp.seg, grp.last));
-        removed.extend(grp.members.iter().copied());
+    let mut copy_of = vec![None; nodes.len()];
+    for (gi, grp) in groups.iter_mut().enumerate().filter(|(_, grp)| grp.members.len() >= 2) {
+        grp.members.sort_unstable();
+        let members = Members { gi, nodes: &nodes, group_of: &group_of, local };
+        let (fusion, names) = outline(g, r, grp, &members, &mut copy_of)?;
+        fusions.insert(fusion, (grp.seg, grp.last));
+        removed.extend(grp.members.iter().map(|&m| nodes[m]));
         renames.extend(names);
     }
     if removed.is_empty() {
@@ -315,8 +386,25 @@ fn fuse_region(g: &mut Graph, r: Region) -> Result<bool, String> {
     for (v, name) in renames {
         g.set_name(v, &name);
     }
-    reorder(g, r, &order_key);
+    // The order's keys: a node's segment and position, a fusion node's its last member's.
+    let key: Vec<Option<(usize, usize)>> = (g.regions[r].nodes.iter())
+        .map(|&n| local.get(n).map(|i| (seg[i], i)).or_else(|| fusions.get(&n).copied()))
+        .collect();
+    reorder(g, r, &key, local);
     Ok(true)
+}
+
+/// The group of the node `m` of the region numbered, if any.
+fn group_at(group_of: &[usize], local: &Numbering, m: Node) -> Option<usize> {
+    local.get(m).map(|i| group_of[i]).filter(|&k| k != NO_GROUP)
+}
+
+/// The grouping state `merge_sibling_groups` changes.
+struct Merging<'a> {
+    nodes: &'a [Node],
+    groups: &'a mut [Group],
+    group_of: &'a mut [usize],
+    local: &'a Numbering,
 }
 
 /// After `n` joined group `gi`, pulls in the groups of its other operands when the kinds
@@ -326,17 +414,16 @@ fn merge_sibling_groups(
     g: &Graph,
     n: Node,
     mut gi: usize,
-    groups: &mut [Group],
-    group_of: &mut HashMap<Node, usize>,
-    pos: &HashMap<Node, usize>,
+    st: &mut Merging<'_>,
     spans: &mut Spans,
+    marks: &mut (Marks, Marks),
 ) {
     for &v in &g.nodes[n].operands {
-        let Some(&hj) = g.producer(v).and_then(|p| group_of.get(&p)) else { continue };
-        if hj == gi || groups[hj].members.is_empty() {
+        let Some(hj) = g.producer(v).and_then(|p| group_at(st.group_of, st.local, p)) else { continue };
+        if hj == gi || st.groups[hj].members.is_empty() {
             continue;
         }
-        let (a, b) = (&groups[gi], &groups[hj]);
+        let (a, b) = (&st.groups[gi], &st.groups[hj]);
         let kind = match (a.kind, b.kind) {
             (Kind::Loop, Kind::Loop) => Kind::Loop,
             (Kind::Loop, Kind::Input) | (Kind::Input, Kind::Loop) => Kind::Input,
@@ -349,27 +436,30 @@ fn merge_sibling_groups(
         // Producers that joined their consumer's group since go, so that failed merges do not
         // scan them again.
         for k in [gi, hj] {
-            groups[k].producers.retain(|p| group_of.get(p) != Some(&k));
+            let group_of = &*st.group_of;
+            st.groups[k].producers.retain(|&p| group_of[p] != k);
         }
-        let (a, b) = (&groups[gi], &groups[hj]);
-        let in_merged = |m: Node| group_of.get(&m).is_some_and(|&k| k == gi || k == hj);
-        let Some(shape) = merged_shape(g, a, b, &in_merged) else { continue };
+        let (a, b) = (&st.groups[gi], &st.groups[hj]);
+        let in_merged = |m: Node| group_at(st.group_of, st.local, m).is_some_and(|k| k == gi || k == hj);
+        let Some(shape) = merged_shape(g, a, b, st.nodes, &in_merged) else { continue };
         // Merging is safe unless one of the two depends on the other through an outside node.
-        let starts: Vec<Node> = a.producers.iter().chain(&b.producers).copied().filter(|&p| !in_merged(p)).collect();
+        let merged_at = |p: usize| st.group_of[p] == gi || st.group_of[p] == hj;
+        let starts: Vec<usize> = a.producers.iter().chain(&b.producers).copied().filter(|&p| !merged_at(p)).collect();
         if !starts.is_empty() {
             let bound = spans.safe_bound(a.first.min(b.first));
-            let state = Fusion { groups, group_of, pos };
-            if reaches_target(g, starts, &in_merged, bound, &state) {
+            let state = Fusion { nodes: st.nodes, groups: st.groups, group_of: st.group_of, local: st.local };
+            if reaches_target(g, starts, &merged_at, bound, &state, marks) {
                 continue;
             }
         }
         // The larger group takes the smaller one's members, so that a node moves O(log n)
         // times at most.
+        let groups = &mut *st.groups;
         let (keep, gone) = if groups[gi].members.len() >= groups[hj].members.len() { (gi, hj) } else { (hj, gi) };
         let moved = std::mem::take(&mut groups[gone].members);
         let mut producers = std::mem::take(&mut groups[gone].producers);
         for &m in &moved {
-            group_of.insert(m, keep);
+            st.group_of[m] = keep;
         }
         let (first, last, rows) = (groups[gone].first, groups[gone].last, groups[gone].rows.take());
         let grp = &mut groups[keep];
@@ -402,7 +492,8 @@ fn merge_sibling_groups(
 /// group must share those, else the group is not formed: one more read or input is harmless
 /// inside a chain whose result needs it anyway.
 struct Needs {
-    id: HashMap<Node, usize>,
+    /// By position in the region.
+    id: Vec<usize>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -412,32 +503,36 @@ enum Need {
 }
 
 impl Needs {
-    fn effects(g: &Graph, nodes: &[Node]) -> Needs {
-        Needs::of(g, nodes, false)
+    fn effects(g: &Graph, nodes: &[Node], local: &Numbering) -> Needs {
+        Needs::of(g, nodes, local, false)
     }
 
-    fn sources(g: &Graph, nodes: &[Node]) -> Needs {
-        Needs::of(g, nodes, true)
+    fn sources(g: &Graph, nodes: &[Node], local: &Numbering) -> Needs {
+        Needs::of(g, nodes, local, true)
     }
 
-    fn of(g: &Graph, nodes: &[Node], sources: bool) -> Needs {
+    /// `nodes` are the region's, numbered by `local`.
+    fn of(g: &Graph, nodes: &[Node], local: &Numbering, sources: bool) -> Needs {
         let mut sets: Vec<Vec<Need>> = vec![Vec::new()];
         let mut interned: HashMap<Vec<Need>, usize> = HashMap::from([(Vec::new(), 0)]);
-        let mut id: HashMap<Node, usize> = HashMap::with_capacity(nodes.len());
-        for &n in nodes {
-            let mut ids: Vec<usize> = Vec::new();
-            let mut own: Vec<Need> = Vec::new();
+        let mut id: Vec<usize> = Vec::with_capacity(nodes.len());
+        let mut ids: Vec<usize> = Vec::new();
+        let mut own: Vec<Need> = Vec::new();
+        for (i, &n) in nodes.iter().enumerate() {
+            ids.clear();
+            own.clear();
             let nd = &g.nodes[n];
             for &v in nd.operands.iter().chain(&nd.control_deps) {
-                // Producers outside the region are its inputs, as its parameters are.
-                let Some(p) = g.producer(v).filter(|p| id.contains_key(p)) else {
+                // Producers outside the region are its inputs, as its parameters are (and so
+                // are those after the node, in an order no verified graph has).
+                let Some((p, at)) = g.producer(v).and_then(|p| Some((p, local.get(p).filter(|&at| at < i)?))) else {
                     if sources && g.producer(v).is_none() {
                         own.push(Need::Input(v));
                     }
                     continue;
                 };
-                if !ids.contains(&id[&p]) {
-                    ids.push(id[&p]);
+                if !ids.contains(&id[at]) {
+                    ids.push(id[at]);
                 }
                 let pd = &g.nodes[p];
                 let declaration = matches!(pd.op, Op::Variable | Op::Queue);
@@ -450,7 +545,8 @@ impl Needs {
                 ([], true) => 0,
                 ([k], true) => *k,
                 _ => {
-                    let mut set: Vec<Need> = ids.iter().flat_map(|&k| sets[k].iter().copied()).chain(own).collect();
+                    let mut set: Vec<Need> =
+                        ids.iter().flat_map(|&k| sets[k].iter().copied()).chain(own.iter().copied()).collect();
                     set.sort_unstable();
                     set.dedup();
                     *interned.entry(set).or_insert_with_key(|set| {
@@ -459,22 +555,28 @@ impl Needs {
                     })
                 }
             };
-            id.insert(n, k);
+            id.push(k);
         }
         Needs { id }
     }
 }
 
-/// Whether the values that leave `grp` (read by a node outside it, or yielded) all need the
-/// same sources (`Needs::sources`).
-fn leaving_values_agree(g: &Graph, grp: &Group, group_of: &HashMap<Node, usize>, gi: usize, sources: &Needs) -> bool {
+/// Whether the values that leave `grp` (read by a node `in_group` rejects, or yielded) all
+/// need the same sources (`Needs::sources`).
+fn leaving_values_agree(
+    g: &Graph,
+    grp: &Group,
+    nodes: &[Node],
+    in_group: &dyn Fn(Node) -> bool,
+    sources: &Needs,
+) -> bool {
     let mut need = None;
     for &m in &grp.members {
-        let leaves = g.nodes[m]
+        let leaves = g.nodes[nodes[m]]
             .results
             .iter()
-            .any(|&v| g.uses(v).iter().any(|u| u.user().is_none_or(|user| group_of.get(&user) != Some(&gi))));
-        if leaves && *need.get_or_insert(sources.id[&m]) != sources.id[&m] {
+            .any(|&v| g.uses(v).iter().any(|u| u.user().is_none_or(|user| !in_group(user))));
+        if leaves && *need.get_or_insert(sources.id[m]) != sources.id[m] {
             return false;
         }
     }
@@ -482,11 +584,19 @@ fn leaving_values_agree(g: &Graph, grp: &Group, group_of: &HashMap<Node, usize>,
 }
 
 fn result_shape(g: &Graph, n: Node) -> IterShape {
-    Some(g.values[*g.nodes[n].results.first()?].ty.as_tensor()?.shape.clone())
+    result_dims(g, n).map(<[u64]>::to_vec)
 }
 
 fn operand_shape(g: &Graph, n: Node) -> IterShape {
-    Some(g.values[*g.nodes[n].operands.first()?].ty.as_tensor()?.shape.clone())
+    operand_dims(g, n).map(<[u64]>::to_vec)
+}
+
+fn result_dims(g: &Graph, n: Node) -> Option<&[u64]> {
+    Some(&g.values[*g.nodes[n].results.first()?].ty.as_tensor()?.shape)
+}
+
+fn operand_dims(g: &Graph, n: Node) -> Option<&[u64]> {
+    Some(&g.values[*g.nodes[n].operands.first()?].ty.as_tensor()?.shape)
 }
 
 /// Injective ops other than broadcasts move elements to other indices.
@@ -503,36 +613,49 @@ fn row_of(shape: &[u64]) -> Vec<u64> {
     row
 }
 
+/// What becomes of a group's shape when a node joins it.
+enum Reshape {
+    Keep,
+    To(IterShape),
+}
+
 /// The group's shape once `n` joins it (a group that `n`'s kind already accepts), or `None` when
 /// no kernel could run them together: an epilogue that does not keep the product's shape, a
 /// reduction of anything but the shape iterated, an op wider than an input kernel's rows, or
 /// one that widens a loop kernel whose narrower values are still read outside it (they would
-/// leave the kernel in a shape it does not iterate).
-fn joined_shape(g: &Graph, n: Node, gi: usize, grp: &Group, group_of: &HashMap<Node, usize>) -> Option<IterShape> {
+/// leave the kernel in a shape it does not iterate). `in_group` tells the group's nodes.
+fn joined_shape(g: &Graph, n: Node, grp: &Group, nodes: &[Node], in_group: &dyn Fn(Node) -> bool) -> Option<Reshape> {
     let op = g.nodes[n].op;
     if grp.kind == Kind::Output {
-        return (result_shape(g, n) == grp.shape).then(|| grp.shape.clone());
+        return (result_dims(g, n) == grp.shape.as_deref()).then_some(Reshape::Keep);
     }
     if op.kind() == OpKind::Reduction {
         return match &grp.shape {
-            None => Some(None),
-            Some(s) => (operand_shape(g, n).as_ref() == Some(s)).then(|| grp.shape.clone()),
+            None => Some(Reshape::Keep),
+            Some(s) => (operand_dims(g, n) == Some(s.as_slice())).then_some(Reshape::Keep),
         };
     }
-    let Some(s) = &grp.shape else { return Some(None) };
-    let out = result_shape(g, n)?;
-    if broadcasts_to(&out, s) {
-        return Some(grp.shape.clone());
+    let Some(s) = &grp.shape else { return Some(Reshape::Keep) };
+    let out = result_dims(g, n)?;
+    if broadcasts_to(out, s) {
+        return Some(Reshape::Keep);
     }
-    let inside = |m: Node| m == n || group_of.get(&m) == Some(&gi);
-    let widens = grp.kind == Kind::Loop && broadcasts_to(s, &out);
-    (widens && grp.members.iter().all(|&m| !used_outside(g, m, &inside))).then_some(Some(out))
+    let inside = |m: Node| m == n || in_group(m);
+    let widens = grp.kind == Kind::Loop && broadcasts_to(s, out);
+    (widens && grp.members.iter().all(|&m| !used_outside(g, nodes[m], &inside)))
+        .then(|| Reshape::To(Some(out.to_vec())))
 }
 
 /// The shape of groups `a` and `b` merged (kinds that combine), or `None` when one does not fit
 /// in the other's shape, or when it is narrower and has values read outside the merged group
 /// that an input kernel cannot yield (`joined_shape`).
-fn merged_shape(g: &Graph, a: &Group, b: &Group, in_merged: &dyn Fn(Node) -> bool) -> Option<IterShape> {
+fn merged_shape(
+    g: &Graph,
+    a: &Group,
+    b: &Group,
+    nodes: &[Node],
+    in_merged: &dyn Fn(Node) -> bool,
+) -> Option<IterShape> {
     let (Some(x), Some(y)) = (&a.shape, &b.shape) else { return Some(None) };
     let (wide, narrow) =
         if a.kind == Kind::Input || (b.kind != Kind::Input && broadcasts_to(y, x)) { (x, b) } else { (y, a) };
@@ -545,17 +668,18 @@ fn merged_shape(g: &Graph, a: &Group, b: &Group, in_merged: &dyn Fn(Node) -> boo
     }
     let row = (a.kind == Kind::Input || b.kind == Kind::Input).then(|| row_of(wide));
     let yieldable = |m: Node| {
-        let s = result_shape(g, m);
-        s.as_ref() == Some(wide) || (row.is_some() && s == row)
+        let s = result_dims(g, m);
+        s == Some(wide.as_slice()) || (row.is_some() && s == row.as_deref())
     };
-    narrow.members.iter().all(|&m| yieldable(m) || !used_outside(g, m, in_merged)).then(|| Some(wide.clone()))
+    (narrow.members.iter().map(|&m| nodes[m]))
+        .all(|m| yieldable(m) || !used_outside(g, m, in_merged))
+        .then(|| Some(wide.clone()))
 }
 
 /// Whether a result of `m` is read by a node `inside` rejects or leaves the region.
 fn used_outside(g: &Graph, m: Node, inside: &dyn Fn(Node) -> bool) -> bool {
     g.nodes[m].results.iter().any(|&v| g.uses(v).iter().any(|u| u.user().is_none_or(|x| !inside(x))))
 }
-
 /// The span of positions of each group, `first..=last`, as the lowest `first` recorded for
 /// each `last` (a Fenwick tree over positions from the end): what `safe_bound` asks in
 /// logarithmic time. A group records its span whenever it grows; the spans it had before
@@ -606,17 +730,19 @@ impl Spans {
     }
 }
 
-/// Whether any of `starts` depends on a node `in_target` accepts, with every group contracted
-/// to one node (a group depends on everything any of its members does).
+/// Whether any of `starts` depends on a position `in_target` accepts, with every group
+/// contracted to one node (a group depends on everything any of its members does).
 fn reaches_target(
     g: &Graph,
-    starts: Vec<Node>,
-    in_target: &dyn Fn(Node) -> bool,
+    starts: Vec<usize>,
+    in_target: &dyn Fn(usize) -> bool,
     bound: usize,
     fusion: &Fusion<'_>,
+    (seen, seen_groups): &mut (Marks, Marks),
 ) -> bool {
     let mut stack = starts;
-    let (mut seen, mut seen_groups) = (HashSet::new(), HashSet::new());
+    seen.clear();
+    seen_groups.clear();
     while let Some(m) = stack.pop() {
         if in_target(m) {
             return true;
@@ -624,45 +750,69 @@ fn reaches_target(
         if !seen.insert(m) {
             continue;
         }
-        match fusion.group_of.get(&m) {
-            Some(&h) => {
+        match fusion.group_of[m] {
+            NO_GROUP => {
+                if m < bound {
+                    continue;
+                }
+                stack.extend(producers_of(g, fusion.nodes[m]).filter_map(|p| fusion.local.get(p)));
+            }
+            h => {
                 let grp = &fusion.groups[h];
                 if grp.last < bound || !seen_groups.insert(h) {
                     continue;
                 }
                 stack.extend(&grp.producers);
             }
-            None => {
-                if fusion.pos.get(&m).is_none_or(|&p| p < bound) {
-                    continue;
-                }
-                stack.extend(producers_of(g, m));
-            }
         }
     }
     false
 }
 
-/// The grouping state of one region.
+/// The grouping state of one region: its nodes, numbered by `local`, and their groups.
 struct Fusion<'a> {
+    nodes: &'a [Node],
     groups: &'a [Group],
-    group_of: &'a HashMap<Node, usize>,
-    pos: &'a HashMap<Node, usize>,
+    group_of: &'a [usize],
+    local: &'a Numbering,
+}
+
+/// The members of group `gi`, to tell them from other nodes while it is outlined.
+struct Members<'a> {
+    gi: usize,
+    nodes: &'a [Node],
+    group_of: &'a [usize],
+    local: &'a Numbering,
+}
+
+impl Members<'_> {
+    /// The position of `n` if it is a member.
+    fn position(&self, n: Node) -> Option<usize> {
+        self.local.get(n).filter(|&i| self.group_of[i] == self.gi)
+    }
 }
 
 /// Builds the fusion node for a group (appended to the region) and points every outside use
 /// of the group's values at its results. Returns the node and the names to give its results
-/// once the members are gone.
-fn outline(g: &mut Graph, r: Region, grp: &Group) -> Result<(Node, Vec<(Value, String)>), String> {
-    let members: HashSet<Node> = grp.members.iter().copied().collect();
+/// once the members are gone. `copy_of` (by position) receives each member's copy.
+fn outline(
+    g: &mut Graph,
+    r: Region,
+    grp: &Group,
+    members: &Members<'_>,
+    copy_of: &mut [Option<Node>],
+) -> Result<(Node, Vec<(Value, String)>), String> {
+    let nodes = members.nodes;
     let mut inputs: Vec<Value> = Vec::new();
     let mut seen: HashSet<Value> = HashSet::new();
     for &m in &grp.members {
+        let nd = &g.nodes[nodes[m]];
         // A product's or convolution's operands stay kernel inputs even when constant: the run
         // half reads them as buffers (a splat weight copied in would leave the head without one).
-        let contraction = matches!(g.nodes[m].op, Op::MatMul | Op::Conv);
-        for &v in &g.nodes[m].operands {
-            let internal = g.producer(v).is_some_and(|p| members.contains(&p)) || (!contraction && inlinable(g, v));
+        let contraction = matches!(nd.op, Op::MatMul | Op::Conv);
+        for &v in &nd.operands {
+            let internal =
+                g.producer(v).is_some_and(|p| members.position(p).is_some()) || (!contraction && inlinable(g, v));
             if !internal && seen.insert(v) {
                 inputs.push(v);
             }
@@ -670,19 +820,30 @@ fn outline(g: &mut Graph, r: Region, grp: &Group) -> Result<(Node, Vec<(Value, S
     }
     let mut outputs: Vec<Value> = Vec::new();
     for &m in &grp.members {
-        for &v in &g.nodes[m].results {
-            if g.uses(v).iter().any(|u| u.user().is_none_or(|n| !members.contains(&n))) {
+        for &v in &g.nodes[nodes[m]].results {
+            if g.uses(v).iter().any(|u| u.user().is_none_or(|n| members.position(n).is_none())) {
                 outputs.push(v);
             }
         }
     }
     let types: Vec<Type> = inputs.iter().map(|&v| g.values[v].ty.clone()).collect();
     let kernel = g.new_region("kernel", &types);
+    // The kernel's values for the members' results (through `copy_of`), and for the inputs and
+    // the constants copied in.
     let mut map: HashMap<Value, Value> = inputs.iter().copied().zip(g.regions[kernel].params.clone()).collect();
+    let inner_of = |g: &Graph, copy_of: &[Option<Node>], v: Value| match g.values[v].def {
+        ValueDef::Result(p, k) => Some(g.nodes[copy_of[members.position(p)?]?].results[k as usize]),
+        ValueDef::Param(..) => None,
+    };
     for &m in &grp.members {
-        let nd = g.nodes[m].clone();
-        let mut operands = Vec::with_capacity(nd.operands.len());
-        for &v in &nd.operands {
+        let n = nodes[m];
+        let mut operands = Vec::with_capacity(g.nodes[n].operands.len());
+        for k in 0..g.nodes[n].operands.len() {
+            let v = g.nodes[n].operands[k];
+            if let Some(inner) = inner_of(g, copy_of, v) {
+                operands.push(inner);
+                continue;
+            }
             let inner = match map.entry(v) {
                 Entry::Occupied(e) => *e.get(),
                 Entry::Vacant(e) => {
@@ -698,25 +859,25 @@ fn outline(g: &mut Graph, r: Region, grp: &Group) -> Result<(Node, Vec<(Value, S
         }
         // The member keeps its source location: a run-time error inside the kernel (one the
         // interpreter runs node by node) names the line it came from.
+        let nd = &g.nodes[n];
         let mut spec = NodeSpec::new(nd.op, operands).span(nd.span);
         spec.attrs = nd.attrs.clone();
-        let inner = g.add_node(kernel, spec).map_err(|e| e.message)?;
-        for (&old, &new) in nd.results.iter().zip(&g.nodes[inner].results.clone()) {
-            map.insert(old, new);
-        }
+        copy_of[m] = Some(g.add_node(kernel, spec).map_err(|e| e.message)?);
     }
-    g.set_yields(kernel, outputs.iter().map(|v| map[v]).collect());
+    let yields = outputs.iter().map(|&v| inner_of(g, copy_of, v).expect("an output is a member's result")).collect();
+    g.set_yields(kernel, yields);
     let mut spec =
         NodeSpec::new(Op::Fusion, inputs).regions(vec![kernel]).attr("kind", Attr::Str(grp.kind.name().into()));
     spec.device = grp.device.clone();
     // The fusion is located at its last member (the value it computes), for errors of the
     // kernel as a whole.
     if let Some(&last) = grp.members.last() {
-        spec = spec.span(g.nodes[last].span);
+        spec = spec.span(g.nodes[nodes[last]].span);
     }
     let fusion = g.add_node(r, spec).map_err(|e| e.message)?;
     let mut names = Vec::new();
-    for (&old, &new) in outputs.iter().zip(&g.nodes[fusion].results.clone()) {
+    for (k, &old) in outputs.iter().enumerate() {
+        let new = g.nodes[fusion].results[k];
         if let Some(name) = g.values[old].name.clone() {
             names.push((new, name));
         }
@@ -725,44 +886,53 @@ fn outline(g: &mut Graph, r: Region, grp: &Group) -> Result<(Node, Vec<(Value, S
     Ok((fusion, names))
 }
 
-/// Orders the region's nodes topologically, preferring the old order: by segment (so stateful
-/// ops keep their order) and then position (a fusion node takes its last member's).
-fn reorder(g: &mut Graph, r: Region, key: &HashMap<Node, (usize, usize)>) {
-    let nodes = g.regions[r].nodes.clone();
-    let index: HashMap<Node, usize> = nodes.iter().enumerate().map(|(i, &n)| (n, i)).collect();
-    let mut indegree = vec![0usize; nodes.len()];
-    let mut consumers: Vec<Vec<usize>> = vec![Vec::new(); nodes.len()];
+/// Orders the region's nodes topologically, preferring the old order: by `key` (per node of
+/// the region, in order: segment, so stateful ops keep their order, then position; a fusion
+/// node takes its last member's).
+fn reorder(g: &mut Graph, r: Region, key: &[Option<(usize, usize)>], local: &mut Numbering) {
+    let nodes = std::mem::take(&mut g.regions[r].nodes);
+    local.number(g, &nodes);
+    let len = nodes.len();
+    // Each node's distinct producers in the region, then each node's consumers, in order, as
+    // one array (indexed by `start`).
+    let mut indegree = vec![0usize; len];
+    let mut edges: Vec<(usize, usize)> = Vec::new();
+    let mut preds = Vec::new();
     for (i, &n) in nodes.iter().enumerate() {
         let nd = &g.nodes[n];
-        let mut preds: Vec<usize> = nd
-            .operands
-            .iter()
-            .chain(&nd.control_deps)
-            .filter_map(|&v| g.producer(v))
-            .filter_map(|p| index.get(&p).copied())
-            .collect();
+        preds.clear();
+        preds.extend(nd.operands.iter().chain(&nd.control_deps).filter_map(|&v| local.get(g.producer(v)?)));
         preds.sort_unstable();
         preds.dedup();
         indegree[i] = preds.len();
-        for p in preds {
-            consumers[p].push(i);
-        }
+        edges.extend(preds.iter().map(|&p| (p, i)));
     }
-    let prio = |i: usize| Reverse((key.get(&nodes[i]).copied().unwrap_or((usize::MAX, i)), i));
+    let mut start = vec![0usize; len + 1];
+    for &(p, _) in &edges {
+        start[p + 1] += 1;
+    }
+    for i in 0..len {
+        start[i + 1] += start[i];
+    }
+    let mut consumers = vec![0usize; edges.len()];
+    let mut fill = start.clone();
+    for &(p, c) in &edges {
+        consumers[fill[p]] = c;
+        fill[p] += 1;
+    }
+    let prio = |i: usize| Reverse((key[i].unwrap_or((usize::MAX, i)), i));
     let mut ready: BinaryHeap<Reverse<((usize, usize), usize)>> =
-        (0..nodes.len()).filter(|&i| indegree[i] == 0).map(prio).collect();
-    let mut order = Vec::with_capacity(nodes.len());
+        (0..len).filter(|&i| indegree[i] == 0).map(prio).collect();
+    let mut order = Vec::with_capacity(len);
     while let Some(Reverse((_, i))) = ready.pop() {
         order.push(nodes[i]);
-        for &c in &consumers[i] {
+        for &c in &consumers[start[i]..start[i + 1]] {
             indegree[c] -= 1;
             if indegree[c] == 0 {
                 ready.push(prio(c));
             }
         }
     }
-    debug_assert_eq!(order.len(), nodes.len(), "fusion never creates a cycle");
-    if order.len() == nodes.len() {
-        g.regions[r].nodes = order;
-    }
+    debug_assert_eq!(order.len(), len, "fusion never creates a cycle");
+    g.regions[r].nodes = if order.len() == len { order } else { nodes };
 }
