@@ -450,23 +450,7 @@ fn compile_never_replaces_a_device_a_fifo_its_source_or_its_weights() {
 fn the_executable_bounds_a_step_by_timeout_and_its_inputs_by_memory_limit() {
     let dir = scratch("limits");
     let spin = dir.join("spin.gir");
-    std::fs::write(
-        &spin,
-        "graph @spin(%x: f32[3]) -> (y: f32[3]) {
-  %r = while %x : f32[3]
-    cond(%c: f32[3]) {
-      %t = constant {value = dense<true> : bool[]} : bool[]
-      yield %t
-    }
-    body(%b: f32[3]) {
-      %n = neg %b : f32[3]
-      yield %n
-    }
-  return %r
-}
-",
-    )
-    .unwrap();
+    std::fs::write(&spin, common::SPIN).unwrap();
     let exe = dir.join("spin");
     compile(&[spin.to_str().unwrap(), "-o", exe.to_str().unwrap()]);
     let start = std::time::Instant::now();

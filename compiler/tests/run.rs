@@ -1,6 +1,8 @@
 //! `graphc run`: every example runs; inputs from .npy files are checked; outputs are written;
 //! steps, checkpoints and restores work; run-time errors are located.
 
+mod common;
+
 use graphc_ir::TensorData;
 use graphc_runtime::{npy, RunRequest, Session, SessionOptions, Tensor};
 use std::path::{Path, PathBuf};
@@ -270,20 +272,6 @@ fn a_closed_stdout_ends_the_run_quietly() {
     assert_eq!(out.status.code(), Some(0), "{:?}: {err}", out.status);
 }
 
-const SPIN: &str = "graph @spin(%x: f32[3]) -> (y: f32[3]) {
-  %r = while %x : f32[3]
-    cond(%c: f32[3]) {
-      %t = constant {value = dense<true> : bool[]} : bool[]
-      yield %t
-    }
-    body(%b: f32[3]) {
-      %n = neg %b : f32[3]
-      yield %n
-    }
-  return %r
-}
-";
-
 #[test]
 fn timeouts_of_any_size_are_errors_or_no_limit_never_panics() {
     let mlp = example("mlp.gir");
@@ -303,7 +291,7 @@ fn timeouts_of_any_size_are_errors_or_no_limit_never_panics() {
 fn a_loop_that_never_ends_fails_at_the_timeout_naming_the_loop() {
     let dir = tmpdir("spin");
     let p = dir.join("spin.gir");
-    std::fs::write(&p, SPIN).unwrap();
+    std::fs::write(&p, common::SPIN).unwrap();
     let path = p.to_str().unwrap();
     for backend in ["interp", "jit"] {
         let start = std::time::Instant::now();
@@ -328,7 +316,7 @@ fn ctrl_c_interrupts_a_loop_that_never_ends() {
     use std::os::unix::process::ExitStatusExt;
     let dir = tmpdir("sigint");
     let p = dir.join("spin.gir");
-    std::fs::write(&p, SPIN).unwrap();
+    std::fs::write(&p, common::SPIN).unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_graphc"))
         .args(["run", p.to_str().unwrap(), "--backend", "interp"])
         .stdout(std::process::Stdio::null())

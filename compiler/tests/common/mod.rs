@@ -81,3 +81,18 @@ pub fn seeded_f32(n: usize, seed: u64) -> Vec<f32> {
         })
         .collect()
 }
+
+/// A graph whose loop never ends, for time limits and interrupts.
+pub const SPIN: &str = "graph @spin(%x: f32[3]) -> (y: f32[3]) {
+  %r = while %x : f32[3]
+    cond(%c: f32[3]) {
+      %t = constant {value = dense<true> : bool[]} : bool[]
+      yield %t
+    }
+    body(%b: f32[3]) {
+      %n = neg %b : f32[3]
+      yield %n
+    }
+  return %r
+}
+";
