@@ -593,6 +593,11 @@ fn outputs_never_replace_the_model_an_input_or_each_other() {
         fails(&["run", m, "--graph", "predict", "--input", &format!("x={x}"), "--out-dir", dir.to_str().unwrap()]);
     assert!(err.contains("is the --input file of 'x'"), "{err}");
     assert_eq!(std::fs::read(&x).unwrap(), before);
+    // An --out-dir that is a file or a device is named as such before the run.
+    for (dir, is) in [(m, "it is a regular file, not a directory"), ("/dev/null", "it is a character device")] {
+        let err = fails(&["run", m, "--graph", "step", "--out-dir", dir]);
+        assert!(err.contains(is) && err.lines().count() == 1, "{err}");
+    }
     // A profile is refined in place: --write-profile may replace the --profile read.
     let prof = p("refined.json");
     ok(&["run", m, "--graph", "step", "--write-profile", &prof]);

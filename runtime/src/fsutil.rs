@@ -228,6 +228,19 @@ pub fn create_regular(path: &Path) -> io::Result<File> {
     Ok(f)
 }
 
+/// Creates directory `path` (and its parents) for outputs; where something else is there
+/// already, an error saying what it is.
+pub fn create_dir(path: &Path) -> io::Result<()> {
+    match std::fs::metadata(path) {
+        Ok(m) if m.is_dir() => Ok(()),
+        Ok(m) => Err(io::Error::new(
+            io::ErrorKind::NotADirectory,
+            format!("{} is {}, not a directory", path.display(), file_kind(m.file_type())),
+        )),
+        Err(_) => std::fs::create_dir_all(path),
+    }
+}
+
 /// Refuses outputs that would replace one of the run's inputs or another output: each of
 /// `outputs`, as `(what, path)` with `what` saying what it is (`--log`, `-o`), is compared with
 /// each input and each other output by the file it is (device and inode, symlinks and `..`
@@ -323,6 +336,8 @@ pub fn file_kind(t: std::fs::FileType) -> &'static str {
         "a block device"
     } else if t.is_socket() {
         "a socket"
+    } else if t.is_file() {
+        "a regular file"
     } else {
         "something other than a file"
     }

@@ -13,7 +13,7 @@ use std::path::Path;
 pub fn write_outputs(dir: &Path, named: &[(String, &RtValue)]) -> Result<Vec<String>, String> {
     let tensors: Vec<&str> = named.iter().filter(|(_, v)| v.as_tensor().is_some()).map(|(n, _)| n.as_str()).collect();
     check_output_names(dir, &tensors)?;
-    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create the output directory {}: {e}", dir.display()))?;
+    crate::fsutil::create_dir(dir).map_err(|e| format!("cannot create the output directory {}: {e}", dir.display()))?;
     let mut lines = Vec::new();
     for (name, v) in named {
         let path = output_path(dir, name);

@@ -120,7 +120,7 @@ fn bench_loaded(a: &BenchArgs, file: &SourceFile, module: Module) -> anyhow::Res
 
 /// Writes each kernel's machine code to `DIR/NAME.bin` (`--dump-code`).
 fn dump_code(dir: &Path, listings: &[(String, Listing)]) -> anyhow::Result<()> {
-    std::fs::create_dir_all(dir).with_context(|| format!("--dump-code: cannot create {}", dir.display()))?;
+    graphc_runtime::fsutil::create_dir(dir).with_context(|| format!("--dump-code: cannot create {}", dir.display()))?;
     for (_, l) in listings {
         if let Some(code) = &l.code {
             let path = dir.join(format!("{}.bin", l.name));

@@ -76,8 +76,11 @@ impl Files {
             fsutil::check_writable(path).map_err(|e| anyhow!("{what} {}: cannot write it: {e}", path.display()))?;
         }
         for (what, path) in &self.in_dirs {
-            let dir_there = path.parent().is_some_and(|d| d.as_os_str().is_empty() || d.is_dir());
-            if dir_there {
+            let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+            if let Some(t) = std::fs::metadata(dir).ok().map(|m| m.file_type()).filter(|t| !t.is_dir()) {
+                bail!("{what} {}: it is {}, not a directory", dir.display(), fsutil::file_kind(t));
+            }
+            if dir.is_dir() {
                 fsutil::check_writable(path).map_err(|e| anyhow!("{what} {}: cannot write it: {e}", path.display()))?;
             }
         }
