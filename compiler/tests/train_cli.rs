@@ -516,6 +516,8 @@ fn outputs_never_replace_the_model_the_data_or_each_other() {
     fails(&["--log", "/dev/full"], "is a character device");
     fails(&["--checkpoint", "/dev/null"], "is a character device");
     fails(&["--log", s(&dir.join("missing/log.jsonl"))], "there is no directory");
+    let e = one_line_error(&[m, "--graph", "step", "--steps", "2", "--data", m]);
+    assert!(e.contains("it is a regular file; expected a directory of .npy files"), "{e}");
     fails(&["--out-dir", s(&dir), "--log", s(&dir.join("w.npy"))], "are the same file");
     // Nothing was written, and the model and the data are whole.
     assert_eq!(std::fs::read(&model).unwrap(), std::fs::read(train_step()).unwrap());

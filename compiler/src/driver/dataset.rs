@@ -49,6 +49,13 @@ impl Dataset {
     /// `memory_limit` bytes, checked from their headers before they are read. Every error is one line naming the file or the
     /// input; `.npy` files that feed no input are a warning.
     pub fn load(dir: &Path, g: &Graph, batch: Option<u64>, memory_limit: u64) -> anyhow::Result<Dataset> {
+        if let Some(t) = std::fs::metadata(dir).ok().map(|m| m.file_type()).filter(|t| !t.is_dir()) {
+            bail!(
+                "--data {}: it is {}; expected a directory of .npy files",
+                dir.display(),
+                graphc_runtime::fsutil::file_kind(t)
+            );
+        }
         let entries =
             std::fs::read_dir(dir).map_err(|e| anyhow!("--data {}: cannot read the directory: {e}", dir.display()))?;
         let mut files: Vec<String> = Vec::new();
