@@ -656,17 +656,17 @@ fn usage_errors_exit_1_as_every_error_does() {
     assert_eq!(graphc(&["run", "--help"]).status.code(), Some(0));
 }
 
-#[test]
-fn outputs_never_replace_an_onnx_models_external_data_or_standard_output() {
+/// An ONNX model `y = x + b` of two floats at `path`: `x`'s dim as given, `b` stored in the
+/// external data file `w.bin` beside it.
+fn onnx_add_model(path: &Path, x_dim: graphc_onnx::proto::Dimension) {
     use graphc_onnx::proto::*;
     use prost::Message;
-    let dir = tmpdir("onnx-ext");
-    let vi = |name: &str| ValueInfoProto {
+    let vi = |name: &str, dim: Dimension| ValueInfoProto {
         name: Some(name.into()),
         r#type: Some(TypeProto {
             tensor_type: Some(TypeProtoTensor {
                 elem_type: Some(data_type::FLOAT),
-                shape: Some(TensorShapeProto { dim: vec![Dimension { dim_value: Some(2), dim_param: None }] }),
+                shape: Some(TensorShapeProto { dim: vec![dim] }),
             }),
             ..Default::default()
         }),
@@ -689,8 +689,8 @@ fn outputs_never_replace_an_onnx_models_external_data_or_standard_output() {
         }],
         name: Some("g".into()),
         initializer: vec![bias],
-        input: vec![vi("x")],
-        output: vec![vi("y")],
+        input: vec![vi("x", x_dim.clone())],
+        output: vec![vi("y", x_dim)],
         ..Default::default()
     };
     let model = ModelProto {
@@ -699,10 +699,17 @@ fn outputs_never_replace_an_onnx_models_external_data_or_standard_output() {
         producer_name: Some("test".into()),
         graph: Some(graph),
     };
+    std::fs::write(path, model.encode_to_vec()).unwrap();
+    let bytes: Vec<u8> = [1.0f32, 2.0].iter().flat_map(|x| x.to_le_bytes()).collect();
+    std::fs::write(path.with_file_name("w.bin"), bytes).unwrap();
+}
+
+#[test]
+fn outputs_never_replace_an_onnx_models_external_data_or_standard_output() {
+    let dir = tmpdir("onnx-ext");
     let m = dir.join("m.onnx");
-    std::fs::write(&m, model.encode_to_vec()).unwrap();
+    onnx_add_model(&m, graphc_onnx::proto::Dimension { dim_value: Some(2), dim_param: None });
     let data = dir.join("w.bin");
-    std::fs::write(&data, [1.0f32, 2.0].iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>()).unwrap();
     let (m, d) = (m.to_str().unwrap(), data.to_str().unwrap());
     ok(&["run", m]);
     for args in [
@@ -730,4 +737,18 @@ fn outputs_never_replace_an_onnx_models_external_data_or_standard_output() {
     assert!(err.contains("it names a directory"), "{err}");
     let err = fails(&["compile", m, "-o", "-"]);
     assert!(err.contains("-o -: give a file"), "{err}");
+}
+
+#[test]
+fn import_binds_a_symbolic_dim_with_shape() {
+    let dir = tmpdir("import-shape");
+    let m = dir.join("n.onnx");
+    onnx_add_model(&m, graphc_onnx::proto::Dimension { dim_value: None, dim_param: Some("N".into()) });
+    let m = m.to_str().unwrap();
+    let err = fails(&["import", m]);
+    assert!(err.contains("give it a size with --shape N=SIZE"), "{err}");
+    let out = ok(&["import", m, "--shape", "N=2"]);
+    assert!(out.contains("(%x: f32[2]) -> (y: f32[2])"), "{out}");
+    let err = fails(&["import", m, "--shape", "N"]);
+    assert!(err.contains("--shape 'N' is not of the form DIM=SIZE"), "{err}");
 }

@@ -363,6 +363,9 @@ pub struct ImportArgs {
     /// Make float initializers variables instead of constants (trainable, checkpointable).
     #[arg(long)]
     pub weights_as_variables: bool,
+    /// The size of a symbolic dim of the model's inputs (repeatable): --shape N=4.
+    #[arg(long = "shape", value_name = "DIM=SIZE")]
+    pub shapes: Vec<String>,
 }
 
 #[derive(clap::Args, Debug)]

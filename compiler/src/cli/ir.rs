@@ -126,7 +126,10 @@ pub fn dot(a: &DotArgs) -> anyhow::Result<ExitCode> {
 
 pub fn import(a: &ImportArgs) -> anyhow::Result<ExitCode> {
     check_output(&a.model, &[], a.output.as_deref())?;
-    let options = graphc_onnx::ImportOptions { weights_as_variables: a.weights_as_variables, ..Default::default() };
+    let options = graphc_onnx::ImportOptions {
+        weights_as_variables: a.weights_as_variables,
+        ..driver::import_options_for(&a.model, &[], &a.shapes)?
+    };
     let m = graphc_onnx::import_file(&a.model, &options).map_err(|e| anyhow::anyhow!("{e}"))?;
     write_output(a.output.as_deref(), &print_module(&m))?;
     Ok(ExitCode::SUCCESS)
