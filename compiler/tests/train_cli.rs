@@ -557,3 +557,21 @@ fn the_data_set_counts_against_the_memory_limit_before_it_is_read() {
     );
     ok(&[&train_step(), "--graph", "step", "--steps", "2", "--data", s(&data), "--memory-limit", "64KiB"]);
 }
+
+#[test]
+fn log_every_thins_the_log_and_keeps_the_last_step() {
+    let dir = tmpdir("log-every");
+    regression_data(&dir.join("data"), 64);
+    let log = dir.join("loss.jsonl");
+    let (model, data) = (train_step(), dir.join("data"));
+    let args = [&model, "--graph", "step", "--steps", "25", "--data", s(&data), "--log", s(&log)];
+    let out = ok(&[&args[..], &["--log-every", "10"]].concat());
+    let steps: Vec<u64> = read_log(&log).iter().map(|l| l.0).collect();
+    assert_eq!(steps, [10, 20, 25]);
+    assert!(out.contains("log of 3 steps (every 10 steps) ->"), "{out}");
+    // The curve still has every step.
+    assert!(dir.join("loss.svg").exists());
+    let o = graphc(&[&["train"][..], &args, &["--log-every", "0"]].concat());
+    assert_eq!(o.status.code(), Some(1));
+    assert!(text(&o).1.contains("invalid value '0' for '--log-every <K>'"), "{}", text(&o).1);
+}

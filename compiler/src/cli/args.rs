@@ -81,6 +81,10 @@ pub struct TrainArgs {
     /// loss as null), one a line.
     #[arg(long, value_name = "OUT.jsonl")]
     pub log: Option<PathBuf>,
+    /// Write a --log line every K steps only (and for the last step), to keep a long run's
+    /// log small.
+    #[arg(long, value_name = "K", value_parser = clap::value_parser!(u64).range(1..))]
+    pub log_every: Option<u64>,
     /// Draw the loss curve as SVG at the end. Default with --log: the log's path with the
     /// extension .svg.
     #[arg(long, value_name = "OUT.svg")]

@@ -186,6 +186,7 @@ pub fn train(a: &TrainArgs) -> anyhow::Result<ExitCode> {
     describe_data(&training, a, from, position, resume.as_ref());
 
     let mut log = a.log.as_deref().map(Log::create).transpose()?;
+    let log_every = a.log_every.unwrap_or(1);
     let mut curve: Vec<(u64, f64)> = Vec::with_capacity((a.steps - from).min(1 << 20) as usize);
     let mut nonfinite = 0u64;
     let mut progress = Progress::new(from, a.steps);
@@ -210,7 +211,7 @@ pub fn train(a: &TrainArgs) -> anyhow::Result<ExitCode> {
                     ));
                 }
             }
-            if let Some(l) = &mut log {
+            if let Some(l) = log.as_mut().filter(|_| d.step.is_multiple_of(log_every) || d.step == a.steps) {
                 l.write(d)?;
             }
             curve.push((d.step, d.loss));
@@ -244,6 +245,7 @@ pub fn train(a: &TrainArgs) -> anyhow::Result<ExitCode> {
             say!("worker {}: {moved} bytes of tensors moved, {} per step", c.worker, moved / (a.steps - from).max(1));
         }
     }
+    let logged = log.as_ref().map_or(0, |l| l.lines);
     let log_done = log.map(Log::finish).transpose();
     let end = ran?;
     log_done?;
@@ -257,7 +259,8 @@ pub fn train(a: &TrainArgs) -> anyhow::Result<ExitCode> {
         say!("saved {n} variable{}, the step and the data position to {}", plural(n), path.display());
     }
     if let Some(path) = &a.log {
-        say!("log of {} step{} -> {}", curve.len(), plural(curve.len()), path.display());
+        let every = a.log_every.filter(|&k| k > 1).map(|k| format!(" (every {k} steps)")).unwrap_or_default();
+        say!("log of {logged} step{}{every} -> {}", plural(logged), path.display());
     }
     if let Some(path) = &plot {
         let name = Path::new(&file.name).file_name().map_or(file.name.clone(), |n| n.to_string_lossy().into_owned());
@@ -435,13 +438,15 @@ impl Progress {
 struct Log {
     path: PathBuf,
     out: BufWriter<std::fs::File>,
+    /// Lines written.
+    lines: usize,
 }
 
 impl Log {
     fn create(path: &Path) -> anyhow::Result<Log> {
         let file = graphc_runtime::fsutil::create_regular(path)
             .map_err(|e| anyhow!("--log: cannot write {}: {e}", path.display()))?;
-        Ok(Log { path: path.to_path_buf(), out: BufWriter::new(file) })
+        Ok(Log { path: path.to_path_buf(), out: BufWriter::new(file), lines: 0 })
     }
 
     fn write(&mut self, d: &StepDone) -> anyhow::Result<()> {
@@ -453,6 +458,7 @@ impl Log {
             (true, false) => serde_json::to_string(&d.loss),
         }
         .map_err(|e| anyhow!("{e}"))?;
+        self.lines += 1;
         writeln!(self.out, "{{\"step\": {}, \"loss\": {loss}, \"time_s\": {}}}", d.step, d.elapsed.as_secs_f64())
             .map_err(|e| anyhow!("--log: cannot write {}: {e}", self.path.display()))
     }
