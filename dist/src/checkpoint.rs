@@ -61,7 +61,7 @@ pub fn write_shard(
     // the one the index on disk names is kept whatever its step (a save that failed on
     // another task left the index where it was).
     let indexed = read_index(index).ok().flatten().and_then(|i| i.shards.get(task).cloned());
-    if let Ok(dir) = std::fs::read_dir(path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."))) {
+    if let Ok(dir) = std::fs::read_dir(graphc_runtime::fsutil::parent_dir(&path)) {
         let stem = format!("{}.ps{task}.step", index.file_name().unwrap_or_default().to_string_lossy());
         for e in dir.flatten() {
             let name = e.file_name().to_string_lossy().into_owned();

@@ -75,7 +75,7 @@ fn target_of(path: &Path) -> io::Result<(PathBuf, PathBuf, String, Option<std::f
         Err(e) => return Err(e),
     };
     let target = final_target(path)?;
-    let dir = target.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new(".")).to_path_buf();
+    let dir = parent_dir(&target).to_path_buf();
     let name = target
         .file_name()
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "the path names no file"))?
@@ -241,6 +241,11 @@ pub fn create_dir(path: &Path) -> io::Result<()> {
     }
 }
 
+/// The directory a file of `path` is in: its parent, or `.` for a bare name.
+pub fn parent_dir(path: &Path) -> &Path {
+    path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."))
+}
+
 /// Refuses outputs that would replace one of the run's inputs or another output: each of
 /// `outputs`, as `(what, path)` with `what` saying what it is (`--log`, `-o`), is compared with
 /// each input and each other output by the file it is (device and inode, symlinks and `..`
@@ -282,7 +287,7 @@ fn identity(path: &Path) -> Option<Identity> {
         return Some(Identity::File(m.dev(), m.ino()));
     }
     let target = final_target(path).ok()?;
-    let dir = target.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let dir = parent_dir(&target);
     Some(Identity::Planned(std::fs::canonicalize(dir).ok()?.join(target.file_name()?)))
 }
 

@@ -14,13 +14,16 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 pub fn run(a: &RunArgs) -> anyhow::Result<ExitCode> {
-    files(a).check()?;
+    // What the run reads and writes, checked before the work and again with --out-dir's files
+    // once the outputs are known.
+    let mut files = files(a);
+    files.check()?;
     let (file, module) = driver::load(&a.file, &import_options_for(&a.file, &a.inputs, &a.shapes)?)?;
     let file = &file;
-    run_loaded(a, file, module)
+    run_loaded(a, file, module, &mut files)
 }
 
-fn run_loaded(a: &RunArgs, file: &SourceFile, module: Module) -> anyhow::Result<ExitCode> {
+fn run_loaded(a: &RunArgs, file: &SourceFile, module: Module, files: &mut driver::Files) -> anyhow::Result<ExitCode> {
     let inputs = Inputs {
         graphs: &a.graphs,
         flags: &a.inputs,
@@ -33,7 +36,7 @@ fn run_loaded(a: &RunArgs, file: &SourceFile, module: Module) -> anyhow::Result<
     let Prepared { graphs, module, job, random, placements } =
         prepare(&inputs, &a.session.devices.devices(), file, module)?;
     if let Some(dir) = &a.out_dir {
-        files(a).write_in_dir("--out-dir", job.output_names().map(|n| outputs::output_path(dir, n))).check()?;
+        files.write_in_dir("--out-dir", job.output_names().map(|n| outputs::output_path(dir, n))).check()?;
     }
     for p in placements {
         say!("{p}");

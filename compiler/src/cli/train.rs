@@ -73,7 +73,8 @@ pub fn train(a: &TrainArgs) -> anyhow::Result<ExitCode> {
     // module's before anything else is (another model's checkpoint is that, whatever else).
     let resume = a.restore.as_deref().map(Resume::read).transpose()?;
     let plot = a.plot.clone().or_else(|| a.log.as_ref().map(|p| p.with_extension("svg")));
-    files(a, plot.as_deref()).check()?;
+    let mut files = files(a, plot.as_deref());
+    files.check()?;
     let (file, module) = driver::load(&a.file, &import_options_for(&a.file, &[], &[])?)?;
     if let Some(r) = &resume {
         r.check(&module)?;
@@ -176,7 +177,7 @@ pub fn train(a: &TrainArgs) -> anyhow::Result<ExitCode> {
         let names: Vec<&str> = session.state().variables.keys().map(String::as_str).collect();
         graphc_runtime::outputs::check_output_names(dir, &names).map_err(|e| anyhow!(e))?;
         let written = names.iter().map(|n| graphc_runtime::outputs::output_path(dir, n));
-        files(a, plot.as_deref()).write_in_dir("--out-dir", written).check()?;
+        files.write_in_dir("--out-dir", written).check()?;
     }
     if let Some(r) = &resume {
         r.apply(&session)?;

@@ -76,7 +76,7 @@ impl Files {
             fsutil::check_writable(path).map_err(|e| anyhow!("{what} {}: cannot write it: {e}", path.display()))?;
         }
         for (what, path) in &self.in_dirs {
-            let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+            let dir = fsutil::parent_dir(path);
             if let Some(t) = std::fs::metadata(dir).ok().map(|m| m.file_type()).filter(|t| !t.is_dir()) {
                 bail!("{what} {}: it is {}, not a directory", dir.display(), fsutil::file_kind(t));
             }
