@@ -19,7 +19,8 @@ pub enum ErrorKind {
     Timeout,
     /// A blocking op can never be woken: every run of the session is waiting.
     Deadlock,
-    /// Another graph of the same step failed first.
+    /// Another graph of the same step failed first, or the step was stopped from outside
+    /// (`SessionOptions::stop`).
     Cancelled,
     /// A tensor would be larger than the session allows (see `SessionOptions`).
     ResourceExhausted,

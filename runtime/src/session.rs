@@ -55,6 +55,10 @@ pub struct SessionOptions {
     /// The bytes the session's live tensors may take together (see [`crate::budget`]); `None`
     /// means `GRAPHC_MEMORY_LIMIT`, else what the process may still allocate.
     pub memory_limit: Option<u64>,
+    /// Set from another thread (a Ctrl-C handler) to stop every step of the session in
+    /// progress where the deadline is checked: they fail with `Cancelled` ("interrupted").
+    /// Steps started while it is set fail at their first node; the setter clears it.
+    pub stop: Option<Arc<AtomicBool>>,
 }
 
 /// One graph's part of a step: what to feed, fetch and run.
@@ -451,6 +455,7 @@ impl Session {
                 self.options.wait_timeout,
                 self.options.detect_deadlock,
                 deadline,
+                self.options.stop.as_deref(),
             ),
             pool: &self.buffers,
             constants: &self.constants,

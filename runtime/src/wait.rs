@@ -109,6 +109,8 @@ pub struct WaitCtx<'a> {
     detect_deadlock: bool,
     /// When the step must be over, and the limit it came from (for messages).
     deadline: Option<(Instant, Duration)>,
+    /// The session's stop flag ([`crate::SessionOptions::stop`]).
+    stop: Option<&'a AtomicBool>,
 }
 
 impl<'a> WaitCtx<'a> {
@@ -118,17 +120,21 @@ impl<'a> WaitCtx<'a> {
         timeout: Option<Duration>,
         detect_deadlock: bool,
         deadline: Option<(Instant, Duration)>,
+        stop: Option<&'a AtomicBool>,
     ) -> Self {
-        WaitCtx { activity, cancelled, timeout, detect_deadlock, deadline }
+        WaitCtx { activity, cancelled, timeout, detect_deadlock, deadline, stop }
     }
 }
 
 impl WaitCtx<'_> {
-    /// Fails when the step was cancelled or has run past its deadline; cheap enough to call
-    /// before every node (an atomic load and a clock read).
+    /// Fails when the step was cancelled or stopped, or has run past its deadline; cheap
+    /// enough to call before every node (two atomic loads and a clock read).
     pub fn check_stop(&self) -> Result<(), RunError> {
         if self.cancelled.load(Ordering::Relaxed) {
             return Err(RunError::new(ErrorKind::Cancelled, "cancelled: another graph of this step failed"));
+        }
+        if self.stop.is_some_and(|s| s.load(Ordering::Relaxed)) {
+            return Err(RunError::new(ErrorKind::Cancelled, "interrupted: the step was stopped before it ended"));
         }
         match self.deadline {
             Some((at, limit)) if Instant::now() >= at => Err(RunError::new(
@@ -139,9 +145,10 @@ impl WaitCtx<'_> {
         }
     }
 
-    /// Whether another graph of the step failed, so this one should stop.
+    /// Whether another graph of the step failed, or the step was stopped, so this one should
+    /// stop.
     pub fn is_cancelled(&self) -> bool {
-        self.cancelled.load(Ordering::Relaxed)
+        self.cancelled.load(Ordering::Relaxed) || self.stop.is_some_and(|s| s.load(Ordering::Relaxed))
     }
 
     /// When the step must be over, if it has a time limit.

@@ -323,6 +323,30 @@ fn a_loop_that_never_ends_stops_at_the_step_timeout_and_names_the_loop() {
 }
 
 #[test]
+fn the_stop_flag_interrupts_a_loop_that_never_ends_and_the_session_goes_on_once_cleared() {
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let s = session_with(SPIN, SessionOptions { stop: Some(stop.clone()), ..Default::default() });
+    let setter = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(100));
+            stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        })
+    };
+    let start = Instant::now();
+    let e = s.run(RunRequest::new("spin").feed("x", f32t(&[3], &[1.0, 2.0, 3.0]))).unwrap_err();
+    setter.join().unwrap();
+    assert!(start.elapsed() < Duration::from_secs(5), "stopped soon after the flag: {:?}", start.elapsed());
+    assert_eq!(e.kind, ErrorKind::Cancelled, "{e}");
+    assert!(e.message.starts_with("interrupted"), "{e}");
+    assert_eq!(e.node.as_deref(), Some("node 'while %r'"), "{e}");
+    // While it is set, every step stops; cleared, the session runs again.
+    assert!(s.run(RunRequest::new("bad").feed("x", i32t(&[], &[1]))).is_err_and(|e| e.kind == ErrorKind::Cancelled));
+    stop.store(false, std::sync::atomic::Ordering::SeqCst);
+    assert!(s.run(RunRequest::new("bad").feed("x", i32t(&[], &[1]))).is_err_and(|e| e.kind == ErrorKind::Kernel));
+}
+
+#[test]
 fn a_failing_graph_cancels_a_concurrent_loop_that_never_ends() {
     let s = session(SPIN);
     let start = Instant::now();
