@@ -29,6 +29,8 @@ pub fn plan_hash(plan: &graphc_plan::KernelPlan) -> String {
 pub mod symbols {
     /// `graphc_aot_create(bundle, graph_index, weights_path) -> ctx`.
     pub const CREATE: &str = "graphc_aot_create";
+    /// `graphc_aot_create_sharing(bundle, graph_index, other_ctx) -> ctx`.
+    pub const CREATE_SHARING: &str = "graphc_aot_create_sharing";
     /// `graphc_aot_main(argc, argv, bundle) -> exit status`, the executable's `main`.
     pub const MAIN: &str = "graphc_aot_main";
     use crate::bundle::Ret;

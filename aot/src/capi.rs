@@ -28,10 +28,15 @@ pub const RUN_FAILED: c_int = 2;
 /// A panic inside the library (a bug of graphc's).
 pub const INTERNAL: c_int = 3;
 
-/// One graph of a program, with its own session (variables, queues, buffers).
+/// One graph of a program, with its session (variables, queues, buffers): its own, or one it
+/// shares with the other contexts made from it by `create_sharing`.
 #[derive(Debug)]
 pub struct Ctx {
-    session: Session,
+    session: Arc<Session>,
+    /// The address of the program's bundle, which a context to share must have too.
+    bundle: usize,
+    /// The program's graphs, by index.
+    graphs: Arc<[String]>,
     graph: String,
     inputs: Vec<(String, TensorType)>,
     /// Per output: its tensor type (tokens and handles are not copied out).
@@ -40,15 +45,31 @@ pub struct Ctx {
 }
 
 impl Ctx {
-    /// A context for graph `index` of the program.
-    pub fn new(program: Program, index: usize) -> Result<Ctx, String> {
-        let graph =
-            program.manifest.graphs.get(index).ok_or_else(|| format!("the program has no graph {index}"))?.clone();
-        let g = program.module.graph(&graph).ok_or_else(|| format!("the program has no graph @{graph}"))?;
-        let (inputs, outputs) = signature(g)?;
+    /// A context for graph `index` of the program of bundle `bundle`.
+    pub fn new(program: Program, bundle: &Bundle, index: usize) -> Result<Ctx, String> {
         let options = SessionOptions { detect_deadlock: true, ..Default::default() };
+        let graphs: Arc<[String]> = program.manifest.graphs.into();
         let session = Session::with_compiled(program.module, options, program.kernels).map_err(|e| e.to_string())?;
-        Ok(Ctx { session, graph, inputs, outputs, error: CString::default() })
+        Ctx::on(Arc::new(session), bundle as *const Bundle as usize, graphs, index)
+    }
+
+    /// A context for graph `index` of `other`'s program on `other`'s session: the graphs
+    /// share their variables and queues, as graphs of one `graphc run` session do.
+    pub fn sharing(other: &Ctx, bundle: &Bundle, index: usize) -> Result<Ctx, String> {
+        if other.bundle != bundle as *const Bundle as usize {
+            return Err(format!(
+                "the context to share (of @{}) is another program's: a context shares only with those of its own object",
+                other.graph
+            ));
+        }
+        Ctx::on(other.session.clone(), other.bundle, other.graphs.clone(), index)
+    }
+
+    fn on(session: Arc<Session>, bundle: usize, graphs: Arc<[String]>, index: usize) -> Result<Ctx, String> {
+        let graph = graphs.get(index).ok_or_else(|| format!("the program has no graph {index}"))?.clone();
+        let g = session.module().graph(&graph).ok_or_else(|| format!("the program has no graph @{graph}"))?;
+        let (inputs, outputs) = signature(g)?;
+        Ok(Ctx { session, bundle, graphs, graph, inputs, outputs, error: CString::default() })
     }
 
     pub fn session(&self) -> &Session {
@@ -173,15 +194,41 @@ pub unsafe extern "C" fn graphc_aot_create(bundle: *const Bundle, index: u64, we
         // SAFETY: the caller's contract: the object's bundle, in its read-only data for the
         // process's life.
         let made = unsafe { Program::load(&*bundle, path.as_deref().map(Path::new)) }
-            .and_then(|p| Ctx::new(p, index as usize));
-        match made {
-            Ok(ctx) => Box::into_raw(Box::new(ctx)),
-            Err(e) => {
-                eprintln!("graphc: {e}");
-                std::ptr::null_mut()
-            }
-        }
+            // SAFETY: as above.
+            .and_then(|p| Ctx::new(p, unsafe { &*bundle }, index as usize));
+        boxed(made)
     })
+}
+
+/// A context for graph `index` of `bundle` that shares `other`'s session (its variables and
+/// queues): `other` is a context of another graph of the same object (or of the same graph).
+/// Null (with the reason on standard error) if `other` is null or of another object. Each
+/// context is destroyed on its own; the session lives while one of them does.
+///
+/// # Safety
+/// `bundle` as for [`graphc_aot_create`]; `other` null or a live context.
+#[no_mangle]
+pub unsafe extern "C" fn graphc_aot_create_sharing(bundle: *const Bundle, index: u64, other: *const Ctx) -> *mut Ctx {
+    guard(std::ptr::null_mut(), || {
+        if bundle.is_null() || other.is_null() {
+            eprintln!("graphc: create_sharing: no context to share (null)");
+            return std::ptr::null_mut();
+        }
+        // SAFETY: the caller's contract: the object's bundle and a live context.
+        boxed(Ctx::sharing(unsafe { &*other }, unsafe { &*bundle }, index as usize))
+    })
+}
+
+/// The context made, or null with the reason on standard error (there is no context yet to
+/// hold it).
+fn boxed(made: Result<Ctx, String>) -> *mut Ctx {
+    match made {
+        Ok(ctx) => Box::into_raw(Box::new(ctx)),
+        Err(e) => {
+            eprintln!("graphc: {e}");
+            std::ptr::null_mut()
+        }
+    }
 }
 
 /// Frees a context (null is ignored).

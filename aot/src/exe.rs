@@ -1,7 +1,8 @@
 //! The command line of an AOT-compiled executable: `graphc run`'s interface for the graphs
-//! compiled into it (`--graph`, `--input NAME=PATH.npy`, seeded random inputs, `--steps`,
-//! `--out-dir` or a summary), plus `--bench N` for the median step time and `--weights` for a
-//! program whose weights are in a file of their own. Feeds and outputs go through the same
+//! compiled into it (`--graph`, `--input NAME=PATH.npy`, seeded random inputs, `--fetch`,
+//! `--steps`, `--restore`, `--timeout`, `--memory-limit`, `--out-dir` or a summary), plus
+//! `--bench N` for the median step time and `--weights` for a program whose weights are in a
+//! file of their own. Feeds and outputs go through the same
 //! runtime functions as `graphc run`'s, so files, lines and errors are the same.
 #![allow(unsafe_code)]
 
@@ -32,6 +33,14 @@ struct Args {
     /// An input from a .npy file; inputs not given get seeded random data.
     #[arg(short, long = "input", value_name = "NAME=PATH.npy")]
     inputs: Vec<String>,
+    /// Fetch this output or value instead of the graph's outputs (repeatable; one graph):
+    /// only what it needs runs. Values the compiler fused into a kernel are not there to fetch.
+    #[arg(long = "fetch", value_name = "NAME")]
+    fetches: Vec<String>,
+    /// Restore every variable from a checkpoint (graphc train's or run's --checkpoint) before
+    /// the first step.
+    #[arg(long, value_name = "CKPT")]
+    restore: Option<PathBuf>,
     /// Seed of the random inputs.
     #[arg(long, default_value_t = 0)]
     seed: u64,
@@ -101,6 +110,9 @@ unsafe fn run(a: &Args, bundle: &'static Bundle) -> Result<(), String> {
     if let Some(note) = note {
         eprintln!("note: {note}");
     }
+    if !a.fetches.is_empty() && graphs.len() > 1 {
+        return Err(format!("--fetch works on one graph, but {} are selected", graphs.len()));
+    }
     let given = feeds::parse_input_flags(&a.inputs)?;
     let selected: Vec<_> = graphs.iter().map(|g| program.module.graph(g).expect("selected graphs exist")).collect();
     feeds::check_input_names(&given, &selected)?;
@@ -114,11 +126,17 @@ unsafe fn run(a: &Args, bundle: &'static Bundle) -> Result<(), String> {
         for (name, t) in feeds::graph_feeds(g, &given, a.seed, max_bytes, &mut room, &mut random)? {
             request = request.feed(name, t);
         }
-        for o in &g.outputs {
-            shown.push((
-                if selected.len() > 1 { format!("{}.{}", g.name, o.name) } else { o.name.clone() },
-                requests.len(),
-            ));
+        for f in &a.fetches {
+            request = request.fetch(f.clone());
+            shown.push((f.trim_start_matches('%').to_string(), requests.len()));
+        }
+        if a.fetches.is_empty() {
+            for o in &g.outputs {
+                shown.push((
+                    if selected.len() > 1 { format!("{}.{}", g.name, o.name) } else { o.name.clone() },
+                    requests.len(),
+                ));
+            }
         }
         requests.push(request);
     }
@@ -127,6 +145,7 @@ unsafe fn run(a: &Args, bundle: &'static Bundle) -> Result<(), String> {
         let mut reads: Vec<(String, &Path)> =
             given.iter().map(|(n, p)| (format!("the --input file of '{n}'"), p.as_path())).collect();
         reads.extend(weights.as_deref().map(|w| ("the weights file".to_string(), w)));
+        reads.extend(a.restore.as_deref().map(|c| ("the --restore checkpoint".to_string(), c)));
         let reads: Vec<(&str, &Path)> = reads.iter().map(|(w, p)| (w.as_str(), *p)).collect();
         let files: Vec<PathBuf> = shown.iter().map(|(n, _)| outputs::output_path(dir, n)).collect();
         let writes: Vec<(&str, &Path)> = files.iter().map(|f| ("--out-dir", f.as_path())).collect();
@@ -141,6 +160,12 @@ unsafe fn run(a: &Args, bundle: &'static Bundle) -> Result<(), String> {
         ..Default::default()
     };
     let session = Session::with_compiled(program.module, options, program.kernels).map_err(|e| e.to_string())?;
+    if let Some(path) = &a.restore {
+        let step = session.restore(path).map_err(|e| format!("--restore: {e}"))?;
+        let at = step.map(|s| format!(" (saved at step {s})")).unwrap_or_default();
+        let n = session.state().variables.len();
+        say!("restored {n} variable{} from {}{at}", if n == 1 { "" } else { "s" }, path.display());
+    }
     let show_every = if a.steps <= 20 { 1 } else { a.steps / 10 };
     let mut times = Vec::new();
     let mut last: Vec<RunOutput> = Vec::new();

@@ -45,7 +45,13 @@ pub fn strip(m: &mut Module) -> Result<(Vec<u8>, Vec<String>), String> {
 pub fn restore(m: &mut Module, blob: &[u8], keys: &[String]) -> Result<(), String> {
     let loaded = decode(blob).map_err(|e| format!("the weights are not valid: {}", e.message))?;
     if let Some(k) = keys.iter().find(|k| !loaded.values.contains_key(*k)) {
-        return Err(format!("the weights lack \"{k}\", which the program was compiled with"));
+        // A file with none of them is another kind of file: a checkpoint names variables.
+        let hint = if keys.iter().all(|k| !loaded.values.contains_key(k)) {
+            " (it holds none of the program's weights; a checkpoint of variables is given with --restore)"
+        } else {
+            ""
+        };
+        return Err(format!("the weights lack \"{k}\", which the program was compiled with{hint}"));
     }
     for (key, t) in loaded.values {
         let bad = || format!("the weights hold \"{key}\", which the module has no literal for");

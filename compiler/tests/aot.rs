@@ -247,8 +247,18 @@ int main(void) {
     if (predict_read_variable(p, "nosuch", w) != 1) return 18;
     if (predict_error_message(p)[0] == 0) return 19;
     if (predict_run(p, NULL, pout) != 1) return 20;
-    printf("loss %g -> %g\n", first, loss);
+    /* A context sharing the step's session sees the trained variables without a copy, and
+       outlives the context it shares with. */
+    predict_ctx *q = predict_create_sharing(s);
+    if (!q) return 21;
     step_destroy(s);
+    for (int i = 0; i < 8; i++) y[i][0] = 0;
+    if (predict_run(q, pin, pout) != 0) { fprintf(stderr, "%s\n", predict_error_message(q)); return 22; }
+    for (int i = 0; i < 8; i++)
+        if (fabsf(y[i][0] - t[i][0]) > 1e-2f) return 23;
+    if (predict_create_sharing(NULL) != NULL) return 24;
+    printf("loss %g -> %g\n", first, loss);
+    predict_destroy(q);
     predict_destroy(p);
     return 0;
 }
@@ -279,9 +289,12 @@ fn a_c_program_links_the_object_and_the_static_library() {
     let dir = scratch("c-obj");
     compile(&[&example("train_step.gir"), "--emit", "obj", "-o", dir.join("model").to_str().unwrap()]);
     let header = std::fs::read_to_string(dir.join("model.h")).unwrap();
-    for want in
-        ["step_ctx *step_create(void);", "#define STEP_INPUT_0_SHAPE {8, 4}", "#define PREDICT_VARIABLE_0_NAME \"b\""]
-    {
+    for want in [
+        "step_ctx *step_create(void);",
+        "predict_ctx *predict_create_sharing(const void *other);",
+        "#define STEP_INPUT_0_SHAPE {8, 4}",
+        "#define PREDICT_VARIABLE_0_NAME \"b\"",
+    ] {
         assert!(header.contains(want), "the header lacks {want}:\n{header}");
     }
     let out = build_and_run_c(&dir, &[&dir.join("model.o"), runtime_library()]);
@@ -475,4 +488,118 @@ fn the_executable_bounds_a_step_by_timeout_and_its_inputs_by_memory_limit() {
     assert_eq!(o.status.code(), Some(1), "{}", text(&o).1);
     assert!(text(&o).1.contains("is the --input file of 'x'"), "{}", text(&o).1);
     assert!(read_npy(&x).unwrap().bit_identical(&t));
+}
+
+#[test]
+fn a_training_checkpoint_ships_in_the_executable() {
+    let dir = scratch("restore");
+    let model = example("mlp_train.gir");
+    let data = example("data/spirals");
+    let ckpt = dir.join("spirals.ckpt");
+    let (ckpt_s, dir_s) = (ckpt.to_str().unwrap(), dir.to_str().unwrap());
+    let o = graphc(&["train", &model, "--graph", "step", "--steps", "150", "--data", &data, "--checkpoint", ckpt_s]);
+    assert!(o.status.success(), "graphc train: {}", text(&o).1);
+    let (x, label) = (format!("x={data}/x.npy"), format!("label={data}/label.npy"));
+    let feeds = ["--input", x.as_str(), "--input", label.as_str()];
+    let out = |name: &str| format!("{dir_s}/{name}");
+    let accuracy = |sub: &str| outputs(&dir.join(sub)).remove(0).1;
+
+    // Compiled with the checkpoint: the trained model, as graphc run --restore computes it (the
+    // same code on the same instruction set, bit for bit).
+    let trained = dir.join("trained");
+    compile(&[&model, "--graph", "accuracy", "--restore", ckpt_s, "-o", trained.to_str().unwrap()]);
+    let o = run_exe(&trained, &[&feeds[..], &["--out-dir", &out("aot")]].concat());
+    assert!(o.status.success(), "{}", text(&o).1);
+    let o = graphc(
+        &[
+            &["run", &model, "--graph", "accuracy", "--restore", ckpt_s, "--isa", "sse"],
+            &feeds[..],
+            &["--out-dir", &out("run")],
+        ]
+        .concat(),
+    );
+    assert!(o.status.success(), "{}", text(&o).1);
+    check_close(&accuracy("aot"), &accuracy("run"), Bound::Rel(0.0, 0.0)).unwrap();
+    // Compiled without it, the program starts from the module's initial weights.
+    let initial = dir.join("initial");
+    compile(&[&model, "--graph", "accuracy", "-o", initial.to_str().unwrap()]);
+    let o = run_exe(&initial, &[&feeds[..], &["--out-dir", &out("initial.out")]].concat());
+    assert!(o.status.success(), "{}", text(&o).1);
+    assert!(
+        check_close(&accuracy("initial.out"), &accuracy("run"), Bound::Rel(0.0, 0.0)).is_err(),
+        "training changed nothing"
+    );
+
+    // The executable restores a checkpoint itself, and fetches by name.
+    let o = run_exe(
+        &initial,
+        &[&feeds[..], &["--restore", ckpt_s, "--fetch", "accuracy", "--out-dir", &out("restored")]].concat(),
+    );
+    let (stdout, stderr) = text(&o);
+    assert!(o.status.success(), "{stderr}");
+    assert!(stdout.contains("restored 24 variables from") && stdout.contains("(saved at step 150)"), "{stdout}");
+    check_close(&accuracy("restored"), &accuracy("run"), Bound::Rel(0.0, 0.0)).unwrap();
+    let o = run_exe(&initial, &[&feeds[..], &["--fetch", "accuracyy"]].concat());
+    let stderr = text(&o).1;
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr.contains("cannot fetch 'accuracyy'") && stderr.contains("did you mean 'accuracy'"), "{stderr}");
+    let two = dir.join("two");
+    compile(&[&example("train_step.gir"), "-o", two.to_str().unwrap()]);
+    let o = run_exe(&two, &["--graph", "step", "--graph", "predict", "--fetch", "loss"]);
+    assert!(text(&o).1.contains("--fetch works on one graph"), "{}", text(&o).1);
+
+    // A checkpoint given where the weights file goes says what to do instead.
+    let split = dir.join("split");
+    let weights = dir.join("split.safetensors");
+    compile(&[
+        &model,
+        "--graph",
+        "accuracy",
+        "-o",
+        split.to_str().unwrap(),
+        "--weights-file",
+        weights.to_str().unwrap(),
+    ]);
+    let o = run_exe(&split, &["--weights", ckpt_s]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(text(&o).1.contains("a checkpoint of variables is given with --restore"), "{}", text(&o).1);
+
+    // Another model's checkpoint is refused, naming the differences; so is a missing one.
+    let other = dir.join("other.ckpt");
+    let o = graphc(&["run", &example("train_step.gir"), "--graph", "step", "--checkpoint", other.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o).1);
+    let exe = out("never");
+    compile_fails(&[&model, "--restore", other.to_str().unwrap(), "-o", &exe], "does not match the module's variables");
+    compile_fails(&[&model, "--restore", &out("missing.ckpt"), "-o", &exe], "missing.ckpt");
+    // Nor may the program replace the checkpoint.
+    compile_fails(&[&model, "--restore", ckpt_s, "-o", ckpt_s], "spirals.ckpt");
+    assert!(!Path::new(&exe).exists());
+}
+
+#[test]
+fn the_run_time_library_is_found_where_cargo_built_it_and_a_foreign_one_is_refused() {
+    runtime_library();
+    let dir = scratch("lookup");
+    // A copy of graphc with nothing beside it finds the library in the target directory it
+    // was built in.
+    let copy = dir.join("graphc");
+    std::fs::copy(env!("CARGO_BIN_EXE_graphc"), &copy).unwrap();
+    let exe = dir.join("mlp");
+    let o = Command::new(&copy).args(["compile", &example("mlp.gir"), "-o", exe.to_str().unwrap()]).output().unwrap();
+    assert!(o.status.success(), "{}", text(&o).1);
+    assert!(run_exe(&exe, &[]).status.success());
+    // A library of another build (no fingerprint of this one) is refused at compile time.
+    let foreign = dir.join("libgraphc_aot.a");
+    std::fs::write(&foreign, b"!<arch>\nnot this graphc's library\n").unwrap();
+    let o = Command::new(&copy)
+        .args(["compile", &example("mlp.gir"), "-o", exe.to_str().unwrap()])
+        .env("GRAPHC_AOT_LIB", &foreign)
+        .output()
+        .unwrap();
+    let stderr = text(&o).1;
+    assert_eq!(o.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("from another build of graphc"), "{stderr}");
+    // Beside the binary, it is passed over for this build's.
+    let o = Command::new(&copy).args(["compile", &example("mlp.gir"), "-o", exe.to_str().unwrap()]).output().unwrap();
+    assert!(o.status.success(), "{}", text(&o).1);
 }

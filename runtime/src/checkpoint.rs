@@ -243,6 +243,27 @@ pub fn restore(state: &State, loaded: &Loaded) -> Result<(), RunError> {
     Ok(())
 }
 
+/// Makes a loaded checkpoint the module's variables' initial values (their `init`; none for
+/// one the checkpoint lists as uninitialized), in every graph that declares them: a program
+/// compiled from the module starts where the run that saved it stopped. All of them or none,
+/// as [`restore`].
+pub fn into_module(m: &mut Module, loaded: &Loaded) -> Result<(), RunError> {
+    check_variables(&module_variables(m), loaded, "the module")?;
+    for g in &mut m.graphs {
+        for (_, nd) in g.nodes.iter_mut() {
+            if nd.op != Op::Variable {
+                continue;
+            }
+            let Some(name) = nd.attrs.str("name").map(str::to_string) else { continue };
+            match loaded.values.get(&name) {
+                Some(t) => nd.attrs.set("init", graphc_ir::Attr::Tensor(t.to_literal())),
+                None => _ = nd.attrs.remove("init"),
+            }
+        }
+    }
+    Ok(())
+}
+
 /// The safetensors name of each dtype.
 const ST_DTYPES: [(DType, Dtype); 13] = [
     (DType::F32, Dtype::F32),

@@ -59,6 +59,11 @@ pub fn header(m: &Module, graphs: &[String], kernels: &[Kernel], weights_file: b
             );
             let _ = writeln!(h, "{c}_ctx *{c}_create_with_weights(const char *weights_path);");
         }
+        let _ = writeln!(
+            h,
+            "/* A context on the session of `other`, a context of any graph of this object: they share every variable and queue. */"
+        );
+        let _ = writeln!(h, "{c}_ctx *{c}_create_sharing(const void *other);");
         let _ = writeln!(h, "void {c}_destroy({c}_ctx *ctx);");
         let _ = writeln!(h, "int {c}_run({c}_ctx *ctx, const void *const *inputs, void *const *outputs);");
         let _ = writeln!(h, "const char *{c}_error_message(const {c}_ctx *ctx);");

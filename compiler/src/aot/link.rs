@@ -2,11 +2,17 @@
 //! (`cc`; libgcc linked statically, so it needs nothing but glibc), or a static library (the
 //! run-time library's archive with the object added, by `ar`).
 //!
-//! The run-time library is `libgraphc_aot.a`, built from crate graphc-aot (`cargo build -p
-//! graphc-aot`), found beside the graphc binary, or where `GRAPHC_AOT_LIB` says. Stable cargo
-//! cannot make one crate's build output another's input, hence the lookup.
+//! The run-time library is `libgraphc_aot.a`, built from crate graphc-aot. Stable cargo
+//! cannot make one crate's build output another's input, so it is looked up: where
+//! `GRAPHC_AOT_LIB` says, else beside the graphc binary (`cargo build -p graphc-aot` puts it
+//! there), else in the target directory this library was built in, where cargo builds it as
+//! graphc's dependency (`deps/libgraphc_aot-HASH.a`) with every build of graphc. A library
+//! from other sources than this graphc's (its fingerprint, `graphc_aot::bundle::FINGERPRINT`,
+//! differs) is passed over: programs linked against it would refuse to start.
 
+use graphc_aot::bundle::FINGERPRINT;
 use graphc_runtime::fsutil;
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -17,25 +23,94 @@ pub const RUNTIME_LIBRARY: &str = "libgraphc_aot.a";
 /// unwinder is linked statically instead, `-static-libgcc`).
 const SYSTEM_LIBS: [&str; 5] = ["-lpthread", "-ldl", "-lm", "-lrt", "-lutil"];
 
-/// Where the run-time library is: `GRAPHC_AOT_LIB`, else beside the running graphc.
+/// Where the run-time library of this graphc is (see the module's comment).
 pub fn runtime_library() -> Result<PathBuf, String> {
     if let Some(p) = std::env::var_os("GRAPHC_AOT_LIB") {
         let p = PathBuf::from(p);
-        return if p.is_file() { Ok(p) } else { Err(format!("GRAPHC_AOT_LIB={}: no such file", p.display())) };
+        if !p.is_file() {
+            return Err(format!("GRAPHC_AOT_LIB={}: no such file", p.display()));
+        }
+        return match has_fingerprint(&p) {
+            Ok(true) => Ok(p),
+            Ok(false) => Err(format!("GRAPHC_AOT_LIB={}: {}", p.display(), other_build())),
+            Err(e) => Err(format!("GRAPHC_AOT_LIB={}: cannot read it: {e}", p.display())),
+        };
     }
     let exe = std::env::current_exe().map_err(|e| format!("cannot find the graphc binary: {e}"))?;
-    let dir = exe.parent().ok_or("the graphc binary has no directory")?;
-    // Test binaries run from target/<profile>/deps; the library is one level up.
-    for d in [dir, dir.parent().unwrap_or(dir)] {
+    let mut dirs: Vec<PathBuf> = Vec::new();
+    if let Some(dir) = exe.parent() {
+        // Test binaries run from target/<profile>/deps; the library is one level up.
+        dirs.extend([dir.to_path_buf(), dir.parent().unwrap_or(dir).to_path_buf()]);
+    }
+    dirs.extend(option_env!("GRAPHC_PROFILE_DIR").map(PathBuf::from));
+    let mut stale = None;
+    for d in &dirs {
         let p = d.join(RUNTIME_LIBRARY);
         if p.is_file() {
+            if has_fingerprint(&p).unwrap_or(false) {
+                return Ok(p);
+            }
+            stale.get_or_insert(p);
+        }
+    }
+    for d in &dirs {
+        if let Some(p) = built_as_dependency(&d.join("deps")) {
             return Ok(p);
         }
     }
-    Err(format!(
-        "the run-time library {RUNTIME_LIBRARY} is not beside {}: build it with `cargo build -p graphc-aot` (with the same --release as graphc), or set GRAPHC_AOT_LIB",
-        exe.display()
-    ))
+    Err(match stale {
+        Some(p) => format!(
+            "the run-time library {} is {}: rebuild it with `cargo build -p graphc-aot` (with the same --release as graphc), or set GRAPHC_AOT_LIB",
+            p.display(),
+            other_build()
+        ),
+        None => format!(
+            "the run-time library {RUNTIME_LIBRARY} is not beside {}: build it with `cargo build -p graphc-aot` (with the same --release as graphc), or set GRAPHC_AOT_LIB",
+            exe.display()
+        ),
+    })
+}
+
+fn other_build() -> String {
+    format!("from another build of graphc than this one ({FINGERPRINT})")
+}
+
+/// The newest `libgraphc_aot-*.a` in cargo's `deps` directory `dir` that is this graphc's.
+fn built_as_dependency(dir: &Path) -> Option<PathBuf> {
+    let mut found: Vec<(std::time::SystemTime, PathBuf)> = std::fs::read_dir(dir)
+        .ok()?
+        .flatten()
+        .filter(|e| {
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            name.starts_with("libgraphc_aot-") && name.ends_with(".a")
+        })
+        .filter_map(|e| Some((e.metadata().ok()?.modified().ok()?, e.path())))
+        .collect();
+    found.sort();
+    found.into_iter().rev().map(|(_, p)| p).find(|p| has_fingerprint(p).unwrap_or(false))
+}
+
+/// Whether the archive at `path` holds this graphc's fingerprint (a string of its read-only
+/// data), read in chunks that overlap by the fingerprint's length.
+fn has_fingerprint(path: &Path) -> std::io::Result<bool> {
+    let needle = FINGERPRINT.as_bytes();
+    let finder = memchr::memmem::Finder::new(needle);
+    let mut f = std::fs::File::open(path)?;
+    let mut buf = vec![0u8; 1 << 22];
+    let mut kept = 0;
+    loop {
+        let n = f.read(&mut buf[kept..])?;
+        if n == 0 {
+            return Ok(false);
+        }
+        let len = kept + n;
+        if finder.find(&buf[..len]).is_some() {
+            return Ok(true);
+        }
+        kept = (needle.len() - 1).min(len);
+        buf.copy_within(len - kept..len, 0);
+    }
 }
 
 /// A scratch directory for the object and the linker's output, in the system's temporary

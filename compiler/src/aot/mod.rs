@@ -357,6 +357,8 @@ impl Writer<'_> {
         let ptr = self.module.target_config().pointer_type();
         let create = [Arg::Bundle(bundle), Arg::U64(index), Arg::Null];
         self.forward(&format!("{name}_create"), &[], Some(ptr), symbols::CREATE, &create)?;
+        let sharing = [Arg::Bundle(bundle), Arg::U64(index), Arg::Param(0)];
+        self.forward(&format!("{name}_create_sharing"), &[ptr], Some(ptr), symbols::CREATE_SHARING, &sharing)?;
         if weights_file {
             let create = [Arg::Bundle(bundle), Arg::U64(index), Arg::Param(0)];
             self.forward(&format!("{name}_create_with_weights"), &[ptr], Some(ptr), symbols::CREATE, &create)?;

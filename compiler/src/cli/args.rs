@@ -246,7 +246,7 @@ pub struct ServeArgs {
 #[derive(clap::Args, Debug)]
 #[command(after_help = "CPU targets (the host, or --target aarch64-unknown-linux-gnu with --emit obj): the JIT's \
 kernels in an object with the module, its weights and C entry points, linked with the run-time library \
-libgraphc_aot.a (beside graphc, or GRAPHC_AOT_LIB) into an executable with `graphc run`'s interface, or a static \
+libgraphc_aot.a (GRAPHC_AOT_LIB, beside graphc, or where cargo built graphc) into an executable with `graphc run`'s interface, or a static \
 library; --emit obj writes OUT.o and OUT.h. nvptx64-nvidia-cuda: the GPU kernels as MLIR or PTX.")]
 pub struct CompileArgs {
     /// The .gir or .onnx file ('-' reads standard input).
@@ -274,6 +274,11 @@ pub struct CompileArgs {
     /// Write the weights to this file (safetensors) instead of into the object.
     #[arg(long, value_name = "PATH")]
     pub weights_file: Option<PathBuf>,
+    /// Start the variables from a checkpoint (graphc train's or run's --checkpoint, or a
+    /// cluster's index), by name: the program holds the trained weights as their initial
+    /// values. Every variable of the module must be in it, of its type.
+    #[arg(long, value_name = "CKPT")]
+    pub restore: Option<PathBuf>,
     /// Fix an input's value: it becomes a constant of the file's value and leaves the
     /// program's inputs (repeatable; an ONNX model's Reshape shape or reduction axes fed as an
     /// input, say).

@@ -40,6 +40,9 @@ pub fn compile(a: &CompileArgs) -> anyhow::Result<ExitCode> {
     };
     // Where the files go, checked before the work of compiling.
     let mut files = Files::reading(&a.file, &a.inputs);
+    if let Some(ckpt) = &a.restore {
+        files.read("the --restore checkpoint", ckpt);
+    }
     for (output, path) in aot::output_paths(&a.output, &aot).map_err(|e| anyhow!(e))? {
         files.write(output.what(), Some(&path));
     }
@@ -70,12 +73,17 @@ pub fn compile(a: &CompileArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// The module as the JIT's pipeline leaves it, with `--shape` sizing symbolic dims and the
-/// `--input` values fixed.
+/// The module as the JIT's pipeline leaves it, with `--shape` sizing symbolic dims, the
+/// `--input` values fixed and the variables starting from the `--restore` checkpoint.
 fn load_optimized(a: &CompileArgs) -> anyhow::Result<(SourceFile, graphc_ir::Module)> {
     let options = graphc::driver::import_options_for(&a.file, &a.inputs, &a.shapes)?;
     let (file, mut m) = graphc::driver::load(&a.file, &options)?;
     graphc::driver::freeze_inputs(&mut m, &a.inputs)?;
+    if let Some(path) = &a.restore {
+        let loaded = graphc::driver::read_checkpoint(path)?;
+        graphc_runtime::checkpoint::into_module(&mut m, &loaded)
+            .map_err(|e| anyhow!("--restore {}: {e}", path.display()))?;
+    }
     let backend = graphc::backend::backend("jit").map_err(|e| anyhow!(e))?;
     let m = graphc::driver::optimize(backend, m, false, &file)?;
     Ok((file, m))

@@ -12,6 +12,7 @@
 //! graph fed by an input pipeline (a queue in the module) from the data of `dataset.rs`;
 //! `distributed.rs` splits it over a cluster's parameter servers and workers.
 
+mod checkpoint;
 mod compile;
 mod dataset;
 mod distributed;
@@ -24,6 +25,7 @@ mod report;
 mod timeline;
 mod train;
 
+pub use checkpoint::read_checkpoint;
 pub use compile::{optimize, session};
 pub use dataset::{Dataset, Position};
 pub use distributed::{read_token, Distributed};
