@@ -1,5 +1,6 @@
 //! Weights out of the IR text and back: every tensor literal of more than [`MIN_ELEMENTS`]
-//! distinct elements (a constant's value, a variable's `init`) leaves the text as a splat of
+//! distinct elements (a constant's value, a variable's `init`), and every literal of a weights
+//! file beside the module (the program has no such file), leaves the text as a splat of
 //! its first element and goes into a safetensors blob under the key `G/N/ATTR` (graph index,
 //! node index in the graph's arena, attribute). The program parses the text, which numbers its
 //! nodes as the compiler's copy did, and puts each literal back before anything runs. So the
@@ -24,13 +25,14 @@ pub fn strip(m: &mut Module) -> Result<(Vec<u8>, Vec<String>), String> {
             let names: Vec<String> = data
                 .attrs
                 .iter()
-                .filter(|(_, a)| matches!(a, Attr::Tensor(l) if l.data().len() > MIN_ELEMENTS))
+                // Every literal of a weights file too: the program has no file beside it.
+                .filter(|(_, a)| matches!(a, Attr::Tensor(l) if l.len() > MIN_ELEMENTS || l.stored_in().is_some()))
                 .map(|(n, _)| n.to_string())
                 .collect();
             for name in names {
                 let Some(Attr::Tensor(lit)) = data.attrs.get(&name).cloned() else { continue };
                 let t = Tensor::from_literal(&lit).map_err(|e| format!("@{} attribute {name}: {e}", g.name))?;
-                let splat = TensorLiteral::new(lit.ty().clone(), lit.data().sub(0..1))?;
+                let splat = TensorLiteral::new(lit.ty().clone(), lit.head()?)?;
                 data.attrs.set(name.clone(), Attr::Tensor(splat));
                 taken.push((format!("{gi}/{}/{name}", node.as_u32()), Some(Arc::new(t))));
             }

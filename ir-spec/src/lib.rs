@@ -8,6 +8,7 @@
 pub mod attr;
 pub mod device;
 pub mod diag;
+pub mod elements;
 pub mod equiv;
 pub mod graph;
 pub mod infer;
@@ -23,6 +24,8 @@ pub mod suggest;
 pub mod topo;
 pub mod types;
 pub mod verify;
+pub mod weights;
+pub mod weights_file;
 pub mod window;
 
 pub use attr::{bf16, f16, Attr, AttrKind, Attrs, TensorData, TensorLiteral};
@@ -30,13 +33,13 @@ pub use device::{DeviceKind, DeviceSpec};
 pub use diag::{Diagnostic, Severity, SourceFile, Span};
 pub use graph::{Graph, Module, Node, NodeSpec, Region, Use, Value, ValueDef};
 pub use ops::{Op, OpDef, OpKind};
-pub use parser::parse_module;
+pub use parser::{parse_module, parse_module_in};
 pub use printer::{print_graph, print_module};
 pub use types::{DType, TensorType, Type};
 pub use verify::{verify_graph, verify_module};
 
-/// Reads and parses a `.gir` file. A file that cannot be read or is not UTF-8 gives one
-/// unlocated diagnostic naming the problem.
+/// Reads and parses a `.gir` file (weights files resolved against its directory). A file that
+/// cannot be read or is not UTF-8 gives one unlocated diagnostic naming the problem.
 pub fn parse_file(path: &std::path::Path) -> (SourceFile, Result<Module, Vec<Diagnostic>>) {
     let name = path.display().to_string();
     let bytes = match std::fs::read(path) {
@@ -50,7 +53,7 @@ pub fn parse_file(path: &std::path::Path) -> (SourceFile, Result<Module, Vec<Dia
     };
     match String::from_utf8(bytes) {
         Ok(text) => {
-            let result = parse_module(&text);
+            let result = parse_module_in(&text, weights::module_dir(path));
             (SourceFile::new(name, text), result)
         }
         Err(e) => {

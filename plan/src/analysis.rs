@@ -833,7 +833,8 @@ fn lower_node(g: &Graph, m: Node, index: &std::collections::HashMap<Value, usize
                 graphc_ir::Attr::Tensor(t) => t,
                 _ => return None,
             };
-            match lit.data() {
+            // Only a literal in the text: a weights file's tensor is read at run time.
+            match lit.text_data()? {
                 // One value for every element: a scalar, or a splat of any shape.
                 graphc_ir::TensorData::F32(v) if v.len() == 1 => Step::Const(v[0]),
                 _ => return None,

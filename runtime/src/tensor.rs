@@ -284,15 +284,17 @@ impl Tensor {
     }
 
     /// The value of a literal; a splat fills its shape. A splat's type may be far larger than
-    /// its text, so its size is checked before anything is built.
+    /// its text, so its size is checked before anything is built. A literal in a weights file
+    /// is read into the vector the tensor keeps (no copy after the read).
     pub fn from_literal(lit: &TensorLiteral) -> Result<Tensor, String> {
         let ty = lit.ty();
         let shape = ix_checked(ty)?;
-        fn fill<T: Clone>(shape: IxDyn, v: &[T], ty: &TensorType) -> Result<ArrayD<T>, String> {
-            let v = if v.len() == 1 { filled(shape.size() as u64, v[0].clone(), ty)? } else { v.to_vec() };
+        fn fill<T: Clone>(shape: IxDyn, v: Vec<T>, ty: &TensorType) -> Result<ArrayD<T>, String> {
+            let v = if v.len() == 1 { filled(shape.size() as u64, v[0].clone(), ty)? } else { v };
             ArrayD::from_shape_vec(shape, v).map_err(|_| format!("a literal of type {ty} lacks elements"))
         }
-        Ok(graphc_ir::same_variant!(TensorData => Tensor, lit.data(), v => fill(shape.clone(), v, ty)?))
+        let data = lit.elements()?.into_owned();
+        Ok(graphc_ir::same_variant!(TensorData => Tensor, data, v => fill(shape.clone(), v, ty)?))
     }
 
     /// The elements in row-major order.

@@ -75,7 +75,7 @@ fn compile_object(m: &Module, source: &str, graphs: &[String], options: &AotOpti
     // The module as the program will parse it: nodes numbered in text order, which the
     // manifest and the weights' keys refer to.
     let text = graphc_ir::print_module(m);
-    let mut m = graphc_ir::parse_module(&text).map_err(|d| {
+    let mut m = graphc_ir::parse_module_in(&text, &graphc_ir::weights::dir_of(m)).map_err(|d| {
         format!("the optimized module does not re-parse: {}", d.first().map(|d| d.message.as_str()).unwrap_or(""))
     })?;
     if options.emit != Emit::Obj && options.target.is_some() {

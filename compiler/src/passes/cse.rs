@@ -81,10 +81,15 @@ fn fingerprint(g: &Graph, n: Node) -> u64 {
     for (name, a) in nd.attrs.iter() {
         name.hash(&mut h);
         match a {
-            Attr::Tensor(t) => {
-                (t.ty(), t.data().len()).hash(&mut h);
-                first_bits(t.data()).hash(&mut h);
-            }
+            // A weights file's tensor by the tensor it is (no read): references to one tensor
+            // merge, and a reference and a literal in the text of the same elements do not.
+            Attr::Tensor(t) => match t.text_data() {
+                Some(d) => {
+                    (t.ty(), d.len()).hash(&mut h);
+                    first_bits(d).hash(&mut h);
+                }
+                None => (t.ty(), t.stored_in()).hash(&mut h),
+            },
             other => other.to_string().hash(&mut h),
         }
     }

@@ -175,9 +175,9 @@ fn float_results(g: &Graph, n: Node) -> bool {
     g.nodes[n].results.iter().all(|&v| g.values[v].ty.as_tensor().is_some_and(|t| t.dtype.is_float()))
 }
 
-/// A constant cheap enough to copy into every kernel that reads it.
+/// A constant cheap enough to copy into every kernel that reads it: one element in the text.
 fn inlinable(g: &Graph, v: Value) -> bool {
-    constant_of(g, v).is_some_and(|lit| lit.is_splat() || lit.data().len() <= 1)
+    constant_of(g, v).and_then(|lit| lit.text_data()).is_some_and(|d| d.len() <= 1)
 }
 
 /// Positions in one list of nodes (a region's, in order), held in a table over the graph's

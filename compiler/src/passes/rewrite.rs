@@ -36,12 +36,10 @@ pub fn constant_of(g: &Graph, v: Value) -> Option<&TensorLiteral> {
     (nd.op == Op::Constant).then(|| nd.attrs.tensor("value")).flatten()
 }
 
-/// The single value of a splat literal, widened to f64 (bools as 0 and 1).
+/// The single value of a splat literal in the text, widened to f64 (bools as 0 and 1).
 pub fn splat_value(lit: &TensorLiteral) -> Option<f64> {
-    if !lit.is_splat() && lit.data().len() != 1 {
-        return None;
-    }
-    (!lit.data().is_empty()).then(|| lit.data().f64_at(0))
+    let data = lit.text_data()?;
+    (data.len() == 1).then(|| data.f64_at(0))
 }
 
 /// Whether a splat constant is exactly `x` (so `-0.0` is not `0.0`).

@@ -135,9 +135,10 @@ impl Parser {
                     "inf" => Ok(Attr::Float(f64::INFINITY)),
                     "nan" => Ok(Attr::Float(f64::from_bits(<f64 as FloatBits>::CANONICAL_NAN))),
                     "dense" => self.dense().map(Attr::Tensor),
+                    "safetensors" => self.stored().map(Attr::Tensor),
                     _ => match DType::from_name(&w) {
                         Some(d) => Ok(Attr::DType(d)),
-                        None => Err(self.error(span, format!("'{w}' is not an attribute value; values are numbers, true/false, strings, element types, [integer lists] or dense<...> literals"))),
+                        None => Err(self.error(span, format!("'{w}' is not an attribute value; values are numbers, true/false, strings, element types, [integer lists], dense<...> or safetensors<...> literals"))),
                     },
                 }
             }

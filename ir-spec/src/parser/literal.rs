@@ -1,11 +1,14 @@
 //! Tensor literals (`dense<[[1, 2], [3, 4]]> : i32[2,2]`): nesting checked against the shape,
 //! elements converted to the dtype.
 
-use super::{PResult, Parser, MAX_LITERAL_DEPTH};
+use super::{PResult, Parser, Reported, MAX_LITERAL_DEPTH};
 use crate::attr::{bf16, f16, FloatBits, TensorData, TensorLiteral};
-use crate::diag::Span;
+use crate::diag::{Diagnostic, Span};
 use crate::lexer::Tok;
+use crate::suggest::closest;
 use crate::types::DType;
+use crate::weights_file::WeightsFile;
+use std::sync::Arc;
 
 impl Parser {
     /// `dense<LITERAL> : TYPE`, after `dense`.
@@ -27,6 +30,58 @@ impl Parser {
             convert(ty.dtype, &flat).map_err(|(m, sp)| self.error(sp, m))?
         };
         TensorLiteral::new(ty, data).map_err(|m| self.error(span, m))
+    }
+
+    /// `safetensors<"PATH", "NAME"> : TYPE`, after `safetensors`: tensor NAME of the weights
+    /// file PATH (relative to the module's directory), which must be of TYPE.
+    pub(super) fn stored(&mut self) -> PResult<TensorLiteral> {
+        self.expect(Tok::Less, "'<' after 'safetensors'")?;
+        let (path, path_span) = self.string("the weights file's path, a string like \"m.weights.safetensors\"")?;
+        self.expect(Tok::Comma, "',' and the tensor's name")?;
+        let (name, name_span) = self.string("the tensor's name in the weights file, a string")?;
+        self.expect(Tok::Greater, "'>' after the tensor's name")?;
+        self.expect(Tok::Colon, "':' and the literal's type, like safetensors<\"w.safetensors\", \"w\"> : f32[4,4]")?;
+        let ty_start = self.span();
+        let ty = self.tensor_type()?;
+        let ty_span = ty_start.to(self.prev_span());
+        let file = self.weights_file(&path, path_span)?;
+        let Some(tensor) = file.tensor(&name) else {
+            let mut d = Diagnostic::error(name_span, format!("weights file {path:?} has no tensor {name:?}"));
+            let mut names: Vec<&str> = file.names().collect();
+            names.sort_unstable();
+            d = match closest(&name, names.iter().copied()) {
+                Some(s) => d.with_help(format!("did you mean {s:?}?")),
+                None if names.is_empty() => d.with_help("the file holds no tensors"),
+                None if names.len() <= 8 => d.with_help(format!("the file holds {}", names.join(", "))),
+                None => d.with_help(format!("the file holds {} tensors, {} first", names.len(), names[0])),
+            };
+            return Err(self.diag(d));
+        };
+        TensorLiteral::stored(ty, tensor).map_err(|m| self.error(ty_span, m))
+    }
+
+    fn string(&mut self, what: &str) -> PResult<(String, Span)> {
+        match self.peek().clone() {
+            Tok::Str(s) => Ok((s, self.bump())),
+            _ => Err(self.expected(what)),
+        }
+    }
+
+    /// The weights file `path` names, opened and its header checked at its first mention; a
+    /// file that failed is reported there only.
+    fn weights_file(&mut self, path: &str, span: Span) -> PResult<Arc<WeightsFile>> {
+        if let Some(f) = self.weights_files.get(path) {
+            return f.clone().ok_or(Reported);
+        }
+        let file = match WeightsFile::open(&self.dir, path) {
+            Ok(f) => Some(f),
+            Err(m) => {
+                self.error(span, format!("weights file {path:?} {m}"));
+                None
+            }
+        };
+        self.weights_files.insert(path.to_string(), file.clone());
+        file.ok_or(Reported)
     }
 
     fn literal(&mut self, depth: usize) -> PResult<Lit> {

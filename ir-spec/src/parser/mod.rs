@@ -17,8 +17,11 @@ mod values;
 use crate::diag::{Diagnostic, Span};
 use crate::graph::{Graph, Module, Region, Value};
 use crate::lexer::{lex, Comment, Token};
+use crate::weights_file::WeightsFile;
 use std::collections::HashMap;
 use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// Regions nest at most this deep; deeper input is rejected rather than risking the stack.
 pub const MAX_REGION_DEPTH: usize = 64;
@@ -27,11 +30,26 @@ pub const MAX_LITERAL_DEPTH: usize = 32;
 /// After this many errors the parser stops: the rest would mostly be noise.
 pub const MAX_ERRORS: usize = 50;
 
-/// Parses and type-checks a module. On failure, every diagnostic found, in source order.
+/// Parses and type-checks a module; the weights files its literals name are resolved against
+/// the current directory. On failure, every diagnostic found, in source order.
 pub fn parse_module(text: &str) -> Result<Module, Vec<Diagnostic>> {
+    parse_module_in(text, Path::new("."))
+}
+
+/// [`parse_module`] for the text of a file in `dir`, against which weights files are resolved.
+pub fn parse_module_in(text: &str, dir: &Path) -> Result<Module, Vec<Diagnostic>> {
     let mut diags = Vec::new();
     let (toks, comments) = lex(text, &mut diags);
-    let mut p = Parser { toks, pos: 0, diags, stopped: false, comments, next_comment: 0 };
+    let mut p = Parser {
+        toks,
+        pos: 0,
+        diags,
+        stopped: false,
+        comments,
+        next_comment: 0,
+        dir: dir.to_path_buf(),
+        weights_files: HashMap::new(),
+    };
     let module = p.module();
     let mut diags = p.diags;
     if diags.is_empty() {
@@ -96,6 +114,11 @@ struct Parser {
     stopped: bool,
     comments: Vec<Comment>,
     next_comment: usize,
+    /// The module's directory, which weights files are named relative to.
+    dir: PathBuf,
+    /// Each weights file named so far, by its path as written: opened once per parse, and a
+    /// file that failed reported once (`None` after).
+    weights_files: HashMap<String, Option<Arc<WeightsFile>>>,
 }
 
 /// A parsed operand reference: the value, or `None` if it refers to a failed definition.
