@@ -366,9 +366,14 @@ pub struct SimulateArgs {
 pub struct ImportArgs {
     /// The .onnx model.
     pub model: PathBuf,
-    /// Write the IR here (atomically) instead of to standard output ('-').
+    /// Write the IR here (atomically) instead of to standard output ('-'), its literals of
+    /// more than 1024 elements in OUT.weights.safetensors beside it, which the text names.
     #[arg(short, long, value_name = "OUT.gir")]
     pub output: Option<PathBuf>,
+    /// Write every literal into the text, with no weights file beside -o (standard output
+    /// always gets every literal in the text).
+    #[arg(long)]
+    pub inline_weights: bool,
     /// Make float initializers variables instead of constants (trainable, checkpointable).
     #[arg(long)]
     pub weights_as_variables: bool,
@@ -386,9 +391,15 @@ pub struct OptArgs {
     /// unless the list names them.
     #[arg(long, default_value = graphc::passes::DEFAULT_PIPELINE)]
     pub passes: String,
-    /// Write the result here (atomically) instead of to standard output ('-').
+    /// Write the result here (atomically) instead of to standard output ('-'); with --emit ir
+    /// its literals of more than 1024 elements go to OUT.weights.safetensors beside it (OUT
+    /// less .gir), which the text names.
     #[arg(short, long, value_name = "OUT")]
     pub output: Option<PathBuf>,
+    /// With --emit ir, write every literal into the text, with no weights file beside -o
+    /// (standard output always gets every literal in the text).
+    #[arg(long)]
+    pub inline_weights: bool,
     /// What to print of the module after the passes: its IR; the plan of each kernel the JIT
     /// backend compiles; each kernel's Cranelift IR as generated (before Cranelift's
     /// optimizations); or each kernel's machine code as Cranelift prints it.

@@ -76,7 +76,8 @@ pub fn opt(a: &OptArgs) -> anyhow::Result<ExitCode> {
     } else {
         PrintAfter::Some(a.print_after.clone())
     };
-    check_output(&a.file, &a.devices.files(), a.output.as_deref())?;
+    let weights = if a.emit == Emit::Ir { driver::weights_output(a.output.as_deref(), a.inline_weights) } else { None };
+    check_output(&a.file, &a.devices.files(), a.output.as_deref(), weights.as_deref())?;
     let (file, mut m) = load(&a.file)?;
     let count = |m: &Module| -> (usize, usize) {
         (m.graphs.iter().map(|g| g.node_count()).sum(), m.graphs.iter().map(kernel_count).sum())
@@ -100,7 +101,10 @@ pub fn opt(a: &OptArgs) -> anyhow::Result<ExitCode> {
         eprintln!("nodes: {} -> {}; kernels: {} -> {}", before.0, after.0, before.1, after.1);
     }
     let text = match a.emit {
-        Emit::Ir => print_module(&m),
+        Emit::Ir => {
+            driver::place_weights(&mut m, a.output.as_deref(), a.inline_weights)?;
+            print_module(&m)
+        }
         Emit::Plan => graphc::lower::plan::print_kernels(&m),
         Emit::Clif => cpu::listing(&m, a.isa, cpu::Emit::Clif).map_err(|e| anyhow::anyhow!("{}: {e}", file.name))?,
         Emit::Asm => cpu::listing(&m, a.isa, cpu::Emit::Asm).map_err(|e| anyhow::anyhow!("{}: {e}", file.name))?,
@@ -125,23 +129,30 @@ pub fn dot(a: &DotArgs) -> anyhow::Result<ExitCode> {
 }
 
 pub fn import(a: &ImportArgs) -> anyhow::Result<ExitCode> {
-    check_output(&a.model, &[], a.output.as_deref())?;
+    let weights = driver::weights_output(a.output.as_deref(), a.inline_weights);
+    check_output(&a.model, &[], a.output.as_deref(), weights.as_deref())?;
     let options = graphc_onnx::ImportOptions {
         weights_as_variables: a.weights_as_variables,
         ..driver::import_options_for(&a.model, &[], &a.shapes)?
     };
-    let m = graphc_onnx::import_file(&a.model, &options).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let mut m = graphc_onnx::import_file(&a.model, &options).map_err(|e| anyhow::anyhow!("{e}"))?;
+    driver::place_weights(&mut m, a.output.as_deref(), a.inline_weights)?;
     write_output(a.output.as_deref(), &print_module(&m))?;
     Ok(ExitCode::SUCCESS)
 }
 
-/// Refuses `-o OUT` (other than `-`, standard output) where it cannot be written or would
-/// replace a file read, before any work.
-fn check_output(input: &Path, reads: &[(&str, &Path)], out: Option<&Path>) -> anyhow::Result<()> {
+/// Refuses `-o OUT` (other than `-`, standard output) and the weights file beside it where
+/// they cannot be written or would replace a file read, before any work.
+fn check_output(
+    input: &Path,
+    reads: &[(&str, &Path)],
+    out: Option<&Path>,
+    weights: Option<&Path>,
+) -> anyhow::Result<()> {
     let Some(out) = out.filter(|o| o.as_os_str() != "-") else { return Ok(()) };
     let mut files = driver::Files::reading(input, &[]);
     for (what, path) in reads {
         files.read(what, path);
     }
-    files.write("-o", Some(out)).check()
+    files.write("-o", Some(out)).write("the weights file of -o", weights).check()
 }

@@ -25,14 +25,18 @@ pub struct Files {
 }
 
 impl Files {
-    /// A command on `model` (with an ONNX model's external data) fed `--input` flags (malformed
-    /// ones are left for the feeds to report).
+    /// A command on `model` (with an ONNX model's external data, or the weights files a `.gir`
+    /// names) fed `--input` flags (malformed ones are left for the feeds to report).
     pub fn reading(model: &Path, input_flags: &[String]) -> Files {
         let mut files = Files::default();
         files.read("the model", model);
         if is_onnx(model) {
             for data in graphc_onnx::external_data_files(model).unwrap_or_default() {
                 files.read("the model's external data", &data);
+            }
+        } else if model.as_os_str() != "-" {
+            for weights in graphc_ir::weights::files_named_in(model) {
+                files.read("the model's weights file", &weights);
             }
         }
         for (name, path) in feeds::parse_input_flags(input_flags).unwrap_or_default() {

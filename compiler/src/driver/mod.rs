@@ -24,6 +24,7 @@ mod place;
 mod report;
 mod timeline;
 mod train;
+mod weights;
 
 pub use checkpoint::read_checkpoint;
 pub use compile::{optimize, session};
@@ -37,3 +38,4 @@ pub use place::{place_and_partition, placement_summary, Devices, Placed};
 pub use report::{plural, Reported};
 pub use timeline::Timeline;
 pub use train::{plan as plan_training, Periodic, Resume, StepDone, Steps, TrainJob, TrainSpec, Training, PREFETCH};
+pub use weights::{place_weights, weights_output};
