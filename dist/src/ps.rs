@@ -452,7 +452,7 @@ impl ParameterServer {
                     );
                     if let Err(e) = writeln!(f, "{line}") {
                         *log = None;
-                        eprintln!("warning: ps task {}: cannot write its log ({e}); no more lines", self.index);
+                        tracing::warn!("ps task {}: cannot write its log ({e}); no more lines", self.index);
                     }
                 }
                 Ok(())

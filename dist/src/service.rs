@@ -123,7 +123,9 @@ impl PsRpc for PsService {
             )));
         }
         let ps = self.ps.clone();
-        let resume = blocking(move || ps.hello(h.worker)).await?;
+        let worker = h.worker;
+        let resume = blocking(move || ps.hello(worker)).await?;
+        tracing::info!("ps task {index}: worker {worker} joined, taking up after step {resume}");
         Ok(Response::new(Welcome { ps: index as u32, resume }))
     }
 
@@ -185,11 +187,13 @@ impl PsRpc for PsService {
         let step = request.into_inner().step;
         let ps = self.ps.clone();
         let path = blocking(move || ps.save(step)).await?;
+        tracing::info!("ps task {}: saved its shard at step {step} to {}", self.ps.index, path.display());
         Ok(Response::new(Saved { file: path.display().to_string() }))
     }
 
     async fn abort(&self, request: Request<Abort>) -> Result<Response<Empty>, Status> {
         let a = request.into_inner();
+        tracing::info!("ps task {}: worker {} stopped the training: {}", self.ps.index, a.worker, a.error);
         let ps = self.ps.clone();
         blocking(move || ps.abort(a.worker, &a.error)).await?;
         Ok(Response::new(Empty {}))
@@ -197,6 +201,7 @@ impl PsRpc for PsService {
 
     async fn done(&self, request: Request<Done>) -> Result<Response<Empty>, Status> {
         let w = request.into_inner().worker;
+        tracing::info!("ps task {}: worker {w} is done", self.ps.index);
         let ps = self.ps.clone();
         if blocking(move || ps.done(w)).await? {
             self.finished.notify_one();
@@ -226,7 +231,7 @@ fn authenticate(token: Token, who: String) -> impl FnMut(Request<()>) -> Result<
                 "the request's token does not match the cluster's (every task needs the same --token-file or GRAPHC_TOKEN)",
             )
         };
-        eprintln!("{who}: refused a request from {from}: {logged}");
+        tracing::warn!("{who}: refused a request from {from}: {logged}");
         Err(Status::unauthenticated(told))
     }
 }
@@ -456,9 +461,11 @@ impl Client {
                 }
                 Err(s) if unreachable(&s) => {
                     let start = *since.get_or_insert_with(|| {
-                        eprintln!(
+                        tracing::warn!(
                             "worker {}: ps task {t} ({}) is unreachable; waiting up to {:?} for it",
-                            self.worker, self.addresses[t], self.timeout
+                            self.worker,
+                            self.addresses[t],
+                            self.timeout
                         );
                         Instant::now()
                     });

@@ -121,5 +121,5 @@ impl Tls {
 }
 
 fn refused(who: &str, peer: SocketAddr, why: &str) {
-    eprintln!("{who}: refused a connection from {peer}: {why}");
+    tracing::warn!("{who}: refused a connection from {peer}: {why}");
 }

@@ -9,6 +9,15 @@ use std::path::PathBuf;
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
+    /// Log more to standard error: -v the driver's stages with their times, checkpoints and
+    /// the cluster's events; -vv each pass's time and other detail; -vvv everything, other
+    /// crates' debug lines too. Without -v or -q, RUST_LOG (e.g. graphc=debug) decides;
+    /// the default shows warnings.
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    pub verbose: u8,
+    /// Log errors only (no warnings); `check` prints nothing for valid files.
+    #[arg(short, long, global = true, conflicts_with = "verbose")]
+    pub quiet: bool,
 }
 
 #[derive(Subcommand, Debug)]
@@ -50,7 +59,14 @@ pub enum Command {
 #[command(
     after_help = "Without --data, the step graph's inputs get seeded random data (--seed), the same every step, as \
 with `graphc run`. On a terminal a progress bar shows steps/s, the loss and the time left; otherwise a line is \
-printed every max(1, N/20) steps."
+printed every max(1, N/20) steps.
+
+SIGINT (Ctrl-C) or SIGTERM stops the training after the step in flight: it saves --checkpoint (with the step and the \
+data position, so --restore takes up exactly there), writes the --log's last step and a line {\"stopped_at\": STEP, \
+\"signal\": ..., \"checkpoint\": PATH or null}, says the same on standard error, and exits 130 (SIGINT) or 143 \
+(SIGTERM); nothing else is written (no --out-dir, no plot). A second signal ends graphc at once with that status (a \
+checkpoint being written keeps its previous contents). A cluster's worker stops the same way, the chief saving the \
+cluster's checkpoint, without telling the ps tasks it is done: restarted, it takes up after its last update."
 )]
 pub struct TrainArgs {
     /// The .gir or .onnx file ('-' reads standard input).
@@ -103,6 +119,10 @@ pub struct TrainArgs {
     /// Write each variable's final value to DIR/NAME.npy.
     #[arg(short, long, value_name = "DIR")]
     pub out_dir: Option<PathBuf>,
+    /// Print one JSON object on standard output instead of lines: the data, the steps run,
+    /// the losses, the time, the files written (progress lines are left out).
+    #[arg(long)]
+    pub json: bool,
     /// The backend, instruction set, limits and devices, as for `graphc run`.
     #[command(flatten)]
     pub session: SessionArgs,
@@ -360,6 +380,10 @@ pub struct SimulateArgs {
     /// a profile from `graphc run` matches its fused kernels).
     #[arg(long, default_value = graphc::backend::DEFAULT_BACKEND, value_parser = backends())]
     pub backend: String,
+    /// Print one JSON object instead of tables: each graph's predicted step time, its
+    /// devices' busy time, utilization and nodes, and its transfers.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(clap::Args, Debug)]
@@ -480,7 +504,9 @@ pub struct RunArgs {
     /// Run this many steps on one session (variables carry over); outputs are the last step's.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
     pub steps: u64,
-    /// Save every variable to this safetensors file after the last step (atomically).
+    /// Save every variable to this safetensors file after the last step (atomically). With
+    /// it, SIGINT or SIGTERM stops the run after the step in flight, saves the variables and
+    /// the step reached here, and exits 130 or 143 (a second signal ends graphc at once).
     #[arg(long, value_name = "PATH")]
     pub checkpoint: Option<PathBuf>,
     /// Also save to --checkpoint every N steps, in the background without pausing the steps; a
@@ -509,6 +535,10 @@ pub struct RunArgs {
     /// --profile.
     #[arg(long, value_name = "FILE")]
     pub write_profile: Option<PathBuf>,
+    /// Print one JSON object instead of lines: the graphs, the step times, each output's
+    /// dtype, shape and first values (or the file it went to), and the files written.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// The flags of every subcommand that runs a session (`run`, `bench`, `train`): the backend,
@@ -567,9 +597,10 @@ pub struct CheckArgs {
     /// The .gir files to check ('-' reads standard input).
     #[arg(required = true)]
     pub files: Vec<PathBuf>,
-    /// Print nothing for valid files.
-    #[arg(short, long)]
-    pub quiet: bool,
+    /// Print one JSON object on standard output: {"ok": BOOL, "files": [...]}, each file's
+    /// graphs and nodes, or its errors (message, line, column) and rendered diagnostics.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(clap::Args, Debug)]

@@ -4,6 +4,7 @@ use super::args::{CheckArgs, DotArgs, Emit, FmtArgs, ImportArgs, OptArgs};
 use super::output::write_output;
 use graphc::driver::{self, plural, Reported};
 use graphc_ir::{print_module, Module};
+use serde_json::json;
 use std::io::Write;
 use std::path::Path;
 use std::process::ExitCode;
@@ -13,13 +14,19 @@ pub fn load(path: &Path) -> Result<(graphc_ir::SourceFile, Module), Reported> {
     driver::load(path, &graphc_onnx::ImportOptions::default())
 }
 
-pub fn check(a: &CheckArgs) -> anyhow::Result<ExitCode> {
+/// `graphc check`: each file parsed, verified and its shapes inferred; with --json one object
+/// for all the files, `{"ok": BOOL, "files": [...]}` in the order given (the diagnostics are
+/// on standard error as well).
+pub fn check(a: &CheckArgs, quiet: bool) -> anyhow::Result<ExitCode> {
     let mut ok = true;
+    let mut results = Vec::new();
     for path in &a.files {
-        match load(path) {
+        match driver::load_diagnosed(path, &graphc_onnx::ImportOptions::default()) {
             Ok((file, m)) => {
-                if !a.quiet {
-                    let nodes: usize = m.graphs.iter().map(|g| g.node_count()).sum();
+                let nodes: usize = m.graphs.iter().map(|g| g.node_count()).sum();
+                if a.json {
+                    results.push(json!({"file": file.name, "ok": true, "graphs": m.graphs.len(), "nodes": nodes}));
+                } else if !quiet {
                     say!(
                         "{}: ok ({} graph{}, {nodes} node{})",
                         file.name,
@@ -29,13 +36,58 @@ pub fn check(a: &CheckArgs) -> anyhow::Result<ExitCode> {
                     );
                 }
             }
-            Err(r) => {
-                eprint!("{}", r.0);
+            Err(f) => {
+                eprint!("{}", f.rendered);
                 ok = false;
+                if a.json {
+                    results.push(failure_json(path, &f));
+                }
             }
         }
     }
+    if a.json {
+        say!("{}", json!({"ok": ok, "files": results}));
+    }
     Ok(if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+/// A file that failed `check`, as JSON: each diagnostic's severity, message, place (1-based
+/// line and column, where it has one), notes and help, and the text as rendered.
+fn failure_json(path: &Path, f: &driver::LoadFailure) -> serde_json::Value {
+    let place = |span: Option<graphc_ir::Span>| match (span, &f.file) {
+        (Some(s), Some(file)) => {
+            let (line, column) = file.line_col(s.start as usize);
+            json!({"line": line, "column": column})
+        }
+        _ => json!({"line": null, "column": null}),
+    };
+    let diagnostics: Vec<serde_json::Value> = f
+        .diagnostics
+        .iter()
+        .map(|d| {
+            let mut o = place(d.span);
+            o["severity"] = json!(match d.severity {
+                graphc_ir::Severity::Error => "error",
+                graphc_ir::Severity::Warning => "warning",
+                graphc_ir::Severity::Note => "note",
+            });
+            o["message"] = json!(d.message);
+            o["notes"] = d
+                .notes
+                .iter()
+                .map(|(span, note)| {
+                    let mut n = place(Some(*span));
+                    n["message"] = json!(note);
+                    n
+                })
+                .collect();
+            o["help"] = json!(d.help);
+            o
+        })
+        .collect();
+    let name = f.file.as_ref().map_or_else(|| path.display().to_string(), |file| file.name.clone());
+    let errors = f.diagnostics.iter().filter(|d| d.severity == graphc_ir::Severity::Error).count();
+    json!({"file": name, "ok": false, "errors": errors, "diagnostics": diagnostics, "rendered": f.rendered})
 }
 
 pub fn fmt(a: &FmtArgs) -> anyhow::Result<ExitCode> {

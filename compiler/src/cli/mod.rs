@@ -7,7 +7,9 @@ mod args;
 mod bench;
 mod compile;
 mod ir;
+mod logging;
 mod run;
+mod signals;
 mod simulate;
 mod train;
 
@@ -33,13 +35,14 @@ pub fn main() -> ExitCode {
             return if e.use_stderr() { ExitCode::FAILURE } else { ExitCode::SUCCESS };
         }
     };
+    logging::init(cli.verbose, cli.quiet);
     for (var, instead) in RETIRED {
         if std::env::var_os(var).is_some() {
-            eprintln!("warning: {var} is no longer read; use {instead}");
+            tracing::warn!("{var} is no longer read; use {instead}");
         }
     }
     let result = match cli.command {
-        Command::Check(a) => ir::check(&a),
+        Command::Check(a) => ir::check(&a, cli.quiet),
         Command::Fmt(a) => ir::fmt(&a),
         Command::Opt(a) => ir::opt(&a),
         Command::Import(a) => ir::import(&a),

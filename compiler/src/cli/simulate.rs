@@ -2,11 +2,13 @@
 //! time and the devices' utilization from the cost model (no kernel runs).
 
 use super::args::SimulateArgs;
+use super::output::Report;
 use anyhow::anyhow;
 use graphc::driver::{self, plural};
 use graphc::placement::cost::CostModel;
 use graphc::placement::partition::Partitioned;
 use graphc::placement::simulate::simulate as simulate_step;
+use serde_json::json;
 use std::process::ExitCode;
 
 /// `graphc simulate`: the predicted step time and device utilization of each graph.
@@ -40,6 +42,11 @@ pub fn simulate(a: &SimulateArgs) -> anyhow::Result<ExitCode> {
         placed.groups.clone()
     };
     let source = if placed.ctx.profile.is_some() { "profile and estimates" } else { "estimates" };
+    let mut report = Report::new(a.json);
+    report.set("file", json!(file.name));
+    report.set("backend", json!(backend.name()));
+    report.set("source", json!(source));
+    report.set("graphs", json!([]));
     let mut spans = Vec::new();
     let mut tracks: Vec<String> = placed.ctx.cluster.devices.iter().map(|d| d.name.clone()).collect();
     tracks.push(graphc::trace::TRANSFERS.into());
@@ -49,18 +56,35 @@ pub fn simulate(a: &SimulateArgs) -> anyhow::Result<ExitCode> {
             continue;
         }
         let p = simulate_step(&placed.module, group, &cost).map_err(|e| anyhow!("{}: {e}", file.name))?;
-        say!(
-            "@{}: predicted step time {:.3} ms on {} device{} (from {source})",
-            group.graph,
-            p.step_time * 1e3,
-            p.devices.len(),
-            plural(p.devices.len())
-        );
-        say!("  {:<12} {:>10} {:>12} {:>7}", "device", "busy (ms)", "utilization", "nodes");
-        for ((name, busy, nodes), (_, util)) in p.devices.iter().zip(p.utilization()) {
-            say!("  {:<12} {:>10.3} {:>11.1}% {:>7}", name, busy * 1e3, util * 100.0, nodes);
-        }
-        say!("  transfers: {} ({} bytes)", p.transfers, p.transfer_bytes);
+        let devices: Vec<serde_json::Value> = p
+            .devices
+            .iter()
+            .zip(p.utilization())
+            .map(|((name, busy, nodes), (_, util))| {
+                json!({"name": name, "busy_ms": busy * 1e3, "utilization": util, "nodes": nodes})
+            })
+            .collect();
+        let value = json!({
+            "graph": group.graph, "step_time_ms": p.step_time * 1e3, "devices": devices,
+            "transfers": p.transfers, "transfer_bytes": p.transfer_bytes,
+        });
+        report.push("graphs", value, || {
+            let mut lines = vec![
+                format!(
+                    "@{}: predicted step time {:.3} ms on {} device{} (from {source})",
+                    group.graph,
+                    p.step_time * 1e3,
+                    p.devices.len(),
+                    plural(p.devices.len())
+                ),
+                format!("  {:<12} {:>10} {:>12} {:>7}", "device", "busy (ms)", "utilization", "nodes"),
+            ];
+            for ((name, busy, nodes), (_, util)) in p.devices.iter().zip(p.utilization()) {
+                lines.push(format!("  {:<12} {:>10.3} {:>11.1}% {:>7}", name, busy * 1e3, util * 100.0, nodes));
+            }
+            lines.push(format!("  transfers: {} ({} bytes)", p.transfers, p.transfer_bytes));
+            lines.join("\n")
+        });
         // Graphs follow one another on the timeline.
         for mut s in p.spans {
             s.start_us += offset_us;
@@ -72,7 +96,8 @@ pub fn simulate(a: &SimulateArgs) -> anyhow::Result<ExitCode> {
     if let Some(path) = &a.trace {
         let text = graphc::trace::chrome_trace(&tracks, &spans);
         super::output::write_file(path, &text)?;
-        say!("predicted timeline -> {}", path.display());
+        report.add("trace", json!(path.display().to_string()), || format!("predicted timeline -> {}", path.display()));
     }
+    report.finish();
     Ok(ExitCode::SUCCESS)
 }

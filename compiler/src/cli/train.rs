@@ -3,14 +3,16 @@
 //! the loss curve (SVG), checkpoints and the final variables, and prints a summary.
 
 use super::args::{ServeArgs, TrainArgs};
-use super::output::write_file;
+use super::output::{write_file, Report};
+use super::signals::{Interrupt, Signal};
 use anyhow::{anyhow, bail};
 use graphc::driver::{
-    self, import_options_for, plural, Distributed, Files, Periodic, Resume, StepDone, Steps, TrainSpec, Training,
+    self, import_options_for, plural, Distributed, Ended, Files, Periodic, Resume, StepDone, Steps, TrainSpec, Training,
 };
 use graphc_dist::{Role, Split};
 use graphc_runtime::{RtValue, SessionOptions};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use serde_json::json;
 use std::io::{BufWriter, IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -53,10 +55,33 @@ fn serve_task(
         plural(workers),
         d.sync
     );
+    stop_serving_on_a_signal(index, &ps)?;
     d.serve(&ps, addr)?;
     let dropped = ps.dropped();
     say!("ps task {index}: every worker is done; {dropped} straggler update{} dropped", plural(dropped as usize));
     Ok(ExitCode::SUCCESS)
+}
+
+/// SIGINT and SIGTERM end a ps task at once, its log written out, with a line saying so and
+/// the status 128 + the signal's number: it holds no step in flight, and its variables are
+/// kept by the chief's checkpoints, which a restarted task restores its shard from.
+fn stop_serving_on_a_signal(index: usize, ps: &std::sync::Arc<graphc_dist::ParameterServer>) -> anyhow::Result<()> {
+    let interrupt = Interrupt::install()?;
+    let ps = ps.clone();
+    std::thread::spawn(move || loop {
+        std::thread::sleep(Duration::from_millis(50));
+        if let Some(signal) = interrupt.received() {
+            if let Err(e) = ps.flush_log() {
+                eprintln!("error: {e}");
+            }
+            eprintln!(
+                "ps task {index}: {}: stopped serving; the workers wait for it up to --peer-timeout (restarted, it restores its shard from the --checkpoint index)",
+                signal.name()
+            );
+            std::process::exit(signal.status());
+        }
+    });
+    Ok(())
 }
 
 pub fn train(a: &TrainArgs) -> anyhow::Result<ExitCode> {
@@ -90,6 +115,8 @@ pub fn train(a: &TrainArgs) -> anyhow::Result<ExitCode> {
             );
         }
     }
+    let mut report = Report::new(a.json);
+    report.set("file", json!(file.name));
     // In a cluster: a ps task serves; a worker trains the step graph with its variables on
     // the ps tasks, its data shuffled with its own seed.
     let dist = a.cluster.distributed()?;
@@ -114,14 +141,26 @@ pub fn train(a: &TrainArgs) -> anyhow::Result<ExitCode> {
                 let parts: Vec<String> = split.partitioned.iter().map(|(v, k)| format!("{v} in {k}")).collect();
                 format!(" (split in rows: {})", parts.join(", "))
             };
-            say!(
-                "worker {w} of {n}: --sync {}, variables on {} ps task{}{rows}",
-                d.sync,
-                split.tasks.len(),
-                plural(split.tasks.len())
-            );
+            let worker = json!({
+                "index": w, "workers": n, "sync": d.sync.to_string(), "ps_tasks": split.tasks.len(),
+                "resumed_after": client.resume,
+                "split_rows": split.partitioned.iter().map(|(v, k)| json!({"variable": v, "parts": k})).collect::<Vec<_>>(),
+            });
+            report.add("worker", worker, || {
+                format!(
+                    "worker {w} of {n}: --sync {}, variables on {} ps task{}{rows}",
+                    d.sync,
+                    split.tasks.len(),
+                    plural(split.tasks.len())
+                )
+            });
             if client.resume > 0 {
-                say!("worker {w}: the ps tasks have its updates up to step {}; taking up after it", client.resume);
+                report.line(|| {
+                    format!(
+                        "worker {w}: the ps tasks have its updates up to step {}; taking up after it",
+                        client.resume
+                    )
+                });
             }
             let seed = if a.data.is_some() { seed.wrapping_add(w as u64) } else { seed };
             let pushes: Vec<usize> = split.tasks.iter().map(|t| t.pushes.len()).collect();
@@ -150,7 +189,7 @@ pub fn train(a: &TrainArgs) -> anyhow::Result<ExitCode> {
     }
     let (module, job) = training.prepare(&devices, &file, module)?;
     for p in &job.placements {
-        say!("{p}");
+        report.push("placement", json!(p), || p.clone());
     }
     // The producer thread blocks on the queue between steps, which deadlock detection would
     // take for a deadlock (see the driver's train.rs).
@@ -171,7 +210,7 @@ pub fn train(a: &TrainArgs) -> anyhow::Result<ExitCode> {
         _ => None,
     };
     if let Some(w) = warning {
-        eprintln!("warning: {w}");
+        tracing::warn!("{w}");
     }
     if let Some(dir) = &a.out_dir {
         let names: Vec<&str> = session.state().variables.keys().map(String::as_str).collect();
@@ -182,39 +221,44 @@ pub fn train(a: &TrainArgs) -> anyhow::Result<ExitCode> {
     if let Some(r) = &resume {
         r.apply(&session)?;
         let n = session.state().variables.len();
-        say!("restored {n} variable{} from {} (step {})", plural(n), r.path.display(), r.step);
+        let restored = json!({"path": r.path.display().to_string(), "step": r.step, "variables": n});
+        report.add("restored", restored, || {
+            format!("restored {n} variable{} from {} (step {})", plural(n), r.path.display(), r.step)
+        });
     }
-    describe_data(&training, a, from, position, resume.as_ref());
+    describe_data(&training, a, from, position, resume.as_ref(), &mut report);
 
     let mut log = a.log.as_deref().map(Log::create).transpose()?;
     let log_every = a.log_every.unwrap_or(1);
     let mut curve: Vec<(u64, f64)> = Vec::with_capacity((a.steps - from).min(1 << 20) as usize);
     let mut nonfinite = 0u64;
-    let mut progress = Progress::new(from, a.steps);
+    let mut progress = Progress::new(from, a.steps, a.json);
     let periodic = match (&client, chief) {
         (None, _) => a.checkpoint.as_deref().map(Periodic::File),
         (Some(_), Some(c)) => a.checkpoint.as_deref().map(|path| Periodic::Cluster(c, path)),
         (Some(_), None) => None,
     };
     let periodic = periodic.zip(a.checkpoint_every);
-    let steps = Steps { from, to: a.steps, position, periodic };
+    // From here on SIGINT and SIGTERM stop the steps and keep their work (see signals.rs).
+    let interrupt = Interrupt::install()?;
+    let steps = Steps { from, to: a.steps, position, periodic, stop: Some(interrupt.flag()) };
+    // The last step run and whether the log has its line (a stopped run's last step gets one).
+    let mut last: Option<(StepDone, bool)> = None;
     let started = Instant::now();
     let ran = if from < a.steps {
         training.run(&session, &job, &file, &steps, |d: &StepDone| {
             if !d.loss.is_finite() {
                 nonfinite += 1;
                 if nonfinite == 1 {
-                    progress.warn(&format!(
-                        "warning: step {}: the loss is {}{}",
-                        d.step,
-                        d.loss,
-                        if log.is_some() { "; the log has null for it" } else { "" }
-                    ));
+                    let note = if log.is_some() { "; the log has null for it" } else { "" };
+                    progress.warn(&format!("step {}: the loss is {}{note}", d.step, d.loss));
                 }
             }
-            if let Some(l) = log.as_mut().filter(|_| d.step.is_multiple_of(log_every) || d.step == a.steps) {
+            let logged = d.step.is_multiple_of(log_every) || d.step == a.steps;
+            if let Some(l) = log.as_mut().filter(|_| logged) {
                 l.write(d)?;
             }
+            last = Some((*d, logged));
             curve.push((d.step, d.loss));
             if a.cluster.step_delay > 0 {
                 std::thread::sleep(Duration::from_millis(a.cluster.step_delay));
@@ -223,18 +267,31 @@ pub fn train(a: &TrainArgs) -> anyhow::Result<ExitCode> {
             Ok(())
         })
     } else {
-        say!("the checkpoint is at step {from} of {}: no steps to run", a.steps);
-        Ok(position)
+        report.line(|| format!("the checkpoint is at step {from} of {}: no steps to run", a.steps));
+        Ok(Ended { step: from, position })
     };
     let elapsed = started.elapsed();
-    progress.finish(ran.is_ok());
+    let stopped = match &ran {
+        Ok(end) if end.step < a.steps => interrupt.received(),
+        _ => None,
+    };
+    progress.finish(ran.is_ok() && stopped.is_none());
+    if let (Some(signal), Ok(end)) = (stopped, &ran) {
+        summary(&training, from, end.step, &curve, elapsed, &a.session.backend, &mut report);
+        let cluster = client.as_ref().map(|(c, _, _)| (c.as_ref(), chief.is_some()));
+        let kept = Kept { log, last };
+        return stop(a, &training, &session, cluster, signal, *end, kept, report);
+    }
     // The chief's last checkpoint, then (failed or not) the ps tasks stop waiting for this
     // worker.
     if let Some((c, _, _)) = &client {
         // A failed training's last step is no checkpoint.
         let saved = match (chief, &a.checkpoint) {
             (Some(_), Some(path)) if ran.is_ok() => c.checkpoint(path, a.steps).map(|()| {
-                say!("saved the ps tasks' variables at step {}: {} and its shards", a.steps, path.display());
+                let saved = json!({"path": path.display().to_string(), "step": a.steps, "shards": true});
+                report.add("checkpoint", saved, || {
+                    format!("saved the ps tasks' variables at step {}: {} and its shards", a.steps, path.display())
+                });
             }),
             _ => Ok(()),
         };
@@ -243,7 +300,9 @@ pub fn train(a: &TrainArgs) -> anyhow::Result<ExitCode> {
             saved.map_err(|e| anyhow!("{e}"))?;
             told.map_err(|e| anyhow!("worker {}: {e}", c.worker))?;
             let moved = c.bytes_moved();
-            say!("worker {}: {moved} bytes of tensors moved, {} per step", c.worker, moved / (a.steps - from).max(1));
+            let per_step = moved / (a.steps - from).max(1);
+            report.set("bytes_moved", json!(moved));
+            report.line(|| format!("worker {}: {moved} bytes of tensors moved, {per_step} per step", c.worker));
         }
     }
     let logged = log.as_ref().map_or(0, |l| l.lines);
@@ -251,24 +310,29 @@ pub fn train(a: &TrainArgs) -> anyhow::Result<ExitCode> {
     let end = ran?;
     log_done?;
     if nonfinite > 1 {
-        eprintln!("warning: {nonfinite} steps had a NaN or infinite loss");
+        tracing::warn!("{nonfinite} steps had a NaN or infinite loss");
     }
+    report.set("nonfinite_losses", json!(nonfinite));
 
     if let Some(path) = a.checkpoint.as_ref().filter(|_| client.is_none()) {
-        training.save(&session, path, a.steps, end)?;
+        training.save(&session, path, a.steps, end.position)?;
         let n = session.state().variables.len();
-        say!("saved {n} variable{}, the step and the data position to {}", plural(n), path.display());
+        let saved = json!({"path": path.display().to_string(), "step": a.steps, "variables": n});
+        report.add("checkpoint", saved, || {
+            format!("saved {n} variable{}, the step and the data position to {}", plural(n), path.display())
+        });
     }
     if let Some(path) = &a.log {
         let every = a.log_every.filter(|&k| k > 1).map(|k| format!(" (every {k} steps)")).unwrap_or_default();
-        say!("log of {logged} step{}{every} -> {}", plural(logged), path.display());
+        let value = json!({"path": path.display().to_string(), "lines": logged, "every": log_every});
+        report.add("log", value, || format!("log of {logged} step{}{every} -> {}", plural(logged), path.display()));
     }
     if let Some(path) = &plot {
         let name = Path::new(&file.name).file_name().map_or(file.name.clone(), |n| n.to_string_lossy().into_owned());
         if plot_loss(path, &curve, &format!("{name}: loss of @{}", training.graph))? {
-            say!("loss curve -> {}", path.display());
+            report.add("plot", json!(path.display().to_string()), || format!("loss curve -> {}", path.display()));
         } else {
-            eprintln!("warning: no finite loss to plot; {} not written", path.display());
+            tracing::warn!("no finite loss to plot; {} not written", path.display());
         }
     }
     if let Some(dir) = &a.out_dir {
@@ -276,10 +340,61 @@ pub fn train(a: &TrainArgs) -> anyhow::Result<ExitCode> {
         let named: Vec<(String, RtValue)> =
             snapshot.into_iter().filter_map(|(n, v)| Some((n, RtValue::Tensor(v?)))).collect();
         let refs: Vec<(String, &RtValue)> = named.iter().map(|(n, v)| (n.clone(), v)).collect();
-        super::run::write_outputs(dir, &refs)?;
+        super::run::write_outputs(dir, &refs, &mut report)?;
     }
-    summary(&training, from, a.steps, &curve, elapsed, &a.session.backend);
+    summary(&training, from, a.steps, &curve, elapsed, &a.session.backend, &mut report);
+    report.finish();
     Ok(ExitCode::SUCCESS)
+}
+
+/// A run stopped by `signal` after step `end.step`: its checkpoint there (in a cluster, the
+/// chief's; a worker does not tell the ps tasks it is done, so that restarted it takes up
+/// after its last update), the log's last lines, a line on standard error, and the status
+/// 128 + the signal's number.
+#[allow(clippy::too_many_arguments)]
+fn stop(
+    a: &TrainArgs,
+    training: &Training,
+    session: &graphc_runtime::Session,
+    cluster: Option<(&graphc_dist::Client, bool)>,
+    signal: Signal,
+    end: Ended,
+    Kept { log, last }: Kept,
+    mut report: Report,
+) -> anyhow::Result<ExitCode> {
+    let step = end.step;
+    let checkpoint = match (cluster, &a.checkpoint) {
+        (None, Some(path)) => {
+            training.save(session, path, step, end.position)?;
+            Some(format!("checkpoint at step {step}: {} (take up with --restore {})", path.display(), path.display()))
+        }
+        (Some((c, true)), Some(path)) => {
+            c.checkpoint(path, step).map_err(|e| anyhow!("{e}"))?;
+            Some(format!("the cluster's checkpoint at step {step}: {} and its shards", path.display()))
+        }
+        (Some((c, false)), _) => Some(format!(
+            "the ps tasks hold worker {}'s updates up to step {step}; restarted, it takes up after them",
+            c.worker
+        )),
+        (_, None) => None,
+    };
+    let saved = match (cluster, &a.checkpoint) {
+        (None | Some((_, true)), Some(path)) => Some(path.display().to_string()),
+        _ => None,
+    };
+    if let Some(mut l) = log {
+        if let Some((d, false)) = &last {
+            l.write(d)?;
+        }
+        l.stopped(step, signal.name(), saved.as_deref())?;
+        l.finish()?;
+    }
+    let kept = checkpoint.unwrap_or_else(|| "no --checkpoint was configured, so the steps' work is lost".to_string());
+    // The command's last word, like an error's: on standard error whatever the log level.
+    eprintln!("{}: stopped after step {step} of {}; {kept}", signal.name(), a.steps);
+    report.set("stopped", json!({"signal": signal.name(), "step": step, "checkpoint": saved}));
+    report.finish();
+    Ok(signal.exit_code())
 }
 
 /// What training reads (the model, the data set's arrays, the device spec, the cluster's
@@ -306,55 +421,94 @@ fn files(a: &TrainArgs, plot: Option<&Path>) -> Files {
     files
 }
 
-/// One line on where the batches come from.
-fn describe_data(t: &Training, a: &TrainArgs, from: u64, position: Option<driver::Position>, resume: Option<&Resume>) {
+/// Where the batches come from (a line, or the JSON's `data` or `random_inputs`).
+fn describe_data(
+    t: &Training,
+    a: &TrainArgs,
+    from: u64,
+    position: Option<driver::Position>,
+    resume: Option<&Resume>,
+    report: &mut Report,
+) {
     match (&t.dataset, &a.data) {
         (Some(d), Some(dir)) => {
             let dropped = d.examples % d.batch;
-            let dropped =
-                if dropped > 0 { format!(", the last {dropped} of each epoch dropped") } else { String::new() };
-            say!(
-                "@{}: {} examples from {} in batches of {} ({} per epoch{dropped}), shuffled with seed {}; the input queue holds {} batches",
-                t.graph,
-                d.examples,
-                dir.display(),
-                d.batch,
-                d.batches_per_epoch(),
-                t.seed,
-                driver::PREFETCH
-            );
+            let value = json!({
+                "dir": dir.display().to_string(), "examples": d.examples, "batch": d.batch,
+                "batches_per_epoch": d.batches_per_epoch(), "dropped_per_epoch": dropped, "seed": t.seed,
+                "queue_batches": driver::PREFETCH,
+            });
+            report.add("data", value, || {
+                let dropped =
+                    if dropped > 0 { format!(", the last {dropped} of each epoch dropped") } else { String::new() };
+                format!(
+                    "@{}: {} examples from {} in batches of {} ({} per epoch{dropped}), shuffled with seed {}; the input queue holds {} batches",
+                    t.graph,
+                    d.examples,
+                    dir.display(),
+                    d.batch,
+                    d.batches_per_epoch(),
+                    t.seed,
+                    driver::PREFETCH
+                )
+            });
             if let (Some(r), Some(p)) = (resume, position) {
-                let how = if r.data.is_some() {
-                    "the checkpoint's data position"
-                } else {
-                    "no data position in the checkpoint: where a run from step 0 would be"
-                };
-                say!("taking up at step {}: epoch {}, batch {} ({how})", from + 1, p.epoch, p.batch);
+                let saved = r.data.is_some();
+                let value = json!({"step": from + 1, "epoch": p.epoch, "batch": p.batch, "from_checkpoint": saved});
+                report.add("taking_up", value, || {
+                    let how = if saved {
+                        "the checkpoint's data position"
+                    } else {
+                        "no data position in the checkpoint: where a run from step 0 would be"
+                    };
+                    format!("taking up at step {}: epoch {}, batch {} ({how})", from + 1, p.epoch, p.batch)
+                });
             }
         }
         _ if !t.random.is_empty() => {
-            say!("random inputs (seed {}, the same every step): {}", t.seed, t.random.join(", "));
+            let value = json!({"seed": t.seed, "inputs": t.random});
+            report.add("random_inputs", value, || {
+                format!("random inputs (seed {}, the same every step): {}", t.seed, t.random.join(", "))
+            });
         }
         _ => {}
     }
 }
 
-/// The final line: steps, final loss, speed.
-fn summary(t: &Training, from: u64, to: u64, curve: &[(u64, f64)], elapsed: Duration, backend: &str) {
+/// The final line: steps, first and last loss, speed (with --json, the summary's fields).
+fn summary(
+    t: &Training,
+    from: u64,
+    to: u64,
+    curve: &[(u64, f64)],
+    elapsed: Duration,
+    backend: &str,
+    report: &mut Report,
+) {
+    report.set("graph", json!(t.graph));
+    report.set("backend", json!(backend));
+    report.set("steps", json!({"from": from, "to": to, "ran": curve.len()}));
     let Some(&(_, last)) = curve.last() else { return };
     let n = curve.len() as u64;
     let rate = n as f64 / elapsed.as_secs_f64().max(1e-9);
-    let range = if from > 0 { format!("steps {}..={to}", from + 1) } else { format!("{n} step{}", plural(n as usize)) };
     let first = curve[0].1;
-    say!(
-        "trained @{} for {range} in {:.3} s ({} steps/s, backend {backend}); loss {} at step {}, {} at step {to}",
-        t.graph,
-        elapsed.as_secs_f64(),
-        fmt_rate(rate),
-        fmt_loss(first),
-        from + 1,
-        fmt_loss(last)
-    );
+    let value = json!({
+        "time_s": elapsed.as_secs_f64(), "steps_per_s": rate,
+        "first": {"step": from + 1, "loss": first}, "last": {"step": to, "loss": last},
+    });
+    report.add("loss", value, || {
+        let range =
+            if from > 0 { format!("steps {}..={to}", from + 1) } else { format!("{n} step{}", plural(n as usize)) };
+        format!(
+            "trained @{} for {range} in {:.3} s ({} steps/s, backend {backend}); loss {} at step {}, {} at step {to}",
+            t.graph,
+            elapsed.as_secs_f64(),
+            fmt_rate(rate),
+            fmt_loss(first),
+            from + 1,
+            fmt_loss(last)
+        )
+    });
 }
 
 fn fmt_loss(x: f64) -> String {
@@ -373,14 +527,16 @@ fn fmt_rate(r: f64) -> String {
     }
 }
 
-/// How progress shows: a bar on a terminal, else a line every max(1, N/20) steps.
+/// How progress shows: a bar on a terminal, else a line every max(1, N/20) steps (none with
+/// --json, whose object sums the run up).
 enum Progress {
     Bar(ProgressBar),
     Lines { every: u64, to: u64, since: Instant, since_step: u64 },
+    Silent,
 }
 
 impl Progress {
-    fn new(from: u64, to: u64) -> Progress {
+    fn new(from: u64, to: u64, json: bool) -> Progress {
         if std::io::stderr().is_terminal() {
             let style =
                 ProgressStyle::with_template("{bar:30} step {pos}/{len}  {rate} steps/s  loss {msg}  ETA {eta}")
@@ -392,6 +548,8 @@ impl Progress {
                 .with_style(style)
                 .with_position(from);
             Progress::Bar(bar)
+        } else if json {
+            Progress::Silent
         } else {
             Progress::Lines { every: (to / 20).max(1), to, since: Instant::now(), since_step: from }
         }
@@ -411,14 +569,15 @@ impl Progress {
                     *since_step = d.step;
                 }
             }
+            Progress::Silent => {}
         }
     }
 
-    /// A warning to standard error, around the bar.
+    /// A warning (the log's), around the bar.
     fn warn(&self, message: &str) {
         match self {
-            Progress::Bar(bar) => bar.suspend(|| eprintln!("{message}")),
-            Progress::Lines { .. } => eprintln!("{message}"),
+            Progress::Bar(bar) => bar.suspend(|| tracing::warn!("{message}")),
+            Progress::Lines { .. } | Progress::Silent => tracing::warn!("{message}"),
         }
     }
 
@@ -464,9 +623,22 @@ impl Log {
             .map_err(|e| anyhow!("--log: cannot write {}: {e}", self.path.display()))
     }
 
+    /// The line of a run stopped by a signal after `step`, with where its checkpoint is.
+    fn stopped(&mut self, step: u64, signal: &str, checkpoint: Option<&str>) -> anyhow::Result<()> {
+        let line = json!({"stopped_at": step, "signal": signal, "checkpoint": checkpoint});
+        writeln!(self.out, "{line}").map_err(|e| anyhow!("--log: cannot write {}: {e}", self.path.display()))
+    }
+
     fn finish(mut self) -> anyhow::Result<()> {
         self.out.flush().map_err(|e| anyhow!("--log: cannot write {}: {e}", self.path.display()))
     }
+}
+
+/// What a stopped run still has to write of its log.
+struct Kept {
+    log: Option<Log>,
+    /// The last step run, and whether the log has its line.
+    last: Option<(StepDone, bool)>,
 }
 
 /// Draws the loss over the steps as SVG (a log scale when the finite losses are positive and

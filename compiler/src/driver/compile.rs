@@ -13,17 +13,31 @@ use graphc_runtime::{Session, SessionOptions};
 pub fn optimize(backend: &dyn Backend, mut m: Module, as_written: bool, file: &SourceFile) -> anyhow::Result<Module> {
     let pipeline = if as_written { "" } else { backend.pipeline() };
     let ctx = PassContext::default();
+    let started = std::time::Instant::now();
     for p in [LOWERINGS, pipeline] {
         if !p.is_empty() {
             let pm = PassManager::with_context(p, &ctx).map_err(|e| anyhow::anyhow!(e))?;
-            if let Err(e) = pm.run(&mut m, &mut |_| {}) {
-                if !e.diagnostics.is_empty() {
+            match pm.run(&mut m, &mut |_| {}) {
+                Ok(timings) => {
+                    for t in timings {
+                        let changed = if t.changed { "changed the module" } else { "no change" };
+                        tracing::debug!("pass {}: {:.3} ms, {changed}", t.pass, t.time.as_secs_f64() * 1e3);
+                    }
+                }
+                Err(e) if !e.diagnostics.is_empty() => {
                     return Err(Reported(e.diagnostics.iter().map(|d| d.render(file)).collect()).into());
                 }
-                anyhow::bail!("{}: {e}", file.name);
+                Err(e) => anyhow::bail!("{}: {e}", file.name),
             }
         }
     }
+    let nodes: usize = m.graphs.iter().map(|g| g.node_count()).sum();
+    let passes = if pipeline.is_empty() { LOWERINGS.to_string() } else { format!("{LOWERINGS},{pipeline}") };
+    tracing::info!(
+        "optimized for backend {} ({passes}): {nodes} nodes, {:.3} ms",
+        backend.name(),
+        started.elapsed().as_secs_f64() * 1e3
+    );
     for w in ctx.take_warnings() {
         eprint!("{}", w.render(file));
     }
@@ -41,8 +55,17 @@ pub fn session(
     options: SessionOptions,
     compile: &CompileOptions,
 ) -> anyhow::Result<(Session, Compiled, Option<String>)> {
+    let started = std::time::Instant::now();
     let (compiled, warning) = match backend.compile_with(&m, compile) {
-        Ok(c) => (c, None),
+        Ok(c) => {
+            tracing::info!(
+                "compiled with backend {}: {} nodes run compiled code, {:.3} ms",
+                backend.name(),
+                c.count,
+                c.compile_time.as_secs_f64() * 1e3
+            );
+            (c, None)
+        }
         Err(e) if compile.isa != Isa::Native => anyhow::bail!("cannot compile for --isa {}: {e}", compile.isa.name()),
         Err(e) => (
             Compiled::default(),
@@ -66,6 +89,7 @@ pub fn session(
             session.set_executor(graph, e).map_err(|e| anyhow::anyhow!("{e}"))?;
         }
     }
+    tracing::info!("session ready (backend {}) in {:.3} ms", backend.name(), started.elapsed().as_secs_f64() * 1e3);
     Ok((session, compiled, warning))
 }
 

@@ -1,7 +1,7 @@
 //! Reading a module: `.gir` text (parsed, type-checked and verified) or an `.onnx` model
 //! (imported), from a file or standard input.
 
-use super::report::Reported;
+use super::report::{plural, Reported};
 use graphc_ir::{diag::render_all, parse_module, print_module, verify_module, Diagnostic, Module, SourceFile};
 use std::io::Read;
 use std::path::Path;
@@ -10,24 +10,66 @@ pub fn is_onnx(path: &Path) -> bool {
     path.extension().is_some_and(|e| e.eq_ignore_ascii_case("onnx"))
 }
 
+/// Why a file could not be loaded: its diagnostics (against `file`, where they have a place
+/// in it), and the text that says so, rendered as [`load`] reports it.
+#[derive(Debug)]
+pub struct LoadFailure {
+    /// The file as read; `None` for an ONNX model that did not import (it has no IR text).
+    pub file: Option<SourceFile>,
+    pub diagnostics: Vec<Diagnostic>,
+    pub rendered: String,
+}
+
+impl From<LoadFailure> for Reported {
+    fn from(f: LoadFailure) -> Reported {
+        Reported(f.rendered)
+    }
+}
+
 /// Reads a file (or stdin for `-`), parses and verifies it. An `.onnx` file is imported with
 /// `options` (its text is the printed IR, for locating run-time errors). A failure is
 /// [`Reported`]: every diagnostic, rendered against the source.
 pub fn load(path: &Path, options: &graphc_onnx::ImportOptions) -> Result<(SourceFile, Module), Reported> {
+    load_diagnosed(path, options).map_err(Reported::from)
+}
+
+/// [`load`], a failure with its diagnostics as they are (`graphc check --json` lists them).
+pub fn load_diagnosed(path: &Path, options: &graphc_onnx::ImportOptions) -> Result<(SourceFile, Module), LoadFailure> {
+    let started = std::time::Instant::now();
+    let loaded = read_and_verify(path, options);
+    if let Ok((file, m)) = &loaded {
+        let nodes: usize = m.graphs.iter().map(|g| g.node_count()).sum();
+        let what = if is_onnx(path) { "imported" } else { "parsed and verified" };
+        let graphs = m.graphs.len();
+        tracing::info!(
+            "{what} {} ({graphs} graph{}, {nodes} node{}) in {:.3} ms",
+            file.name,
+            plural(graphs),
+            plural(nodes),
+            started.elapsed().as_secs_f64() * 1e3
+        );
+    }
+    loaded
+}
+
+fn read_and_verify(path: &Path, options: &graphc_onnx::ImportOptions) -> Result<(SourceFile, Module), LoadFailure> {
     // A device or FIFO would be read forever (or block the open); refused before reading.
     if let Some(m) = std::fs::metadata(path).ok().filter(|_| path != Path::new("-")) {
         if !m.is_file() {
             let kind = graphc_runtime::fsutil::file_kind(m.file_type());
-            return Err(Reported(format!(
-                "{}: error: cannot read the file: it is {kind}, not a regular file\n",
-                path.display()
-            )));
+            let d = Diagnostic::error_unlocated(format!("cannot read the file: it is {kind}, not a regular file"));
+            let file = SourceFile::new(path.display().to_string(), "");
+            let rendered = d.render(&file);
+            return Err(LoadFailure { file: Some(file), diagnostics: vec![d], rendered });
         }
     }
     if is_onnx(path) {
         return match graphc_onnx::import_file(path, options) {
             Ok(m) => Ok((SourceFile::new(path.display().to_string(), print_module(&m)), m)),
-            Err(e) => Err(Reported(format!("error: {e}\n"))),
+            Err(e) => {
+                let d = Diagnostic::error_unlocated(e.to_string());
+                Err(LoadFailure { file: None, rendered: format!("error: {e}\n"), diagnostics: vec![d] })
+            }
         };
     }
     let (file, parsed) = if path == Path::new("-") {
@@ -59,12 +101,9 @@ pub fn load(path: &Path, options: &graphc_onnx::ImportOptions) -> Result<(Source
         Ok(m) => Ok((file, m)),
         Err(diags) => {
             let n = diags.len();
-            Err(Reported(format!(
-                "{}{}: {n} error{}\n",
-                render_all(&diags, &file),
-                file.name,
-                if n == 1 { "" } else { "s" }
-            )))
+            let rendered =
+                format!("{}{}: {n} error{}\n", render_all(&diags, &file), file.name, if n == 1 { "" } else { "s" });
+            Err(LoadFailure { file: Some(file), diagnostics: diags, rendered })
         }
     }
 }

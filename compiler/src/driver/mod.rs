@@ -33,9 +33,11 @@ pub use distributed::{read_token, Distributed};
 pub use files::Files;
 pub use inputs::{freeze_inputs, make_inputs, select_graphs, Feeds, Inputs};
 pub use job::{prepare, Job, Prepared};
-pub use load::{import_options_for, is_onnx, load};
+pub use load::{import_options_for, is_onnx, load, load_diagnosed, LoadFailure};
 pub use place::{place_and_partition, placement_summary, Devices, Placed};
 pub use report::{plural, Reported};
 pub use timeline::Timeline;
-pub use train::{plan as plan_training, Periodic, Resume, StepDone, Steps, TrainJob, TrainSpec, Training, PREFETCH};
+pub use train::{
+    plan as plan_training, Ended, Periodic, Resume, StepDone, Steps, TrainJob, TrainSpec, Training, PREFETCH,
+};
 pub use weights::{place_weights, weights_output};

@@ -46,6 +46,7 @@ pub fn place_and_partition(ctx: PassContext, file: &SourceFile, mut module: Modu
     let mut pm = PassManager::with_context("place,partition", &ctx).map_err(|e| anyhow::anyhow!(e))?;
     // Partitioning's output is checked whatever the build.
     pm.verify_each = true;
+    let started = std::time::Instant::now();
     if let Err(e) = pm.run(&mut module, &mut |_| {}) {
         if !e.diagnostics.is_empty() {
             let text: String = e.diagnostics.iter().map(|d| d.render(file)).collect();
@@ -55,6 +56,12 @@ pub fn place_and_partition(ctx: PassContext, file: &SourceFile, mut module: Modu
         anyhow::bail!("{}: {}", file.name, e.message);
     }
     let groups = ctx.partitions();
+    let parts: usize = groups.iter().map(|g| g.parts.len()).sum();
+    tracing::info!(
+        "placed and partitioned on {} device(s): {parts} partition(s) in {:.3} ms",
+        ctx.cluster.devices.len(),
+        started.elapsed().as_secs_f64() * 1e3
+    );
     Ok(Placed { module, groups, ctx })
 }
 

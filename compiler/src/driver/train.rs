@@ -31,7 +31,7 @@ use graphc_runtime::checkpoint::{self, Loaded, Snapshot};
 use graphc_runtime::{ErrorKind, RunError, Session, Tensor};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -376,8 +376,9 @@ impl Training {
 
     /// Runs the steps `steps` asks for, calling `on_step` after each, with the producer
     /// thread feeding the pipeline and, with `steps.periodic`, a writer thread saving
-    /// checkpoints in the background (a failed save ends the run). Returns the data position
-    /// after the last step.
+    /// checkpoints in the background (a failed save ends the run), until the last or until
+    /// `steps.stop` is set. Returns the last step run and the data position after it, which a
+    /// checkpoint takes to continue from there.
     pub fn run(
         &self,
         session: &Session,
@@ -385,8 +386,9 @@ impl Training {
         file: &SourceFile,
         steps: &Steps<'_>,
         mut on_step: impl FnMut(&StepDone) -> anyhow::Result<()>,
-    ) -> anyhow::Result<Option<Position>> {
+    ) -> anyhow::Result<Ended> {
         let (from, to) = (steps.from, steps.to);
+        let started = Instant::now();
         let stop = &AtomicBool::new(false);
         let writer = &Writer::default();
         std::thread::scope(|s| {
@@ -424,11 +426,18 @@ impl Training {
                     ));
                 }
             }
-            let position = result?;
+            let ended = result?;
             if let Some(e) = writer.failures().into_iter().next() {
                 bail!("{e}");
             }
-            Ok(position)
+            tracing::info!(
+                "@{}: ran steps {}..={} of {to} in {:.3} s",
+                self.graph,
+                from + 1,
+                ended.step,
+                started.elapsed().as_secs_f64()
+            );
+            Ok(ended)
         })
     }
 
@@ -440,11 +449,15 @@ impl Training {
         steps: &Steps<'a>,
         writer: &Writer<'a>,
         on_step: &mut impl FnMut(&StepDone) -> anyhow::Result<()>,
-    ) -> anyhow::Result<Option<Position>> {
+    ) -> anyhow::Result<Ended> {
         let (from, to, mut position) = (steps.from, steps.to, steps.position);
         let start = Instant::now();
         let mut last = Vec::new();
+        let stopped = || steps.stop.is_some_and(|s| s.load(Ordering::SeqCst) != 0);
         for step in from + 1..=to {
+            if stopped() {
+                return Ok(Ended { step: step - 1, position });
+            }
             let outs = match session.run_step(job.step.requests.clone()) {
                 Ok(o) => o,
                 Err(e) => return Err(render(&e, file, &format!(" (step {step} of {to})"))),
@@ -471,7 +484,11 @@ impl Training {
                             let (snapshot, meta) = (session.snapshot(), self.metadata(position));
                             Box::new(move || save(&snapshot, step, &meta, path))
                         }
-                        Periodic::Cluster(client, index) => Box::new(move || client.checkpoint(index, step)),
+                        Periodic::Cluster(client, index) => Box::new(move || {
+                            client.checkpoint(index, step)?;
+                            tracing::info!("saved the cluster's checkpoint at step {step}: {}", index.display());
+                            Ok(())
+                        }),
                     };
                     writer.submit(step, job);
                 }
@@ -479,8 +496,16 @@ impl Training {
             // The previous step's results are done with: their buffers take the next results.
             session.recycle(std::mem::replace(&mut last, outs));
         }
-        Ok(position)
+        Ok(Ended { step: to, position })
     }
+}
+
+/// Where a run ended: its last step (`Steps::to`, or before it when stopped) and the data
+/// position after it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ended {
+    pub step: u64,
+    pub position: Option<Position>,
 }
 
 /// Which steps a run takes: `from + 1 ..= to`, numbered from 1 over the whole training, the
@@ -491,6 +516,8 @@ pub struct Steps<'a> {
     pub to: u64,
     pub position: Option<Position>,
     pub periodic: Option<(Periodic<'a>, u64)>,
+    /// Set non-zero (by a signal handler, say) to stop after the step in flight.
+    pub stop: Option<&'a AtomicUsize>,
 }
 
 /// Where the periodic checkpoints of a run go.
@@ -645,8 +672,16 @@ fn save(snapshot: &Snapshot, step: u64, meta: &HashMap<String, String>, path: &P
     all.extend(meta.iter().map(|(k, v)| (k.clone(), v.clone())));
     let bytes =
         safetensors::serialize(st.tensors(), Some(all)).map_err(|e| format!("cannot encode the checkpoint: {e}"))?;
+    let started = Instant::now();
     graphc_runtime::fsutil::write_atomically(path, |f| std::io::Write::write_all(f, &bytes))
-        .map_err(|e| format!("cannot write checkpoint {}: {e}", path.display()))
+        .map_err(|e| format!("cannot write checkpoint {}: {e}", path.display()))?;
+    tracing::info!(
+        "saved the checkpoint at step {step} to {} ({} bytes, {:.3} ms)",
+        path.display(),
+        bytes.len(),
+        started.elapsed().as_secs_f64() * 1e3
+    );
+    Ok(())
 }
 
 /// The data position a checkpoint holds, and the data it was taken on.
