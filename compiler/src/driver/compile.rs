@@ -45,18 +45,30 @@ pub fn optimize(backend: &dyn Backend, mut m: Module, as_written: bool, file: &S
 }
 
 /// A session running `m` with `backend`'s kernels, compiled with `compile`, each partition
-/// on the executor the backend gives for its device. When the backend cannot compile with the
-/// default instruction set (a host Cranelift cannot target, or a compiler bug) the interpreter
-/// runs everything, and the warning says why; an instruction set asked for (`--isa`) that
-/// cannot be had is an error.
+/// on the executor the backend gives for its device ([`compile_kernels`], then [`session_for`]).
 pub fn session(
     backend: &dyn Backend,
     m: Module,
     options: SessionOptions,
-    compile: &CompileOptions,
+    compile_options: &CompileOptions,
 ) -> anyhow::Result<(Session, Compiled, Option<String>)> {
     let started = std::time::Instant::now();
-    let (compiled, warning) = match backend.compile_with(&m, compile) {
+    let (compiled, warning) = compile_kernels(backend, &m, compile_options)?;
+    let session = session_for(backend, m, options, &compiled, warning.is_some())?;
+    tracing::info!("session ready (backend {}) in {:.3} ms", backend.name(), started.elapsed().as_secs_f64() * 1e3);
+    Ok((session, compiled, warning))
+}
+
+/// `backend`'s kernels for `m`. When the backend cannot compile with the default instruction
+/// set (a host Cranelift cannot target, or a compiler bug) the interpreter runs everything,
+/// and the warning says why; an instruction set asked for (`--isa`) that cannot be had is an
+/// error.
+pub fn compile_kernels(
+    backend: &dyn Backend,
+    m: &Module,
+    compile: &CompileOptions,
+) -> anyhow::Result<(Compiled, Option<String>)> {
+    match backend.compile_with(m, compile) {
         Ok(c) => {
             tracing::info!(
                 "compiled with backend {}: {} nodes run compiled code, {:.3} ms",
@@ -64,17 +76,30 @@ pub fn session(
                 c.count,
                 c.compile_time.as_secs_f64() * 1e3
             );
-            (c, None)
+            Ok((c, None))
         }
         Err(e) if compile.isa != Isa::Native => anyhow::bail!("cannot compile for --isa {}: {e}", compile.isa.name()),
-        Err(e) => (
+        Err(e) => Ok((
             Compiled::default(),
             Some(format!("{} compilation failed ({e}); running on the interpreter", backend.name().to_uppercase())),
-        ),
-    };
+        )),
+    }
+}
+
+/// A session of `m` (the module `compiled` was made from, or a clone of it: each session has
+/// its own variables and queues) on `compiled`'s kernels, each partition on the executor the
+/// backend gives for its device; `interpreted`: the backend could not compile, so the
+/// interpreter runs everything.
+pub fn session_for(
+    backend: &dyn Backend,
+    m: Module,
+    options: SessionOptions,
+    compiled: &Compiled,
+    interpreted: bool,
+) -> anyhow::Result<Session> {
     // Backend executors only for what the backend compiled, and only for partitions (graphs
     // whose every node is on one device) and graphs not placed at all.
-    let devices: Vec<(String, Option<DeviceSpec>)> = if warning.is_some() {
+    let devices: Vec<(String, Option<DeviceSpec>)> = if interpreted {
         Vec::new()
     } else {
         m.graphs.iter().filter_map(|g| Some((g.name.clone(), partition_device(g)?))).collect()
@@ -85,12 +110,11 @@ pub fn session(
     }
     .map_err(|e| anyhow::anyhow!("{e}"))?;
     for (graph, device) in &devices {
-        if let Some(e) = backend.executor(device.as_ref(), &compiled) {
+        if let Some(e) = backend.executor(device.as_ref(), compiled) {
             session.set_executor(graph, e).map_err(|e| anyhow::anyhow!("{e}"))?;
         }
     }
-    tracing::info!("session ready (backend {}) in {:.3} ms", backend.name(), started.elapsed().as_secs_f64() * 1e3);
-    Ok((session, compiled, warning))
+    Ok(session)
 }
 
 /// The device every node of the graph's body is on: `Some(None)` when no node is placed,

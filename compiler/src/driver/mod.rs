@@ -27,14 +27,14 @@ mod train;
 mod weights;
 
 pub use checkpoint::read_checkpoint;
-pub use compile::{optimize, session};
+pub use compile::{compile_kernels, optimize, session, session_for};
 pub use dataset::{Dataset, Position};
 pub use distributed::{read_token, Distributed};
 pub use files::Files;
 pub use inputs::{freeze_inputs, make_inputs, select_graphs, Feeds, Inputs};
 pub use job::{prepare, Job, Prepared};
 pub use load::{import_options_for, is_onnx, load, load_diagnosed, LoadFailure};
-pub use place::{place_and_partition, placement_summary, Devices, Placed};
+pub use place::{place_and_partition, place_graphs, placement_summary, Devices, Placed};
 pub use report::{plural, Reported};
 pub use timeline::Timeline;
 pub use train::{
