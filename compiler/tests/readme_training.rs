@@ -1,7 +1,8 @@
 //! README.md's training commands run as written: the commands of the paragraph on
-//! `graphc train` and of "Training the bundled example", taken from README.md itself (so the
-//! test fails when the README drifts), run in order in a scratch directory where `ir-spec`
-//! is the repository's, each with this build's graphc.
+//! `graphc train`, of "Training the bundled example" and of its deployment ("From training to
+//! deployment": the checkpoint compiled into an executable, which then runs), taken from
+//! README.md itself (so the test fails when the README drifts), run in order in a scratch
+//! directory where `ir-spec` is the repository's, each with this build's graphc.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -25,20 +26,25 @@ fn commands(readme: &str, start: &str, end: &str) -> Vec<String> {
         .collect()
 }
 
-fn run(dir: &Path, command: &str) {
-    let args = PREFIXES.iter().find_map(|p| command.strip_prefix(p)).unwrap();
+/// Runs a command of the README in `dir`: graphc's, or a program an earlier one wrote
+/// (`./NAME ...`); its standard output.
+fn run(dir: &Path, command: &str) -> String {
+    let (program, args) = match PREFIXES.iter().find_map(|p| command.strip_prefix(p)) {
+        Some(args) => (PathBuf::from(env!("CARGO_BIN_EXE_graphc")), args),
+        None => {
+            let (program, args) = command.split_once(' ').unwrap_or((command, ""));
+            (dir.join(program.strip_prefix("./").expect("a graphc command or ./PROGRAM")), args)
+        }
+    };
     // Run without a shell: the commands must be plain words.
     assert!(
         !args.contains(['\'', '"', '$', '|', '&', ';', '<', '>', '*', '\\']),
         "README.md's command is no longer plain words; teach this test its shell syntax: {command}"
     );
-    let o = Command::new(env!("CARGO_BIN_EXE_graphc"))
-        .args(args.split_whitespace())
-        .current_dir(dir)
-        .output()
-        .expect("graphc runs");
+    let o = Command::new(program).args(args.split_whitespace()).current_dir(dir).output().expect("graphc runs");
     let (out, err) = (String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
     assert!(o.status.success(), "README.md's command failed: {command}\n{out}\n{err}");
+    out.into_owned()
 }
 
 #[test]
@@ -60,4 +66,28 @@ fn the_readmes_training_commands_run_as_written() {
     for written in ["loss.jsonl", "loss.svg", "w.safetensors", "spirals.ckpt", "weights/w1.npy"] {
         assert!(dir.join(written).is_file(), "{written} is written");
     }
+
+    // The trained checkpoint into an executable, which computes the accuracy the README
+    // promises without graphc.
+    let deploy: Vec<String> = readme
+        [readme.find("From training to deployment").expect("README.md has its deployment")..]
+        .lines()
+        .skip(1)
+        .skip_while(|l| !l.starts_with("    "))
+        .map_while(|l| l.strip_prefix("    "))
+        .map(str::to_string)
+        .collect();
+    assert!(
+        deploy.len() == 2 && deploy[0].contains(" compile ") && deploy[0].contains("--restore spirals.ckpt"),
+        "the deployment commands are found: {deploy:?}"
+    );
+    run(&dir, &deploy[0]);
+    let out = run(&dir, &deploy[1]);
+    let accuracy: f32 = out
+        .lines()
+        .find_map(|l| l.strip_prefix("accuracy: f32[] ["))
+        .and_then(|v| v.trim_end_matches(']').parse().ok())
+        .unwrap_or_else(|| panic!("the executable prints the accuracy: {out}"));
+    assert!(accuracy >= 0.99, "the shipped weights are the trained ones: accuracy {accuracy}");
+    let _ = std::fs::remove_dir_all(&dir);
 }
