@@ -171,31 +171,34 @@ impl Stored {
 /// line, as graphc prints them (a reference split across lines is not seen). Nothing for a
 /// file that is not a regular file or cannot be read, or a path the parser refuses.
 pub fn files_named_in(path: &Path) -> Vec<PathBuf> {
-    use std::io::Read;
+    use std::io::BufRead;
     use std::os::unix::fs::OpenOptionsExt;
     let opened = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(path);
-    let Ok(mut f) = opened.and_then(|f| if f.metadata()?.is_file() { Ok(f) } else { Err(io::ErrorKind::Other.into()) })
+    let Ok(f) = opened.and_then(|f| if f.metadata()?.is_file() { Ok(f) } else { Err(io::ErrorKind::Other.into()) })
     else {
         return Vec::new();
     };
-    let mut bytes = Vec::new();
-    if f.read_to_end(&mut bytes).is_err() {
-        return Vec::new();
-    }
-    let text = String::from_utf8_lossy(&bytes);
     let dir = module_dir(path);
     let mut files: Vec<PathBuf> = Vec::new();
-    for line in text.lines().filter(|l| l.contains("safetensors")) {
-        let (toks, _) = lex(line, &mut Vec::new());
-        for w in toks.windows(3) {
-            if let [a, b, c] = w {
-                if let (Tok::Ident(kw), Tok::Less, Tok::Str(p)) = (&a.tok, &b.tok, &c.tok) {
-                    if kw == "safetensors" && weights_file::check_path(p).is_ok() && !files.contains(&dir.join(p)) {
-                        files.push(dir.join(p));
+    // Line by line, lexing only the lines that mention the word: a large literal's line is
+    // read and passed over.
+    let mut reader = io::BufReader::new(f);
+    let mut line = Vec::new();
+    while reader.read_until(b'\n', &mut line).is_ok_and(|n| n > 0) {
+        if line.windows(11).any(|w| w == b"safetensors") {
+            let (toks, _) = lex(&String::from_utf8_lossy(&line), &mut Vec::new());
+            for w in toks.windows(3) {
+                if let [a, b, c] = w {
+                    if let (Tok::Ident(kw), Tok::Less, Tok::Str(p)) = (&a.tok, &b.tok, &c.tok) {
+                        let file = dir.join(p);
+                        if kw == "safetensors" && weights_file::check_path(p).is_ok() && !files.contains(&file) {
+                            files.push(file);
+                        }
                     }
                 }
             }
         }
+        line.clear();
     }
     files
 }
