@@ -6,7 +6,7 @@
 # ONNX models, and ml_dtypes for bfloat16), then pytest on python/tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-venv=tests/onnx/.venv
+venv="$PWD/tests/onnx/.venv"
 if [ ! -x "$venv/bin/python" ]; then
     echo "setting up $venv (onnx==1.22.0)"
     python3 -m venv "$venv"

@@ -39,6 +39,9 @@ GRAPHC_FEATURES=llvm python3 tests/onnx/conformance.py --suite pytorch-operator
 python3 tests/onnx/conformance.py --backend aot
 # The nine zoo CNNs on the JIT against their shipped outputs (release build).
 python3 tests/onnx/models.py --backend jit
+# The Python package as the README installs it (`pip install ./python`: a release build reusing
+# the graphc library built above) and its pytest suite, against the reference interpreter.
+bash python/test.sh
 # The README's main command as a fresh machine runs it: build.sh (a release build with the LLVM
 # tier, and the run-time library), then the example.
 bash tests/readme.sh
