@@ -1,6 +1,6 @@
 //! The build's fingerprint: a hash of the sources a compiled program and this library must
-//! agree on (the IR's parser and printer, the plans, the CPU backend's code generator and run
-//! half, the bundle), so a program linked against another graphc's library is refused at
+//! agree on (the IR's parser and printer, the plans, the runtime, the CPU backend's code
+//! generator and run half, the bundle), so a program linked against another graphc's library is refused at
 //! start-up instead of running code generated for other plans.
 
 use std::path::{Path, PathBuf};
@@ -22,7 +22,18 @@ fn files(dir: &Path, out: &mut Vec<PathBuf>) {
 fn main() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let mut all = Vec::new();
-    for dir in ["ir-spec/src", "plan/src", "cpu-runtime/src", "aot/src", "compiler/src/lower/cpu", "compiler/src/aot"] {
+    // Every crate of the library (the runtime too: `graphc compile` picks the library whose
+    // fingerprint is its own, so one left from older runtime sources must not pass).
+    let dirs = [
+        "ir-spec/src",
+        "plan/src",
+        "runtime/src",
+        "cpu-runtime/src",
+        "aot/src",
+        "compiler/src/lower/cpu",
+        "compiler/src/aot",
+    ];
+    for dir in dirs {
         let d = root.join(dir);
         println!("cargo:rerun-if-changed={}", d.display());
         files(&d, &mut all);

@@ -38,7 +38,8 @@ struct Args {
     #[arg(long = "fetch", value_name = "NAME")]
     fetches: Vec<String>,
     /// Restore every variable from a checkpoint (graphc train's or run's --checkpoint) before
-    /// the first step.
+    /// the first step. A cluster's checkpoint (an index of shards) goes into the program with
+    /// `graphc compile --restore` instead.
     #[arg(long, value_name = "CKPT")]
     restore: Option<PathBuf>,
     /// Seed of the random inputs.

@@ -167,12 +167,14 @@ impl Stored {
 }
 
 /// The weights files a `.gir` file names, resolved against its directory (for the check that
-/// no output replaces a file a command reads): the paths of `safetensors<"PATH", ...>` on one
-/// line, as graphc prints them (a reference split across lines is not seen). Nothing for a
-/// file that is not a regular file or cannot be read, or a path the parser refuses.
+/// no output replaces a file a command reads): the paths of `safetensors<"PATH", ...>`, also
+/// when the reference is split over a few lines. Nothing for a file that is not a regular
+/// file or cannot be read, or a path the parser refuses.
 pub fn files_named_in(path: &Path) -> Vec<PathBuf> {
     use std::io::BufRead;
     use std::os::unix::fs::OpenOptionsExt;
+    /// Lines a reference cut at a line's end is looked for in (blank and comment lines).
+    const JOINED: usize = 8;
     let opened = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(path);
     let Ok(f) = opened.and_then(|f| if f.metadata()?.is_file() { Ok(f) } else { Err(io::ErrorKind::Other.into()) })
     else {
@@ -181,24 +183,39 @@ pub fn files_named_in(path: &Path) -> Vec<PathBuf> {
     let dir = module_dir(path);
     let mut files: Vec<PathBuf> = Vec::new();
     // Line by line, lexing only the lines that mention the word: a large literal's line is
-    // read and passed over.
+    // read and passed over. A line that ends inside a reference is lexed again with the next.
     let mut reader = io::BufReader::new(f);
     let mut line = Vec::new();
+    let (mut carried, mut joined) = (Vec::new(), 0);
     while reader.read_until(b'\n', &mut line).is_ok_and(|n| n > 0) {
-        if line.windows(11).any(|w| w == b"safetensors") {
-            let (toks, _) = lex(&String::from_utf8_lossy(&line), &mut Vec::new());
-            for w in toks.windows(3) {
-                if let [a, b, c] = w {
-                    if let (Tok::Ident(kw), Tok::Less, Tok::Str(p)) = (&a.tok, &b.tok, &c.tok) {
-                        let file = dir.join(p);
-                        if kw == "safetensors" && weights_file::check_path(p).is_ok() && !files.contains(&file) {
-                            files.push(file);
-                        }
+        if carried.is_empty() && !line.windows(11).any(|w| w == b"safetensors") {
+            line.clear();
+            continue;
+        }
+        let mut text = std::mem::take(&mut carried);
+        text.append(&mut line);
+        let (toks, _) = lex(&String::from_utf8_lossy(&text), &mut Vec::new());
+        for w in toks.windows(3) {
+            if let [a, b, c] = w {
+                if let (Tok::Ident(kw), Tok::Less, Tok::Str(p)) = (&a.tok, &b.tok, &c.tok) {
+                    let file = dir.join(p);
+                    if kw == "safetensors" && weights_file::check_path(p).is_ok() && !files.contains(&file) {
+                        files.push(file);
                     }
                 }
             }
         }
-        line.clear();
+        let body = toks.iter().map(|t| &t.tok).filter(|t| !matches!(t, Tok::Eof)).collect::<Vec<_>>();
+        let cut = match body.as_slice() {
+            [.., Tok::Ident(kw)] | [.., Tok::Ident(kw), Tok::Less] => kw == "safetensors",
+            _ => false,
+        };
+        if cut && joined < JOINED {
+            carried = text;
+            joined += 1;
+        } else {
+            joined = 0;
+        }
     }
     files
 }
@@ -206,6 +223,19 @@ pub fn files_named_in(path: &Path) -> Vec<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn files_named_in_finds_references_split_over_lines() {
+        let dir = std::env::temp_dir().join(format!("graphc-named-in-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let gir = dir.join("m.gir");
+        let text = "graph @g() -> (a: f32[2048], b: f32[2048], c: f32[2048]) {\n  %a = constant {value = safetensors<\"one.safetensors\", \"a\"> : f32[2048]} : f32[2048]\n  %b = constant {value = safetensors\n    // a comment\n\n    <\"two.safetensors\", \"b\"> : f32[2048]} : f32[2048]\n  %c = constant {value = safetensors<\n\"three.safetensors\", \"c\"> : f32[2048]} : f32[2048]\n  return %a, %b, %c\n}\n";
+        std::fs::write(&gir, text).unwrap();
+        let found = files_named_in(&gir);
+        let names: Vec<_> = found.iter().map(|p| p.file_name().unwrap().to_str().unwrap()).collect();
+        assert_eq!(names, ["one.safetensors", "two.safetensors", "three.safetensors"]);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn weights_paths() {

@@ -61,7 +61,7 @@ pub fn header(m: &Module, graphs: &[String], kernels: &[Kernel], weights_file: b
         }
         let _ = writeln!(
             h,
-            "/* A context on the session of `other`, a context of any graph of this object: they share every variable and queue. */"
+            "/* A context on the session of `other`, a live context of any graph of this object: they share every variable and queue.\n * This is a call on `other` (not while another thread uses it); contexts sharing a session may run on different threads at once. */"
         );
         let _ = writeln!(h, "{c}_ctx *{c}_create_sharing(const void *other);");
         let _ = writeln!(h, "void {c}_destroy({c}_ctx *ctx);");

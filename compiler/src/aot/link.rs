@@ -8,7 +8,8 @@
 //! there), else in the target directory this library was built in, where cargo builds it as
 //! graphc's dependency (`deps/libgraphc_aot-HASH.a`) with every build of graphc. A library
 //! from other sources than this graphc's (its fingerprint, `graphc_aot::bundle::FINGERPRINT`,
-//! differs) is passed over: programs linked against it would refuse to start.
+//! differs) is passed over: programs linked against it would refuse to start. So is every
+//! directory another user could write to.
 
 use graphc_aot::bundle::FINGERPRINT;
 use graphc_runtime::fsutil;
@@ -43,6 +44,9 @@ pub fn runtime_library() -> Result<PathBuf, String> {
         dirs.extend([dir.to_path_buf(), dir.parent().unwrap_or(dir).to_path_buf()]);
     }
     dirs.extend(option_env!("GRAPHC_PROFILE_DIR").map(PathBuf::from));
+    // What is linked into every program must come from a directory nobody else could have
+    // put it in (the build directory may be a temporary one, long gone, under /tmp).
+    dirs.retain(|d| trusted(d));
     let mut stale = None;
     for d in &dirs {
         let p = d.join(RUNTIME_LIBRARY);
@@ -71,12 +75,24 @@ pub fn runtime_library() -> Result<PathBuf, String> {
     })
 }
 
+/// Whether `dir` is a directory of this user's (or root's) that no one else may write to.
+fn trusted(dir: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    #[allow(unsafe_code)]
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let me = unsafe { libc::geteuid() };
+    std::fs::metadata(dir).is_ok_and(|m| m.is_dir() && (m.uid() == me || m.uid() == 0) && m.mode() & 0o022 == 0)
+}
+
 fn other_build() -> String {
     format!("from another build of graphc than this one ({FINGERPRINT})")
 }
 
 /// The newest `libgraphc_aot-*.a` in cargo's `deps` directory `dir` that is this graphc's.
 fn built_as_dependency(dir: &Path) -> Option<PathBuf> {
+    if !trusted(dir) {
+        return None;
+    }
     let mut found: Vec<(std::time::SystemTime, PathBuf)> = std::fs::read_dir(dir)
         .ok()?
         .flatten()
@@ -206,4 +222,58 @@ pub fn static_library(object: &[u8], out: &Path) -> Result<(), String> {
     }
     run(cmd.arg("rs").arg(&archive).arg(&o), "add the object to the static library")?;
     scratch.install(&archive, out, false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, SystemTime};
+
+    fn scratch(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("graphc-link-test-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    /// An archive-like file holding `fingerprint` at `at`, modified `age` seconds ago.
+    fn library(path: &Path, at: usize, fingerprint: Option<&str>, age: u64) {
+        let mut bytes = vec![0u8; at];
+        bytes.extend(fingerprint.unwrap_or("").as_bytes());
+        bytes.extend([0u8; 64]);
+        std::fs::write(path, &bytes).unwrap();
+        let f = std::fs::File::options().write(true).open(path).unwrap();
+        f.set_modified(SystemTime::now() - Duration::from_secs(age)).unwrap();
+    }
+
+    #[test]
+    fn the_fingerprint_is_found_across_the_read_chunks() {
+        let d = scratch("chunks");
+        // Straddling the first 4 MiB chunk's end, and wholly inside the second.
+        for at in [(1 << 22) - 5, (1 << 22) + 3, 0] {
+            library(&d.join("lib.a"), at, Some(FINGERPRINT), 0);
+            assert!(has_fingerprint(&d.join("lib.a")).unwrap(), "at {at}");
+        }
+        library(&d.join("lib.a"), 1 << 22, Some("0.1.0-0000000000000000"), 0);
+        assert!(!has_fingerprint(&d.join("lib.a")).unwrap());
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn the_newest_library_of_this_build_is_chosen_from_cargos_deps() {
+        let d = scratch("deps");
+        library(&d.join("libgraphc_aot-0001.a"), 100, Some(FINGERPRINT), 300);
+        // Newer, but of other sources.
+        library(&d.join("libgraphc_aot-0002.a"), 100, Some("0.1.0-ffffffffffffffff"), 10);
+        // Not a library of graphc-aot's name.
+        library(&d.join("libother-0003.a"), 100, Some(FINGERPRINT), 0);
+        assert_eq!(built_as_dependency(&d), Some(d.join("libgraphc_aot-0001.a")));
+        library(&d.join("libgraphc_aot-0004.a"), 7, Some(FINGERPRINT), 100);
+        assert_eq!(built_as_dependency(&d), Some(d.join("libgraphc_aot-0004.a")));
+        // A directory others may write to is not searched.
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o777)).unwrap();
+        assert_eq!(built_as_dependency(&d), None);
+        let _ = std::fs::remove_dir_all(&d);
+    }
 }

@@ -64,7 +64,7 @@ printed every max(1, N/20) steps.
 SIGINT (Ctrl-C) or SIGTERM stops the training after the step in flight: it saves --checkpoint (with the step and the \
 data position, so --restore takes up exactly there), writes the --log's last step and a line {\"stopped_at\": STEP, \
 \"signal\": ..., \"checkpoint\": PATH or null}, says the same on standard error, and exits 130 (SIGINT) or 143 \
-(SIGTERM); nothing else is written (no --out-dir, no plot). A second signal ends graphc at once with that status (a \
+(SIGTERM); nothing else is written (no --out-dir, no plot). A second signal ends graphc at once, with 128 + its number (a \
 checkpoint being written keeps its previous contents). A cluster's worker stops the same way, the chief saving the \
 cluster's checkpoint, without telling the ps tasks it is done: restarted, it takes up after its last update."
 )]

@@ -21,11 +21,17 @@ use std::path::Path;
 /// which crashed `graphc run ... | head` now and then. Nothing is lost: files are written
 /// atomically and closed, stderr is unbuffered, and stdout is gone.
 pub fn exit_quietly() -> ! {
+    exit_now(0)
+}
+
+/// Ends the process with `status` at once, without exit handlers or destructors (see
+/// [`exit_quietly`]): for a thread beside others that are still running.
+pub fn exit_now(status: i32) -> ! {
     // SAFETY: `_exit` takes no pointers and does not return; skipping destructors and exit
     // handlers is the point.
     #[allow(unsafe_code)]
     unsafe {
-        libc::_exit(0)
+        libc::_exit(status)
     }
 }
 

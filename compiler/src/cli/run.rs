@@ -58,14 +58,10 @@ fn run_loaded(a: &RunArgs, file: &SourceFile, module: Module, files: &mut driver
     }
     if let Some(path) = &a.restore {
         // A cluster's checkpoint (its index) restores as one process's.
-        let step = match graphc_dist::checkpoint::load_merged(path).map_err(|e| anyhow!("--restore: {e}"))? {
-            Some(merged) => {
-                graphc_runtime::checkpoint::restore(session.state(), &merged)
-                    .map_err(|e| anyhow!("--restore {}: {e}", path.display()))?;
-                merged.step
-            }
-            None => session.restore(path).map_err(|e| anyhow!("{e}"))?,
-        };
+        let loaded = driver::read_checkpoint(path)?;
+        graphc_runtime::checkpoint::restore(session.state(), &loaded)
+            .map_err(|e| anyhow!("--restore {}: {e}", path.display()))?;
+        let step = loaded.step;
         let n = session.state().variables.len();
         let value = json!({"path": path.display().to_string(), "step": step, "variables": n});
         report.add("restored", value, || {

@@ -1,7 +1,7 @@
 //! SIGINT and SIGTERM during `graphc train` (and `graphc run --steps N --checkpoint`): the
 //! first asks the command to stop after the step in flight, keep its work (a checkpoint where
 //! one is configured) and exit with 128 + the signal's number, the status a shell gives a
-//! process the signal ended (130, 143). A second ends the process at once with that status:
+//! process the signal ended (130, 143). A second ends the process at once, with 128 + its number:
 //! the way out of a step that does not end. Files are written atomically, so a checkpoint
 //! being written then keeps what it held, and the next write removes the temporary file left.
 

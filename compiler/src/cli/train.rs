@@ -78,7 +78,8 @@ fn stop_serving_on_a_signal(index: usize, ps: &std::sync::Arc<graphc_dist::Param
                 "ps task {index}: {}: stopped serving; the workers wait for it up to --peer-timeout (restarted, it restores its shard from the --checkpoint index)",
                 signal.name()
             );
-            std::process::exit(signal.status());
+            // From this thread, while the server's run: no exit handlers or destructors.
+            super::output::exit_now(signal.status());
         }
     });
     Ok(())
@@ -372,7 +373,7 @@ fn stop(
             c.checkpoint(path, step).map_err(|e| anyhow!("{e}"))?;
             Some(format!("the cluster's checkpoint at step {step}: {} and its shards", path.display()))
         }
-        (Some((c, false)), _) => Some(format!(
+        (Some((c, _)), _) => Some(format!(
             "the ps tasks hold worker {}'s updates up to step {step}; restarted, it takes up after them",
             c.worker
         )),
