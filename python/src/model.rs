@@ -448,14 +448,14 @@ fn tensors(p: &Program, fed: &[(String, Fed<'_>)]) -> PyResult<Vec<BTreeMap<Stri
 fn step<'py>(
     py: Python<'py>,
     p: &Program,
-    session: &RtSession,
+    session: Arc<RtSession>,
     stop: &AtomicBool,
     inputs: &[BTreeMap<String, Arc<Tensor>>],
     fetch: &[String],
 ) -> PyResult<Bound<'py, PyDict>> {
     let job = Job::new(session.module(), &p.graphs, &p.groups, inputs, &p.output_names, fetch);
     let requests = job.requests.clone();
-    let ran = interrupt::run(py, || stop.store(true, Ordering::SeqCst), || session.run_step(requests));
+    let ran = interrupt::run(py, || stop.store(true, Ordering::SeqCst), move || session.run_step(requests));
     // The flag stopped this step; the session's next ones run.
     stop.store(false, Ordering::SeqCst);
     let mut outs = ran?.map_err(|e| errors::step(&e, &p.file))?;
@@ -665,9 +665,9 @@ impl Model {
         let inputs = tensors(&p, &fed)?;
         if p.stateful {
             let (session, stop) = self.inner.session(&p, true)?;
-            step(py, &p, &session, &stop, &inputs, &fetch)
+            step(py, &p, Arc::new(session), &stop, &inputs, &fetch)
         } else {
-            step(py, &p, &p.template, &p.template_stop, &inputs, &fetch)
+            step(py, &p, p.template.clone(), &p.template_stop, &inputs, &fetch)
         }
     }
 
@@ -779,7 +779,7 @@ impl Session {
                 shapes.join(", ")
             ))
         })?;
-        let out = step(py, &b.program, &b.session, &b.stop, &inputs, &fetch)?;
+        let out = step(py, &b.program, b.session.clone(), &b.stop, &inputs, &fetch)?;
         self.steps.fetch_add(1, Ordering::Relaxed);
         Ok(out)
     }
