@@ -12,12 +12,11 @@ use crate::arrays;
 use crate::errors::{error, OrRaise};
 use crate::interrupt;
 use crate::options::{Options, Size};
-use graphc::driver::{self, Ended, Files, Periodic, Resume, StepDone, Steps, TrainSpec};
+use graphc::driver::{self, Ended, Files, Periodic, Resume, StepDone, Steps, TrainLog, TrainSpec};
 use numpy::{PyArray1, PyArrayMethods};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
-use std::io::{BufWriter, Write};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -224,42 +223,10 @@ fn files(a: &Args) -> Files {
     files
 }
 
-/// The log: one JSON object a line, `{"step": N, "loss": X, "time_s": T}`, as `graphc train
-/// --log` writes it.
-struct Log {
-    path: PathBuf,
-    out: BufWriter<std::fs::File>,
-    lines: u64,
-}
-
-impl Log {
-    fn create(path: &Path) -> anyhow::Result<Log> {
-        let file = graphc_runtime::fsutil::create_regular(path)
-            .map_err(|e| anyhow::anyhow!("log={}: cannot write it: {e}", path.display()))?;
-        Ok(Log { path: path.to_path_buf(), out: BufWriter::new(file), lines: 0 })
-    }
-
-    fn write(&mut self, d: &StepDone) -> anyhow::Result<()> {
-        // The shortest text that reads back as the same number; an f32 loss as an f32.
-        let loss = match (d.loss.is_finite(), d.single) {
-            (false, _) => "null".to_string(),
-            (true, true) => format!("{:?}", d.loss as f32),
-            (true, false) => format!("{:?}", d.loss),
-        };
-        self.lines += 1;
-        writeln!(self.out, "{{\"step\": {}, \"loss\": {loss}, \"time_s\": {}}}", d.step, d.elapsed.as_secs_f64())
-            .map_err(|e| anyhow::anyhow!("log={}: cannot write it: {e}", self.path.display()))
-    }
-
-    fn finish(&mut self) -> anyhow::Result<()> {
-        self.out.flush().map_err(|e| anyhow::anyhow!("log={}: cannot write it: {e}", self.path.display()))
-    }
-}
-
 impl Args {
     /// Runs the steps (interruptible), then saves, and returns what the training did.
     fn go(&self, py: Python<'_>, p: Prepared, callback: Option<Py<PyAny>>) -> PyResult<TrainResult> {
-        let mut log = self.log.as_deref().map(Log::create).transpose().or_raise()?;
+        let mut log = self.log.as_deref().map(|p| TrainLog::create(p, "log=")).transpose().or_raise()?;
         let stop = AtomicUsize::new(0);
         let raised_by_callback: Mutex<Option<PyErr>> = Mutex::new(None);
         let mut losses: Vec<f64> = Vec::with_capacity((self.steps - p.from).min(1 << 20) as usize);
@@ -308,15 +275,26 @@ impl Args {
             (Err(e), _) => return Err(e),
         };
         let at = if ended.step < self.steps { ended.step } else { self.steps };
-        // The work so far is kept: the log's last line and the checkpoint at the last step.
-        if let Some(l) = log.as_mut() {
+        // The work so far is kept: the checkpoint at the last step run, and the log's line for
+        // it; a stopped run's log says where and why it stopped, as `graphc train`'s does.
+        if let Some(path) = &self.checkpoint {
+            py.detach(|| p.training.save(&p.session, path, at, ended.position)).or_raise()?;
+        }
+        let mut log_lines = 0;
+        if let Some(mut l) = log {
             if let Some((d, false)) = &last {
                 l.write(d).or_raise()?;
             }
+            log_lines = l.lines as u64;
+            if let Some(e) = &raised {
+                let why = match e.is_instance_of::<pyo3::exceptions::PyKeyboardInterrupt>(py) {
+                    true => "SIGINT".to_string(),
+                    false => e.get_type(py).name().map(|n| n.to_string()).unwrap_or_else(|_| "exception".into()),
+                };
+                let checkpoint = self.checkpoint.as_ref().map(|c| c.display().to_string());
+                l.stopped(at, &why, checkpoint.as_deref()).or_raise()?;
+            }
             l.finish().or_raise()?;
-        }
-        if let Some(path) = &self.checkpoint {
-            py.detach(|| p.training.save(&p.session, path, at, ended.position)).or_raise()?;
         }
         if let Some(e) = raised {
             return Err(e);
@@ -339,7 +317,7 @@ impl Args {
             steps_per_second: ran_steps as f64 / seconds.max(1e-9),
             checkpoint: self.checkpoint.clone(),
             log: self.log.clone(),
-            log_lines: log.map_or(0, |l| l.lines),
+            log_lines,
             restored_step: p.restored,
             variables: variables.unbind(),
             backend: self.options.backend.name().to_string(),

@@ -56,7 +56,9 @@ def test_ctrl_c_stops_training_after_the_step_in_flight_with_its_checkpoint_and_
     step = graphc.load(mlp, graph="step").session().restore(ckpt)
     assert 0 < step < 10**9
     lines = [json.loads(l) for l in log.read_text().splitlines()]
-    assert lines[-1]["step"] == step
+    # The last step's line, then where and why it stopped, as graphc train writes them.
+    assert lines[-2]["step"] == step
+    assert lines[-1] == {"stopped_at": step, "signal": "SIGINT", "checkpoint": ckpt}
     # Restored, it goes on from the next step.
     r = graphc.train(mlp, graph="step", steps=step + 3, data=SPIRALS, restore=ckpt)
     assert (r.first_step, r.last_step) == (step + 1, step + 3)

@@ -86,8 +86,12 @@ def test_an_exception_in_the_callback_stops_training_and_keeps_its_checkpoint(tm
         if step == 7:
             raise ValueError("enough")
 
+    log = tmp_path / "log.jsonl"
     with pytest.raises(ValueError, match="enough"):
-        train(1000, checkpoint=ckpt, callback=callback)
+        train(1000, checkpoint=ckpt, callback=callback, log=str(log), log_every=5)
+    lines = [json.loads(l) for l in log.read_text().splitlines()]
+    assert [l.get("step") for l in lines[:-1]] == [5, 7]
+    assert lines[-1] == {"stopped_at": 7, "signal": "ValueError", "checkpoint": ckpt}
     s = graphc.load(MLP, graph="step").session()
     assert s.restore(ckpt) == 7
     # Taken up from there, as an uninterrupted run would have gone on.

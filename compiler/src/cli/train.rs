@@ -7,14 +7,15 @@ use super::output::{write_file, Report};
 use super::signals::{Interrupt, Signal};
 use anyhow::{anyhow, bail};
 use graphc::driver::{
-    self, import_options_for, plural, Distributed, Ended, Files, Periodic, Resume, StepDone, Steps, TrainSpec, Training,
+    self, import_options_for, plural, Distributed, Ended, Files, Periodic, Resume, StepDone, Steps, TrainLog,
+    TrainSpec, Training,
 };
 use graphc_dist::{Role, Split};
 use graphc_runtime::{RtValue, SessionOptions};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::json;
-use std::io::{BufWriter, IsTerminal, Write};
-use std::path::{Path, PathBuf};
+use std::io::IsTerminal;
+use std::path::Path;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -229,7 +230,7 @@ pub fn train(a: &TrainArgs) -> anyhow::Result<ExitCode> {
     }
     describe_data(&training, a, from, position, resume.as_ref(), &mut report);
 
-    let mut log = a.log.as_deref().map(Log::create).transpose()?;
+    let mut log = a.log.as_deref().map(|p| TrainLog::create(p, "--log")).transpose()?;
     let log_every = a.log_every.unwrap_or(1);
     let mut curve: Vec<(u64, f64)> = Vec::with_capacity((a.steps - from).min(1 << 20) as usize);
     let mut nonfinite = 0u64;
@@ -307,7 +308,7 @@ pub fn train(a: &TrainArgs) -> anyhow::Result<ExitCode> {
         }
     }
     let logged = log.as_ref().map_or(0, |l| l.lines);
-    let log_done = log.map(Log::finish).transpose();
+    let log_done = log.map(TrainLog::finish).transpose();
     let end = ran?;
     log_done?;
     if nonfinite > 1 {
@@ -595,49 +596,9 @@ impl Progress {
     }
 }
 
-/// The `--log` file: one JSON object a line, written as the steps go.
-struct Log {
-    path: PathBuf,
-    out: BufWriter<std::fs::File>,
-    /// Lines written.
-    lines: usize,
-}
-
-impl Log {
-    fn create(path: &Path) -> anyhow::Result<Log> {
-        let file = graphc_runtime::fsutil::create_regular(path)
-            .map_err(|e| anyhow!("--log: cannot write {}: {e}", path.display()))?;
-        Ok(Log { path: path.to_path_buf(), out: BufWriter::new(file), lines: 0 })
-    }
-
-    fn write(&mut self, d: &StepDone) -> anyhow::Result<()> {
-        // serde_json writes the shortest text that reads back as the same number; an f32 loss
-        // as an f32, so it reads 0.1 rather than 0.10000000149011612.
-        let loss = match (d.loss.is_finite(), d.single) {
-            (false, _) => Ok("null".to_string()),
-            (true, true) => serde_json::to_string(&(d.loss as f32)),
-            (true, false) => serde_json::to_string(&d.loss),
-        }
-        .map_err(|e| anyhow!("{e}"))?;
-        self.lines += 1;
-        writeln!(self.out, "{{\"step\": {}, \"loss\": {loss}, \"time_s\": {}}}", d.step, d.elapsed.as_secs_f64())
-            .map_err(|e| anyhow!("--log: cannot write {}: {e}", self.path.display()))
-    }
-
-    /// The line of a run stopped by a signal after `step`, with where its checkpoint is.
-    fn stopped(&mut self, step: u64, signal: &str, checkpoint: Option<&str>) -> anyhow::Result<()> {
-        let line = json!({"stopped_at": step, "signal": signal, "checkpoint": checkpoint});
-        writeln!(self.out, "{line}").map_err(|e| anyhow!("--log: cannot write {}: {e}", self.path.display()))
-    }
-
-    fn finish(mut self) -> anyhow::Result<()> {
-        self.out.flush().map_err(|e| anyhow!("--log: cannot write {}: {e}", self.path.display()))
-    }
-}
-
 /// What a stopped run still has to write of its log.
 struct Kept {
-    log: Option<Log>,
+    log: Option<TrainLog>,
     /// The last step run, and whether the log has its line.
     last: Option<(StepDone, bool)>,
 }

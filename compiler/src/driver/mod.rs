@@ -24,6 +24,7 @@ mod place;
 mod report;
 mod timeline;
 mod train;
+mod train_log;
 mod weights;
 
 pub use checkpoint::read_checkpoint;
@@ -40,4 +41,5 @@ pub use timeline::Timeline;
 pub use train::{
     plan as plan_training, Ended, Periodic, Resume, StepDone, Steps, TrainJob, TrainSpec, Training, PREFETCH,
 };
+pub use train_log::TrainLog;
 pub use weights::{place_weights, weights_output};
