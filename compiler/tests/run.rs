@@ -3,6 +3,7 @@
 
 mod common;
 
+use common::{fails, ok};
 use graphc_ir::TensorData;
 use graphc_runtime::{npy, RunRequest, Session, SessionOptions, Tensor};
 use std::path::{Path, PathBuf};
@@ -29,20 +30,6 @@ fn tmpdir(name: &str) -> PathBuf {
 
 fn text(o: &Output) -> (String, String) {
     (String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned())
-}
-
-fn ok(args: &[&str]) -> String {
-    let o = graphc(args);
-    let (out, err) = text(&o);
-    assert!(o.status.success(), "graphc {args:?} failed:\n{out}\n{err}");
-    out
-}
-
-fn fails(args: &[&str]) -> String {
-    let o = graphc(args);
-    let (out, err) = text(&o);
-    assert_eq!(o.status.code(), Some(1), "graphc {args:?} should fail:\n{out}\n{err}");
-    err
 }
 
 fn ramp(shape: &[usize]) -> Tensor {

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{graphc, text};
+use common::{fails, ok, text};
 use graphc_ir::TensorData;
 use graphc_runtime::{npy, Tensor};
 use std::path::{Path, PathBuf};
@@ -16,20 +16,6 @@ fn tmpdir(name: &str) -> PathBuf {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     dir
-}
-
-fn ok(args: &[&str]) -> String {
-    let o = graphc(args);
-    let (out, err) = text(&o);
-    assert!(o.status.success(), "graphc {args:?} failed:\n{out}\n{err}");
-    out
-}
-
-fn fails(args: &[&str]) -> String {
-    let o = graphc(args);
-    let (out, err) = text(&o);
-    assert_eq!(o.status.code(), Some(1), "graphc {args:?} should fail:\n{out}\n{err}");
-    err
 }
 
 fn s(p: &Path) -> &str {

@@ -255,7 +255,8 @@ fn read_header(file: &File, len: u64) -> Result<HashMap<String, Stored>, String>
     Ok(tensors)
 }
 
-fn file_kind(t: std::fs::FileType) -> &'static str {
+/// "a directory", "a FIFO", ... for messages (`graphc_runtime::fsutil` says it so too).
+pub fn file_kind(t: std::fs::FileType) -> &'static str {
     use std::os::unix::fs::FileTypeExt;
     if t.is_dir() {
         "a directory"
@@ -267,6 +268,8 @@ fn file_kind(t: std::fs::FileType) -> &'static str {
         "a block device"
     } else if t.is_socket() {
         "a socket"
+    } else if t.is_file() {
+        "a regular file"
     } else {
         "something other than a file"
     }

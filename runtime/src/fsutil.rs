@@ -329,21 +329,4 @@ pub fn read_regular(path: &Path, expected: &str) -> Result<Vec<u8>, String> {
 }
 
 /// "a directory", "a FIFO", ... for messages.
-pub fn file_kind(t: std::fs::FileType) -> &'static str {
-    use std::os::unix::fs::FileTypeExt;
-    if t.is_dir() {
-        "a directory"
-    } else if t.is_fifo() {
-        "a FIFO"
-    } else if t.is_char_device() {
-        "a character device"
-    } else if t.is_block_device() {
-        "a block device"
-    } else if t.is_socket() {
-        "a socket"
-    } else if t.is_file() {
-        "a regular file"
-    } else {
-        "something other than a file"
-    }
-}
+pub use graphc_ir::weights_file::file_kind;

@@ -54,6 +54,22 @@ pub fn text(o: &Output) -> (String, String) {
     (String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned())
 }
 
+/// `graphc ARGS`' standard output; fails the test if it fails.
+pub fn ok(args: &[&str]) -> String {
+    let o = graphc(args);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "graphc {args:?} failed:\n{out}\n{err}");
+    out
+}
+
+/// `graphc ARGS`' standard error; fails the test unless it exits 1.
+pub fn fails(args: &[&str]) -> String {
+    let o = graphc(args);
+    let (out, err) = text(&o);
+    assert_eq!(o.status.code(), Some(1), "graphc {args:?} should fail:\n{out}\n{err}");
+    err
+}
+
 /// Every bundled example graph file, as (file name, text), sorted by name.
 pub fn examples() -> Vec<(String, String)> {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../ir-spec/examples");
