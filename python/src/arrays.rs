@@ -41,6 +41,12 @@ pub fn shape_text(dims: impl IntoIterator<Item = String>) -> String {
     }
 }
 
+/// `text` after its indefinite article: `an int8 array`, `a float32 array`.
+pub fn a(text: &str) -> String {
+    let article = if text.starts_with(['a', 'e', 'i', 'o']) { "an" } else { "a" };
+    format!("{article} {text}")
+}
+
 /// `float32 array of shape (4, 1, 28, 28)`.
 pub fn describe(ty: &TensorType) -> String {
     format!("{} array of shape {}", dtype_name(ty.dtype), shape_text(ty.shape.iter().map(u64::to_string)))
@@ -81,9 +87,9 @@ impl<'py> Fed<'py> {
     pub fn tensor(&self, name: &str, want: &TensorType) -> PyResult<Tensor> {
         if !self.array.is_c_contiguous() {
             return Err(error(format!(
-                "input '{name}': expected a C-contiguous {}, got a {} that is not contiguous (a transposed or strided view): pass numpy.ascontiguousarray({name})",
+                "input '{name}': expected a C-contiguous {}, got {} that is not contiguous (a transposed or strided view): pass numpy.ascontiguousarray({name})",
                 describe(want),
-                self.describe()
+                a(&self.describe())
             )));
         }
         let shape = IxDyn(&self.shape);

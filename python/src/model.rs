@@ -337,7 +337,9 @@ impl Inner {
                     .unwrap_or_default();
                 return Err(error(format!("no input named '{name}'; {hint}the model's inputs are: {}", listing())));
             };
-            let wrong = || error(format!("input '{name}': expected a {}, got a {}", describe(d), f.describe()));
+            let wrong = || {
+                error(format!("input '{name}': expected {}, got {}", arrays::a(&describe(d)), arrays::a(&f.describe())))
+            };
             if f.dtype != Some(d.dtype) {
                 return Err(wrong());
             }
@@ -351,9 +353,9 @@ impl Inner {
                     Dim::Symbolic(s) => match sizes.get(s.as_str()) {
                         Some(&(m, other)) if m != n => {
                             return Err(error(format!(
-                                "input '{name}': its dim '{s}' is {n}, but input '{other}' has '{s}' = {m} ({} for '{name}', got a {})",
-                                describe(d),
-                                f.describe()
+                                "input '{name}': its dim '{s}' is {n}, but input '{other}' has '{s}' = {m} ({} for '{name}', got {})",
+                                arrays::a(&describe(d)),
+                                arrays::a(&f.describe())
                             )))
                         }
                         Some(_) => {}
@@ -423,9 +425,9 @@ fn tensors(p: &Program, fed: &[(String, Fed<'_>)]) -> PyResult<Vec<BTreeMap<Stri
             let Some((_, f)) = fed.iter().find(|(n, _)| n == name) else { continue };
             if f.dtype != Some(ty.dtype) || f.shape.iter().map(|&n| n as u64).ne(ty.shape.iter().copied()) {
                 return Err(error(format!(
-                    "input '{name}': expected a {}, got a {}",
-                    arrays::describe(ty),
-                    f.describe()
+                    "input '{name}': expected {}, got {}",
+                    arrays::a(&arrays::describe(ty)),
+                    arrays::a(&f.describe())
                 )));
             }
             let t = match read.get(name.as_str()) {

@@ -51,6 +51,10 @@ def feeds(**changes):
             {"x": np.zeros((784, 64), np.float32).T},
             r"input 'x': expected a C-contiguous float32 array of shape \(64, 784\), got a float32 array of shape \(64, 784\) that is not contiguous .*numpy.ascontiguousarray\(x\)",
         ),
+        (
+            {"b1": np.zeros(256, np.int64)},
+            r"input 'b1': expected a float32 array of shape \(256,\), got an int64 array of shape \(256,\)",
+        ),
         ({"b1": [0.0] * 256}, r"input 'b1': expected a numpy array, got a list \(numpy.asarray converts it\)"),
         ({"xx": np.zeros(3, np.float32)}, r"no input named 'xx'; did you mean 'x'\? the model's inputs are: x \(float32 array of shape \(64, 784\)\), w1"),
         ({"w2": None}, r"missing input 'w2' \(float32 array of shape \(256, 10\)\); the model's inputs are: x"),
@@ -83,6 +87,25 @@ def test_symbolic_dims_are_checked_across_inputs_before_anything_is_compiled(tmp
     with pytest.raises(graphc.GraphcError, match=r"shapes=\{'M': \.\.\.\}: .*small.onnx has no symbolic dim 'M'; its inputs' symbolic dims are N"):
         graphc.load(path, shapes={"M": 2})
     assert m.compiled_shapes == []
+
+
+def test_one_symbolic_dim_has_one_size_across_inputs(tmp_path):
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["x", "y"], ["z"])],
+        "add",
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["N", 3]) for n in ["x", "y"]],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, ["N", 3])],
+    )
+    path = str(tmp_path / "add.onnx")
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), path)
+    m = graphc.load(path)
+    with pytest.raises(graphc.GraphcError, match=r"input 'y': its dim 'N' is 5, but input 'x' has 'N' = 2 \(a float32 array of shape \('N', 3\) for 'y', got a float32 array of shape \(5, 3\)\)"):
+        m.run({"x": np.zeros((2, 3), np.float32), "y": np.zeros((5, 3), np.float32)})
+    out = m.run({"x": np.ones((2, 3), np.float32), "y": np.ones((2, 3), np.float32)})
+    assert np.array_equal(out["z"], np.full((2, 3), 2, np.float32))
 
 
 def test_a_session_of_a_model_compiled_per_shape_keeps_its_first_shape(tmp_path):
