@@ -15,12 +15,11 @@ pub use import::{import_model, ImportOptions};
 pub use signature::{signature, Declared, Dim};
 
 use graphc_ir::{verify_module, Module};
-use prost::Message;
 use std::path::Path;
 
 /// Reads and imports a model file.
 pub fn import_file(path: &Path, options: &ImportOptions) -> Result<Module, String> {
-    let model = read_model(path)?;
+    let model = proto::read_model(path)?;
     let base = path.parent().unwrap_or(Path::new("."));
     let module = import_model(&model, base, options).map_err(|e| format!("{}: {e}", path.display()))?;
     if let Some(d) = verify_module(&module).first() {
@@ -33,7 +32,7 @@ pub fn import_file(path: &Path, options: &ImportOptions) -> Result<Module, Strin
 /// subgraphs included), each once, as the import reads them: `location` beside the model.
 /// For the check that no output replaces what a run reads.
 pub fn external_data_files(path: &Path) -> Result<Vec<std::path::PathBuf>, String> {
-    let model = read_model(path)?;
+    let model = proto::read_model(path)?;
     let base = path.parent().unwrap_or(Path::new("."));
     let mut files = Vec::new();
     let mut graphs: Vec<&proto::GraphProto> = model.graph.iter().collect();
@@ -51,11 +50,4 @@ pub fn external_data_files(path: &Path) -> Result<Vec<std::path::PathBuf>, Strin
         }
     }
     Ok(files)
-}
-
-/// Reads and decodes a model file (a regular file: never a device or a FIFO).
-fn read_model(path: &Path) -> Result<proto::ModelProto, String> {
-    let bytes = graphc_runtime::fsutil::read_regular(path, "an ONNX model")?;
-    proto::ModelProto::decode(bytes.as_slice())
-        .map_err(|e| format!("{} is not an ONNX model (protobuf decoding failed: {e})", path.display()))
 }

@@ -6,6 +6,13 @@
 
 use prost::Message;
 
+/// Reads and decodes a model file (a regular file: never a device or a FIFO).
+pub fn read_model(path: &std::path::Path) -> Result<ModelProto, String> {
+    let bytes = graphc_runtime::fsutil::read_regular(path, "an ONNX model")?;
+    ModelProto::decode(bytes.as_slice())
+        .map_err(|e| format!("{} is not an ONNX model (protobuf decoding failed: {e})", path.display()))
+}
+
 #[derive(Clone, PartialEq, Message)]
 pub struct ModelProto {
     #[prost(int64, optional, tag = "1")]

@@ -27,7 +27,7 @@ pub struct Declared {
 /// The main graph's inputs (initializers listed as inputs left out: they are weights) and
 /// outputs. An error names the value whose type graphc cannot import.
 pub fn signature(path: &std::path::Path) -> Result<(Vec<Declared>, Vec<Declared>), String> {
-    let model = crate::read_model(path)?;
+    let model = crate::proto::read_model(path)?;
     let g: &GraphProto = model.graph.as_ref().ok_or_else(|| format!("{}: the model has no graph", path.display()))?;
     let weights: Vec<&str> = g.initializer.iter().filter_map(|t| t.name.as_deref()).collect();
     let declared = |what: &str, vi: &ValueInfoProto| {
