@@ -44,7 +44,7 @@ fn bench_loaded(a: &BenchArgs, file: &SourceFile, module: Module) -> anyhow::Res
     let compile_options = CompileOptions { listings, ..a.session.compile_options() };
     let (session, compiled, warning) = driver::session(backend, module, options, &compile_options)?;
     if let Some(w) = warning {
-        eprintln!("warning: {w}");
+        tracing::warn!("{w}");
     }
     let compile = optimized + start.elapsed();
     if let Some(dir) = &a.dump_code {

@@ -100,8 +100,8 @@ impl Dataset {
         for f in &files {
             if !inputs.iter().any(|(n, _)| n == f) {
                 let names: Vec<&str> = inputs.iter().map(|(n, _)| n.as_str()).collect();
-                eprintln!(
-                    "warning: {} feeds no input of @{} (its inputs: {}); ignored",
+                tracing::warn!(
+                    "{} feeds no input of @{} (its inputs: {}); ignored",
                     dir.join(format!("{f}.npy")).display(),
                     g.name,
                     names.join(", ")
