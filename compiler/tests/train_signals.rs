@@ -258,3 +258,55 @@ fn in_a_cluster_the_chief_saves_the_clusters_checkpoint_and_both_tasks_take_up_f
     assert_eq!(code, Some(0), "{out}\n{err}");
     assert!(out.contains(&format!("restored its variables from {} (step {step})", ckpt.display())), "{out}");
 }
+
+#[test]
+fn a_step_that_never_ends_outlasts_the_first_signal_and_the_second_ends_it() {
+    let dir = tmpdir("never");
+    let file = dir.join("spin_train.gir");
+    // A training step whose loss comes out of a loop that never ends.
+    let spin = "graph @step(%x: f32[]) -> (loss: f32[]) {
+  %r = while %x : f32[]
+    cond(%c: f32[]) {
+      %t = constant {value = dense<true> : bool[]} : bool[]
+      yield %t
+    }
+    body(%b: f32[]) {
+      %n = neg %b : f32[]
+      yield %n
+    }
+  return %r
+}
+";
+    std::fs::write(&file, spin).unwrap();
+    let err_file = dir.join("stderr");
+    let ckpt = dir.join("w.ckpt");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_graphc"))
+        .args(["train", s(&file), "--graph", "step", "--steps", "10", "--checkpoint", s(&ckpt), "-v"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&err_file).unwrap())
+        .spawn()
+        .expect("graphc starts");
+    wait_for(&mut child, "the session", || {
+        std::fs::read_to_string(&err_file).is_ok_and(|e| e.contains("session ready"))
+    });
+    // The handlers are installed right after the session, then the first step starts.
+    std::thread::sleep(Duration::from_millis(300));
+    signal(&child, "-TERM");
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(child.try_wait().unwrap().is_none(), "the first signal waits for the step in flight");
+    signal(&child, "-INT");
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(start.elapsed() < Duration::from_secs(10), "the second signal ends graphc at once");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    // 128 + the second signal's number; no step ended, so nothing was saved.
+    assert_eq!(status.code(), Some(130));
+    let err = std::fs::read_to_string(&err_file).unwrap();
+    assert!(!err.contains("stopped after step"), "{err}");
+    assert!(!ckpt.exists());
+}
