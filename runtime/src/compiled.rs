@@ -25,6 +25,14 @@ pub trait CompiledKernels: Send + Sync + Debug {
     /// there ([`crate::InterpExecutor::on_device`]); `None` when it has none. Required, so
     /// that code wrapping another's kernels forwards it rather than silently dropping it.
     fn device_kernel(&self, graph: &str, node: Node) -> Option<Arc<dyn DeviceKernel>>;
+
+    /// The name of the tier whose kernel runs node `node` of `graph` now (`cranelift`,
+    /// `llvm`, `gpu`: what profiles report), or `None` when it has none or its tier has no
+    /// name. Code wrapping another's kernels forwards it.
+    fn tier(&self, graph: &str, node: Node) -> Option<&'static str> {
+        let _ = (graph, node);
+        None
+    }
 }
 
 /// One node's compiled code.
@@ -41,7 +49,8 @@ pub trait Kernel: Send + Sync + Debug {
 }
 
 /// Kernels by graph name and node, each of which can be set, replaced or removed while
-/// sessions run them. A node without a kernel runs on the reference kernels.
+/// sessions run them. A node without a kernel runs on the reference kernels. Each kernel
+/// keeps the name of the tier that put it in ([`KernelTable::name_tier`]), for profiles.
 ///
 /// A lookup (one per node execution) takes a read lock, finds the kernel without building a
 /// key, and clones its `Arc`; the kernel runs after the lock is released, so a replacement
@@ -50,22 +59,38 @@ pub trait Kernel: Send + Sync + Debug {
 #[derive(Debug, Default)]
 pub struct KernelTable {
     graphs: RwLock<HashMap<String, Slots>>,
+    /// The tier name the kernels put in now get.
+    tier: RwLock<Option<&'static str>>,
 }
 
-/// One graph's kernels, by node.
-type Slots = HashMap<Node, Arc<dyn Kernel>>;
+/// One graph's kernels, by node, each with the name of its tier.
+type Slots = HashMap<Node, (Arc<dyn Kernel>, Option<&'static str>)>;
 
 impl KernelTable {
     pub fn new() -> Self {
         KernelTable::default()
     }
 
-    /// Sets node `node` of graph `graph` to run `kernel`; returns the kernel it replaces.
+    /// Sets node `node` of graph `graph` to run `kernel` (of the tier named last by
+    /// [`KernelTable::name_tier`]); returns the kernel it replaces.
     pub fn replace(&self, graph: &str, node: Node, kernel: Arc<dyn Kernel>) -> Option<Arc<dyn Kernel>> {
+        let slot = (kernel, *self.tier.read().unwrap_or_else(|e| e.into_inner()));
         let mut graphs = self.graphs.write().unwrap_or_else(|e| e.into_inner());
-        match graphs.get_mut(graph) {
-            Some(nodes) => nodes.insert(node, kernel),
-            None => graphs.entry(graph.to_string()).or_default().insert(node, kernel),
+        let old = match graphs.get_mut(graph) {
+            Some(nodes) => nodes.insert(node, slot),
+            None => graphs.entry(graph.to_string()).or_default().insert(node, slot),
+        };
+        old.map(|(k, _)| k)
+    }
+
+    /// Names the tier of the kernels in the table that have no tier name yet, and of every
+    /// kernel put in from now on: a backend names its first tier once that has filled the
+    /// table, and a later tier before it replaces kernels.
+    pub fn name_tier(&self, tier: &'static str) {
+        let mut graphs = self.graphs.write().unwrap_or_else(|e| e.into_inner());
+        *self.tier.write().unwrap_or_else(|e| e.into_inner()) = Some(tier);
+        for (_, name) in graphs.values_mut().flat_map(HashMap::values_mut) {
+            name.get_or_insert(tier);
         }
     }
 
@@ -77,13 +102,13 @@ impl KernelTable {
         if nodes.is_empty() {
             graphs.remove(graph);
         }
-        old
+        old.map(|(k, _)| k)
     }
 
     /// The node's kernel now.
     pub fn get(&self, graph: &str, node: Node) -> Option<Arc<dyn Kernel>> {
         let graphs = self.graphs.read().unwrap_or_else(|e| e.into_inner());
-        graphs.get(graph)?.get(&node).cloned()
+        graphs.get(graph)?.get(&node).map(|(k, _)| k.clone())
     }
 
     /// How many nodes have kernels.
@@ -104,6 +129,11 @@ impl CompiledKernels for KernelTable {
 
     fn device_kernel(&self, graph: &str, node: Node) -> Option<Arc<dyn DeviceKernel>> {
         self.get(graph, node)?.on_device()
+    }
+
+    fn tier(&self, graph: &str, node: Node) -> Option<&'static str> {
+        let graphs = self.graphs.read().unwrap_or_else(|e| e.into_inner());
+        graphs.get(graph)?.get(&node)?.1
     }
 }
 

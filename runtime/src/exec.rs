@@ -16,7 +16,7 @@ use crate::compiled::{CompiledKernels, Operands};
 use crate::constants::ConstantCache;
 use crate::device::{DeviceKernel, DeviceTensor, Residency};
 use crate::error::{ErrorKind, RunError};
-use crate::executor::{ExecContext, ExecOutput, Executor, NodeEvent};
+use crate::executor::{ExecContext, ExecOutput, Executor, NodeEvent, Ran};
 use crate::kernels;
 use crate::limits::check_tensor_size;
 use crate::liveness::Liveness;
@@ -139,6 +139,8 @@ pub(crate) struct Interp<'a> {
     pub events_dropped: u64,
     /// How many regions enclose the nodes running now.
     depth: usize,
+    /// What ran the last node to finish (its tier asked only when tracing).
+    ran: Ran,
     /// Compiled code for some nodes, from a backend.
     pub compiled: Option<&'a dyn CompiledKernels>,
     /// The device that runs `compiled`'s device kernels, keeping their tensors.
@@ -174,6 +176,7 @@ impl<'a> Interp<'a> {
             max_events: crate::executor::MAX_EVENTS,
             events_dropped: 0,
             depth: 0,
+            ran: Ran::Reference,
             compiled: None,
             residency: None,
             liveness: None,
@@ -230,9 +233,14 @@ impl<'a> Interp<'a> {
                     let key = matches!(nd.op, Op::Send | Op::Recv)
                         .then(|| self.rendezvous_key(nd.attrs.str("key").unwrap_or_default()));
                     let depth = self.depth;
+                    let ran = match self.ran {
+                        Ran::Compiled(_) => Ran::Compiled(self.tier(n)),
+                        Ran::Device(_) => Ran::Device(self.tier(n)),
+                        r => r,
+                    };
                     match &mut self.events {
                         Some(events) if events.len() < self.max_events => {
-                            events.push(NodeEvent { node: n, start, end, key, depth })
+                            events.push(NodeEvent { node: n, start, end, key, depth, ran })
                         }
                         _ => self.events_dropped += 1,
                     }
@@ -282,6 +290,11 @@ impl<'a> Interp<'a> {
         format!("node {}", self.graph.describe(n))
     }
 
+    /// The tier of node `n`'s compiled kernel, as the backend names it.
+    fn tier(&self, n: Node) -> Option<&'static str> {
+        self.compiled?.tier(&self.graph.name, n)
+    }
+
     /// The values that die once `n` has run, but not those kept for the caller.
     fn dead_after(&self, n: Node) -> Vec<Value> {
         let Some(l) = self.liveness else { return Vec::new() };
@@ -326,6 +339,7 @@ impl<'a> Interp<'a> {
         let results = match on_device {
             Some(k) => {
                 let (results, copied) = self.run_on_device(n, &*k, args)?;
+                self.ran = Ran::Device(None);
                 // Operands copied in are bound to their copies from now on (those still
                 // read later), so that no later kernel, loop iteration or branch copies them
                 // again, and the host's hold on them ends.
@@ -360,6 +374,7 @@ impl<'a> Interp<'a> {
     fn compute_invariant(&mut self, n: Node, args: Vec<RtValue>) -> Result<Vec<RtValue>, RunError> {
         let g = self.graph;
         if let Some(kept) = self.constants.get(&g.name, n) {
+            self.ran = Ran::Kept;
             return Ok(kept.into_iter().map(RtValue::Tensor).collect());
         }
         let results = self.compute(n, args)?;
@@ -472,6 +487,7 @@ impl<'a> Interp<'a> {
         let g = self.graph;
         let nd = &g.nodes[n];
         if let Some(done) = self.on_device_as_is(n, &args) {
+            self.ran = Ran::Interpreter;
             return done;
         }
         let args = args
@@ -498,13 +514,22 @@ impl<'a> Interp<'a> {
             let out = compiled.run(&g.name, n, &mut operands);
             if let Some(out) = out {
                 let out = out.map_err(|m| RunError::new(ErrorKind::Kernel, m))?;
+                self.ran = Ran::Compiled(None);
                 return Ok(out.into_iter().map(RtValue::tensor).collect());
             }
             // Not compiled: the operands come back untouched.
             let args = operands.into_shared().into_iter().map(RtValue::Tensor).collect();
-            return self.interpret(n, args);
+            return self.interpret_as_ran(n, args);
         }
-        self.interpret(n, args)
+        self.interpret_as_ran(n, args)
+    }
+
+    /// [`Interp::interpret`], noting what ran the node (after a region's nodes noted theirs).
+    fn interpret_as_ran(&mut self, n: Node, args: Vec<RtValue>) -> Result<Vec<RtValue>, RunError> {
+        let out = self.interpret(n, args);
+        let op = self.graph.nodes[n].op;
+        self.ran = if op == Op::Fusion || kernels::is_kernel(op) { Ran::Reference } else { Ran::Interpreter };
+        out
     }
 
     fn interpret(&mut self, n: Node, args: Vec<RtValue>) -> Result<Vec<RtValue>, RunError> {

@@ -190,6 +190,26 @@ pub struct NodeEvent {
     pub key: Option<String>,
     /// How many regions enclose the node (0 for the graph body).
     pub depth: usize,
+    /// What ran it.
+    pub ran: Ran,
+}
+
+/// What ran a node execution, as a [`NodeEvent`] records it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Ran {
+    /// A reference kernel of the interpreter (a fusion without compiled code: its region's
+    /// ops, one by one, on theirs).
+    Reference,
+    /// Compiled code on the host, from the tier named ([`crate::CompiledKernels::tier`]; `None`
+    /// for kernels of no named tier).
+    Compiled(Option<&'static str>),
+    /// A device's kernel, on tensors in the device's memory, from the tier named.
+    Device(Option<&'static str>),
+    /// Nothing: a step-invariant result kept from an earlier step.
+    Kept,
+    /// The interpreter itself: an op that is no kernel (state, queues, control flow, send and
+    /// recv, views of a device's tensors).
+    Interpreter,
 }
 
 /// The most node executions a run records when tracing: a long loop would otherwise grow the

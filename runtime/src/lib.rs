@@ -47,7 +47,7 @@ pub use constants::ConstantCache;
 pub use device::{Device, DeviceKernel, DeviceTensor, Residency, Transfers};
 pub use error::{ErrorKind, RunError};
 pub use exec::InterpExecutor;
-pub use executor::{ExecContext, ExecOutput, Executor, NodeEvent, MAX_EVENTS};
+pub use executor::{ExecContext, ExecOutput, Executor, NodeEvent, Ran, MAX_EVENTS};
 pub use pool::{BufferPool, PoolStats};
 pub use rendezvous::{rendezvous_key, LocalRendezvous, LocalRendezvousFactory, Rendezvous, RendezvousFactory};
 pub use session::{RunOutput, RunRequest, Session, SessionOptions};

@@ -3,7 +3,6 @@
 
 use super::tier::{Background, TierDone};
 use super::{Backend, CompileOptions, Compiled};
-use crate::lower::cpu::CpuKernels;
 use crate::lower::mlir;
 use graphc_ir::Module;
 
@@ -21,11 +20,12 @@ impl Backend for Auto {
         crate::passes::DEFAULT_PIPELINE
     }
     fn compile_with(&self, m: &Module, options: &CompileOptions) -> Result<Compiled, String> {
-        let kernels = CpuKernels::compile_with(m, options)?;
+        let kernels = super::cranelift(m, options)?;
         // An instruction set the LLVM tier cannot keep to (--isa sse): Cranelift's alone.
         let background = mlir::lanes_for(options.isa).ok().map(|lanes| {
             let (m, table) = (m.clone(), kernels.table().clone());
             Background::spawn("llvm", move || {
+                table.name_tier("llvm");
                 let tier = mlir::compile_into(&m, &table, lanes)?;
                 Ok(TierDone { count: tier.count, compile_time: tier.compile_time })
             })

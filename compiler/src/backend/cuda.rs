@@ -5,7 +5,6 @@
 //! are on several devices) a GPU kernel copies its operands in and its results out.
 
 use super::{Backend, CompileOptions, Compiled};
-use crate::lower::cpu::CpuKernels;
 use crate::lower::mlir;
 use graphc_cuda_runtime::CudaDevice;
 use graphc_ir::{DeviceKind, DeviceSpec, Graph, Module, Node};
@@ -26,7 +25,8 @@ impl Backend for Cuda {
         crate::passes::DEFAULT_PIPELINE
     }
     fn compile_with(&self, m: &Module, options: &CompileOptions) -> Result<Compiled, String> {
-        let kernels = CpuKernels::compile_with(m, options)?;
+        let kernels = super::cranelift(m, options)?;
+        kernels.table().name_tier("gpu");
         let tier = mlir::cuda::compile_into(m, kernels.table())?;
         Ok(Compiled::cpu(kernels, tier.compile_time, None))
     }

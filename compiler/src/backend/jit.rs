@@ -2,7 +2,6 @@
 //! backend's kernels (`crate::lower::cpu`); other nodes run in the interpreter.
 
 use super::{Backend, CompileOptions, Compiled};
-use crate::lower::cpu::CpuKernels;
 use graphc_ir::Module;
 
 #[derive(Debug)]
@@ -19,7 +18,7 @@ impl Backend for Jit {
         crate::passes::DEFAULT_PIPELINE
     }
     fn compile_with(&self, m: &Module, options: &CompileOptions) -> Result<Compiled, String> {
-        let kernels = CpuKernels::compile_with(m, options)?;
+        let kernels = super::cranelift(m, options)?;
         Ok(Compiled::cpu(kernels, std::time::Duration::ZERO, None))
     }
 }

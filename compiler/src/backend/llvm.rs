@@ -3,7 +3,6 @@
 //! them in the background instead).
 
 use super::{Backend, CompileOptions, Compiled};
-use crate::lower::cpu::CpuKernels;
 use crate::lower::mlir;
 use graphc_ir::Module;
 
@@ -21,8 +20,10 @@ impl Backend for Llvm {
         crate::passes::DEFAULT_PIPELINE
     }
     fn compile_with(&self, m: &Module, options: &CompileOptions) -> Result<Compiled, String> {
-        let kernels = CpuKernels::compile_with(m, options)?;
-        let tier = mlir::compile_into(m, kernels.table(), mlir::lanes_for(options.isa)?)?;
+        let kernels = super::cranelift(m, options)?;
+        let lanes = mlir::lanes_for(options.isa)?;
+        kernels.table().name_tier("llvm");
+        let tier = mlir::compile_into(m, kernels.table(), lanes)?;
         Ok(Compiled::cpu(kernels, tier.compile_time, None))
     }
 }

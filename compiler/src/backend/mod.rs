@@ -107,6 +107,14 @@ impl Compiled {
     }
 }
 
+/// The CPU backend's kernels, compiled by Cranelift, named as their tier in the table (for
+/// profiles: a later tier's replace them there under its own name).
+fn cranelift(m: &Module, options: &CompileOptions) -> Result<Arc<crate::lower::cpu::CpuKernels>, String> {
+    let kernels = crate::lower::cpu::CpuKernels::compile_with(m, options)?;
+    kernels.table().name_tier("cranelift");
+    Ok(kernels)
+}
+
 /// Every backend; the first is the default.
 #[cfg(not(feature = "llvm"))]
 pub static BACKENDS: &[&dyn Backend] = &[&Jit, &Interp];

@@ -358,6 +358,16 @@ pub struct BenchArgs {
     /// Seed of the random data for inputs not given with --input.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    /// After the timing, print the per-op profile of the timed steps: each node slowest first,
+    /// with its op and shapes, what ran it (a compiled kernel's tier: cranelift, llvm, gpu; a
+    /// reference kernel of the interpreter; the interpreter itself; kept: a step-invariant
+    /// value from an earlier step), its time per step and share, and the reference kernels'
+    /// share (with --json, every row). The timed steps then record each node's start and end.
+    #[arg(long)]
+    pub ops: bool,
+    /// The rows the per-op profile shows; the rest are summed as one 'others' row.
+    #[arg(long, value_name = "N", default_value_t = 30, requires = "ops")]
+    pub ops_top: usize,
     /// The backend, instruction set, limits and devices, as for `graphc run` (a --timeout
     /// bounds warm-up and timed steps alike).
     #[command(flatten)]
@@ -535,6 +545,13 @@ pub struct RunArgs {
     /// --profile.
     #[arg(long, value_name = "FILE")]
     pub write_profile: Option<PathBuf>,
+    /// Print the per-op profile after the step times, as `graphc bench --ops` does (steps
+    /// after the first, when there are several).
+    #[arg(long)]
+    pub profile_ops: bool,
+    /// The rows the per-op profile shows; the rest are summed as one 'others' row.
+    #[arg(long, value_name = "N", default_value_t = 30, requires = "profile_ops")]
+    pub ops_top: usize,
     /// Print one JSON object instead of lines: the graphs, the step times, each output's
     /// dtype, shape and first values (or the file it went to), and the files written.
     #[arg(long)]

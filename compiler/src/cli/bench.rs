@@ -1,10 +1,11 @@
 //! `graphc bench`: the time to a session ready to run (the pipeline, placement and
-//! partitioning, compilation), then step times and the process's peak memory.
+//! partitioning, compilation), then step times and the process's peak memory; with `--ops`,
+//! the per-op profile of the timed steps.
 
 use super::args::BenchArgs;
 use anyhow::Context;
 use graphc::backend::{CompileOptions, Listing, Listings};
-use graphc::driver::{self, import_options_for, prepare, Inputs, Prepared};
+use graphc::driver::{self, import_options_for, prepare, Inputs, Prepared, Timeline};
 use graphc_ir::{Module, SourceFile};
 use std::path::Path;
 use std::process::ExitCode;
@@ -39,7 +40,8 @@ fn bench_loaded(a: &BenchArgs, file: &SourceFile, module: Module) -> anyhow::Res
             say!("{p}");
         }
     }
-    let options = a.session.options();
+    // The per-op profile needs every node's start and end: the session records them.
+    let options = graphc_runtime::SessionOptions { trace: a.ops, ..a.session.options() };
     let listings = Listings { code: a.dump_code.is_some(), ..Default::default() };
     let compile_options = CompileOptions { listings, ..a.session.compile_options() };
     let (session, compiled, warning) = driver::session(backend, module, options, &compile_options)?;
@@ -50,6 +52,7 @@ fn bench_loaded(a: &BenchArgs, file: &SourceFile, module: Module) -> anyhow::Res
     if let Some(dir) = &a.dump_code {
         dump_code(dir, &compiled.listings)?;
     }
+    let mut timeline = Timeline::new(&job, session.module(), backend).keeping(false, false, a.ops);
     let mut times = Vec::with_capacity(a.iters.min(1 << 16) as usize);
     let total = a.warmup.saturating_add(a.iters);
     // The step from which a background tier's kernels ran (1-based), if it finished.
@@ -68,6 +71,9 @@ fn bench_loaded(a: &BenchArgs, file: &SourceFile, module: Module) -> anyhow::Res
         };
         if i >= a.warmup {
             times.push(t.elapsed());
+            if a.ops {
+                timeline.record(session.module(), t, &outs, true);
+            }
         }
         // As a serving loop would: the results are used and dropped, their buffers reused.
         session.recycle(outs);
@@ -79,6 +85,7 @@ fn bench_loaded(a: &BenchArgs, file: &SourceFile, module: Module) -> anyhow::Res
     let (median, min, max) = (ms(times[times.len() / 2]), ms(times[0]), ms(times[times.len() - 1]));
     let mean = times.iter().map(|&d| ms(d)).sum::<f64>() / times.len() as f64;
     let rss = peak_rss_bytes();
+    let ops = timeline.ops.as_ref().map(|o| o.table(session.module(), timeline.graphs(), file, mean / 1e3));
     let names = graphs.iter().map(|g| format!("@{g}")).collect::<Vec<_>>().join(" + ");
     let backend = backend.name();
     if a.json {
@@ -90,6 +97,7 @@ fn bench_loaded(a: &BenchArgs, file: &SourceFile, module: Module) -> anyhow::Res
                 Ok(d) => serde_json::json!({"name": name, "kernels": d.count, "compile_ms": ms(d.compile_time), "from_step": tier_from}),
                 Err(e) => serde_json::json!({"name": name, "error": e}),
             }),
+            "ops": ops.as_ref().map(|o| o.to_json()),
         });
         say!("{j}");
     } else {
@@ -113,6 +121,9 @@ fn bench_loaded(a: &BenchArgs, file: &SourceFile, module: Module) -> anyhow::Res
         match rss {
             Some(b) => say!("  peak RSS     {:>10.1} MiB", b as f64 / (1 << 20) as f64),
             None => say!("  peak RSS     unknown (no /proc/self/status)"),
+        }
+        for line in ops.iter().flat_map(|o| o.lines(a.ops_top)) {
+            say!("{line}");
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -46,7 +46,10 @@ fn run_loaded(a: &RunArgs, file: &SourceFile, module: Module, files: &mut driver
     for p in placements {
         report.push("placement", json!(p), || p.clone());
     }
-    let options = SessionOptions { trace: a.trace.is_some() || a.write_profile.is_some(), ..a.session.options() };
+    let options = SessionOptions {
+        trace: a.trace.is_some() || a.write_profile.is_some() || a.profile_ops,
+        ..a.session.options()
+    };
     let compile_options = a.session.compile_options();
     // Kept to the end: dropping it waits for a background tier (auto) to finish compiling.
     let (session, _compiled, warning) = driver::session(backend, module, options, &compile_options)?;
@@ -81,7 +84,11 @@ fn run_loaded(a: &RunArgs, file: &SourceFile, module: Module, files: &mut driver
     let show_every = if a.steps <= 20 { 1 } else { a.steps / 10 };
     // Room for the times of a usual run up front; --steps may be any u64.
     let mut times = Vec::with_capacity(a.steps.min(1 << 16) as usize);
-    let mut timeline = Timeline::new(&job, session.module(), measured_by);
+    let mut timeline = Timeline::new(&job, session.module(), measured_by).keeping(
+        a.trace.is_some(),
+        a.write_profile.is_some(),
+        a.profile_ops,
+    );
     let mut last = Vec::new();
     let mut stopped = None;
     for step in 1..=a.steps {
@@ -161,6 +168,13 @@ fn run_loaded(a: &RunArgs, file: &SourceFile, module: Module, files: &mut driver
     }
 
     print_timing(&graphs, &last, &times, a, &mut report);
+    if let Some(ops) = &timeline.ops {
+        // The steps the profile measured: after the first, when there are several.
+        let measured = if times.len() > 1 { &times[1..] } else { &times[..] };
+        let mean = measured.iter().map(Duration::as_secs_f64).sum::<f64>() / measured.len().max(1) as f64;
+        let table = ops.table(session.module(), timeline.graphs(), file, mean);
+        report.add("ops", table.to_json(), || table.lines(a.ops_top).join("\n"));
+    }
     if !random.is_empty() {
         let value = json!({"seed": a.seed, "inputs": random});
         report.add("random_inputs", value, || format!("random inputs (seed {}): {}", a.seed, random.join(", ")));

@@ -7,10 +7,11 @@
 //! compile (the backend) -> session (the runtime)
 //! ```
 //!
-//! `inputs.rs` makes a step's feeds, `job.rs` its requests over the partitions, and
-//! `timeline.rs` records what ran for traces and profiles. `train.rs` runs a training step
-//! graph fed by an input pipeline (a queue in the module) from the data of `dataset.rs`;
-//! `distributed.rs` splits it over a cluster's parameter servers and workers.
+//! `inputs.rs` makes a step's feeds, `job.rs` its requests over the partitions,
+//! `timeline.rs` records what ran for traces and profiles, and `ops.rs` makes the per-op
+//! profile of it. `train.rs` runs a training step graph fed by an input pipeline (a queue in
+//! the module) from the data of `dataset.rs`; `distributed.rs` splits it over a cluster's
+//! parameter servers and workers.
 
 mod checkpoint;
 mod compile;
@@ -20,6 +21,7 @@ mod files;
 mod inputs;
 mod job;
 mod load;
+mod ops;
 mod place;
 mod report;
 mod timeline;
@@ -35,6 +37,7 @@ pub use files::Files;
 pub use inputs::{freeze_inputs, make_inputs, select_graphs, Feeds, Inputs};
 pub use job::{prepare, Job, Prepared};
 pub use load::{import_options_for, is_onnx, load, load_diagnosed, LoadFailure};
+pub use ops::{path_label, OpRow, OpTable, OpTimes, REFERENCE};
 pub use place::{place_and_partition, place_graphs, placement_summary, Devices, Placed};
 pub use report::{plural, Reported};
 pub use timeline::Timeline;

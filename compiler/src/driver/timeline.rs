@@ -1,7 +1,9 @@
 //! What ran, step by step: node spans for `--trace` (Chrome trace / Perfetto JSON, one track
-//! per device and one for transfers) and node times for `--write-profile`.
+//! per device and one for transfers), node times for `--write-profile`, and each node's time
+//! and path for the per-op profile (`--ops`, `--profile-ops`: [`super::ops`]).
 
 use super::job::Job;
+use super::ops::OpTimes;
 use crate::backend::Backend;
 use crate::placement::cost::{signature, Profile};
 use crate::trace;
@@ -25,6 +27,11 @@ pub struct Timeline {
     /// per node (per request and node).
     backend: &'static dyn Backend,
     kinds: HashMap<(usize, Node), DeviceKind>,
+    /// What it keeps: spans, node kinds' times, per-op times ([`Timeline::keeping`]).
+    keep_spans: bool,
+    keep_kinds: bool,
+    /// Per node: its time and path in the measured steps, when kept.
+    pub ops: Option<OpTimes>,
 }
 
 impl Timeline {
@@ -51,10 +58,35 @@ impl Timeline {
             profile: Profile::new(),
             backend,
             kinds: HashMap::new(),
+            keep_spans: true,
+            keep_kinds: true,
+            ops: None,
         }
     }
 
+    /// Keeps only what is asked for: spans (`--trace`), node kinds' times (`--write-profile`),
+    /// per-op times (the per-op profile). By default the first two.
+    pub fn keeping(mut self, spans: bool, kinds: bool, ops: bool) -> Timeline {
+        self.keep_spans = spans;
+        self.keep_kinds = kinds;
+        self.ops = ops.then(OpTimes::default);
+        self
+    }
+
+    /// The graph of each request, in order.
+    pub fn graphs(&self) -> &[String] {
+        &self.graphs
+    }
+
+    /// Records a step's node executions; `profile`: it is a measured step, whose times go in
+    /// the profiles.
     pub fn record(&mut self, m: &Module, step_start: Instant, outs: &[RunOutput], profile: bool) {
+        if let Some(ops) = self.ops.as_mut().filter(|_| profile) {
+            ops.record(m, &self.graphs, outs);
+        }
+        if !self.keep_spans && !self.keep_kinds {
+            return;
+        }
         let origin = *self.origin.get_or_insert(step_start);
         let us = |t: Instant| t.saturating_duration_since(origin).as_secs_f64() * 1e6;
         let mut sends: BTreeMap<&str, Instant> = BTreeMap::new();
@@ -65,10 +97,13 @@ impl Timeline {
             for e in &o.events {
                 let nd = &g.nodes[e.node];
                 let secs = e.end.saturating_duration_since(e.start).as_secs_f64();
-                if profile {
+                if profile && self.keep_kinds {
                     let backend = self.backend;
                     let kind = *self.kinds.entry((i, e.node)).or_insert_with(|| backend.runs_on(g, e.node));
                     self.profile.record(kind, signature(g, e.node), secs);
+                }
+                if !self.keep_spans {
+                    continue;
                 }
                 if self.spans.len() >= trace::MAX_SPANS {
                     self.dropped += 1;
@@ -92,7 +127,7 @@ impl Timeline {
             }
         }
         // A transfer runs from its send to the moment the recv has the tensor.
-        for (key, arrived) in recvs {
+        for (key, arrived) in recvs.into_iter().filter(|_| self.keep_spans) {
             if let Some(&sent) = sends.get(key) {
                 if self.spans.len() >= trace::MAX_SPANS {
                     self.dropped += 1;

@@ -150,4 +150,8 @@ impl CompiledKernels for CpuKernels {
     fn device_kernel(&self, graph: &str, node: Node) -> Option<Arc<dyn graphc_runtime::DeviceKernel>> {
         self.table.device_kernel(graph, node)
     }
+
+    fn tier(&self, graph: &str, node: Node) -> Option<&'static str> {
+        self.table.tier(graph, node)
+    }
 }

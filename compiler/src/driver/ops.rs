@@ -1,0 +1,290 @@
+//! The per-op profile (`graphc bench --ops`, `graphc run --profile-ops`): each node's time per
+//! measured step, what ran it (a compiled kernel of which tier, a device's kernel, a
+//! reference kernel of the interpreter, the interpreter itself, or nothing: a step-invariant
+//! value kept from an earlier step), slowest first.
+//!
+//! A node's time is its own: a loop's or a branch's excludes the nodes of its regions, which
+//! have rows of their own; a fusion is one row (the nodes of its region, run one by one when it
+//! has no compiled kernel, are part of its time). Shares are of the time spent in nodes, so
+//! they sum to 100%; the time between nodes (the interpreter's own) is said beside.
+
+use graphc_ir::{Graph, Module, Node, Op, SourceFile};
+use graphc_runtime::{Ran, RunOutput};
+use serde_json::json;
+use std::collections::{BTreeMap, HashMap};
+
+/// Node times summed over the measured steps, per request and node.
+#[derive(Debug, Default)]
+pub struct OpTimes {
+    nodes: HashMap<(usize, Node), Times>,
+    /// Measured steps recorded.
+    pub steps: u64,
+}
+
+#[derive(Debug, Default)]
+struct Times {
+    secs: f64,
+    /// Executions per path, by its label.
+    paths: BTreeMap<&'static str, u64>,
+}
+
+/// The label of a path in the profile, as the table and the JSON say it.
+pub fn path_label(ran: Ran) -> &'static str {
+    match ran {
+        Ran::Reference => REFERENCE,
+        Ran::Compiled(Some(tier)) | Ran::Device(Some(tier)) => tier,
+        Ran::Compiled(None) => "compiled",
+        Ran::Device(None) => "device",
+        Ran::Kept => "kept",
+        Ran::Interpreter => "interpreter",
+    }
+}
+
+/// The label of the reference kernels' path.
+pub const REFERENCE: &str = "reference";
+
+impl OpTimes {
+    /// Adds one measured step's node executions; `graphs` names each request's graph.
+    pub fn record(&mut self, m: &Module, graphs: &[String], outs: &[RunOutput]) {
+        self.steps += 1;
+        for (i, o) in outs.iter().enumerate() {
+            let Some(g) = graphs.get(i).and_then(|name| m.graph(name)) else { continue };
+            // Per depth: the time of the nodes ended at that depth since their parent's last
+            // sibling, which their parent (ending next, one level up) does not count as its own.
+            let mut inner: Vec<f64> = Vec::new();
+            for e in &o.events {
+                let secs = e.end.saturating_duration_since(e.start).as_secs_f64();
+                if inner.len() < e.depth + 2 {
+                    inner.resize(e.depth + 2, 0.0);
+                }
+                let nested = std::mem::take(&mut inner[e.depth + 1]);
+                inner[e.depth] += secs;
+                if in_fusion(g, e.node) {
+                    continue;
+                }
+                let own = if g.nodes[e.node].op == Op::Fusion { secs } else { (secs - nested).max(0.0) };
+                let t = self.nodes.entry((i, e.node)).or_default();
+                t.secs += own;
+                *t.paths.entry(path_label(e.ran)).or_default() += 1;
+            }
+        }
+    }
+
+    /// The rows, slowest first, and the sums.
+    pub fn table(&self, m: &Module, graphs: &[String], file: &SourceFile, step_secs: f64) -> OpTable {
+        let steps = self.steps.max(1) as f64;
+        let total: f64 = self.nodes.values().map(|t| t.secs).sum::<f64>() / steps;
+        let share = |secs: f64| if total > 0.0 { 100.0 * secs / total } else { 0.0 };
+        let mut rows: Vec<OpRow> = self
+            .nodes
+            .iter()
+            .filter_map(|(&(i, n), t)| {
+                let graph = graphs.get(i)?;
+                let g = m.graph(graph)?;
+                let mut paths: Vec<(&'static str, u64)> = t.paths.iter().map(|(&p, &c)| (p, c)).collect();
+                paths.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+                let ms = 1e3 * t.secs / steps;
+                Some(OpRow {
+                    graph: graph.clone(),
+                    node: node_name(g, n),
+                    location: location(g, n, file),
+                    op: op_name(g, n),
+                    operands: g.nodes[n].operands.iter().map(|&v| g.values[v].ty.to_string()).collect(),
+                    results: g.nodes[n].results.iter().map(|&v| g.values[v].ty.to_string()).collect(),
+                    path: paths.iter().map(|(p, _)| *p).collect::<Vec<_>>().join("/"),
+                    paths,
+                    ms,
+                    share: share(ms / 1e3),
+                })
+            })
+            .collect();
+        rows.sort_by(|a, b| b.ms.total_cmp(&a.ms).then_with(|| a.node.cmp(&b.node)));
+        let mut by_path: BTreeMap<&'static str, f64> = BTreeMap::new();
+        for t in self.nodes.values() {
+            let runs: u64 = t.paths.values().sum();
+            for (&p, &c) in &t.paths {
+                *by_path.entry(p).or_default() += share(t.secs / steps * c as f64 / runs.max(1) as f64);
+            }
+        }
+        OpTable { rows, node_ms: total * 1e3, step_ms: step_secs * 1e3, steps: self.steps, by_path }
+    }
+}
+
+/// Whether node `n` is inside a fusion's region (its time is the fusion's).
+fn in_fusion(g: &Graph, n: Node) -> bool {
+    let mut region = g.nodes[n].parent;
+    while let Some(p) = g.regions[region].parent {
+        if g.nodes[p].op == Op::Fusion {
+            return true;
+        }
+        region = g.nodes[p].parent;
+    }
+    false
+}
+
+/// A node as the table names it: the value it defines (`%x`), or its op.
+fn node_name(g: &Graph, n: Node) -> String {
+    g.describe(n).trim_matches('\'').split_once(' ').map_or_else(|| g.nodes[n].op.name().to_string(), |(_, v)| v.into())
+}
+
+/// Where the node is written, `FILE:LINE:COL`, when it has a place in the text (not a node a
+/// pass made up, nor one of an imported ONNX model, whose text is printed from the import).
+fn location(g: &Graph, n: Node, file: &SourceFile) -> Option<String> {
+    let span = g.nodes[n].span;
+    if span.end <= span.start || super::is_onnx(std::path::Path::new(&file.name)) {
+        return None;
+    }
+    let (line, col) = file.line_col(span.start as usize);
+    Some(format!("{}:{line}:{col}", file.name))
+}
+
+/// The op, and for a fusion the ops it holds: `fusion(mul, add, tanh)`.
+fn op_name(g: &Graph, n: Node) -> String {
+    let nd = &g.nodes[n];
+    if nd.op != Op::Fusion {
+        return nd.op.name().to_string();
+    }
+    let mut ops = Vec::new();
+    let mut stack: Vec<_> = nd.regions.iter().rev().copied().collect();
+    while let Some(r) = stack.pop() {
+        for &inner in &g.regions[r].nodes {
+            ops.push(g.nodes[inner].op.name());
+            stack.extend(g.nodes[inner].regions.iter().rev());
+        }
+    }
+    format!("fusion({})", ops.join(", "))
+}
+
+/// One row of the profile.
+#[derive(Clone, Debug)]
+pub struct OpRow {
+    pub graph: String,
+    pub node: String,
+    pub location: Option<String>,
+    pub op: String,
+    pub operands: Vec<String>,
+    pub results: Vec<String>,
+    /// What ran it: the label of each path it took in the measured steps, most executions
+    /// first, joined by '/' (`llvm/cranelift`: a kernel the background tier replaced).
+    pub path: String,
+    pub paths: Vec<(&'static str, u64)>,
+    /// Mean time per measured step.
+    pub ms: f64,
+    /// Percent of the time in nodes.
+    pub share: f64,
+}
+
+/// The profile: rows slowest first, and the sums.
+#[derive(Debug)]
+pub struct OpTable {
+    pub rows: Vec<OpRow>,
+    /// Time in nodes per step (the rows' sum).
+    pub node_ms: f64,
+    /// The mean measured step.
+    pub step_ms: f64,
+    pub steps: u64,
+    /// Percent of the time in nodes per path label.
+    pub by_path: BTreeMap<&'static str, f64>,
+}
+
+impl OpTable {
+    /// The share of the reference kernels, in percent.
+    pub fn reference_share(&self) -> f64 {
+        self.by_path.get(REFERENCE).copied().unwrap_or(0.0)
+    }
+
+    /// The table's lines: the `top` slowest rows, the rest summed as one `others` row, then
+    /// the share per path and the reference kernels' share.
+    pub fn lines(&self, top: usize) -> Vec<String> {
+        let several_graphs = self.rows.iter().any(|r| r.graph != self.rows[0].graph);
+        let node = |r: &OpRow| {
+            let name = if several_graphs { format!("@{}: {}", r.graph, r.node) } else { r.node.clone() };
+            match &r.location {
+                Some(l) => format!("{name} ({l})"),
+                None => name,
+            }
+        };
+        let shapes = |r: &OpRow| match r.operands.is_empty() {
+            true => format!("-> {}", r.results.join(", ")),
+            false => format!("{} -> {}", r.operands.join(", "), r.results.join(", ")),
+        };
+        let mut cells: Vec<[String; 6]> =
+            vec![["node".into(), "op".into(), "shapes".into(), "ran on".into(), "ms/step".into(), "share".into()]];
+        for r in self.rows.iter().take(top) {
+            cells.push([
+                node(r),
+                r.op.clone(),
+                shapes(r),
+                r.path.clone(),
+                format!("{:.4}", r.ms),
+                format!("{:.1}%", r.share),
+            ]);
+        }
+        if self.rows.len() > top {
+            let rest = &self.rows[top..];
+            let ms: f64 = rest.iter().map(|r| r.ms).sum();
+            let share: f64 = rest.iter().map(|r| r.share).sum();
+            let mut paths: Vec<&str> = rest.iter().flat_map(|r| r.paths.iter().map(|(p, _)| *p)).collect();
+            paths.sort();
+            paths.dedup();
+            cells.push([
+                format!("others ({} nodes)", rest.len()),
+                String::new(),
+                String::new(),
+                paths.join("/"),
+                format!("{ms:.4}"),
+                format!("{share:.1}%"),
+            ]);
+        }
+        let widths: Vec<usize> =
+            (0..6).map(|c| cells.iter().map(|r| r[c].chars().count()).max().unwrap_or(0)).collect();
+        let mut out = vec![format!(
+            "per-op profile ({} measured step{}): {:.3} ms per step in {} nodes, of a {:.3} ms step (the rest: the interpreter between nodes)",
+            self.steps,
+            super::plural(self.steps as usize),
+            self.node_ms,
+            self.rows.len(),
+            self.step_ms
+        )];
+        for row in &cells {
+            let mut line = String::from(" ");
+            for (c, cell) in row.iter().enumerate() {
+                // Numbers right-aligned, words left.
+                if c >= 4 {
+                    line.push_str(&format!("  {cell:>w$}", w = widths[c]));
+                } else {
+                    line.push_str(&format!("  {cell:<w$}", w = widths[c]));
+                }
+            }
+            out.push(line.trim_end().to_string());
+        }
+        let mut by_path: Vec<(&str, f64)> = self.by_path.iter().map(|(&p, &s)| (p, s)).collect();
+        by_path.sort_by(|a, b| b.1.total_cmp(&a.1));
+        out.push(format!(
+            "by path: {}",
+            by_path.iter().map(|(p, s)| format!("{p} {s:.1}%")).collect::<Vec<_>>().join(", ")
+        ));
+        out.push(format!("reference kernels: {:.1}% of the step (of its time in nodes)", self.reference_share()));
+        out
+    }
+
+    /// The whole profile as JSON: every row.
+    pub fn to_json(&self) -> serde_json::Value {
+        let rows: Vec<serde_json::Value> = self
+            .rows
+            .iter()
+            .map(|r| {
+                json!({
+                    "graph": r.graph, "node": r.node, "location": r.location, "op": r.op,
+                    "operands": r.operands, "results": r.results, "path": r.path,
+                    "paths": r.paths.iter().map(|(p, c)| json!({"path": p, "executions": c})).collect::<Vec<_>>(),
+                    "ms_per_step": r.ms, "share_percent": r.share,
+                })
+            })
+            .collect();
+        json!({
+            "steps": self.steps, "node_ms_per_step": self.node_ms, "step_ms": self.step_ms,
+            "by_path_percent": self.by_path, "reference_percent": self.reference_share(), "rows": rows,
+        })
+    }
+}
