@@ -40,6 +40,9 @@ pub fn path_label(ran: Ran) -> &'static str {
     }
 }
 
+/// The most operands a row of the table shows the types of.
+const SHOWN_OPERANDS: usize = 3;
+
 /// The label of the reference kernels' path.
 pub const REFERENCE: &str = "reference";
 
@@ -138,7 +141,7 @@ fn location(g: &Graph, n: Node, file: &SourceFile) -> Option<String> {
     Some(format!("{}:{line}:{col}", file.name))
 }
 
-/// The op, and for a fusion the ops it holds: `fusion(mul, add, tanh)`.
+/// The op, and for a fusion the ops it holds but its constants: `fusion(mul, add, tanh)`.
 fn op_name(g: &Graph, n: Node) -> String {
     let nd = &g.nodes[n];
     if nd.op != Op::Fusion {
@@ -148,7 +151,9 @@ fn op_name(g: &Graph, n: Node) -> String {
     let mut stack: Vec<_> = nd.regions.iter().rev().copied().collect();
     while let Some(r) = stack.pop() {
         for &inner in &g.regions[r].nodes {
-            ops.push(g.nodes[inner].op.name());
+            if g.nodes[inner].op != Op::Constant {
+                ops.push(g.nodes[inner].op.name());
+            }
             stack.extend(g.nodes[inner].regions.iter().rev());
         }
     }
@@ -204,9 +209,16 @@ impl OpTable {
                 None => name,
             }
         };
-        let shapes = |r: &OpRow| match r.operands.is_empty() {
-            true => format!("-> {}", r.results.join(", ")),
-            false => format!("{} -> {}", r.operands.join(", "), r.results.join(", ")),
+        // The first operands' types (a fusion may take many: the JSON has them all).
+        let shapes = |r: &OpRow| {
+            let mut operands = r.operands.iter().take(SHOWN_OPERANDS).cloned().collect::<Vec<_>>().join(", ");
+            if r.operands.len() > SHOWN_OPERANDS {
+                operands.push_str(&format!(", +{} more", r.operands.len() - SHOWN_OPERANDS));
+            }
+            match operands.is_empty() {
+                true => format!("-> {}", r.results.join(", ")),
+                false => format!("{operands} -> {}", r.results.join(", ")),
+            }
         };
         let mut cells: Vec<[String; 6]> =
             vec![["node".into(), "op".into(), "shapes".into(), "ran on".into(), "ms/step".into(), "share".into()]];
