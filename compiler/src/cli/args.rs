@@ -359,9 +359,10 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
     /// After the timing, print the per-op profile of the timed steps: each node slowest first,
-    /// with its op and shapes, what ran it (a compiled kernel's tier: cranelift, llvm, gpu; a
-    /// reference kernel of the interpreter; the interpreter itself; kept: a step-invariant
-    /// value from an earlier step), its time per step and share, and the reference kernels'
+    /// with its op and shapes, what ran it (a compiled kernel's tier: cranelift, llvm, gpu;
+    /// cpu-runtime: a CPU kernel without generated code; a reference kernel of the
+    /// interpreter; the interpreter itself; kept: a step-invariant value from an earlier
+    /// step), its time per step and share, and the reference kernels'
     /// share (with --json, every row). The timed steps then record each node's start and end.
     #[arg(long)]
     pub ops: bool,

@@ -1,6 +1,6 @@
 //! The per-op profile (`graphc bench --ops`, `graphc run --profile-ops`): each node's time per
-//! measured step, what ran it (a compiled kernel of which tier, a device's kernel, a
-//! reference kernel of the interpreter, the interpreter itself, or nothing: a step-invariant
+//! measured step, what ran it (a compiled kernel of which tier, a device's kernel, the CPU
+//! runtime's kernel for a plan without generated code, a reference kernel of the interpreter, the interpreter itself, or nothing: a step-invariant
 //! value kept from an earlier step), slowest first.
 //!
 //! A node's time is its own: a loop's or a branch's excludes the nodes of its regions, which
@@ -8,6 +8,7 @@
 //! has no compiled kernel, are part of its time). Shares are of the time spent in nodes, so
 //! they sum to 100%; the time between nodes (the interpreter's own) is said beside.
 
+use crate::lower::plan;
 use graphc_ir::{Graph, Module, Node, Op, SourceFile};
 use graphc_runtime::{Ran, RunOutput};
 use serde_json::json;
@@ -24,8 +25,8 @@ pub struct OpTimes {
 #[derive(Debug, Default)]
 struct Times {
     secs: f64,
-    /// Executions per path, by its label.
-    paths: BTreeMap<&'static str, u64>,
+    /// Executions and their own time per path, by its label.
+    paths: BTreeMap<&'static str, (u64, f64)>,
 }
 
 /// The label of a path in the profile, as the table and the JSON say it.
@@ -42,6 +43,12 @@ pub fn path_label(ran: Ran) -> &'static str {
 
 /// The most operands a row of the table shows the types of.
 const SHOWN_OPERANDS: usize = 3;
+
+/// The CPU tiers, whose kernels without code of their own are the CPU runtime's.
+const CPU_TIERS: [&str; 2] = ["cranelift", "llvm"];
+
+/// The label of a kernel of the CPU runtime (`graphc-cpu-runtime`) without generated code.
+pub const CPU_RUNTIME: &str = "cpu-runtime";
 
 /// The label of the reference kernels' path.
 pub const REFERENCE: &str = "reference";
@@ -68,7 +75,9 @@ impl OpTimes {
                 let own = if g.nodes[e.node].op == Op::Fusion { secs } else { (secs - nested).max(0.0) };
                 let t = self.nodes.entry((i, e.node)).or_default();
                 t.secs += own;
-                *t.paths.entry(path_label(e.ran)).or_default() += 1;
+                let p = t.paths.entry(path_label(e.ran)).or_default();
+                p.0 += 1;
+                p.1 += own;
             }
         }
     }
@@ -84,7 +93,17 @@ impl OpTimes {
             .filter_map(|(&(i, n), t)| {
                 let graph = graphs.get(i)?;
                 let g = m.graph(graph)?;
-                let mut paths: Vec<(&'static str, u64)> = t.paths.iter().map(|(&p, &c)| (p, c)).collect();
+                // A CPU tier's kernel without code of its own is the CPU runtime's (a lone
+                // matrix product, convolution or pool, a column reduction, a concat).
+                let no_code = plan::kernel_plan(g, n).is_some_and(|k| k.code().is_none());
+                let mut paths: Vec<(&'static str, u64, f64)> = Vec::new();
+                for (&p, &(runs, secs)) in &t.paths {
+                    let p = if no_code && CPU_TIERS.contains(&p) { CPU_RUNTIME } else { p };
+                    match paths.iter_mut().find(|q| q.0 == p) {
+                        Some(q) => (q.1, q.2) = (q.1 + runs, q.2 + secs),
+                        None => paths.push((p, runs, secs)),
+                    }
+                }
                 paths.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
                 let ms = 1e3 * t.secs / steps;
                 Some(OpRow {
@@ -94,8 +113,8 @@ impl OpTimes {
                     op: op_name(g, n),
                     operands: g.nodes[n].operands.iter().map(|&v| g.values[v].ty.to_string()).collect(),
                     results: g.nodes[n].results.iter().map(|&v| g.values[v].ty.to_string()).collect(),
-                    path: paths.iter().map(|(p, _)| *p).collect::<Vec<_>>().join("/"),
-                    paths,
+                    path: paths.iter().map(|(p, ..)| *p).collect::<Vec<_>>().join("/"),
+                    paths: paths.iter().map(|&(p, runs, secs)| (p, runs, 1e3 * secs / steps)).collect(),
                     ms,
                     share: share(ms / 1e3),
                 })
@@ -103,11 +122,8 @@ impl OpTimes {
             .collect();
         rows.sort_by(|a, b| b.ms.total_cmp(&a.ms).then_with(|| a.node.cmp(&b.node)));
         let mut by_path: BTreeMap<&'static str, f64> = BTreeMap::new();
-        for t in self.nodes.values() {
-            let runs: u64 = t.paths.values().sum();
-            for (&p, &c) in &t.paths {
-                *by_path.entry(p).or_default() += share(t.secs / steps * c as f64 / runs.max(1) as f64);
-            }
+        for (p, _, ms) in rows.iter().flat_map(|r| &r.paths) {
+            *by_path.entry(p).or_default() += share(ms / 1e3);
         }
         OpTable { rows, node_ms: total * 1e3, step_ms: step_secs * 1e3, steps: self.steps, by_path }
     }
@@ -172,7 +188,8 @@ pub struct OpRow {
     /// What ran it: the label of each path it took in the measured steps, most executions
     /// first, joined by '/' (`llvm/cranelift`: a kernel the background tier replaced).
     pub path: String,
-    pub paths: Vec<(&'static str, u64)>,
+    /// Each path with its executions and its time per step (ms).
+    pub paths: Vec<(&'static str, u64, f64)>,
     /// Mean time per measured step.
     pub ms: f64,
     /// Percent of the time in nodes.
@@ -236,7 +253,7 @@ impl OpTable {
             let rest = &self.rows[top..];
             let ms: f64 = rest.iter().map(|r| r.ms).sum();
             let share: f64 = rest.iter().map(|r| r.share).sum();
-            let mut paths: Vec<&str> = rest.iter().flat_map(|r| r.paths.iter().map(|(p, _)| *p)).collect();
+            let mut paths: Vec<&str> = rest.iter().flat_map(|r| r.paths.iter().map(|(p, ..)| *p)).collect();
             paths.sort();
             paths.dedup();
             cells.push([
@@ -289,7 +306,7 @@ impl OpTable {
                 json!({
                     "graph": r.graph, "node": r.node, "location": r.location, "op": r.op,
                     "operands": r.operands, "results": r.results, "path": r.path,
-                    "paths": r.paths.iter().map(|(p, c)| json!({"path": p, "executions": c})).collect::<Vec<_>>(),
+                    "paths": r.paths.iter().map(|(p, c, ms)| json!({"path": p, "executions": c, "ms_per_step": ms})).collect::<Vec<_>>(),
                     "ms_per_step": r.ms, "share_percent": r.share,
                 })
             })
