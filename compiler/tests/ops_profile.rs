@@ -217,3 +217,18 @@ fn ops_top_needs_ops() {
     assert!(!o.status.success(), "{err}");
     assert!(err.contains("--ops"), "{err}");
 }
+
+#[test]
+fn partitions_are_rows_of_their_graphs() {
+    let file = example("two_branches.gir");
+    let devices = example("two_cpus.devices.toml");
+    let j = json(&["run", &file, "--devices", &devices, "--steps", "2", "--profile-ops", "--backend", "jit", "--json"]);
+    let ops = &j["ops"];
+    check_sums(ops);
+    let graphs: BTreeMap<&str, usize> = ops["rows"].as_array().unwrap().iter().fold(BTreeMap::new(), |mut m, r| {
+        *m.entry(r["graph"].as_str().unwrap()).or_default() += 1;
+        m
+    });
+    assert_eq!(graphs.len(), 2, "one graph per CPU: {graphs:?}");
+    assert_eq!(graphs.values().sum::<usize>() as u64, j["nodes"].as_u64().unwrap(), "every node that ran: {ops}");
+}

@@ -267,8 +267,14 @@ impl OpTable {
         }
         let widths: Vec<usize> =
             (0..6).map(|c| cells.iter().map(|r| r[c].chars().count()).max().unwrap_or(0)).collect();
+        // Graphs of one step (partitions) run side by side: their nodes' times overlap.
+        let rest = if several_graphs && self.node_ms > self.step_ms {
+            "its graphs ran side by side"
+        } else {
+            "the rest: the interpreter between nodes"
+        };
         let mut out = vec![format!(
-            "per-op profile ({} measured step{}): {:.3} ms per step in {} nodes, of a {:.3} ms step (the rest: the interpreter between nodes)",
+            "per-op profile ({} measured step{}): {:.3} ms per step in {} nodes, of a {:.3} ms step ({rest})",
             self.steps,
             super::plural(self.steps as usize),
             self.node_ms,
