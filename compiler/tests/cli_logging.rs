@@ -29,14 +29,15 @@ fn by_default_only_warnings_and_with_v_the_stages_and_their_times() {
     let quiet = stderr_of(&["run", &file], &[]);
     assert!(!quiet.contains("info:") && !quiet.contains("debug:"), "{quiet}");
 
-    for args in [vec!["-v", "run", &file], vec!["run", &file, "--verbose"]] {
+    // The JIT named: a build with the llvm feature defaults to the auto tier.
+    for args in [vec!["-v", "run", &file, "--backend", "jit"], vec!["run", &file, "--verbose", "--backend", "jit"]] {
         let err = stderr_of(&args, &[]);
         assert!(err.contains(&format!("info: parsed and verified {file} (1 graph, 6 nodes) in ")), "{err}");
         assert!(err.contains("info: optimized for backend jit"), "{err}");
         assert!(err.contains("info: session ready (backend jit)"), "{err}");
         assert!(!err.contains("debug:"), "{err}");
     }
-    let err = stderr_of(&["-vv", "run", &file], &[]);
+    let err = stderr_of(&["-vv", "run", &file, "--backend", "jit"], &[]);
     assert!(err.lines().any(|l| l.starts_with("debug: [graphc::driver") && l.contains("pass fuse: ")), "{err}");
 }
 

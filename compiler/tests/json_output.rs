@@ -76,7 +76,8 @@ fn run_reports_steps_outputs_and_files_as_the_lines_do() {
     let dir = tmpdir("run");
     let file = example("mlp.gir");
     // The outputs' first values, and the same outputs written as .npy.
-    let j = json_ok(&["run", &file, "--json", "--seed", "3", "--steps", "2"]);
+    // The JIT named: a build with the llvm feature defaults to the auto tier.
+    let j = json_ok(&["run", &file, "--json", "--seed", "3", "--steps", "2", "--backend", "jit"]);
     assert_eq!(j["graphs"], serde_json::json!(["mlp"]));
     assert_eq!(j["steps"], 2);
     assert_eq!(j["backend"], "jit");
@@ -171,6 +172,8 @@ fn train_sums_the_run_up_and_agrees_with_its_log() {
         "--checkpoint",
         s(&ckpt),
         "--json",
+        "--backend",
+        "jit",
     ]);
     assert_eq!((j["graph"].as_str(), j["backend"].as_str()), (Some("step"), Some("jit")));
     assert_eq!(j["steps"], serde_json::json!({"from": 0, "to": 40, "ran": 40}));
