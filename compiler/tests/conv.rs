@@ -1,7 +1,8 @@
 //! Compiled convolution (im2col and gemm in the run half, the epilogue generated) against the
 //! reference kernel: random shapes, strides, padding, dilations and groups, odd sizes
 //! included, alone and fused with bias and relu, depthwise (the direct path) too; infinite and
-//! NaN values where the padding must not multiply them.
+//! NaN values where the padding must not multiply them. 1-D convolutions (`[N, C, L]`, which
+//! the run half computes as 2-D of height 1) the same ways, their results of rank 3.
 
 mod common;
 
@@ -26,14 +27,44 @@ struct Case {
     pads: [u64; 4],
     dilations: [u64; 2],
     fused: bool,
+    /// A 1-D convolution of rank-3 tensors over the width alone (the height's entries unused).
+    one_d: bool,
 }
 
 impl Case {
+    /// A 1-D convolution: `[n, c*group, l]` by `[m*group, c, k]`, padded `pads` (before,
+    /// after).
+    #[allow(clippy::too_many_arguments)]
+    fn one_d(n: u64, c: u64, m: u64, group: u64, l: u64, k: u64, stride: u64, pads: [u64; 2], dilation: u64) -> Case {
+        Case {
+            n,
+            c,
+            m,
+            group,
+            hw: [1, l],
+            k: [1, k],
+            strides: [1, stride],
+            pads: [0, pads[0], 0, pads[1]],
+            dilations: [1, dilation],
+            fused: false,
+            one_d: true,
+        }
+    }
+
+    /// The spatial dims the case has: the width alone for a 1-D convolution.
+    fn spatial(&self) -> std::ops::Range<usize> {
+        if self.one_d {
+            1..2
+        } else {
+            0..2
+        }
+    }
+
     /// The module, or None when the window does not fit the padded input.
     fn module(&self) -> Option<Module> {
         let (c, m) = (self.c * self.group, self.m * self.group);
         let mut out = Vec::new();
-        for d in 0..2 {
+        for d in self.spatial() {
             let span = self.dilations[d] * (self.k[d] - 1) + 1;
             let padded = self.hw[d] + self.pads[d] + self.pads[d + 2];
             if padded < span {
@@ -41,22 +72,24 @@ impl Case {
             }
             out.push((padded - span) / self.strides[d] + 1);
         }
-        let y = format!("f32[{},{m},{},{}]", self.n, out[0], out[1]);
+        let list = |v: Vec<u64>| v.iter().map(ToString::to_string).collect::<Vec<_>>().join(",");
+        let dims = |v: &[u64; 2]| self.spatial().map(|d| v[d]).collect::<Vec<_>>();
+        let pads: Vec<u64> = self.spatial().chain(self.spatial().map(|d| d + 2)).map(|i| self.pads[i]).collect();
+        let y = format!("f32[{},{m},{}]", self.n, list(out));
         let attrs = format!(
-            "{{dilations = [{}, {}], group = {}, pads = [{}, {}, {}, {}], strides = [{}, {}]}}",
-            self.dilations[0],
-            self.dilations[1],
+            "{{dilations = [{}], group = {}, pads = [{}], strides = [{}]}}",
+            list(dims(&self.dilations)),
             self.group,
-            self.pads[0],
-            self.pads[1],
-            self.pads[2],
-            self.pads[3],
-            self.strides[0],
-            self.strides[1]
+            list(pads),
+            list(dims(&self.strides))
         );
+        let bias = if self.one_d { "1" } else { "1,1" };
         let head = format!(
-            "graph @g(%x: f32[{},{c},{},{}], %w: f32[{m},{},{},{}], %b: f32[{m},1,1]) -> (y: {y}) {{\n  %c = conv %x, %w {attrs} : {y}\n",
-            self.n, self.hw[0], self.hw[1], self.c, self.k[0], self.k[1]
+            "graph @g(%x: f32[{},{c},{}], %w: f32[{m},{},{}], %b: f32[{m},{bias}]) -> (y: {y}) {{\n  %c = conv %x, %w {attrs} : {y}\n",
+            self.n,
+            list(dims(&self.hw)),
+            self.c,
+            list(dims(&self.k))
         );
         let text = if self.fused {
             format!("{head}  %s = add %c, %b : {y}\n  %y = relu %s : {y}\n  return %y\n}}\n")
@@ -113,7 +146,7 @@ fn check(case: &Case) -> Result<(), TestCaseError> {
     .unwrap();
     let (got, want, convs) = both(&m, |_, _| {});
     prop_assert_eq!(convs, 1, "{:?}: the conv is compiled", case);
-    let k = case.c * case.k[0] * case.k[1];
+    let k = case.c * case.spatial().map(|d| case.k[d]).product::<u64>();
     assert_close_within(&format!("{case:?}"), &got, &want, bound(k));
     Ok(())
 }
@@ -136,6 +169,7 @@ fn random_convolutions_run_alike_compiled() {
             pads,
             dilations,
             fused,
+            one_d: false,
         });
     let config = Config { cases: 200, ..Config::default() };
     let mut runner = TestRunner::new_with_rng(config, TestRng::from_seed(RngAlgorithm::ChaCha, &[7; 32]));
@@ -166,6 +200,7 @@ fn the_exhaustive_small_grid_runs_alike_compiled() {
                                     pads: [p, 0, 2 - p, p],
                                     dilations,
                                     fused,
+                                    one_d: false,
                                 };
                                 check(&case).unwrap();
                             }
@@ -187,7 +222,19 @@ fn large_grouped_and_batched_convolutions_run_alike_compiled() {
         (2, 64, 64, 4, [32, 32], [3, 3]),
         (1, 128, 256, 2, [30, 30], [1, 1]),
     ] {
-        let case = Case { n, c, m, group, hw, k, strides: [1, 1], pads: [0, 0, 0, 0], dilations: [1, 1], fused: true };
+        let case = Case {
+            n,
+            c,
+            m,
+            group,
+            hw,
+            k,
+            strides: [1, 1],
+            pads: [0, 0, 0, 0],
+            dilations: [1, 1],
+            fused: true,
+            one_d: false,
+        };
         check(&case).unwrap();
     }
 }
@@ -208,6 +255,7 @@ fn infinities_and_nans_match_where_the_padding_skips_them() {
             pads: [1, 1, 1, 1],
             dilations: [1, 1],
             fused: false,
+            one_d: false,
         };
         let m = case.module().unwrap();
         for special in [f32::INFINITY, f32::NEG_INFINITY, f32::NAN] {
@@ -219,6 +267,80 @@ fn infinities_and_nans_match_where_the_padding_skips_them() {
                 });
                 assert_eq!(convs, 1);
                 assert_close_within(&format!("{which}[{at}] = {special}"), &got, &want, bound(18));
+            }
+        }
+    }
+}
+
+#[test]
+fn random_1d_convolutions_run_alike_compiled() {
+    // Odd channel counts and lengths, strides 1 to 3, dilations 1 and 2, padding, groups
+    // (depthwise where a group has one input channel), alone and fused with bias and relu.
+    let strategy = (
+        (1u64..3, 1u64..6, 1u64..5, 1u64..5),
+        (1u64..40, 1u64..6, 1u64..4),
+        (prop::array::uniform2(0u64..4), 1u64..3, any::<bool>()),
+    )
+        .prop_map(|((n, c, m, group), (l, k, stride), (pads, dilation, fused))| Case {
+            fused,
+            ..Case::one_d(n, c, m, group, l, k, stride, pads, dilation)
+        });
+    let config = Config { cases: 200, ..Config::default() };
+    let mut runner = TestRunner::new_with_rng(config, TestRng::from_seed(RngAlgorithm::ChaCha, &[13; 32]));
+    runner.run(&strategy, |case| check(&case)).unwrap();
+}
+
+#[test]
+fn the_exhaustive_small_1d_grid_runs_alike_compiled() {
+    // Every window up to 4, stride and dilation up to 3 and padding split up to 2 on a length
+    // of 7; plain, depthwise with one and two output channels per group, alone and fused.
+    for (c, m, group) in [(3, 2, 1), (1, 1, 3), (1, 2, 2), (2, 1, 2)] {
+        for k in 1..=4 {
+            for stride in 1..=3 {
+                for dilation in 1..=3 {
+                    for pads in [[0, 0], [1, 0], [0, 2], [2, 1]] {
+                        for fused in [false, true] {
+                            check(&Case { fused, ..Case::one_d(1, c, m, group, 7, k, stride, pads, dilation) })
+                                .unwrap();
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn whisper_sized_1d_convolutions_run_alike_compiled() {
+    // A Whisper encoder's two convolutions (enough work to split across threads), a wav2vec2
+    // feature extractor's strided one, and a large depthwise one.
+    for case in [
+        Case::one_d(1, 80, 128, 1, 200, 3, 1, [1, 1], 1),
+        Case::one_d(1, 128, 128, 1, 200, 3, 2, [1, 1], 1),
+        Case::one_d(1, 64, 64, 1, 401, 10, 5, [0, 0], 1),
+        Case::one_d(2, 1, 1, 96, 300, 31, 1, [15, 15], 1),
+    ] {
+        check(&Case { fused: true, ..case.clone() }).unwrap();
+        check(&case).unwrap();
+    }
+}
+
+#[test]
+fn infinities_and_nans_match_in_1d_convolutions() {
+    // Padded windows over an infinite or NaN weight (checked before the products and after
+    // them) or input, plain and depthwise.
+    for (c, group, l) in [(2, 1, 4), (2, 1, 9), (1, 2, 5), (3, 2, 3)] {
+        let case = Case::one_d(1, c, 2, group, l, 3, 1, [1, 1], 1);
+        let m = case.module().unwrap();
+        for special in [f32::INFINITY, f32::NEG_INFINITY, f32::NAN] {
+            for (which, at) in [("w", 0), ("x", 2)] {
+                let (got, want, convs) = both(&m, |name, data| {
+                    if name == which {
+                        data[at] = special;
+                    }
+                });
+                assert_eq!(convs, 1);
+                assert_close_within(&format!("{case:?}: {which}[{at}] = {special}"), &got, &want, bound(6));
             }
         }
     }

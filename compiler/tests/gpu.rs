@@ -391,6 +391,105 @@ fn the_tiled_convolution_kernel_runs_its_elementwise_epilogue() {
     check_twins(&m, "conv_epilogues", 3, 3);
 }
 
+/// A 1-D `conv` graph named `name`: `n` images of `c` channels of length `l` by `m` filters
+/// of `k` taps in `group` groups, with a stride, pads (before, after), a dilation and an
+/// epilogue (`""` or `"bias_relu"`); `None` when no window fits.
+#[allow(clippy::too_many_arguments)]
+fn conv1d_graph(
+    name: &str,
+    [n, c, l]: [u64; 3],
+    [m, k]: [u64; 2],
+    group: u64,
+    stride: u64,
+    pads: [u64; 2],
+    dilation: u64,
+    epilogue: &str,
+) -> Option<String> {
+    let span = dilation * (k - 1) + 1;
+    let padded = l + pads[0] + pads[1];
+    let ol = (padded >= span).then(|| (padded - span) / stride + 1)?;
+    let out = format!("f32[{n},{m},{ol}]");
+    let (extra, body, ret) = match epilogue {
+        "" => (String::new(), String::new(), "%y"),
+        "bias_relu" => {
+            (format!(", %b: f32[1,{m},1]"), format!("  %yb = add %y, %b : {out}\n  %z = relu %yb : {out}\n"), "%z")
+        }
+        _ => unreachable!(),
+    };
+    Some(format!(
+        "graph @{name}(%x: f32[{n},{c},{l}], %k: f32[{m},{},{k}]{extra}) -> (y: {out}) {{\n  %y = conv %x, %k {{strides = [{stride}], pads = [{}, {}], dilations = [{dilation}], group = {group}}} : {out}\n{body}  return {ret}\n}}\n",
+        c / group,
+        pads[0],
+        pads[1],
+    ))
+}
+
+#[test]
+fn the_tiled_convolution_kernel_computes_1d_geometries_exactly() {
+    // 1-D convolutions (the 2-D kernel's height-1 case): channels and filters in groups
+    // (depthwise too), filters past a tile's 64 rows, outputs past its 64 columns; windows of
+    // 1 and 3 taps, strided, padded unevenly and dilated; alone and with bias and relu.
+    let mut text = String::new();
+    let mut graphs = 0;
+    for (images, channels, filters, group) in [(1, 3, 5, 1), (2, 4, 70, 1), (1, 6, 9, 3), (2, 4, 4, 4)] {
+        for k in [1, 3] {
+            for (stride, pads, dilation) in [(1, [0, 0], 1), (1, [1, 1], 1), (2, [1, 2], 1), (3, [2, 0], 2)] {
+                for epilogue in ["", "bias_relu"] {
+                    let l = if graphs % 5 == 4 { 2 } else { 67 };
+                    let name = format!("d{graphs}");
+                    let shape = [images, channels, l];
+                    if let Some(g) = conv1d_graph(&name, shape, [filters, k], group, stride, pads, dilation, epilogue) {
+                        text.push_str(&g);
+                        graphs += 1;
+                    }
+                }
+            }
+        }
+    }
+    assert!(graphs >= 50, "{graphs} convolutions");
+    let m = optimize(&parse_module(&text).unwrap());
+    let convs = plan::kernels(&m).iter().filter(|k| matches!(&k.plan, KernelPlan::Conv(_))).count();
+    assert_eq!(convs, graphs, "every 1-D convolution is a kernel: {}", print_module(&m));
+    // Every convolution has a GPU kernel, its epilogue in it.
+    check_twins(&m, "1-D convolutions", graphs, graphs);
+}
+
+#[test]
+fn the_pool_kernel_computes_every_1d_window_exactly() {
+    // 1-D max and average pools (the 2-D kernel's height-1 case): windows of 1 and wider than
+    // the input, strided, padded unevenly, dilated, rounded up, counting the padding or not.
+    let mut text = String::new();
+    let mut graphs = 0;
+    // Kernel, stride, pads, dilation, ceil_mode.
+    let windows =
+        [(1, 1, [0, 0], 1, false), (3, 2, [1, 1], 1, false), (2, 3, [0, 2], 2, true), (11, 4, [1, 0], 1, true)];
+    for op in ["max_pool", "avg_pool"] {
+        for (kernel, stride, pads, dilation, ceil_mode) in windows {
+            for include_pad in [false, true] {
+                if op == "max_pool" && include_pad {
+                    continue;
+                }
+                let [n, c, l] = [2u64, 3, 10];
+                let span = dilation * (kernel - 1) + 1;
+                let room = l + pads[0] + pads[1] - span;
+                let mut o = if ceil_mode { room.div_ceil(stride) } else { room / stride } + 1;
+                if ceil_mode && (o - 1) * stride >= l + pads[0] {
+                    o -= 1;
+                }
+                let extra =
+                    if op == "avg_pool" { format!(", count_include_pad = {include_pad}") } else { String::new() };
+                text.push_str(&format!(
+                    "graph @{op}_{graphs}(%x: f32[{n},{c},{l}]) -> (y: f32[{n},{c},{o}]) {{\n  %y = {op} %x {{kernel = [{kernel}], strides = [{stride}], pads = [{}, {}], dilations = [{dilation}], ceil_mode = {ceil_mode}{extra}}} : f32[{n},{c},{o}]\n  return %y\n}}\n",
+                    pads[0], pads[1]
+                ));
+                graphs += 1;
+            }
+        }
+    }
+    let m = optimize(&parse_module(&text).unwrap_or_else(|e| panic!("{e:?}\n{text}")));
+    check_twins(&m, "1-D pools", graphs, graphs);
+}
+
 #[test]
 fn the_pool_and_column_kernels_compute_every_window_exactly() {
     // Max and average pools: windows of 1x1 and wider (wider than the input too), strided,

@@ -1,4 +1,4 @@
-//! 2-D convolution as matrix products on gemm: per image and group, the weight's
+//! 2-D convolution (and 1-D, as 2-D of height 1) as matrix products on gemm: per image and group, the weight's
 //! `[M/group, C/group*KH*KW]` rows times the input's patches laid out as columns (im2col,
 //! `[C/group*KH*KW, OH*OW]`), straight into the result's `[M/group, OH*OW]` rows. A 1x1
 //! window of stride 1 without padding reads the input as it is.
@@ -12,7 +12,6 @@ use crate::kernel::{run_epilogue, LoopKernel};
 use crate::rows::PARALLEL_FLOPS;
 use crate::vectors::fold;
 use crate::window::{outputs_inside, Bordered, Phases};
-use graphc_ir::TensorType;
 use graphc_plan::ConvGeometry;
 use graphc_runtime::{Operands, Tensor};
 
@@ -62,28 +61,29 @@ struct Sizes {
     padded: bool,
 }
 
-fn dims4(t: &TensorType) -> Result<[usize; 4], String> {
-    match t.shape.as_slice() {
-        &[a, b, c, d] => Ok([a as usize, b as usize, c as usize, d as usize]),
-        _ => Err(format!("{t} is not of rank 4")),
-    }
-}
-
 impl ConvKernel {
+    /// The sizes of the geometry's 4-D views (a 1-D convolution's with height 1), checked
+    /// against each other.
     fn sizes(&self) -> Result<Sizes, String> {
-        let [n, c, h, w] = dims4(&self.geometry.input)?;
-        let [m, cg, kh, kw] = dims4(&self.geometry.weight)?;
-        let [n2, m2, oh, ow] = dims4(&self.geometry.out)?;
+        let geometry = || {
+            format!(
+                "a conv of {} by {} into {} in {} groups",
+                self.geometry.input, self.geometry.weight, self.geometry.out, self.geometry.group
+            )
+        };
+        let [[n, c, h, w], [m, cg, kh, kw], [n2, m2, oh, ow]] = self.geometry.dims().ok_or_else(geometry)?;
+        // A 1-D convolution's height is one tap over one row.
+        let flat = self.geometry.input.rank() == 3;
+        if flat && (self.geometry.strides[0] != 1 || self.geometry.pads[0] != 0 || self.geometry.dilations[0] != 1) {
+            return Err(geometry());
+        }
         if n2 != n
             || m2 != m
             || self.geometry.group == 0
             || c != cg * self.geometry.group
             || m % self.geometry.group != 0
         {
-            return Err(format!(
-                "a conv of {} by {} into {} in {} groups",
-                self.geometry.input, self.geometry.weight, self.geometry.out, self.geometry.group
-            ));
+            return Err(geometry());
         }
         let mut s = Sizes { n, c, h, w, m, cg, kh, kw, oh, ow, padded: false };
         s.padded = self.geometry.pads != [0, 0] || self.reaches_beyond(&s);

@@ -1,4 +1,4 @@
-//! 2-D max and average pooling, plane by plane: per output position and spatial dim, the
+//! 2-D max and average pooling (and 1-D, as 2-D of height 1), plane by plane: per output position and spatial dim, the
 //! window's taps inside the input form one range (positions grow with the tap), found from the
 //! geometry, so no tap in the padding is visited. Results equal the reference kernel's bit
 //! for bit: the same taps in the same order, maxima folded from -inf with NaN winning,
@@ -60,12 +60,14 @@ impl PoolKernel {
             ));
         }
         let x = xt.f32_elements(None).map_err(|e| format!("input 0: {e}"))?;
-        let dims = |t: &graphc_ir::TensorType| -> Vec<usize> { t.shape.iter().map(|&d| d as usize).collect() };
-        let (xs, ys) = (dims(&p.input), dims(&p.out));
+        // The 4-D views (a 1-D pool's with height 1, its window one tap over it).
         let w = &p.window;
-        if xs.len() != 4 || ys.len() != 4 || w.kernel.len() != 2 || xs[..2] != ys[..2] {
-            return Err(format!("a 2-D pool of {} into {}", p.input, p.out));
-        }
+        let views = p.dims().filter(|[xs, ys]| w.kernel.len() == 2 && xs[..2] == ys[..2]);
+        let flat = p.input.rank() == 3;
+        let one_tap = || w.kernel[0] == 1 && w.strides[0] == 1 && w.pads_begin[0] == 0 && w.pads_end[0] == 0;
+        let Some([xs, ys]) = views.filter(|_| !flat || one_tap()) else {
+            return Err(format!("a 2-D or 1-D pool of {} into {}", p.input, p.out));
+        };
         let along = |i: usize| {
             taps(ys[2 + i], xs[2 + i] as u64, w.kernel[i], w.strides[i], w.pads_begin[i], w.pads_end[i], w.dilations[i])
         };

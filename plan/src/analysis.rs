@@ -476,7 +476,9 @@ pub fn column_plan(g: &Graph, node: Node) -> Option<ColumnPlan> {
 }
 
 /// A 2-D convolution of f32 tensors: input `[N, C, H, W]`, weight `[M, C/group, KH, KW]`,
-/// result `[N, M, OH, OW]`. The run half computes it as matrix products on gemm, per image
+/// result `[N, M, OH, OW]`; or a 1-D one, `[N, C, L]` by `[M, C/group, K]` into `[N, M, OL]`,
+/// as the 2-D convolution of height 1 (`[N, C, 1, L]`, the same memory: see
+/// [`ConvGeometry::dims`]). The run half computes it as matrix products on gemm, per image
 /// and group: the weight's `[M/group, C/group*KH*KW]` rows times the input's patches laid out
 /// as columns (im2col; a 1x1 window of stride 1 without padding reads the input as it is).
 #[derive(Clone, Debug)]
@@ -489,13 +491,17 @@ pub struct ConvPlan {
     pub geometry: ConvGeometry,
 }
 
-/// What a convolution computes, whatever reads its result: the tensors and the window.
+/// What a convolution computes, whatever reads its result: the tensors as the graph has them
+/// (rank 4, or rank 3 for a 1-D convolution: what operands are checked against and the result
+/// is), and the window in two spatial dims, those of the 4-D view kernels index by
+/// ([`ConvGeometry::dims`]).
 #[derive(Clone, Debug, PartialEq)]
 pub struct ConvGeometry {
     pub input: TensorType,
     pub weight: TensorType,
     pub out: TensorType,
-    /// Per spatial dim (height, width).
+    /// Per spatial dim of the view (height, width); a 1-D convolution's height is stride 1,
+    /// no padding, dilation 1 (one tap over a height of 1).
     pub strides: [usize; 2],
     /// The padding before each spatial dim (the padding after only bounds the output size,
     /// which `out` already has).
@@ -504,8 +510,44 @@ pub struct ConvGeometry {
     pub group: usize,
 }
 
-/// The plan for a `conv` of f32 `[N, C, H, W]` by `[M, C/group, KH, KW]` whose sizes and
-/// geometry fit the run half's indexing, or `None` (it stays with the reference kernel).
+/// The `[N, C, H, W]` view of an `[N, C, H, W]` or `[N, C, L]` tensor (`[N, C, 1, L]`: the
+/// same elements in the same order), or `None` for another rank. Sizes are those of a plan,
+/// which has checked that they fit in memory.
+fn view_4d(t: &TensorType) -> Option<[usize; 4]> {
+    let d = |i: usize| t.shape[i] as usize;
+    match t.rank() {
+        3 => Some([d(0), d(1), 1, d(2)]),
+        4 => Some([d(0), d(1), d(2), d(3)]),
+        _ => None,
+    }
+}
+
+/// A window's per-dim attribute (strides, pads, dilations) in the two spatial dims of the 4-D
+/// view: a 1-D window's one dim is the width, its height `fill`.
+fn spatial_2d(v: &[u64], fill: u64) -> Option<[u64; 2]> {
+    match *v {
+        [w] => Some([fill, w]),
+        [h, w] => Some([h, w]),
+        _ => None,
+    }
+}
+
+impl ConvGeometry {
+    /// The input's, weight's and result's `[N, C, H, W]`, `[M, C/group, KH, KW]` and
+    /// `[N, M, OH, OW]` views, which the kernels index by (a 1-D convolution's with height
+    /// 1), or `None` where the three are not all of rank 4 or all of rank 3.
+    pub fn dims(&self) -> Option<[[usize; 4]; 3]> {
+        let rank = self.input.rank();
+        if self.weight.rank() != rank || self.out.rank() != rank {
+            return None;
+        }
+        Some([view_4d(&self.input)?, view_4d(&self.weight)?, view_4d(&self.out)?])
+    }
+}
+
+/// The plan for a `conv` of f32 `[N, C, H, W]` by `[M, C/group, KH, KW]` (or `[N, C, L]` by
+/// `[M, C/group, K]`) whose sizes and geometry fit the run half's indexing, or `None` (it stays
+/// with the reference kernel).
 pub fn conv_plan(g: &Graph, node: Node) -> Option<ConvPlan> {
     let (head, operands, epilogue) = headed(g, node, Op::Conv)?;
     let nd = &g.nodes[head];
@@ -516,7 +558,8 @@ pub fn conv_plan(g: &Graph, node: Node) -> Option<ConvPlan> {
     let w = operands.iter().position(|&v| v == nd.operands[1])?;
     let tensor = |v: Value| g.values[v].ty.as_tensor().cloned();
     let (input, weight, out) = (tensor(nd.operands[0])?, tensor(nd.operands[1])?, tensor(nd.results[0])?);
-    if [&input, &weight, &out].iter().any(|t| t.dtype != DType::F32 || t.shape.len() != 4) {
+    let rank = input.rank();
+    if !(rank == 3 || rank == 4) || [&input, &weight, &out].iter().any(|t| t.dtype != DType::F32 || t.rank() != rank) {
         return None;
     }
     // Every size, and every buffer's bytes (the im2col buffer's too), within isize.
@@ -531,14 +574,15 @@ pub fn conv_plan(g: &Graph, node: Node) -> Option<ConvPlan> {
         return None;
     }
     let window = graphc_ir::window::Window::from_attrs(&nd.attrs, weight.shape[2..].to_vec()).ok()?;
-    let small = |v: &[u64]| -> Option<[usize; 2]> {
-        Some([usize::try_from(*v.first()?).ok()?, usize::try_from(*v.get(1)?).ok()?])
+    let small = |v: &[u64], fill: u64| -> Option<[usize; 2]> {
+        let [h, w] = spatial_2d(v, fill)?;
+        Some([usize::try_from(h).ok()?, usize::try_from(w).ok()?])
     };
     let group = usize::try_from(nd.attrs.int("group").unwrap_or(1)).ok().filter(|&g| g >= 1)?;
     let geometry = ConvGeometry {
-        strides: small(&window.strides)?,
-        pads: small(&window.pads_begin)?,
-        dilations: small(&window.dilations)?,
+        strides: small(&window.strides, 1)?,
+        pads: small(&window.pads_begin, 0)?,
+        dilations: small(&window.dilations, 1)?,
         group,
         input,
         weight,
@@ -547,22 +591,38 @@ pub fn conv_plan(g: &Graph, node: Node) -> Option<ConvPlan> {
     Some(ConvPlan { x, w, epilogue, geometry })
 }
 
-/// A 2-D max or average pool of an f32 `[N, C, H, W]` input into `[N, C, OH, OW]`, each
-/// plane on its own: the run half walks each window's taps inside the input (a range per
-/// dim, found from the geometry, not by visiting the padding).
+/// A 2-D max or average pool of an f32 `[N, C, H, W]` input into `[N, C, OH, OW]` (or a 1-D
+/// one, `[N, C, L]` into `[N, C, OL]`, as the 2-D pool of height 1: see [`PoolPlan::dims`]),
+/// each plane on its own: the run half walks each window's taps inside the input (a range
+/// per dim, found from the geometry, not by visiting the padding).
 #[derive(Clone, Debug, PartialEq)]
 pub struct PoolPlan {
     /// `max_pool` (one result, no indices) or `avg_pool`.
     pub op: Op,
+    /// The operand's and result's types as the graph has them (rank 4, or 3).
     pub input: TensorType,
     pub out: TensorType,
+    /// The window in the two spatial dims of the 4-D view: a 1-D pool's height is one tap of
+    /// stride 1, unpadded, over a height of 1.
     pub window: graphc_ir::window::Window,
     /// `avg_pool`'s `count_include_pad`.
     pub count_include_pad: bool,
 }
 
+impl PoolPlan {
+    /// The input's and result's `[N, C, H, W]` and `[N, C, OH, OW]` views, which the kernels
+    /// index by (a 1-D pool's with height 1), or `None` where the two are not both of rank 4
+    /// or both of rank 3.
+    pub fn dims(&self) -> Option<[[usize; 4]; 2]> {
+        if self.input.rank() != self.out.rank() {
+            return None;
+        }
+        Some([view_4d(&self.input)?, view_4d(&self.out)?])
+    }
+}
+
 /// The plan for a lone `max_pool` (without indices) or `avg_pool` of a non-empty f32 tensor of
-/// rank 4, or `None` (it stays with the reference kernel).
+/// rank 4 or 3, or `None` (it stays with the reference kernel).
 pub fn pool_plan(g: &Graph, node: Node) -> Option<PoolPlan> {
     let nd = &g.nodes[node];
     if !matches!(nd.op, Op::MaxPool | Op::AvgPool) || nd.operands.len() != 1 || nd.results.len() != 1 {
@@ -571,7 +631,11 @@ pub fn pool_plan(g: &Graph, node: Node) -> Option<PoolPlan> {
     let input = g.values[nd.operands[0]].ty.as_tensor()?.clone();
     let out = g.values[nd.results[0]].ty.as_tensor()?.clone();
     let fits = |t: &TensorType| t.num_elements().and_then(|n| n.checked_mul(4)).is_some_and(|b| b <= isize::MAX as u64);
-    if [&input, &out].iter().any(|t| t.dtype != DType::F32 || t.rank() != 4 || t.num_elements() == Some(0) || !fits(t))
+    let rank = input.rank();
+    if !(rank == 3 || rank == 4)
+        || [&input, &out]
+            .iter()
+            .any(|t| t.dtype != DType::F32 || t.rank() != rank || t.num_elements() == Some(0) || !fits(t))
     {
         return None;
     }
@@ -580,6 +644,16 @@ pub fn pool_plan(g: &Graph, node: Node) -> Option<PoolPlan> {
     if window.output_dims(&input.shape[2..]).ok()? != out.shape[2..] || input.shape[..2] != out.shape[..2] {
         return None;
     }
+    // The window in the view's two spatial dims (a 1-D pool's height: one tap over one row).
+    let lift = |v: &[u64], fill: u64| spatial_2d(v, fill).map(|d| d.to_vec());
+    let window = graphc_ir::window::Window {
+        kernel: lift(&window.kernel, 1)?,
+        strides: lift(&window.strides, 1)?,
+        pads_begin: lift(&window.pads_begin, 0)?,
+        pads_end: lift(&window.pads_end, 0)?,
+        dilations: lift(&window.dilations, 1)?,
+        ceil_mode: window.ceil_mode,
+    };
     let count_include_pad = nd.op == Op::AvgPool && nd.attrs.bool("count_include_pad").unwrap_or(false);
     Some(PoolPlan { op: nd.op, input, out, window, count_include_pad })
 }

@@ -64,7 +64,7 @@ impl Contraction {
             Contraction::MatMul(p) => Dims { m: p.m, n: p.n, k: p.k, batches: 1, groups: 1 },
             Contraction::Conv(c) => {
                 let g = &c.geometry;
-                let (w, out) = (sizes(&g.weight), sizes(&g.out));
+                let [_, w, out] = conv_dims(c);
                 Dims {
                     m: w[0] / g.group,
                     n: out[2] * out[3],
@@ -115,6 +115,12 @@ impl Contraction {
             Contraction::Conv(c) => c.geometry.out.clone(),
         }
     }
+}
+
+/// A convolution's input, weight and result as the 4-D views its window indexes (a 1-D
+/// convolution's with height 1; the plan made only rank-3 and rank-4 ones).
+fn conv_dims(c: &ConvPlan) -> [[usize; 4]; 3] {
+    c.geometry.dims().expect("a conv plan's tensors are all of rank 3 or all of rank 4")
 }
 
 /// A plan's tensor sizes, which its plan has checked fit in memory.
@@ -404,7 +410,7 @@ impl Kernel<'_> {
             let group = self.rem(e, &batch, d.groups);
             let off = e.imul(&group, (d.m * d.k) as i64);
             lhs = e.gep(&lhs, &off);
-            let input = sizes(&c.geometry.input);
+            let [input, _, _] = conv_dims(c);
             let off = e.imul(&batch, (input[1] / d.groups * input[2] * input[3]) as i64);
             rhs = e.gep(&rhs, &off);
         }
@@ -550,7 +556,7 @@ impl Kernel<'_> {
     /// or 0 past the patches' edges or in the padding.
     fn stage_patches(&self, e: &mut Emitter, idx: &str, c: &ConvPlan, image: &str, col0: &str, k0: &str) {
         let g = &c.geometry;
-        let (input, w, out) = (sizes(&g.input), sizes(&g.weight), sizes(&g.out));
+        let [input, w, out] = conv_dims(c);
         let (x, d) = (self.rem(e, idx, TILE), self.div(e, idx, TILE));
         let (pos, depth) = (e.iadd(col0, &x), e.iadd(k0, &d));
         let inside = self.inside(e, &pos, self.d.n, &depth, self.d.k);

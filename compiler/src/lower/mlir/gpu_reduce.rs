@@ -60,8 +60,8 @@ pub fn check(r: &Reduction) -> Result<(), String> {
         Reduction::Pool(p) => p,
     };
     let w = &p.window;
-    if p.input.rank() != 4 || p.out.rank() != 4 || w.kernel.len() != 2 {
-        return Err("only 2-D pools have a GPU kernel".into());
+    if p.dims().is_none() || w.kernel.len() != 2 {
+        return Err("only 2-D and 1-D pools have a GPU kernel".into());
     }
     let values = p.input.shape.iter().chain(&w.kernel).chain(&w.strides).chain(&w.pads_begin).chain(&w.pads_end);
     if values.chain(&w.dilations).any(|&v| v >= WINDOW_LIMIT) {
@@ -73,9 +73,11 @@ pub fn check(r: &Reduction) -> Result<(), String> {
 /// The `[rows, cols]` view of the result the run half checks and the threads cover (a thread
 /// per element): a pool's output rows by their width; a column reduction's one row.
 pub fn view(r: &Reduction) -> (usize, usize) {
-    let out: Vec<usize> = r.out().shape.iter().map(|&d| d as usize).collect();
     match r {
-        Reduction::Pool(_) => (out[..3].iter().product(), out[3]),
+        Reduction::Pool(p) => {
+            let [_, out] = pool_dims(p);
+            (out[..3].iter().product(), out[3])
+        }
         Reduction::Columns(p) => (1, p.cols),
     }
 }
@@ -147,10 +149,16 @@ struct Taps {
     start: String,
 }
 
+/// A pool's input and result as the 4-D views its window indexes (a 1-D pool's with height 1);
+/// [`check`] refused any other.
+fn pool_dims(p: &PoolPlan) -> [[usize; 4]; 2] {
+    p.dims().expect("a pool the GPU runs is 2-D or 1-D")
+}
+
 /// The taps of output position `o` along spatial dim `a` (0: height, 1: width) of `p`.
 fn taps(e: &mut Emitter, p: &PoolPlan, a: usize, o: &str) -> Taps {
     let w = &p.window;
-    let (size, kernel, d) = (p.input.shape[2 + a] as i64, w.kernel[a] as i64, w.dilations[a] as i64);
+    let (size, kernel, d) = (pool_dims(p)[0][2 + a] as i64, w.kernel[a] as i64, w.dilations[a] as i64);
     let scaled = e.imul(o, w.strides[a] as i64);
     let pad = e.i64c(w.pads_begin[a] as i64);
     let start = e.op(&format!("arith.subi {scaled}, {pad} : i64"));
@@ -201,8 +209,9 @@ fn ceil_div(e: &mut Emitter, a: &str, d: i64) -> String {
 /// inside the input (or, with `count_include_pad`, those not past the end padding), NaN
 /// for a window with none.
 fn pool_element(e: &mut Emitter, p: &PoolPlan, t: &str, x: &str) -> String {
-    let dims: Vec<i64> = p.out.shape.iter().map(|&d| d as i64).collect();
-    let (h, w) = (p.input.shape[2] as i64, p.input.shape[3] as i64);
+    let [input, out] = pool_dims(p);
+    let dims: Vec<i64> = out.iter().map(|&d| d as i64).collect();
+    let (h, w) = (input[2] as i64, input[3] as i64);
     let ow = e.i64c(dims[3]);
     let oh = e.i64c(dims[2]);
     let ox = e.op(&format!("arith.remsi {t}, {ow} : i64"));
