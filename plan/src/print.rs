@@ -50,11 +50,12 @@ impl fmt::Display for ConvPlan {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
-            "conv op{} {} * op{} {} (group {}, strides {:?}, pads before {:?}, dilations {:?}): im2col per image and group, products on gemm -> {}",
+            "conv op{} {} * op{} {} ({}group {}, strides {:?}, pads before {:?}, dilations {:?}): im2col per image and group, products on gemm -> {}",
             self.x,
             self.geometry.input,
             self.w,
             self.geometry.weight,
+            if self.geometry.input.rank() == 3 { "1-D as 2-D of height 1; " } else { "" },
             self.geometry.group,
             self.geometry.strides,
             self.geometry.pads,
@@ -70,9 +71,10 @@ impl fmt::Display for PoolPlan {
         let w = &self.window;
         writeln!(
             f,
-            "{} {} (kernel {:?}, strides {:?}, pads {:?} {:?}, dilations {:?}{}): per plane, taps inside the input -> {}",
+            "{} {} ({}kernel {:?}, strides {:?}, pads {:?} {:?}, dilations {:?}{}): per plane, taps inside the input -> {}",
             self.op.name(),
             self.input,
+            if self.input.rank() == 3 { "1-D as 2-D of height 1; " } else { "" },
             w.kernel,
             w.strides,
             w.pads_begin,
