@@ -574,11 +574,23 @@ pub fn conv_plan(g: &Graph, node: Node) -> Option<ConvPlan> {
         return None;
     }
     let window = graphc_ir::window::Window::from_attrs(&nd.attrs, weight.shape[2..].to_vec()).ok()?;
+    let group = nd.attrs.int("group").unwrap_or(1);
+    let group_u = u64::try_from(group).ok().filter(|&g| g >= 1)?;
+    // The geometry agrees with itself, whatever checked the graph before: the kernels (the
+    // GPU's generated code among them) index every buffer by it.
+    let consistent = out.shape[0] == input.shape[0]
+        && out.shape[1] == weight.shape[0]
+        && weight.shape[0] % group_u == 0
+        && weight.shape[1].checked_mul(group_u) == Some(input.shape[1])
+        && window.output_dims(&input.shape[2..]).ok()?.as_slice() == &out.shape[2..];
+    if !consistent {
+        return None;
+    }
     let small = |v: &[u64], fill: u64| -> Option<[usize; 2]> {
         let [h, w] = spatial_2d(v, fill)?;
         Some([usize::try_from(h).ok()?, usize::try_from(w).ok()?])
     };
-    let group = usize::try_from(nd.attrs.int("group").unwrap_or(1)).ok().filter(|&g| g >= 1)?;
+    let group = usize::try_from(group).ok()?;
     let geometry = ConvGeometry {
         strides: small(&window.strides, 1)?,
         pads: small(&window.pads_begin, 0)?,

@@ -20,6 +20,9 @@ pub struct OpTimes {
     nodes: HashMap<(usize, Node), Times>,
     /// Measured steps recorded.
     pub steps: u64,
+    /// Node executions the runtime ran but did not record (a step records a bounded number):
+    /// the rows leave them out.
+    pub unrecorded: u64,
 }
 
 #[derive(Debug, Default)]
@@ -58,6 +61,7 @@ impl OpTimes {
     pub fn record(&mut self, m: &Module, graphs: &[String], outs: &[RunOutput]) {
         self.steps += 1;
         for (i, o) in outs.iter().enumerate() {
+            self.unrecorded += o.events_dropped;
             let Some(g) = graphs.get(i).and_then(|name| m.graph(name)) else { continue };
             // Per depth: the time of the nodes ended at that depth since their parent's last
             // sibling, which their parent (ending next, one level up) does not count as its own.
@@ -125,7 +129,14 @@ impl OpTimes {
         for (p, _, ms) in rows.iter().flat_map(|r| &r.paths) {
             *by_path.entry(p).or_default() += share(ms / 1e3);
         }
-        OpTable { rows, node_ms: total * 1e3, step_ms: step_secs * 1e3, steps: self.steps, by_path }
+        OpTable {
+            rows,
+            node_ms: total * 1e3,
+            step_ms: step_secs * 1e3,
+            steps: self.steps,
+            by_path,
+            unrecorded: self.unrecorded,
+        }
     }
 }
 
@@ -207,6 +218,8 @@ pub struct OpTable {
     pub steps: u64,
     /// Percent of the time in nodes per path label.
     pub by_path: BTreeMap<&'static str, f64>,
+    /// Node executions not recorded, in all the measured steps (see [`OpTimes::unrecorded`]).
+    pub unrecorded: u64,
 }
 
 impl OpTable {
@@ -300,6 +313,12 @@ impl OpTable {
             by_path.iter().map(|(p, s)| format!("{p} {s:.1}%")).collect::<Vec<_>>().join(", ")
         ));
         out.push(format!("reference kernels: {:.1}% of the step (of its time in nodes)", self.reference_share()));
+        if self.unrecorded > 0 {
+            out.push(format!(
+                "warning: {} node executions were not recorded (a step's record of its nodes is bounded): the rows leave them out",
+                self.unrecorded
+            ));
+        }
         out
     }
 
@@ -319,7 +338,8 @@ impl OpTable {
             .collect();
         json!({
             "steps": self.steps, "node_ms_per_step": self.node_ms, "step_ms": self.step_ms,
-            "by_path_percent": self.by_path, "reference_percent": self.reference_share(), "rows": rows,
+            "by_path_percent": self.by_path, "reference_percent": self.reference_share(),
+            "unrecorded_executions": self.unrecorded, "rows": rows,
         })
     }
 }
