@@ -231,4 +231,10 @@ fn partitions_are_rows_of_their_graphs() {
     });
     assert_eq!(graphs.len(), 2, "one graph per CPU: {graphs:?}");
     assert_eq!(graphs.values().sum::<usize>() as u64, j["nodes"].as_u64().unwrap(), "every node that ran: {ops}");
+    // A recv's time is mostly waiting for the other partition: it says so, and no other row does.
+    let rows = ops["rows"].as_array().unwrap();
+    let recvs: Vec<&Value> = rows.iter().filter(|r| r["op"] == "recv").collect();
+    assert!(!recvs.is_empty(), "the partitions exchange tensors: {ops}");
+    assert!(recvs.iter().all(|r| r["path"] == "waiting"), "{recvs:?}");
+    assert!(rows.iter().filter(|r| r["op"] != "recv").all(|r| r["path"] != "waiting"), "{ops}");
 }

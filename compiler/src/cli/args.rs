@@ -361,8 +361,8 @@ pub struct BenchArgs {
     /// After the timing, print the per-op profile of the timed steps: each node slowest first,
     /// with its op and shapes, what ran it (a compiled kernel's tier: cranelift, llvm, gpu;
     /// cpu-runtime: a CPU kernel without generated code; a reference kernel of the
-    /// interpreter; the interpreter itself; kept: a step-invariant value from an earlier
-    /// step), its time per step and share, and the reference kernels'
+    /// interpreter; the interpreter itself; waiting: a recv, dequeue or enqueue; kept: a
+    /// step-invariant value from an earlier step), its time per step and share, and the reference kernels'
     /// share (with --json, every row). The timed steps then record each node's start and end.
     #[arg(long)]
     pub ops: bool,

@@ -37,7 +37,7 @@ pub use files::Files;
 pub use inputs::{freeze_inputs, make_inputs, select_graphs, Feeds, Inputs};
 pub use job::{prepare, Job, Prepared};
 pub use load::{import_options_for, is_onnx, load, load_diagnosed, LoadFailure};
-pub use ops::{path_label, OpRow, OpTable, OpTimes, REFERENCE};
+pub use ops::{path_label, OpRow, OpTable, OpTimes, REFERENCE, WAITING};
 pub use place::{place_and_partition, place_graphs, placement_summary, Devices, Placed};
 pub use report::{plural, Reported};
 pub use timeline::Timeline;

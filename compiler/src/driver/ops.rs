@@ -32,9 +32,14 @@ struct Times {
     paths: BTreeMap<&'static str, (u64, f64)>,
 }
 
-/// The label of a path in the profile, as the table and the JSON say it.
-pub fn path_label(ran: Ran) -> &'static str {
+/// The label of the time an op that blocks (a recv, a queue's dequeue or enqueue) spends in
+/// the interpreter: mostly waiting for another graph or thread, not work.
+pub const WAITING: &str = "waiting";
+
+/// The label of a path in the profile, as the table and the JSON say it, for a node of `op`.
+pub fn path_label(ran: Ran, op: Op) -> &'static str {
     match ran {
+        Ran::Interpreter if matches!(op, Op::Recv | Op::Dequeue | Op::Enqueue) => WAITING,
         Ran::Reference => REFERENCE,
         Ran::Compiled(Some(tier)) | Ran::Device(Some(tier)) => tier,
         Ran::Compiled(None) => "compiled",
@@ -79,7 +84,7 @@ impl OpTimes {
                 let own = if g.nodes[e.node].op == Op::Fusion { secs } else { (secs - nested).max(0.0) };
                 let t = self.nodes.entry((i, e.node)).or_default();
                 t.secs += own;
-                let p = t.paths.entry(path_label(e.ran)).or_default();
+                let p = t.paths.entry(path_label(e.ran, g.nodes[e.node].op)).or_default();
                 p.0 += 1;
                 p.1 += own;
             }
