@@ -709,16 +709,10 @@ impl Resume {
     /// Reads a checkpoint (a file, or a cluster's index and shards): variables, step, and
     /// `graphc train`'s metadata if it has some.
     pub fn read(path: &Path) -> anyhow::Result<Resume> {
-        // A cluster's checkpoint (its index): the variables as one process's, no data position.
-        if let Some(loaded) = graphc_dist::checkpoint::load_merged(path).map_err(|e| anyhow!("--restore: {e}"))? {
-            let step = loaded.step.unwrap_or(0);
-            return Ok(Resume { path: path.to_path_buf(), step, seed: None, data: None, loaded });
-        }
-        let bytes = graphc_runtime::fsutil::read_regular(path, "a safetensors checkpoint")
-            .map_err(|e| anyhow!("--restore: {}", e.replacen("cannot read ", "cannot read checkpoint ", 1)))?;
+        // A cluster's checkpoint (its index) reads as one process's, without a data position.
+        let loaded = super::read_checkpoint(path)?;
         let invalid = |why: String| anyhow!("--restore: {} is not a valid checkpoint: {why}", path.display());
         // The runtime has checked that every field is a count.
-        let loaded = checkpoint::decode(&bytes).map_err(|e| invalid(e.message))?;
         let field = |key: &str| loaded.train.get(key).copied();
         let seed = field(META_SEED);
         let keys = [META_EPOCH, META_BATCH, META_BATCH_SIZE, META_EXAMPLES];
