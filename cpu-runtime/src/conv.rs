@@ -1,7 +1,12 @@
-//! 2-D convolution (and 1-D, as 2-D of height 1) as matrix products on gemm: per image and group, the weight's
-//! `[M/group, C/group*KH*KW]` rows times the input's patches laid out as columns (im2col,
-//! `[C/group*KH*KW, OH*OW]`), straight into the result's `[M/group, OH*OW]` rows. A 1x1
-//! window of stride 1 without padding reads the input as it is.
+//! Convolution in 1, 2 and 3 spatial dims (1-D and 2-D as 3-D of depth and height 1, or of
+//! depth 1) as matrix products on gemm: per image and group, the weight's
+//! `[M/group, C/group*KD*KH*KW]` rows times the input's patches laid out as columns (im2col,
+//! `[C/group*KD*KH*KW, OD*OH*OW]`), straight into the result's `[M/group, OD*OH*OW]` rows. A
+//! 1x1 window of stride 1 without padding reads the input as it is.
+//!
+//! A transposed convolution (`conv_input_grad`) is the same product turned around: per image
+//! and group, the weight's transpose times the gradient's rows gives the columns, which
+//! col2im adds into the (zeroed) result where each tap lands inside it.
 //!
 //! The reference kernel skips taps in the padding rather than multiplying them by zero; the
 //! two differ only where a weight is infinite or NaN (0 * inf is NaN), so such weights with
@@ -49,12 +54,15 @@ pub struct ConvKernel {
 struct Sizes {
     n: usize,
     c: usize,
+    d: usize,
     h: usize,
     w: usize,
     m: usize,
     cg: usize,
+    kd: usize,
     kh: usize,
     kw: usize,
+    od: usize,
     oh: usize,
     ow: usize,
     /// Some window reaches into the padding.
@@ -62,8 +70,8 @@ struct Sizes {
 }
 
 impl ConvKernel {
-    /// The sizes of the geometry's 4-D views (a 1-D convolution's with height 1), checked
-    /// against each other.
+    /// The sizes of the geometry's 5-D views (a 2-D convolution's with depth 1, a 1-D one's
+    /// with depth and height 1), checked against each other.
     fn sizes(&self) -> Result<Sizes, String> {
         let geometry = || {
             format!(
@@ -71,12 +79,8 @@ impl ConvKernel {
                 self.geometry.input, self.geometry.weight, self.geometry.out, self.geometry.group
             )
         };
-        let [[n, c, h, w], [m, cg, kh, kw], [n2, m2, oh, ow]] = self.geometry.dims().ok_or_else(geometry)?;
-        // A 1-D convolution's height is one tap over one row.
-        let flat = self.geometry.input.rank() == 3;
-        if flat && (self.geometry.strides[0] != 1 || self.geometry.pads[0] != 0 || self.geometry.dilations[0] != 1) {
-            return Err(geometry());
-        }
+        // The dims the graph's tensors lack are one tap over a size of 1 (`dims` checks).
+        let [[n, c, d, h, w], [m, cg, kd, kh, kw], [n2, m2, od, oh, ow]] = self.geometry.dims().ok_or_else(geometry)?;
         if n2 != n
             || m2 != m
             || self.geometry.group == 0
@@ -85,8 +89,8 @@ impl ConvKernel {
         {
             return Err(geometry());
         }
-        let mut s = Sizes { n, c, h, w, m, cg, kh, kw, oh, ow, padded: false };
-        s.padded = self.geometry.pads != [0, 0] || self.reaches_beyond(&s);
+        let mut s = Sizes { n, c, d, h, w, m, cg, kd, kh, kw, od, oh, ow, padded: false };
+        s.padded = self.geometry.pads != [0, 0, 0] || self.reaches_beyond(&s);
         Ok(s)
     }
 
@@ -95,7 +99,13 @@ impl ConvKernel {
         let (Some(xt), Some(wt)) = (all.get(self.x), all.get(self.w)) else {
             return Err("conv operands are missing".into());
         };
-        for (i, (t, ty)) in [(xt, &self.geometry.input), (wt, &self.geometry.weight)].into_iter().enumerate() {
+        // A transposed convolution reads the forward one's result (its gradient).
+        let (read, result) = if self.geometry.transposed {
+            (&self.geometry.out, &self.geometry.input)
+        } else {
+            (&self.geometry.input, &self.geometry.out)
+        };
+        for (i, (t, ty)) in [(xt, read), (wt, &self.geometry.weight)].into_iter().enumerate() {
             if t.ty() != *ty {
                 return Err(format!("compiled kernel input {i} is {} where the kernel was compiled for {ty}", t.ty()));
             }
@@ -103,17 +113,25 @@ impl ConvKernel {
         let x = xt.f32_elements(None).map_err(|e| format!("input 0: {e}"))?;
         let wv = wt.f32_elements(None).map_err(|e| format!("input 1: {e}"))?;
         let s = self.sizes()?;
-        let (p, k, mg) = (s.oh * s.ow, s.cg * s.kh * s.kw, s.m / self.geometry.group);
-        // Every path below writes every element of the result.
-        let mut out = operands.alloc_f32_filled(s.n * s.m * p)?;
+        let (p, k, mg) = (s.od * s.oh * s.ow, s.cg * s.kd * s.kh * s.kw, s.m / self.geometry.group);
         let threads =
             if mg * k * p >= PARALLEL_FLOPS && graphc_runtime::may_split() { rayon::current_num_threads() } else { 1 };
+        if self.geometry.transposed {
+            let mut out = operands.alloc_f32_filled(s.n * s.c * s.d * s.h * s.w)?;
+            self.transposed(&x, &wv, &s, &mut out, threads, operands)?;
+            return match &self.epilogue {
+                None => Ok(vec![Tensor::from_f32(out, result)?]),
+                Some((lk, used)) => run_epilogue(lk, used, operands, out, threads > 1),
+            };
+        }
+        // Every path below writes every element of the result.
+        let mut out = operands.alloc_f32_filled(s.n * s.m * p)?;
         if out.is_empty() {
             // Nothing to compute (and no rows to split the work by).
         } else if s.cg == 1 {
             // Depthwise: one input channel per output channel, so one product per channel
             // would be a 1-row gemm; taps straight over the planes instead.
-            let parallel = (s.n * s.m * p * s.kh * s.kw) >= PARALLEL_FLOPS && threads > 1;
+            let parallel = (s.n * s.m * p * s.kd * s.kh * s.kw) >= PARALLEL_FLOPS && threads > 1;
             let phases = self.phases(&s);
             let mut split = Vec::new();
             if let Some(phases) = &phases {
@@ -134,7 +152,7 @@ impl ConvKernel {
             }
         }
         match &self.epilogue {
-            None => Ok(vec![Tensor::from_f32(out, &self.geometry.out)?]),
+            None => Ok(vec![Tensor::from_f32(out, result)?]),
             Some((lk, used)) => run_epilogue(lk, used, operands, out, threads > 1),
         }
     }
@@ -149,13 +167,13 @@ impl ConvKernel {
         threads: usize,
         operands: &Operands<'_>,
     ) -> Result<(), String> {
-        let (p, k, mg) = (s.oh * s.ow, s.cg * s.kh * s.kw, s.m / self.geometry.group);
-        let direct =
-            s.kh == 1 && s.kw == 1 && self.geometry.strides == [1, 1] && !s.padded && s.oh == s.h && s.ow == s.w;
-        let image = s.c * s.h * s.w;
+        let (p, k, mg) = (s.od * s.oh * s.ow, s.cg * s.kd * s.kh * s.kw, s.m / self.geometry.group);
+        let direct = self.direct(s);
+        let volume = s.d * s.h * s.w;
+        let image = s.c * volume;
         // The weight's rows and the input's channels of image `img`, group `g`.
         let factors = |img: usize, g: usize| {
-            (&wv[g * mg * k..][..mg * k], &x[img * image + g * s.cg * s.h * s.w..][..s.cg * s.h * s.w])
+            (&wv[g * mg * k..][..mg * k], &x[img * image + g * s.cg * volume..][..s.cg * volume])
         };
         let blocks = s.n * self.geometry.group;
         if direct
@@ -177,7 +195,7 @@ impl ConvKernel {
         let mut col: Vec<f32> = if direct { Vec::new() } else { operands.alloc_f32_filled(k * p)? };
         let phases = self.phases(s);
         let mut phased: Vec<f32> = match &phases {
-            Some(phases) => operands.alloc_f32_filled(phases.split_len(s.cg * s.h * s.w))?,
+            Some(phases) => operands.alloc_f32_filled(phases.split_len(s.cg * volume))?,
             None => Vec::new(),
         };
         for img in 0..s.n {
@@ -198,74 +216,97 @@ impl ConvKernel {
         Ok(())
     }
 
+    /// Whether the window is one tap of stride 1 reading the input as it is (a 1x1
+    /// convolution): the patches are the input itself.
+    fn direct(&self, s: &Sizes) -> bool {
+        s.kd == 1
+            && s.kh == 1
+            && s.kw == 1
+            && self.geometry.strides == [1, 1, 1]
+            && !s.padded
+            && (s.od, s.oh, s.ow) == (s.d, s.h, s.w)
+    }
+
     /// Whether some window reaches past the input's end (into the padding after it).
     fn reaches_beyond(&self, s: &Sizes) -> bool {
         let end = |o: usize, k: usize, d: usize| {
             (o as i128 - 1) * self.geometry.strides[d] as i128 + (k as i128 - 1) * self.geometry.dilations[d] as i128
         };
-        end(s.oh, s.kh, 0) >= self.geometry.pads[0] as i128 + s.h as i128
-            || end(s.ow, s.kw, 1) >= self.geometry.pads[1] as i128 + s.w as i128
+        end(s.od, s.kd, 0) >= self.geometry.pads[0] as i128 + s.d as i128
+            || end(s.oh, s.kh, 1) >= self.geometry.pads[1] as i128 + s.h as i128
+            || end(s.ow, s.kw, 2) >= self.geometry.pads[2] as i128 + s.w as i128
     }
 
     /// How [`Self::im2col`] and the depthwise loop split input rows into phases, if they do:
     /// where more than one tap reads each column (`kw` above the column stride, a strided
     /// stem's 7x7 window).
     fn phases(&self, s: &Sizes) -> Option<Phases> {
-        Phases::new(s.w, self.geometry.strides[1]).filter(|_| s.kw > self.geometry.strides[1])
+        Phases::new(s.w, self.geometry.strides[2]).filter(|_| s.kw > self.geometry.strides[2])
     }
 
-    /// The patches of one image's group of channels `xs` (`[cg, h, w]`) as the columns of
-    /// `col` (`[cg*kh*kw, oh*ow]`, every element written), zero where a tap falls in the
-    /// padding. Each row of `col` is one tap of one channel: the output rows and columns whose
-    /// tap is inside the input are ranges, copied whole, and only the rest is zeroed; the rows
-    /// split across threads when `parallel`. With a
+    /// The patches of one image's group of channels `xs` (`[cg, d, h, w]`) as the columns of
+    /// `col` (`[cg*kd*kh*kw, od*oh*ow]`, every element written), zero where a tap falls in the
+    /// padding. Each row of `col` is one tap of one channel, and each of its output planes
+    /// (`[oh, ow]`, one per output depth) reads one input plane (or none, in the padding):
+    /// the output rows and columns whose tap is inside the input are ranges, copied whole,
+    /// and only the rest is zeroed; the rows split across threads when `parallel`. With a
     /// column stride, the input rows are first split into phases (into the buffer `split`
     /// gives) where [`Self::phases`] gave them (each tap's columns then one contiguous run),
     /// else copied with the stride.
     fn im2col(&self, xs: &[f32], s: &Sizes, col: &mut [f32], split: Option<(&Phases, &mut Vec<f32>)>, parallel: bool) {
         use rayon::prelude::*;
-        let ([sy, sx], [py, px], [dy, dx]) = (self.geometry.strides, self.geometry.pads, self.geometry.dilations);
+        let ([sz, sy, sx], [pz, py, px], [dz, dy, dx]) =
+            (self.geometry.strides, self.geometry.pads, self.geometry.dilations);
         let rows: Vec<_> = (0..s.kh).map(|ky| outputs_inside(s.oh, s.h, sy, ky, dy, py)).collect();
         let columns: Vec<_> = (0..s.kw).map(|kx| outputs_inside(s.ow, s.w, sx, kx, dx, px)).collect();
-        let p = s.oh * s.ow;
+        let (p, plane_out, plane_in) = (s.od * s.oh * s.ow, s.oh * s.ow, s.h * s.w);
         let split = split.map(|(phases, phased)| {
             phases.split(xs, phased, parallel);
             (phases, &phased[..])
         });
         let tap = |(r, dst): (usize, &mut [f32])| {
-            let (ci, ky, kx) = (r / (s.kh * s.kw), r / s.kw % s.kh, r % s.kw);
-            let plane = &xs[ci * s.h * s.w..][..s.h * s.w];
+            let (ci, kz, ky, kx) = (r / (s.kd * s.kh * s.kw), r / (s.kh * s.kw) % s.kd, r / s.kw % s.kh, r % s.kw);
             let ((y0, y1, iy0), (x0, x1, ix0)) = (rows[ky], columns[kx]);
-            dst[..y0 * s.ow].fill(0.0);
-            dst[y1 * s.ow..].fill(0.0);
-            // Rows as wide as the input's, read at unit strides: the tap's outputs inside are
-            // the input plane shifted by one offset, so one copy from the first inside output
-            // to the last (rows of 7 to 56 columns in the zoo's models, a copy each, cost more
-            // than they move); the columns past either side of each row, which it fills from
-            // the neighbouring rows, are zeroed below as for any other tap.
-            let shifted = sx == 1 && sy == 1 && s.ow == s.w && x0 < x1 && y0 < y1;
-            if shifted {
-                let (start, end) = (y0 * s.ow + x0, (y1 - 1) * s.ow + x1);
-                let from = iy0 * s.w + ix0;
-                dst[start..end].copy_from_slice(&plane[from..from + (end - start)]);
-            }
-            for (j, oy) in (y0..y1).enumerate() {
-                let iy = iy0 + j * sy;
-                let row = &mut dst[oy * s.ow..][..s.ow];
-                row[..x0].fill(0.0);
-                row[x1..].fill(0.0);
-                if shifted {
+            for (oz, dst) in dst.chunks_exact_mut(plane_out).enumerate() {
+                let iz = at(oz, sz, kz, dz, pz);
+                if iz < 0 || iz >= s.d as i128 {
+                    dst.fill(0.0);
                     continue;
                 }
-                let d = &mut row[x0..x1];
-                if let Some((phases, phased)) = split {
-                    let row = &phased[(ci * s.h + iy) * phases.row_len()..][..phases.row_len()];
-                    d.copy_from_slice(&row[phases.at(ix0)..][..x1 - x0]);
-                } else if sx == 1 {
-                    d.copy_from_slice(&plane[iy * s.w + ix0..][..x1 - x0]);
-                } else {
-                    for (o, &v) in d.iter_mut().zip(plane[iy * s.w + ix0..].iter().step_by(sx)) {
-                        *o = v;
+                // The input plane this output plane reads (its index among the group's planes).
+                let pi = ci * s.d + iz as usize;
+                let plane = &xs[pi * plane_in..][..plane_in];
+                dst[..y0 * s.ow].fill(0.0);
+                dst[y1 * s.ow..].fill(0.0);
+                // Rows as wide as the input's, read at unit strides: the tap's outputs inside
+                // are the input plane shifted by one offset, so one copy from the first inside
+                // output to the last (rows of 7 to 56 columns in the zoo's models, a copy each,
+                // cost more than they move); the columns past either side of each row, which
+                // it fills from the neighbouring rows, are zeroed below as for any other tap.
+                let shifted = sx == 1 && sy == 1 && s.ow == s.w && x0 < x1 && y0 < y1;
+                if shifted {
+                    let (start, end) = (y0 * s.ow + x0, (y1 - 1) * s.ow + x1);
+                    let from = iy0 * s.w + ix0;
+                    dst[start..end].copy_from_slice(&plane[from..from + (end - start)]);
+                }
+                for (j, oy) in (y0..y1).enumerate() {
+                    let iy = iy0 + j * sy;
+                    let row = &mut dst[oy * s.ow..][..s.ow];
+                    row[..x0].fill(0.0);
+                    row[x1..].fill(0.0);
+                    if shifted {
+                        continue;
+                    }
+                    let d = &mut row[x0..x1];
+                    if let Some((phases, phased)) = split {
+                        let row = &phased[(pi * s.h + iy) * phases.row_len()..][..phases.row_len()];
+                        d.copy_from_slice(&row[phases.at(ix0)..][..x1 - x0]);
+                    } else if sx == 1 {
+                        d.copy_from_slice(&plane[iy * s.w + ix0..][..x1 - x0]);
+                    } else {
+                        for (o, &v) in d.iter_mut().zip(plane[iy * s.w + ix0..].iter().step_by(sx)) {
+                            *o = v;
+                        }
                     }
                 }
             }
@@ -278,9 +319,10 @@ impl ConvKernel {
     }
 
     /// A convolution whose groups each read one input channel (`C/group = 1`), output plane
-    /// by output plane: each tap (ky, kx) adds `w * input row` to the output rows it reaches,
-    /// over the output columns whose input column is inside (a range, from the geometry), so
-    /// taps in the padding are skipped as the reference skips them. f32 sums in tap order.
+    /// by output plane: each tap (kz, ky, kx) adds `w * input row` to the output rows it
+    /// reaches, over the output columns whose input column is inside (a range, from the
+    /// geometry), so taps in the padding are skipped as the reference skips them. f32 sums in
+    /// tap order.
     ///
     /// With unit strides and finite weights, a plane's rows are short (7 to 56 columns in
     /// the zoo's models) for loops of their own: the input is copied into a zero-bordered
@@ -297,71 +339,89 @@ impl ConvKernel {
         parallel: bool,
         split: Option<(&Phases, &[f32])>,
     ) {
-        let ([sy, sx], [py, px], [dy, dx]) = (self.geometry.strides, self.geometry.pads, self.geometry.dilations);
+        let ([sz, sy, sx], [pz, py, px], [dz, dy, dx]) =
+            (self.geometry.strides, self.geometry.pads, self.geometry.dilations);
         let mg = s.m / self.geometry.group;
+        let (plane_in, plane_out, taps_per) = (s.h * s.w, s.oh * s.ow, s.kd * s.kh * s.kw);
         // Per kx: the output columns whose tap is inside the input, and the first one's input column.
         let columns: Vec<_> = (0..s.kw).map(|kx| outputs_inside(s.ow, s.w, sx, kx, dx, px)).collect();
         let bordered = (sx == 1 && sy == 1 && all_finite(wv))
             .then(|| Bordered::new([s.h, s.w], [s.oh, s.ow], [s.kh, s.kw], [py, px], [dy, dx]))
             .flatten();
-        let plane = |(i, dst): (usize, &mut [f32])| {
+        // The input depths output depth `oz` reads, with their taps.
+        let depths = |oz: usize| {
+            (0..s.kd).filter_map(move |kz| {
+                let iz = at(oz, sz, kz, dz, pz);
+                (iz >= 0 && iz < s.d as i128).then_some((kz, iz as usize))
+            })
+        };
+        let volume = |(i, dst): (usize, &mut [f32])| {
             let (img, m) = (i / s.m, i % s.m);
-            let src = &x[(img * s.c + m / mg) * s.h * s.w..][..s.h * s.w];
-            let taps = &wv[m * s.kh * s.kw..][..s.kh * s.kw];
+            let channel = img * s.c + m / mg;
+            let src = &x[channel * s.d * plane_in..][..s.d * plane_in];
+            let taps = &wv[m * taps_per..][..taps_per];
             // A strided window reads the input's phases (each tap's columns one run) where
-            // `run` split it, else the plane with the stride.
-            let (rows, width) = match split {
+            // `run` split it, else the planes with the stride.
+            let (planes, width) = match split {
                 Some((phases, data)) => {
                     let width = phases.row_len();
-                    (&data[(img * s.c + m / mg) * s.h * width..][..s.h * width], width)
+                    (&data[channel * s.d * s.h * width..][..s.d * s.h * width], width)
                 }
                 None => (src, s.w),
             };
-            if let Some(b) = &bordered {
-                // Each tap one loop over the plane at the bordered width (see the doc above).
-                return crate::rows::with_scratch(b.len() + b.out_len(), &mut |scratch| {
-                    let (input, acc) = scratch.split_at_mut(b.len());
-                    b.fill(src, 0.0, input);
-                    acc.fill(0.0);
-                    for ky in 0..s.kh {
-                        for kx in 0..s.kw {
-                            let w = taps[ky * s.kw + kx];
-                            fold(acc, &input[b.offset(ky, kx)..], |o, v| o + w * v);
+            for (oz, dst) in dst.chunks_exact_mut(plane_out).enumerate() {
+                if let Some(b) = &bordered {
+                    // Each tap one loop over the plane at the bordered width (see the doc above).
+                    crate::rows::with_scratch(b.len() + b.out_len(), &mut |scratch| {
+                        let (input, acc) = scratch.split_at_mut(b.len());
+                        acc.fill(0.0);
+                        for (kz, iz) in depths(oz) {
+                            b.fill(&src[iz * plane_in..][..plane_in], 0.0, input);
+                            for ky in 0..s.kh {
+                                for kx in 0..s.kw {
+                                    let w = taps[(kz * s.kh + ky) * s.kw + kx];
+                                    fold(acc, &input[b.offset(ky, kx)..], |o, v| o + w * v);
+                                }
+                            }
                         }
-                    }
-                    b.crop(acc, dst);
-                });
-            }
-            dst.fill(0.0);
-            for ky in 0..s.kh {
-                for oy in 0..s.oh {
-                    let iy = at(oy, sy, ky, dy, py);
-                    if iy < 0 || iy >= s.h as i128 {
-                        continue;
-                    }
-                    let row = &rows[iy as usize * width..][..width];
-                    let orow = &mut dst[oy * s.ow..][..s.ow];
-                    for (kx, &(lo, hi, ix0)) in columns.iter().enumerate() {
-                        let w = taps[ky * s.kw + kx];
-                        if let Some((phases, _)) = split {
-                            fold(&mut orow[lo..hi], &row[phases.at(ix0)..][..hi - lo], |o, v| o + w * v);
-                        } else if sx == 1 {
-                            fold(&mut orow[lo..hi], &row[ix0..ix0 + (hi - lo)], |o, v| o + w * v);
-                        } else {
-                            for (o, &v) in orow[lo..hi].iter_mut().zip(row[ix0..].iter().step_by(sx)) {
-                                *o += w * v;
+                        b.crop(acc, dst);
+                    });
+                    continue;
+                }
+                dst.fill(0.0);
+                for (kz, iz) in depths(oz) {
+                    let rows = &planes[iz * s.h * width..][..s.h * width];
+                    for ky in 0..s.kh {
+                        for oy in 0..s.oh {
+                            let iy = at(oy, sy, ky, dy, py);
+                            if iy < 0 || iy >= s.h as i128 {
+                                continue;
+                            }
+                            let row = &rows[iy as usize * width..][..width];
+                            let orow = &mut dst[oy * s.ow..][..s.ow];
+                            for (kx, &(lo, hi, ix0)) in columns.iter().enumerate() {
+                                let w = taps[(kz * s.kh + ky) * s.kw + kx];
+                                if let Some((phases, _)) = split {
+                                    fold(&mut orow[lo..hi], &row[phases.at(ix0)..][..hi - lo], |o, v| o + w * v);
+                                } else if sx == 1 {
+                                    fold(&mut orow[lo..hi], &row[ix0..ix0 + (hi - lo)], |o, v| o + w * v);
+                                } else {
+                                    for (o, &v) in orow[lo..hi].iter_mut().zip(row[ix0..].iter().step_by(sx)) {
+                                        *o += w * v;
+                                    }
+                                }
                             }
                         }
                     }
                 }
             }
         };
-        let p = s.oh * s.ow;
+        let p = s.od * plane_out;
         if parallel {
             use rayon::prelude::*;
-            out.par_chunks_exact_mut(p).enumerate().for_each(plane);
+            out.par_chunks_exact_mut(p).enumerate().for_each(volume);
         } else {
-            out.chunks_exact_mut(p).enumerate().for_each(plane);
+            out.chunks_exact_mut(p).enumerate().for_each(volume);
         }
     }
 
@@ -369,36 +429,129 @@ impl ConvKernel {
     /// not all finite.
     fn exact(&self, x: &[f32], wv: &[f32], s: &Sizes, out: &mut [f32]) {
         let mg = s.m / self.geometry.group;
-        let ([sy, sx], [py, px], [dy, dx]) = (self.geometry.strides, self.geometry.pads, self.geometry.dilations);
+        let ([sz, sy, sx], [pz, py, px], [dz, dy, dx]) =
+            (self.geometry.strides, self.geometry.pads, self.geometry.dilations);
+        let inside = |o: usize, st: usize, k: usize, dl: usize, pd: usize, size: usize| {
+            let i = at(o, st, k, dl, pd);
+            (i >= 0 && i < size as i128).then_some(i as usize)
+        };
         let mut i = 0;
         for img in 0..s.n {
             for m in 0..s.m {
                 let g = m / mg;
-                for oy in 0..s.oh {
-                    for ox in 0..s.ow {
-                        let mut acc = 0.0f64;
-                        for c in 0..s.cg {
-                            for ky in 0..s.kh {
-                                let iy = at(oy, sy, ky, dy, py);
-                                if iy < 0 || iy >= s.h as i128 {
-                                    continue;
-                                }
-                                for kx in 0..s.kw {
-                                    let ix = at(ox, sx, kx, dx, px);
-                                    if ix < 0 || ix >= s.w as i128 {
-                                        continue;
+                for oz in 0..s.od {
+                    for oy in 0..s.oh {
+                        for ox in 0..s.ow {
+                            let mut acc = 0.0f64;
+                            for c in 0..s.cg {
+                                let channel = img * s.c + g * s.cg + c;
+                                for kz in 0..s.kd {
+                                    let Some(iz) = inside(oz, sz, kz, dz, pz, s.d) else { continue };
+                                    for ky in 0..s.kh {
+                                        let Some(iy) = inside(oy, sy, ky, dy, py, s.h) else { continue };
+                                        for kx in 0..s.kw {
+                                            let Some(ix) = inside(ox, sx, kx, dx, px, s.w) else { continue };
+                                            let xi = ((channel * s.d + iz) * s.h + iy) * s.w + ix;
+                                            let wi = (((m * s.cg + c) * s.kd + kz) * s.kh + ky) * s.kw + kx;
+                                            acc += f64::from(x[xi]) * f64::from(wv[wi]);
+                                        }
                                     }
-                                    let xi = ((img * s.c + g * s.cg + c) * s.h + iy as usize) * s.w + ix as usize;
-                                    let wi = ((m * s.cg + c) * s.kh + ky) * s.kw + kx;
-                                    acc += f64::from(x[xi]) * f64::from(wv[wi]);
                                 }
                             }
+                            out[i] = acc as f32;
+                            i += 1;
                         }
-                        out[i] = acc as f32;
-                        i += 1;
                     }
                 }
             }
         }
+    }
+
+    /// The transposed convolution (`conv_input_grad`) of gradient `dy` (`[N, M, OD, OH, OW]`)
+    /// by weight `wv` into `out` (`[N, C, D, H, W]`, every element written): per image and
+    /// group, the weight's transpose (`[C/group*KD*KH*KW, M/group]`, read through strides)
+    /// times the gradient's `[M/group, OD*OH*OW]` rows gives one column per output position
+    /// and row per tap of a channel, which col2im adds into the zeroed result where the tap
+    /// lands inside it (a 1x1 window of stride 1 without padding: the product is the
+    /// result). Every term of the reference's sums is a term here (no tap in the padding is
+    /// multiplied by anything: its column entries are dropped), so infinities and NaNs come
+    /// out where the reference has them; the sums are f32 in another order.
+    fn transposed(
+        &self,
+        dy: &[f32],
+        wv: &[f32],
+        s: &Sizes,
+        out: &mut [f32],
+        threads: usize,
+        operands: &Operands<'_>,
+    ) -> Result<(), String> {
+        use rayon::prelude::*;
+        let (p, k, mg) = (s.od * s.oh * s.ow, s.cg * s.kd * s.kh * s.kw, s.m / self.geometry.group);
+        let volume = s.d * s.h * s.w;
+        if out.is_empty() {
+            return Ok(());
+        }
+        let product = Product { m: k, k: mg, n: p, transpose_a: true, transpose_b: false };
+        // The weight's rows and the gradient's channels of image `img`, group `g`.
+        let factors = |img: usize, g: usize| (&wv[g * mg * k..][..mg * k], &dy[(img * s.m + g * mg) * p..][..mg * p]);
+        if self.direct(s) {
+            for img in 0..s.n {
+                for g in 0..self.geometry.group {
+                    let (a, b) = factors(img, g);
+                    let dst = &mut out[(img * s.c + g * s.cg) * volume..][..s.cg * volume];
+                    matmul_into(a, b, dst, product, threads)?;
+                }
+            }
+            return Ok(());
+        }
+        out.fill(0.0);
+        let ([sz, sy, sx], [pz, py, px], [dz, dy_, dx]) =
+            (self.geometry.strides, self.geometry.pads, self.geometry.dilations);
+        let rows: Vec<_> = (0..s.kh).map(|ky| outputs_inside(s.oh, s.h, sy, ky, dy_, py)).collect();
+        let columns: Vec<_> = (0..s.kw).map(|kx| outputs_inside(s.ow, s.w, sx, kx, dx, px)).collect();
+        let taps = s.kd * s.kh * s.kw;
+        let plane_out = s.oh * s.ow;
+        let mut col = operands.alloc_f32_filled(k * p)?;
+        // One channel's taps, in order, added into its `[d, h, w]` volume of the result.
+        let channel = |(ci, dst): (usize, &mut [f32]), col: &[f32]| {
+            for t in 0..taps {
+                let (kz, ky, kx) = (t / (s.kh * s.kw), t / s.kw % s.kh, t % s.kw);
+                let src = &col[(ci * taps + t) * p..][..p];
+                let ((y0, y1, iy0), (x0, x1, ix0)) = (rows[ky], columns[kx]);
+                for (oz, src) in src.chunks_exact(plane_out).enumerate() {
+                    let iz = at(oz, sz, kz, dz, pz);
+                    if iz < 0 || iz >= s.d as i128 {
+                        continue;
+                    }
+                    let plane = &mut dst[iz as usize * s.h * s.w..][..s.h * s.w];
+                    for (j, oy) in (y0..y1).enumerate() {
+                        let iy = iy0 + j * sy;
+                        let from = &src[oy * s.ow + x0..][..x1 - x0];
+                        if sx == 1 {
+                            fold(&mut plane[iy * s.w + ix0..][..x1 - x0], from, |o, v| o + v);
+                        } else {
+                            for (o, &v) in plane[iy * s.w + ix0..].iter_mut().step_by(sx).zip(from) {
+                                *o += v;
+                            }
+                        }
+                    }
+                }
+            }
+        };
+        let parallel = threads > 1 && s.cg > 1;
+        for img in 0..s.n {
+            for g in 0..self.geometry.group {
+                let (a, b) = factors(img, g);
+                matmul_into(a, b, &mut col, product, threads)?;
+                let dst = &mut out[(img * s.c + g * s.cg) * volume..][..s.cg * volume];
+                if parallel {
+                    dst.par_chunks_exact_mut(volume).enumerate().for_each(|c| channel(c, &col));
+                } else {
+                    dst.chunks_exact_mut(volume).enumerate().for_each(|c| channel(c, &col));
+                }
+            }
+        }
+        operands.recycle_f32(col);
+        Ok(())
     }
 }

@@ -1,4 +1,5 @@
-//! 2-D max and average pooling (and 1-D, as 2-D of height 1), plane by plane: per output position and spatial dim, the
+//! Max and average pooling in 1, 2 and 3 spatial dims (1-D and 2-D as 3-D of depth and height
+//! 1, or of depth 1), plane by plane: per output position and spatial dim, the
 //! window's taps inside the input form one range (positions grow with the tap), found from the
 //! geometry, so no tap in the padding is visited. Results equal the reference kernel's bit
 //! for bit: the same taps in the same order, maxima folded from -inf with NaN winning,
@@ -60,23 +61,21 @@ impl PoolKernel {
             ));
         }
         let x = xt.f32_elements(None).map_err(|e| format!("input 0: {e}"))?;
-        // The 4-D views (a 1-D pool's with height 1, its window one tap over it).
+        // The 5-D views (a 2-D pool's with depth 1, a 1-D one's with depth and height 1, its
+        // window one tap over them: `dims` checks).
         let w = &p.window;
-        let views = p.dims().filter(|[xs, ys]| w.kernel.len() == 2 && xs[..2] == ys[..2]);
-        let flat = p.input.rank() == 3;
-        let one_tap = || w.kernel[0] == 1 && w.strides[0] == 1 && w.pads_begin[0] == 0 && w.pads_end[0] == 0;
-        let Some([xs, ys]) = views.filter(|_| !flat || one_tap()) else {
-            return Err(format!("a 2-D or 1-D pool of {} into {}", p.input, p.out));
+        let Some([xs, ys]) = p.dims().filter(|[xs, ys]| xs[..2] == ys[..2]) else {
+            return Err(format!("a 1-D, 2-D or 3-D pool of {} into {}", p.input, p.out));
         };
         let along = |i: usize| {
             taps(ys[2 + i], xs[2 + i] as u64, w.kernel[i], w.strides[i], w.pads_begin[i], w.pads_end[i], w.dilations[i])
         };
-        let (ty, tx) = (along(0), along(1));
-        let (h, wd) = (xs[2], xs[3]);
-        let ([sy, sx], [py, px], [dy, dx]) = (
-            [w.strides[0] as usize, w.strides[1] as usize],
-            [w.pads_begin[0] as usize, w.pads_begin[1] as usize],
-            [w.dilations[0] as usize, w.dilations[1] as usize],
+        let (tz, ty, tx) = (along(0), along(1), along(2));
+        let (dp, h, wd) = (xs[2], xs[3], xs[4]);
+        let ([sz, sy, sx], [pz, py, px], [dz, dy, dx]) = (
+            [w.strides[0] as usize, w.strides[1] as usize, w.strides[2] as usize],
+            [w.pads_begin[0] as usize, w.pads_begin[1] as usize, w.pads_begin[2] as usize],
+            [w.dilations[0] as usize, w.dilations[1] as usize, w.dilations[2] as usize],
         );
         let max = p.op == graphc_ir::Op::MaxPool;
         let include_pad = p.count_include_pad;
@@ -104,13 +103,18 @@ impl PoolKernel {
                 .filter(|&(lo, hi, _)| lo < hi)
                 .collect()
         };
-        // Output row `oy` of a plane: input `src` (`[h, w]`) into `out_row` (`[ow]`). Taps
-        // inside the input are in bounds: the ranges were derived from these very sizes. A
+        // Output row `oy` of output depth `oz` of a plane: input `src` (`[d, h, w]`) into
+        // `out_row` (`[ow]`). Taps inside the input are in bounds: the ranges were derived
+        // from these very sizes. A
         // maximum takes a tap when it is not NaN yet and the tap is NaN or larger (written
         // without short cuts, so the row loops vectorize).
         let take = |a: f32, v: f32| if !a.is_nan() & (v.is_nan() | (v > a)) { v } else { a };
-        let divide = |total: f64, t_y: &Taps, t_x: &Taps| {
-            let count = if include_pad { t_y.counted * t_x.counted } else { (t_y.hi - t_y.lo) * (t_x.hi - t_x.lo) };
+        let divide = |total: f64, t_z: &Taps, t_y: &Taps, t_x: &Taps| {
+            let count = if include_pad {
+                t_z.counted * t_y.counted * t_x.counted
+            } else {
+                (t_z.hi - t_z.lo) * (t_y.hi - t_y.lo) * (t_x.hi - t_x.lo)
+            };
             if count == 0 {
                 f32::NAN
             } else {
@@ -122,13 +126,16 @@ impl PoolKernel {
         // `at(ix)`), where the windows read every column at least once on average: a window
         // narrower than its stride reads a fraction of the input, read with the stride
         // instead of copied whole.
-        let phases = Phases::new(wd, sx).filter(|_| w.kernel[1] >= sx as u64);
+        let phases = Phases::new(wd, sx).filter(|_| w.kernel[2] >= sx as u64);
         let width = phases.as_ref().map_or(wd, Phases::row_len);
         let at = |ix: usize| phases.as_ref().map_or(ix, |p| p.at(ix));
         let step = if phases.is_some() { 1 } else { sx };
-        let pool_row = |src: &[f32], oy: usize, out_row: &mut [f32]| {
-            let t_y = ty[oy];
-            let rows = (t_y.lo..t_y.hi).map(|ky| &src[(oy * sy + ky * dy - py) * width..][..width]);
+        let pool_row = |src: &[f32], oz: usize, oy: usize, out_row: &mut [f32]| {
+            let (t_z, t_y) = (tz[oz], ty[oy]);
+            let rows = (t_z.lo..t_z.hi).flat_map(|kz| {
+                let plane = &src[(oz * sz + kz * dz - pz) * h * width..][..h * width];
+                (t_y.lo..t_y.hi).map(move |ky| &plane[(oy * sy + ky * dy - py) * width..][..width])
+            });
             if max {
                 out_row.fill(f32::NEG_INFINITY);
                 fold_rows(out_row, rows, &columns, at, step, take);
@@ -136,7 +143,7 @@ impl PoolKernel {
                 let mut sum = vec![0.0f64; ow];
                 fold_rows(&mut sum, rows, &columns, at, step, |a: f64, v| a + f64::from(v));
                 for ((o, &total), t_x) in out_row.iter_mut().zip(&sum).zip(&tx) {
-                    *o = divide(total, &t_y, t_x);
+                    *o = divide(total, &t_z, &t_y, t_x);
                 }
             }
         };
@@ -146,16 +153,21 @@ impl PoolKernel {
         if len == 0 {
             return Ok(vec![Tensor::from_f32(out, &p.out)?]);
         }
-        let (oh, plane_in) = (ty.len(), h * wd);
-        let taps_per_window = w.kernel[0].min(h as u64).saturating_mul(w.kernel[1].min(wd as u64));
+        let (od, oh, plane_in) = (tz.len(), ty.len(), h * wd);
+        let taps_per_window = w.kernel[0]
+            .min(dp as u64)
+            .saturating_mul(w.kernel[1].min(h as u64))
+            .saturating_mul(w.kernel[2].min(wd as u64));
         let work = (len as u64).saturating_mul(taps_per_window);
         let parallel = work >= PARALLEL_ELEMENTS as u64 && graphc_runtime::may_split();
-        // Unit strides and several planes: plane by plane, each in a border that no maximum
-        // or sum notices (-inf, or +0 added to a sum that started at +0), every tap one loop
-        // over the whole plane in the same (ky, kx) order: the row path's results, bit for bit.
-        let kernel = [usize::try_from(w.kernel[0]), usize::try_from(w.kernel[1])];
+        // Unit strides and several planes of one depth (1-D and 2-D pools): plane by plane,
+        // each in a border that no maximum or sum notices (-inf, or +0 added to a sum that
+        // started at +0), every tap one loop over the whole plane in the same (ky, kx) order:
+        // the row path's results, bit for bit.
+        let kernel = [usize::try_from(w.kernel[1]), usize::try_from(w.kernel[2])];
+        let flat = dp == 1 && od == 1 && w.kernel[0] == 1 && w.pads_begin[0] == 0 && w.pads_end[0] == 0;
         let bordered = match kernel {
-            [Ok(kh), Ok(kw)] if sx == 1 && sy == 1 && len > oh * ow => {
+            [Ok(kh), Ok(kw)] if flat && sx == 1 && sy == 1 && len > oh * ow => {
                 Bordered::new([h, wd], [oh, ow], [kh, kw], [py, px], [dy, dx]).map(|b| (b, kh, kw))
             }
             _ => None,
@@ -185,7 +197,7 @@ impl PoolKernel {
                     } else {
                         for (oy, out_row) in dst.chunks_exact_mut(ow).enumerate() {
                             for (ox, o) in out_row.iter_mut().enumerate() {
-                                *o = divide(sum[oy * b.width() + ox], &ty[oy], &tx[ox]);
+                                *o = divide(sum[oy * b.width() + ox], &tz[0], &ty[oy], &tx[ox]);
                             }
                         }
                     }
@@ -208,8 +220,8 @@ impl PoolKernel {
         }
         let src: &[f32] = if phases.is_some() { &split } else { &x };
         let row = |(i, out_row): (usize, &mut [f32])| {
-            let plane = i / oh;
-            pool_row(&src[plane * h * width..][..h * width], i % oh, out_row)
+            let plane = i / (od * oh);
+            pool_row(&src[plane * dp * h * width..][..dp * h * width], i / oh % od, i % oh, out_row)
         };
         if parallel && len > ow {
             use rayon::prelude::*;

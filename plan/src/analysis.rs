@@ -475,15 +475,18 @@ pub fn column_plan(g: &Graph, node: Node) -> Option<ColumnPlan> {
     Some(ColumnPlan { op: nd.op, rows: rows as usize, cols: (elements / rows) as usize, input, out })
 }
 
-/// A 2-D convolution of f32 tensors: input `[N, C, H, W]`, weight `[M, C/group, KH, KW]`,
-/// result `[N, M, OH, OW]`; or a 1-D one, `[N, C, L]` by `[M, C/group, K]` into `[N, M, OL]`,
-/// as the 2-D convolution of height 1 (`[N, C, 1, L]`, the same memory: see
-/// [`ConvGeometry::dims`]). The run half computes it as matrix products on gemm, per image
-/// and group: the weight's `[M/group, C/group*KH*KW]` rows times the input's patches laid out
-/// as columns (im2col; a 1x1 window of stride 1 without padding reads the input as it is).
+/// A convolution of f32 tensors in 1, 2 or 3 spatial dims: input `[N, C, D, H, W]`, weight
+/// `[M, C/group, KD, KH, KW]`, result `[N, M, OD, OH, OW]`; a 2-D one (`[N, C, H, W]`) as the
+/// 3-D convolution of depth 1 and a 1-D one (`[N, C, L]`) of depth and height 1 (the same
+/// memory: see [`ConvGeometry::dims`]). The run half computes it as matrix products on gemm,
+/// per image and group: the weight's `[M/group, C/group*KD*KH*KW]` rows times the input's
+/// patches laid out as columns (im2col; a 1x1 window of stride 1 without padding reads the
+/// input as it is). A transposed one ([`ConvGeometry::transposed`], `conv_input_grad`) is
+/// the weight's transpose times the gradient's columns, scattered back (col2im).
 #[derive(Clone, Debug)]
 pub struct ConvPlan {
-    /// The kernel's operands that are the input and the weight.
+    /// The kernel's operands that are the input and the weight (a transposed convolution's
+    /// "input" is its `grad_output`, the forward convolution's result).
     pub x: usize,
     pub w: usize,
     /// The elementwise ops of an "output" fusion after it, over its result's rows.
@@ -491,75 +494,113 @@ pub struct ConvPlan {
     pub geometry: ConvGeometry,
 }
 
-/// What a convolution computes, whatever reads its result: the tensors as the graph has them
-/// (rank 4, or rank 3 for a 1-D convolution: what operands are checked against and the result
-/// is), and the window in two spatial dims, those of the 4-D view kernels index by
-/// ([`ConvGeometry::dims`]).
+/// What a convolution computes, whatever reads its result: the tensors of the forward
+/// convolution as the graph has them (rank 3, 4 or 5: what operands are checked against),
+/// and the window in three spatial dims, those of the 5-D view kernels index by
+/// ([`ConvGeometry::dims`]). A transposed convolution (`conv_input_grad`) reads `out`'s type
+/// and the weight and yields `input`'s type.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ConvGeometry {
     pub input: TensorType,
     pub weight: TensorType,
     pub out: TensorType,
-    /// Per spatial dim of the view (height, width); a 1-D convolution's height is stride 1,
-    /// no padding, dilation 1 (one tap over a height of 1).
-    pub strides: [usize; 2],
+    /// Per spatial dim of the view (depth, height, width); a dim the graph's tensors do not
+    /// have (a 2-D convolution's depth, a 1-D one's depth and height) is stride 1, no padding,
+    /// dilation 1 (one tap over a size of 1).
+    pub strides: [usize; 3],
     /// The padding before each spatial dim (the padding after only bounds the output size,
     /// which `out` already has).
-    pub pads: [usize; 2],
-    pub dilations: [usize; 2],
+    pub pads: [usize; 3],
+    pub dilations: [usize; 3],
     pub group: usize,
+    /// The adjoint in the input (`conv_input_grad`, ONNX's ConvTranspose): `grad_output`
+    /// (of `out`'s type) by the weight into `input`'s type.
+    pub transposed: bool,
 }
 
-/// The `[N, C, H, W]` view of an `[N, C, H, W]` or `[N, C, L]` tensor (`[N, C, 1, L]`: the
-/// same elements in the same order), or `None` for another rank. Sizes are those of a plan,
-/// which has checked that they fit in memory.
-fn view_4d(t: &TensorType) -> Option<[usize; 4]> {
+/// The `[N, C, D, H, W]` view of a tensor of rank 3, 4 or 5 (`[N, C, 1, 1, L]`,
+/// `[N, C, 1, H, W]`: the same elements in the same order), or `None` for another rank. Sizes
+/// are those of a plan, which has checked that they fit in memory.
+fn view_5d(t: &TensorType) -> Option<[usize; 5]> {
     let d = |i: usize| t.shape[i] as usize;
     match t.rank() {
-        3 => Some([d(0), d(1), 1, d(2)]),
-        4 => Some([d(0), d(1), d(2), d(3)]),
+        3 => Some([d(0), d(1), 1, 1, d(2)]),
+        4 => Some([d(0), d(1), 1, d(2), d(3)]),
+        5 => Some([d(0), d(1), d(2), d(3), d(4)]),
         _ => None,
     }
 }
 
-/// A window's per-dim attribute (strides, pads, dilations) in the two spatial dims of the 4-D
-/// view: a 1-D window's one dim is the width, its height `fill`.
-fn spatial_2d(v: &[u64], fill: u64) -> Option<[u64; 2]> {
+/// A window's per-dim attribute (kernel, strides, pads, dilations) in the three spatial dims
+/// of the 5-D view: the dims a 1-D or 2-D window lacks (its leading ones) are `fill`.
+fn spatial_3d(v: &[u64], fill: u64) -> Option<[u64; 3]> {
     match *v {
-        [w] => Some([fill, w]),
-        [h, w] => Some([h, w]),
+        [w] => Some([fill, fill, w]),
+        [h, w] => Some([fill, h, w]),
+        [d, h, w] => Some([d, h, w]),
         _ => None,
     }
+}
+
+/// The `[N, C, H, W]` view of a 5-D view of depth 1.
+fn planar_view(v: [usize; 5]) -> Option<[usize; 4]> {
+    (v[2] == 1).then_some([v[0], v[1], v[3], v[4]])
 }
 
 impl ConvGeometry {
-    /// The input's, weight's and result's `[N, C, H, W]`, `[M, C/group, KH, KW]` and
-    /// `[N, M, OH, OW]` views, which the kernels index by (a 1-D convolution's with height
-    /// 1), or `None` where the three are not all of rank 4 or all of rank 3.
-    pub fn dims(&self) -> Option<[[usize; 4]; 3]> {
+    /// The input's, weight's and result's `[N, C, D, H, W]`, `[M, C/group, KD, KH, KW]` and
+    /// `[N, M, OD, OH, OW]` views, which the kernels index by (a 2-D convolution's with depth
+    /// 1, a 1-D one's with depth and height 1), or `None` where the three are not all of one
+    /// rank of 3, 4 or 5, or where a dim the graph's tensors lack is not one tap of stride 1,
+    /// unpadded, undilated.
+    pub fn dims(&self) -> Option<[[usize; 5]; 3]> {
         let rank = self.input.rank();
-        if self.weight.rank() != rank || self.out.rank() != rank {
+        if self.weight.rank() != rank || self.out.rank() != rank || !(3..=5).contains(&rank) {
             return None;
         }
-        Some([view_4d(&self.input)?, view_4d(&self.weight)?, view_4d(&self.out)?])
+        let lacking = 5 - rank;
+        if (0..lacking).any(|d| self.strides[d] != 1 || self.pads[d] != 0 || self.dilations[d] != 1) {
+            return None;
+        }
+        Some([view_5d(&self.input)?, view_5d(&self.weight)?, view_5d(&self.out)?])
+    }
+
+    /// The 4-D views (`[N, C, H, W]`) of a forward convolution in at most two spatial dims,
+    /// for kernels that index two (the GPU's), its window then `strides[1..]`, `pads[1..]`,
+    /// `dilations[1..]`; `None` for a 3-D or transposed convolution.
+    pub fn planar(&self) -> Option<[[usize; 4]; 3]> {
+        if self.transposed || self.input.rank() > 4 {
+            return None;
+        }
+        let [x, w, y] = self.dims()?;
+        Some([planar_view(x)?, planar_view(w)?, planar_view(y)?])
     }
 }
 
-/// The plan for a `conv` of f32 `[N, C, H, W]` by `[M, C/group, KH, KW]` (or `[N, C, L]` by
-/// `[M, C/group, K]`) whose sizes and geometry fit the run half's indexing, or `None` (it stays
-/// with the reference kernel).
+/// The plan for a `conv` of f32 `[N, C, D, H, W]` by `[M, C/group, KD, KH, KW]` (or of rank 4
+/// or 3), or a `conv_input_grad` of such a convolution, whose sizes and geometry fit the run
+/// half's indexing, or `None` (it stays with the reference kernel).
 pub fn conv_plan(g: &Graph, node: Node) -> Option<ConvPlan> {
-    let (head, operands, epilogue) = headed(g, node, Op::Conv)?;
+    let (head, operands, epilogue) = headed(g, node, Op::Conv).or_else(|| headed(g, node, Op::ConvInputGrad))?;
     let nd = &g.nodes[head];
     if nd.operands.len() != 2 {
         return None;
     }
+    let transposed = nd.op == Op::ConvInputGrad;
     let x = operands.iter().position(|&v| v == nd.operands[0])?;
     let w = operands.iter().position(|&v| v == nd.operands[1])?;
     let tensor = |v: Value| g.values[v].ty.as_tensor().cloned();
-    let (input, weight, out) = (tensor(nd.operands[0])?, tensor(nd.operands[1])?, tensor(nd.results[0])?);
+    let (first, weight, result) = (tensor(nd.operands[0])?, tensor(nd.operands[1])?, tensor(nd.results[0])?);
+    // The forward convolution's input and result.
+    let (input, out) = if transposed { (result, first) } else { (first, result) };
+    if transposed {
+        let shape: Vec<u64> = nd.attrs.ints("shape")?.iter().map(|&d| u64::try_from(d).ok()).collect::<Option<_>>()?;
+        if shape != input.shape {
+            return None;
+        }
+    }
     let rank = input.rank();
-    if !(rank == 3 || rank == 4) || [&input, &weight, &out].iter().any(|t| t.dtype != DType::F32 || t.rank() != rank) {
+    if !(3..=5).contains(&rank) || [&input, &weight, &out].iter().any(|t| t.dtype != DType::F32 || t.rank() != rank) {
         return None;
     }
     // Every size, and every buffer's bytes (the im2col buffer's too), within isize.
@@ -586,9 +627,11 @@ pub fn conv_plan(g: &Graph, node: Node) -> Option<ConvPlan> {
     if !consistent {
         return None;
     }
-    let small = |v: &[u64], fill: u64| -> Option<[usize; 2]> {
-        let [h, w] = spatial_2d(v, fill)?;
-        Some([usize::try_from(h).ok()?, usize::try_from(w).ok()?])
+    // The window in the view's three spatial dims (the dims the graph's tensors lack: one tap
+    // of stride 1, unpadded, undilated, over a size of 1).
+    let small = |v: &[u64], fill: u64| -> Option<[usize; 3]> {
+        let [d, h, w] = spatial_3d(v, fill)?;
+        Some([usize::try_from(d).ok()?, usize::try_from(h).ok()?, usize::try_from(w).ok()?])
     };
     let group = usize::try_from(group).ok()?;
     let geometry = ConvGeometry {
@@ -596,45 +639,71 @@ pub fn conv_plan(g: &Graph, node: Node) -> Option<ConvPlan> {
         pads: small(&window.pads_begin, 0)?,
         dilations: small(&window.dilations, 1)?,
         group,
+        transposed,
         input,
         weight,
         out,
     };
+    geometry.dims()?;
     Some(ConvPlan { x, w, epilogue, geometry })
 }
 
-/// A 2-D max or average pool of an f32 `[N, C, H, W]` input into `[N, C, OH, OW]` (or a 1-D
-/// one, `[N, C, L]` into `[N, C, OL]`, as the 2-D pool of height 1: see [`PoolPlan::dims`]),
-/// each plane on its own: the run half walks each window's taps inside the input (a range
-/// per dim, found from the geometry, not by visiting the padding).
+/// A max or average pool in 1, 2 or 3 spatial dims of an f32 `[N, C, D, H, W]` input into
+/// `[N, C, OD, OH, OW]` (a 2-D one, `[N, C, H, W]`, as the 3-D pool of depth 1; a 1-D one,
+/// `[N, C, L]`, of depth and height 1: see [`PoolPlan::dims`]), each plane on its own: the run
+/// half walks each window's taps inside the input (a range per dim, found from the geometry,
+/// not by visiting the padding).
 #[derive(Clone, Debug, PartialEq)]
 pub struct PoolPlan {
     /// `max_pool` (one result, no indices) or `avg_pool`.
     pub op: Op,
-    /// The operand's and result's types as the graph has them (rank 4, or 3).
+    /// The operand's and result's types as the graph has them (rank 5, 4 or 3).
     pub input: TensorType,
     pub out: TensorType,
-    /// The window in the two spatial dims of the 4-D view: a 1-D pool's height is one tap of
-    /// stride 1, unpadded, over a height of 1.
+    /// The window in the three spatial dims of the 5-D view (depth, height, width): a dim the
+    /// graph's tensors lack is one tap of stride 1, unpadded, undilated, over a size of 1.
     pub window: graphc_ir::window::Window,
     /// `avg_pool`'s `count_include_pad`.
     pub count_include_pad: bool,
 }
 
 impl PoolPlan {
-    /// The input's and result's `[N, C, H, W]` and `[N, C, OH, OW]` views, which the kernels
-    /// index by (a 1-D pool's with height 1), or `None` where the two are not both of rank 4
-    /// or both of rank 3.
-    pub fn dims(&self) -> Option<[[usize; 4]; 2]> {
-        if self.input.rank() != self.out.rank() {
+    /// The input's and result's `[N, C, D, H, W]` and `[N, C, OD, OH, OW]` views, which the
+    /// kernels index by (a 2-D pool's with depth 1, a 1-D one's with depth and height 1), or
+    /// `None` where the two are not of one rank of 3, 4 or 5, the window not of three dims, or
+    /// a dim the graph's tensors lack not one tap of stride 1, unpadded, undilated.
+    pub fn dims(&self) -> Option<[[usize; 5]; 2]> {
+        let (rank, w) = (self.input.rank(), &self.window);
+        if self.out.rank() != rank || !(3..=5).contains(&rank) {
             return None;
         }
-        Some([view_4d(&self.input)?, view_4d(&self.out)?])
+        let all = [&w.kernel, &w.strides, &w.pads_begin, &w.pads_end, &w.dilations];
+        if all.iter().any(|v| v.len() != 3) {
+            return None;
+        }
+        let one = |d: usize| {
+            w.kernel[d] == 1 && w.strides[d] == 1 && w.pads_begin[d] == 0 && w.pads_end[d] == 0 && w.dilations[d] == 1
+        };
+        if !(0..5 - rank).all(one) {
+            return None;
+        }
+        Some([view_5d(&self.input)?, view_5d(&self.out)?])
+    }
+
+    /// The 4-D views (`[N, C, H, W]`) of a pool in at most two spatial dims, for kernels that
+    /// index two (the GPU's), its window then the last two entries of each attribute; `None`
+    /// for a 3-D pool.
+    pub fn planar(&self) -> Option<[[usize; 4]; 2]> {
+        if self.input.rank() > 4 {
+            return None;
+        }
+        let [x, y] = self.dims()?;
+        Some([planar_view(x)?, planar_view(y)?])
     }
 }
 
 /// The plan for a lone `max_pool` (without indices) or `avg_pool` of a non-empty f32 tensor of
-/// rank 4 or 3, or `None` (it stays with the reference kernel).
+/// rank 3, 4 or 5, or `None` (it stays with the reference kernel).
 pub fn pool_plan(g: &Graph, node: Node) -> Option<PoolPlan> {
     let nd = &g.nodes[node];
     if !matches!(nd.op, Op::MaxPool | Op::AvgPool) || nd.operands.len() != 1 || nd.results.len() != 1 {
@@ -644,7 +713,7 @@ pub fn pool_plan(g: &Graph, node: Node) -> Option<PoolPlan> {
     let out = g.values[nd.results[0]].ty.as_tensor()?.clone();
     let fits = |t: &TensorType| t.num_elements().and_then(|n| n.checked_mul(4)).is_some_and(|b| b <= isize::MAX as u64);
     let rank = input.rank();
-    if !(rank == 3 || rank == 4)
+    if !(3..=5).contains(&rank)
         || [&input, &out]
             .iter()
             .any(|t| t.dtype != DType::F32 || t.rank() != rank || t.num_elements() == Some(0) || !fits(t))
@@ -656,8 +725,8 @@ pub fn pool_plan(g: &Graph, node: Node) -> Option<PoolPlan> {
     if window.output_dims(&input.shape[2..]).ok()? != out.shape[2..] || input.shape[..2] != out.shape[..2] {
         return None;
     }
-    // The window in the view's two spatial dims (a 1-D pool's height: one tap over one row).
-    let lift = |v: &[u64], fill: u64| spatial_2d(v, fill).map(|d| d.to_vec());
+    // The window in the view's three spatial dims (those the tensors lack: one tap over one).
+    let lift = |v: &[u64], fill: u64| spatial_3d(v, fill).map(|d| d.to_vec());
     let window = graphc_ir::window::Window {
         kernel: lift(&window.kernel, 1)?,
         strides: lift(&window.strides, 1)?,
@@ -667,7 +736,9 @@ pub fn pool_plan(g: &Graph, node: Node) -> Option<PoolPlan> {
         ceil_mode: window.ceil_mode,
     };
     let count_include_pad = nd.op == Op::AvgPool && nd.attrs.bool("count_include_pad").unwrap_or(false);
-    Some(PoolPlan { op: nd.op, input, out, window, count_include_pad })
+    let plan = PoolPlan { op: nd.op, input, out, window, count_include_pad };
+    plan.dims()?;
+    Some(plan)
 }
 
 /// What a kernel computes.

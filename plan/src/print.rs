@@ -46,22 +46,49 @@ impl fmt::Display for MatMulPlan {
     }
 }
 
+/// How a plan of rank `rank` runs in the kernels' three spatial dims.
+fn lifted(rank: usize) -> &'static str {
+    match rank {
+        3 => "1-D as 3-D of depth and height 1; ",
+        4 => "2-D as 3-D of depth 1; ",
+        _ => "",
+    }
+}
+
 impl fmt::Display for ConvPlan {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(
-            f,
-            "conv op{} {} * op{} {} ({}group {}, strides {:?}, pads before {:?}, dilations {:?}): im2col per image and group, products on gemm -> {}",
-            self.x,
-            self.geometry.input,
-            self.w,
-            self.geometry.weight,
-            if self.geometry.input.rank() == 3 { "1-D as 2-D of height 1; " } else { "" },
-            self.geometry.group,
-            self.geometry.strides,
-            self.geometry.pads,
-            self.geometry.dilations,
-            self.geometry.out
-        )?;
+        let g = &self.geometry;
+        if g.transposed {
+            writeln!(
+                f,
+                "conv_input_grad op{} {} * op{} {} ({}group {}, strides {:?}, pads before {:?}, dilations {:?}): per image and group, weight^T x grad on gemm, col2im -> {}",
+                self.x,
+                g.out,
+                self.w,
+                g.weight,
+                lifted(g.input.rank()),
+                g.group,
+                g.strides,
+                g.pads,
+                g.dilations,
+                g.input
+            )?;
+        } else {
+            writeln!(
+                f,
+                "conv op{} {} * op{} {} ({}group {}, strides {:?}, pads before {:?}, dilations {:?}): im2col per image and group, products on gemm -> {}",
+                self.x,
+                g.input,
+                self.w,
+                g.weight,
+                lifted(g.input.rank()),
+                g.group,
+                g.strides,
+                g.pads,
+                g.dilations,
+                g.out
+            )?;
+        }
         write_epilogue(f, &self.epilogue, "")
     }
 }
@@ -74,7 +101,7 @@ impl fmt::Display for PoolPlan {
             "{} {} ({}kernel {:?}, strides {:?}, pads {:?} {:?}, dilations {:?}{}): per plane, taps inside the input -> {}",
             self.op.name(),
             self.input,
-            if self.input.rank() == 3 { "1-D as 2-D of height 1; " } else { "" },
+            lifted(self.input.rank()),
             w.kernel,
             w.strides,
             w.pads_begin,

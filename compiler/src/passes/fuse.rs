@@ -809,7 +809,7 @@ fn outline(
         let nd = &g.nodes[nodes[m]];
         // A product's or convolution's operands stay kernel inputs even when constant: the run
         // half reads them as buffers (a splat weight copied in would leave the head without one).
-        let contraction = matches!(nd.op, Op::MatMul | Op::Conv);
+        let contraction = matches!(nd.op, Op::MatMul | Op::Conv | Op::ConvInputGrad);
         for &v in &nd.operands {
             let internal =
                 g.producer(v).is_some_and(|p| members.position(p).is_some()) || (!contraction && inlinable(g, v));

@@ -118,9 +118,10 @@ impl Contraction {
 }
 
 /// A convolution's input, weight and result as the 4-D views its window indexes (a 1-D
-/// convolution's with height 1; the plan made only rank-3 and rank-4 ones).
+/// convolution's with height 1); [`operand_types`] refused a 3-D or transposed one. Its
+/// window is the geometry's `[1..]` (height, width; index 0 is the 5-D view's depth).
 fn conv_dims(c: &ConvPlan) -> [[usize; 4]; 3] {
-    c.geometry.dims().expect("a conv plan's tensors are all of rank 3 or all of rank 4")
+    c.geometry.planar().expect("a conv the GPU runs is a 2-D or 1-D forward one")
 }
 
 /// A plan's tensor sizes, which its plan has checked fit in memory.
@@ -175,6 +176,11 @@ pub fn extents(c: &Contraction, operands: usize) -> Extents {
 /// cannot express); an error when one operand would be read in two ways, or when the epilogue
 /// is not per element (a row reduction needs the whole row: such products stay on the CPU).
 pub fn operand_types(c: &Contraction, operands: &[TensorType]) -> Result<Vec<(TensorType, bool)>, String> {
+    if let Contraction::Conv(cp) = c {
+        if cp.geometry.planar().is_none() {
+            return Err("only 2-D and 1-D forward convolutions have a GPU kernel".into());
+        }
+    }
     let mut roles: Vec<Option<(TensorType, bool)>> = vec![None; operands.len()];
     let mut give = |i: usize, ty: TensorType, materialize: bool| -> Result<(), String> {
         let slot = roles.get_mut(i).ok_or_else(|| format!("the kernel reads operand {i} of {}", operands.len()))?;
@@ -566,10 +572,11 @@ impl Kernel<'_> {
         let at = [self.div(e, &pos, out[3]), self.rem(e, &pos, out[3])];
         let mut coords = Vec::with_capacity(2);
         for a in 0..2 {
-            let o = e.imul(&at[a], g.strides[a] as i64);
-            let t = e.imul(&taps[a], g.dilations[a] as i64);
+            // The geometry's window is per dim of the 5-D view: height and width are 1 and 2.
+            let o = e.imul(&at[a], g.strides[a + 1] as i64);
+            let t = e.imul(&taps[a], g.dilations[a + 1] as i64);
             let sum = e.iadd(&o, &t);
-            let pad = e_i64(e, g.pads[a]);
+            let pad = e_i64(e, g.pads[a + 1]);
             coords.push(e.op(&format!("arith.subi {sum}, {pad} : i64")));
         }
         let within = self.inside(e, &coords[0], input[2], &coords[1], input[3]);

@@ -60,7 +60,7 @@ pub fn check(r: &Reduction) -> Result<(), String> {
         Reduction::Pool(p) => p,
     };
     let w = &p.window;
-    if p.dims().is_none() || w.kernel.len() != 2 {
+    if p.planar().is_none() {
         return Err("only 2-D and 1-D pools have a GPU kernel".into());
     }
     let values = p.input.shape.iter().chain(&w.kernel).chain(&w.strides).chain(&w.pads_begin).chain(&w.pads_end);
@@ -150,17 +150,20 @@ struct Taps {
 }
 
 /// A pool's input and result as the 4-D views its window indexes (a 1-D pool's with height 1);
-/// [`check`] refused any other.
+/// [`check`] refused any other. Its window's attributes are the plan's 3-D ones, of which the
+/// last two (height, width) are these views' spatial dims.
 fn pool_dims(p: &PoolPlan) -> [[usize; 4]; 2] {
-    p.dims().expect("a pool the GPU runs is 2-D or 1-D")
+    p.planar().expect("a pool the GPU runs is 2-D or 1-D")
 }
 
 /// The taps of output position `o` along spatial dim `a` (0: height, 1: width) of `p`.
 fn taps(e: &mut Emitter, p: &PoolPlan, a: usize, o: &str) -> Taps {
     let w = &p.window;
-    let (size, kernel, d) = (pool_dims(p)[0][2 + a] as i64, w.kernel[a] as i64, w.dilations[a] as i64);
-    let scaled = e.imul(o, w.strides[a] as i64);
-    let pad = e.i64c(w.pads_begin[a] as i64);
+    // The window's attributes are per dim of the plan's 5-D view (depth first).
+    let wa = a + 1;
+    let (size, kernel, d) = (pool_dims(p)[0][2 + a] as i64, w.kernel[wa] as i64, w.dilations[wa] as i64);
+    let scaled = e.imul(o, w.strides[wa] as i64);
+    let pad = e.i64c(w.pads_begin[wa] as i64);
     let start = e.op(&format!("arith.subi {scaled}, {pad} : i64"));
     let zero = e.i64c(0);
     let k = e.i64c(kernel);
@@ -183,7 +186,7 @@ fn taps(e: &mut Emitter, p: &PoolPlan, a: usize, o: &str) -> Taps {
     let hi = e.op(&format!("arith.select {before}, {zero}, {q} : i64"));
     let hi = clamp(e, &hi);
     let hi = e.op(&format!("arith.maxsi {hi}, {lo} : i64"));
-    let end = e.i64c(size + w.pads_end[a] as i64);
+    let end = e.i64c(size + w.pads_end[wa] as i64);
     let to_end = e.op(&format!("arith.subi {end}, {start} : i64"));
     let counted = ceil_div(e, &to_end, d);
     let counted = clamp(e, &counted);
@@ -223,7 +226,7 @@ fn pool_element(e: &mut Emitter, p: &PoolPlan, t: &str, x: &str) -> String {
     let max = p.op == Op::MaxPool;
     let (init, ty_name) =
         if max { (e.op("arith.constant 0xFF800000 : f32"), "f32") } else { (e.op("arith.constant 0.0 : f64"), "f64") };
-    let (dy, dx) = (p.window.dilations[0] as i64, p.window.dilations[1] as i64);
+    let (dy, dx) = (p.window.dilations[1] as i64, p.window.dilations[2] as i64);
     let acc = fold(e, (&ty.lo, &ty.hi), &init, ty_name, &mut |e, ky, acc| {
         let iy = e.imul(ky, dy);
         let iy = e.iadd(&ty.start, &iy);
