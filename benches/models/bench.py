@@ -12,7 +12,8 @@ release unless --graphc names one (default: target/release/graphc when it exists
 
 Per model, interleaved: --rounds times `graphc bench --json` (median of --iters steps after
 --warmup) and ORT on the same inputs (the same count), each engine's time the best round's
-median; then one `graphc bench --ops --json` for the per-op profile (the share of the step's
+median (a model whose graphc step, probed once, would take more than --budget seconds in all
+gets one round of fewer graphc steps, at least 1); then one `graphc bench --ops --json` for the per-op profile (the share of the step's
 node time on reference kernels, and the slowest nodes); then `graphc run -o` to compare graphc's
 outputs with ORT's: max abs difference and max abs difference / max |ORT output| ("ok" under
 --tol). Prints a table of milliseconds and the ratio ORT / graphc (above 1: graphc is faster),
@@ -103,6 +104,8 @@ def main():
     ap.add_argument("--only", default="", help="entries (NAME or NAME@dynamo) or model names")
     ap.add_argument("--graphc", default="")
     ap.add_argument("--json", default="", help="write every result (and each profile's top rows) here")
+    ap.add_argument("--budget", type=float, default=30,
+                    help="seconds of graphc steps per model before --iters and --rounds are cut down")
     ap.add_argument("--tol", type=float, default=1e-3, help="max |graphc - ORT| / max |ORT| for 'ok'")
     ap.add_argument("--ops-top", type=int, default=10, help="profile rows kept per model")
     ap.add_argument("--show-ops", type=int, default=6,
@@ -153,10 +156,21 @@ def main():
             except Exception as e:  # noqa: BLE001
                 sess, ort_err = None, f"ORT: {type(e).__name__}: {str(e).splitlines()[0][:250]}"
                 res["ort_error"] = ort_err
-            g_meds, o_meds, g_err, last = [], [], None, None
-            for _ in range(args.rounds):
+            # A probe step sizes the runs: a model whose graphc step is slow gets fewer steps
+            # (at least 1) and one round, so that it spends about --budget seconds per engine.
+            iters, warmup, rounds = args.iters, args.warmup, args.rounds
+            probe, g_err = graphc_bench(graphc, onnx_path, flags, 1, 0)
+            if probe:
+                step_s = probe["median_ms"] / 1e3
+                if step_s * (iters + warmup) * rounds > args.budget:
+                    rounds = 1
+                    iters = max(1, min(iters, int(args.budget / step_s) - 1))
+                    warmup = 1 if iters >= 3 else 0
+            res["iters"], res["rounds"] = iters, rounds
+            g_meds, o_meds, last = [], [], None
+            for _ in range(rounds):
                 if g_err is None:
-                    last, g_err = graphc_bench(graphc, onnx_path, flags, args.iters, args.warmup)
+                    last, g_err = graphc_bench(graphc, onnx_path, flags, iters, warmup)
                     if last:
                         g_meds.append(last["median_ms"])
                 if sess is not None:
@@ -172,7 +186,7 @@ def main():
             if g_ms and o_ms:
                 res["ratio"] = o_ms / g_ms
             if not g_err:
-                prof, p_err = graphc_bench(graphc, onnx_path, flags, max(5, args.iters // 2), args.warmup, ops=True,
+                prof, p_err = graphc_bench(graphc, onnx_path, flags, max(1, iters // 2), warmup, ops=True,
                                            ops_top=args.ops_top)
                 if prof:
                     ops = prof["ops"]
@@ -190,6 +204,10 @@ def main():
                     except Exception as e:  # noqa: BLE001
                         res["agreement"] = {"ok": False, "error": f"{type(e).__name__}: {e}"[:300]}
             print(row_line(res), flush=True)
+            if args.json:  # after each model, so that an interrupted run keeps what it measured
+                write_json(args, graphc, avx512, ort.__version__, results)
+    if args.json:
+        write_json(args, graphc, avx512, ort.__version__, results)
     ratios = [r["ratio"] for r in results if r.get("ratio")]
     if ratios:
         geo = math.exp(sum(math.log(x) for x in ratios) / len(ratios))
@@ -211,10 +229,12 @@ def main():
             shapes = ", ".join(row["operands"] or []) + " -> " + ", ".join(row["results"] or [])
             print(f"  {row['op'][:40]:<40} {shapes[:90]:<90} {row['path']:<12} {row['ms_per_step']:8.3f} ms "
                   f"{row['share_percent']:5.1f}%")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"host": {"cores": os.cpu_count(), "avx512": avx512, "onnxruntime": ort.__version__},
-                       "iters": args.iters, "rounds": args.rounds, "graphc": graphc, "results": results}, f, indent=1)
+
+
+def write_json(args, graphc, avx512, ort_version, results):
+    with open(args.json, "w") as f:
+        json.dump({"host": {"cores": os.cpu_count(), "avx512": avx512, "onnxruntime": ort_version},
+                   "iters": args.iters, "rounds": args.rounds, "graphc": graphc, "results": results}, f, indent=1)
 
 
 def row_line(r):
