@@ -569,6 +569,32 @@ fn the_pool_and_column_kernels_compute_every_window_exactly() {
 }
 
 #[test]
+fn three_d_and_transposed_convolutions_and_three_d_pools_stay_off_the_gpu() {
+    // The GPU's kernels index two spatial dims (ConvGeometry::planar, PoolPlan::planar): a
+    // 3-D convolution or pool, and a transposed convolution of any rank (bias fused or not),
+    // are refused with a reason, not given a kernel that would read them wrongly.
+    let text = "graph @g(%x: f32[1,4,3,6,6], %w: f32[8,4,3,3,3], %dy: f32[1,8,5,5], %dz: f32[1,8,5,5], %wt: f32[8,4,3,3], %b: f32[1,4,1,1]) -> (a: f32[1,8,3,6,6], p: f32[1,4,2,3,3], t: f32[1,4,7,7], u: f32[1,4,7,7]) {
+  %a = conv %x, %w {pads = [1, 1, 1, 1, 1, 1]} : f32[1,8,3,6,6]
+  %p = max_pool %x {kernel = [2, 2, 2], strides = [2, 2, 2], ceil_mode = true} : f32[1,4,2,3,3]
+  %t = conv_input_grad %dy, %wt {shape = [1, 4, 7, 7]} : f32[1,4,7,7]
+  %c = conv_input_grad %dz, %wt {shape = [1, 4, 7, 7]} : f32[1,4,7,7]
+  %u = add %c, %b : f32[1,4,7,7]
+  return %a, %p, %t, %u
+}
+";
+    let m = optimize(&parse_module(text).unwrap());
+    let convs = plan::kernels(&m).iter().filter(|k| matches!(k.plan, KernelPlan::Conv(_))).count();
+    assert_eq!(convs, 3, "the CPU compiles them");
+    let (_, ks, kept) = gpu_listing(&m, "g", "sm_90").unwrap();
+    assert!(ks.is_empty(), "{ks:?}");
+    assert_eq!(kept.iter().filter(|k| k.contains("only 2-D and 1-D forward convolutions")).count(), 3, "{kept:?}");
+    assert_eq!(kept.iter().filter(|k| k.contains("only 2-D and 1-D pools")).count(), 1, "{kept:?}");
+    // Nor do the CPU twins of the GPU's kernels take them.
+    let (_, twins) = with_twins(&m);
+    assert_eq!(twins, 0);
+}
+
+#[test]
 fn only_kernels_placed_on_a_gpu_or_nowhere_are_for_the_gpu() {
     let text = "graph @g(%x: f32[8,16], %w: f32[16,4], %p: bool[]) -> (a: f32[8,4], b: f32[8,4], c: f32[8,4], d: f32[8,4], e: f32[8,4]) {
   %a = matmul %x, %w device \"/job:localhost/replica:0/task:0/device:cpu:0\" : f32[8,4]
