@@ -242,7 +242,7 @@ fn transposed_convolutions_of_decoders_run_alike_compiled() {
 #[test]
 fn a_3d_residual_block_sized_convolution_runs_alike_compiled() {
     // Enough work to split the products and the patches across threads, strided, and a
-    // depthwise one (the planes' loop).
+    // depthwise one (the planes' loop); patches large enough to be made in slabs.
     let case = |c: u64, m: u64, group: u64, size: Vec<u64>, k: u64, s: u64, p: u64| Case {
         n: 1,
         c,
@@ -262,6 +262,8 @@ fn a_3d_residual_block_sized_convolution_runs_alike_compiled() {
         case(1, 1, 32, vec![4, 12, 12], 3, 1, 1),
         case(1, 2, 16, vec![5, 11, 11], 3, 2, 1),
         case(32, 16, 1, vec![4, 8, 8], 1, 1, 0),
+        // Patches made a slab of output depths at a time (3 + 1 of 4; 2 + 1 of 3, strided).
+        case(32, 8, 1, vec![5, 24, 24], 3, 2, 1),
     ] {
         check(&c).unwrap();
     }

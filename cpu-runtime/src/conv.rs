@@ -31,6 +31,10 @@ fn any_nan(v: &[f32]) -> bool {
     v.iter().fold(false, |a, x| a | x.is_nan())
 }
 
+/// Patch matrices of 3-D convolutions larger than this many elements are made a slab of
+/// output depths at a time (see `ConvKernel::products`).
+const PATCH_SLAB: usize = 1 << 18;
+
 /// The input position of tap `k` (dilation `d`) of the window at output `o` (stride `s`,
 /// padding `p` before): negative or past the end in the padding.
 fn at(o: usize, s: usize, k: usize, d: usize, p: usize) -> i128 {
@@ -190,9 +194,17 @@ impl ConvKernel {
                 matmul_into(a, b, dst, Product { m: mg, k, n: p, transpose_a: false, transpose_b: false }, 1)
             });
         }
+        // A 3-D convolution's patches, past PATCH_SLAB elements, are made and multiplied a
+        // slab of output depths at a time (a [64, 8, 28, 28] input's 3x3x3 patches are 43 MB;
+        // a slab's stay in cache between im2col and the product), each slab's product into
+        // a buffer of its own, copied into the result's rows. One slab: the whole result.
+        let plane_out = s.oh * s.ow;
+        let slab = if direct { s.od } else { (PATCH_SLAB / (k * plane_out).max(1)).clamp(1, s.od) };
+        let cols = slab * plane_out;
         // The patch matrix from the session's pool: a step after the first touches no fresh
         // pages for it.
-        let mut col: Vec<f32> = if direct { Vec::new() } else { operands.alloc_f32_filled(k * p)? };
+        let mut col: Vec<f32> = if direct { Vec::new() } else { operands.alloc_f32_filled(k * cols)? };
+        let mut part: Vec<f32> = if slab < s.od { operands.alloc_f32_filled(mg * cols)? } else { Vec::new() };
         let phases = self.phases(s);
         let mut phased: Vec<f32> = match &phases {
             Some(phases) => operands.alloc_f32_filled(phases.split_len(s.cg * volume))?,
@@ -201,17 +213,36 @@ impl ConvKernel {
         for img in 0..s.n {
             for g in 0..self.geometry.group {
                 let (a, xs) = factors(img, g);
-                let b: &[f32] = if direct {
-                    xs
-                } else {
-                    self.im2col(xs, s, &mut col, phases.as_ref().map(|phases| (phases, &mut phased)), threads > 1);
-                    &col
-                };
                 let dst = &mut out[(img * s.m + g * mg) * p..][..mg * p];
-                matmul_into(a, b, dst, Product { m: mg, k, n: p, transpose_a: false, transpose_b: false }, threads)?;
+                if direct {
+                    let product = Product { m: mg, k, n: p, transpose_a: false, transpose_b: false };
+                    matmul_into(a, xs, dst, product, threads)?;
+                    continue;
+                }
+                let split = phases.as_ref().map(|phases| {
+                    phases.split(xs, &mut phased, threads > 1);
+                    (phases, &phased[..])
+                });
+                for z0 in (0..s.od).step_by(slab) {
+                    let z1 = (z0 + slab).min(s.od);
+                    let n = (z1 - z0) * plane_out;
+                    let col = &mut col[..k * n];
+                    self.im2col(xs, s, col, z0..z1, split, threads > 1);
+                    let product = Product { m: mg, k, n, transpose_a: false, transpose_b: false };
+                    if slab == s.od {
+                        matmul_into(a, col, dst, product, threads)?;
+                        continue;
+                    }
+                    let part = &mut part[..mg * n];
+                    matmul_into(a, col, part, product, threads)?;
+                    for (row, from) in dst.chunks_exact_mut(p).zip(part.chunks_exact(n)) {
+                        row[z0 * plane_out..][..n].copy_from_slice(from);
+                    }
+                }
             }
         }
         operands.recycle_f32(col);
+        operands.recycle_f32(part);
         operands.recycle_f32(phased);
         Ok(())
     }
@@ -244,30 +275,35 @@ impl ConvKernel {
         Phases::new(s.w, self.geometry.strides[2]).filter(|_| s.kw > self.geometry.strides[2])
     }
 
-    /// The patches of one image's group of channels `xs` (`[cg, d, h, w]`) as the columns of
-    /// `col` (`[cg*kd*kh*kw, od*oh*ow]`, every element written), zero where a tap falls in the
-    /// padding. Each row of `col` is one tap of one channel, and each of its output planes
+    /// The patches of one image's group of channels `xs` (`[cg, d, h, w]`) for the output
+    /// depths `depths` as the columns of `col` (`[cg*kd*kh*kw, depths*oh*ow]`, every element
+    /// written), zero where a tap falls in the padding. Each row of `col` is one tap of one channel, and each of its output planes
     /// (`[oh, ow]`, one per output depth) reads one input plane (or none, in the padding):
     /// the output rows and columns whose tap is inside the input are ranges, copied whole,
     /// and only the rest is zeroed; the rows split across threads when `parallel`. With a
-    /// column stride, the input rows are first split into phases (into the buffer `split`
-    /// gives) where [`Self::phases`] gave them (each tap's columns then one contiguous run),
+    /// column stride, the input rows are read from their phases (`split`, the rows of `xs`
+    /// split) where [`Self::phases`] gave them (each tap's columns then one contiguous run),
     /// else copied with the stride.
-    fn im2col(&self, xs: &[f32], s: &Sizes, col: &mut [f32], split: Option<(&Phases, &mut Vec<f32>)>, parallel: bool) {
+    fn im2col(
+        &self,
+        xs: &[f32],
+        s: &Sizes,
+        col: &mut [f32],
+        depths: std::ops::Range<usize>,
+        split: Option<(&Phases, &[f32])>,
+        parallel: bool,
+    ) {
         use rayon::prelude::*;
         let ([sz, sy, sx], [pz, py, px], [dz, dy, dx]) =
             (self.geometry.strides, self.geometry.pads, self.geometry.dilations);
         let rows: Vec<_> = (0..s.kh).map(|ky| outputs_inside(s.oh, s.h, sy, ky, dy, py)).collect();
         let columns: Vec<_> = (0..s.kw).map(|kx| outputs_inside(s.ow, s.w, sx, kx, dx, px)).collect();
-        let (p, plane_out, plane_in) = (s.od * s.oh * s.ow, s.oh * s.ow, s.h * s.w);
-        let split = split.map(|(phases, phased)| {
-            phases.split(xs, phased, parallel);
-            (phases, &phased[..])
-        });
+        let (plane_out, plane_in) = (s.oh * s.ow, s.h * s.w);
+        let p = depths.len() * plane_out;
         let tap = |(r, dst): (usize, &mut [f32])| {
             let (ci, kz, ky, kx) = (r / (s.kd * s.kh * s.kw), r / (s.kh * s.kw) % s.kd, r / s.kw % s.kh, r % s.kw);
             let ((y0, y1, iy0), (x0, x1, ix0)) = (rows[ky], columns[kx]);
-            for (oz, dst) in dst.chunks_exact_mut(plane_out).enumerate() {
+            for (oz, dst) in depths.clone().zip(dst.chunks_exact_mut(plane_out)) {
                 let iz = at(oz, sz, kz, dz, pz);
                 if iz < 0 || iz >= s.d as i128 {
                     dst.fill(0.0);
