@@ -28,7 +28,7 @@ def ensure_venv():
     py = os.path.join(VENV, "bin", "python")
     if not os.path.exists(py):
         subprocess.run([sys.executable, "-m", "venv", VENV], check=True)
-        cpu = subprocess.run([py, "-m", "pip", "install", "-q", "--index-url",
+        cpu = subprocess.run([py, "-m", "pip", "install", "-q", "--retries", "0", "--timeout", "15", "--index-url",
                               "https://download.pytorch.org/whl/cpu", "torch", "torchvision"])
         if cpu.returncode != 0:
             print("download.pytorch.org not reachable: torch from PyPI", file=sys.stderr)
