@@ -2,6 +2,7 @@
 
 use crate::concat::ConcatKernel;
 use crate::conv::ConvKernel;
+use crate::copy::{CopyKernel, GatherKernel};
 use crate::entry::{Entry, Extents};
 use crate::kernel::{ColumnKernel, LoopInput, LoopKernel, MatMulKernel};
 use crate::node::CpuKernel;
@@ -90,9 +91,12 @@ pub fn kernel(plan: &KernelPlan, entry: Option<Entry>) -> Result<CpuKernel, Stri
         }),
         (KernelPlan::Pool(p), None) => CpuKernel::Pool(PoolKernel { plan: p.clone() }),
         (KernelPlan::Concat(p), None) => CpuKernel::Concat(ConcatKernel { plan: p.clone() }),
+        (KernelPlan::Copy(p), None) => CpuKernel::Copy(CopyKernel { plan: p.clone() }),
+        (KernelPlan::Gather(p), None) => CpuKernel::Gather(GatherKernel { plan: p.clone() }),
         (KernelPlan::Loop(_), None) => return Err("a loop kernel without code".into()),
         (KernelPlan::Pool(_), Some(_)) => return Err("code for a pool".into()),
         (KernelPlan::Concat(_), Some(_)) => return Err("code for a concat".into()),
+        (KernelPlan::Copy(_) | KernelPlan::Gather(_), Some(_)) => return Err("code for a copy".into()),
         (KernelPlan::Columns(_), Some(_)) => return Err("code for a column reduction".into()),
     })
 }

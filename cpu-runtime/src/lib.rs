@@ -2,7 +2,7 @@
 //! over rows of f32 buffers; this crate calls them (after checking every buffer against the
 //! extents their plan touches), splits their rows across threads, runs matrix products and
 //! convolutions (im2col) on the gemm crate's microkernels before a generated epilogue, pools,
-//! and provides the math functions the kernels call by symbol.
+//! copies data (transposes, slices, pads, gathers), and provides the math functions the kernels call by symbol.
 //!
 //! The compile half (`graphc::lower::cpu`) emits code with Cranelift, into a JIT module or an
 //! object file, and describes each kernel with a [`LoopKernel`] or [`MatMulKernel`]; nothing
@@ -11,6 +11,7 @@
 
 mod concat;
 mod conv;
+mod copy;
 pub mod describe;
 mod entry;
 mod kernel;
@@ -23,6 +24,7 @@ mod window;
 
 pub use concat::ConcatKernel;
 pub use conv::ConvKernel;
+pub use copy::{CopyKernel, GatherKernel};
 pub use entry::{matmul, matmul_into, Entry, Extents, In, KernelFn, Product};
 pub use kernel::{ColumnKernel, LoopInput, LoopKernel, MatMulKernel};
 pub use node::CpuKernel;

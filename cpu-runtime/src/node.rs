@@ -2,6 +2,7 @@
 
 use crate::concat::ConcatKernel;
 use crate::conv::ConvKernel;
+use crate::copy::{CopyKernel, GatherKernel};
 use crate::kernel::{ColumnKernel, LoopKernel, MatMulKernel};
 use crate::pool::PoolKernel;
 use graphc_runtime::{Kernel, Operands, Tensor};
@@ -15,6 +16,8 @@ pub enum CpuKernel {
     Conv(ConvKernel),
     Pool(PoolKernel),
     Concat(ConcatKernel),
+    Copy(CopyKernel),
+    Gather(GatherKernel),
 }
 
 impl Kernel for CpuKernel {
@@ -28,6 +31,8 @@ impl Kernel for CpuKernel {
             CpuKernel::Conv(k) => k.run(operands),
             CpuKernel::Pool(k) => k.run(operands),
             CpuKernel::Concat(k) => k.run(operands),
+            CpuKernel::Copy(k) => k.run(operands),
+            CpuKernel::Gather(k) => k.run(operands),
         }
     }
 }

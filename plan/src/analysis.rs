@@ -750,6 +750,8 @@ pub enum KernelPlan {
     Conv(ConvPlan),
     Pool(PoolPlan),
     Concat(crate::concat::ConcatPlan),
+    Copy(crate::copy::CopyPlan),
+    Gather(crate::copy::GatherPlan),
 }
 
 impl KernelPlan {
@@ -760,7 +762,11 @@ impl KernelPlan {
             KernelPlan::Loop(p) => Some(p),
             KernelPlan::MatMul(mp) => mp.epilogue.as_ref().map(|(p, _)| p),
             KernelPlan::Conv(cp) => cp.epilogue.as_ref().map(|(p, _)| p),
-            KernelPlan::Columns(_) | KernelPlan::Pool(_) | KernelPlan::Concat(_) => None,
+            KernelPlan::Columns(_)
+            | KernelPlan::Pool(_)
+            | KernelPlan::Concat(_)
+            | KernelPlan::Copy(_)
+            | KernelPlan::Gather(_) => None,
         }
     }
 }
@@ -794,7 +800,7 @@ pub fn kernels(m: &Module) -> Vec<Kernel> {
 }
 
 /// The plan of node `n` when it runs as a kernel: a matmul plan where the node has one, else
-/// a loop plan, else a column, convolution, pooling or concat plan; `None` for a node the
+/// a loop plan, else a column, convolution, pooling, concat, copy or gather plan; `None` for a node the
 /// interpreter runs.
 pub fn kernel_plan(g: &Graph, n: Node) -> Option<KernelPlan> {
     if let Some(mp) = matmul_plan(g, n) {
@@ -807,8 +813,12 @@ pub fn kernel_plan(g: &Graph, n: Node) -> Option<KernelPlan> {
         Some(KernelPlan::Conv(cp))
     } else if let Some(pp) = pool_plan(g, n) {
         Some(KernelPlan::Pool(pp))
+    } else if let Some(cp) = crate::concat::concat_plan(g, n) {
+        Some(KernelPlan::Concat(cp))
+    } else if let Some(cp) = crate::copy::copy_plan(g, n) {
+        Some(KernelPlan::Copy(cp))
     } else {
-        crate::concat::concat_plan(g, n).map(KernelPlan::Concat)
+        crate::copy::gather_plan(g, n).map(KernelPlan::Gather)
     }
 }
 

@@ -5,8 +5,10 @@
 
 mod analysis;
 mod concat;
+mod copy;
 mod print;
 
 pub use analysis::*;
 pub use concat::{concat_plan, ConcatPlan};
+pub use copy::{copy_plan, gather_plan, CopyPart, CopyPlan, GatherPlan};
 pub use print::{describe_node, kernel_header, print_kernels};

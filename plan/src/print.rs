@@ -31,6 +31,7 @@ use crate::analysis::{
     kernels, ColumnPlan, ConvPlan, Epilogue, InputMap, Kernel, KernelPlan, LoopPlan, MatMulPlan, PoolPlan, Step,
 };
 use crate::concat::ConcatPlan;
+use crate::copy::{CopyPlan, GatherPlan};
 use graphc_ir::{Graph, Module, Node};
 use std::fmt::{self, Write};
 
@@ -133,6 +134,31 @@ impl fmt::Display for ConcatPlan {
     }
 }
 
+impl fmt::Display for CopyPlan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let fill = if self.fill { ", the rest op1" } else { "" };
+        writeln!(f, "copy ({}) {}{fill}:", self.op.name(), self.input)?;
+        for (k, p) in self.parts.iter().enumerate() {
+            writeln!(
+                f,
+                "  out{k}: box {:?}, input strides {:?} from {}, result strides {:?} from {} -> {}",
+                p.dims, p.in_strides, p.in_offset, p.out_strides, p.out_offset, p.out
+            )?;
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Display for GatherPlan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "gather {} by {} on axis {}: {} blocks of {} rows of {}, picked -> {}",
+            self.data, self.indices, self.axis, self.outer, self.n, self.inner, self.out
+        )
+    }
+}
+
 impl fmt::Display for ColumnPlan {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
@@ -156,6 +182,8 @@ impl fmt::Display for KernelPlan {
             KernelPlan::Conv(p) => write!(f, "{p}"),
             KernelPlan::Pool(p) => write!(f, "{p}"),
             KernelPlan::Concat(p) => write!(f, "{p}"),
+            KernelPlan::Copy(p) => write!(f, "{p}"),
+            KernelPlan::Gather(p) => write!(f, "{p}"),
         }
     }
 }

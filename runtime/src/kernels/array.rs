@@ -146,7 +146,7 @@ pub fn split(x: &Tensor, axis: i64, sizes: &[i64]) -> Result<Vec<Tensor>, Kernel
 
 /// The indices of a gather or scatter_add, resolved (negative counts from the end) and checked
 /// against the axis' size: an index out of range is an error naming it and its position.
-fn resolve_indices(op: &str, indices: &Tensor, axis: usize, dim: usize) -> Result<Vec<usize>, KernelError> {
+pub fn resolve_indices(op: &str, indices: &Tensor, axis: usize, dim: usize) -> Result<Vec<usize>, KernelError> {
     let raw: Vec<i64> = match indices {
         Tensor::I32(a) => a.iter().map(|&i| i as i64).collect(),
         Tensor::I64(a) => a.iter().copied().collect(),

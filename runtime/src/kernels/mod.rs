@@ -56,6 +56,7 @@ mod window;
 use crate::tensor::Tensor;
 use graphc_ir::{Attrs, DType, Op, OpKind, TensorType};
 
+pub use array::resolve_indices;
 pub use elementwise::cast;
 pub use error::KernelError;
 

@@ -92,6 +92,8 @@ fn gpu_kernel(g: &Graph, n: Node, plan: &KernelPlan, name: &str) -> Result<(Stri
         KernelPlan::Columns(p) => reduction(Reduction::Columns(p.clone()), name),
         KernelPlan::Pool(p) => reduction(Reduction::Pool(p.clone()), name),
         KernelPlan::Concat(p) => Ok((gpu_concat::gpu_concat_kernel(p, name), GpuPlan::Concat(Box::new(p.clone())))),
+        KernelPlan::Copy(p) => Err(format!("the GPU backend has no kernel for '{}' yet", p.op.name())),
+        KernelPlan::Gather(_) => Err("the GPU backend has no kernel for 'gather' yet".into()),
     }
 }
 

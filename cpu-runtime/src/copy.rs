@@ -1,0 +1,147 @@
+//! Data movement into the session's pooled buffers ([`CopyPlan`], [`GatherPlan`]): each
+//! result's box copied run by run (a run of input elements with stride one is one
+//! `copy_from_slice`), a reshape's buffer handed over when nobody else holds it, a pad's
+//! result filled with its value first. Copies move bits, so results are the reference's
+//! exactly, NaN payloads included.
+
+use crate::kernel::check_type;
+use graphc_plan::{CopyPart, CopyPlan, GatherPlan};
+use graphc_runtime::{Operands, Tensor};
+
+/// The copy a [`CopyPlan`] planned.
+#[derive(Debug)]
+pub struct CopyKernel {
+    pub plan: CopyPlan,
+}
+
+/// The gather a [`GatherPlan`] planned.
+#[derive(Debug)]
+pub struct GatherKernel {
+    pub plan: GatherPlan,
+}
+
+/// Appends the box `dims` of `x` from `base`, in row-major order of the box.
+fn append(out: &mut Vec<f32>, x: &[f32], dims: &[usize], strides: &[usize], base: usize) {
+    match (dims, strides) {
+        ([n], [1]) => out.extend_from_slice(&x[base..base + n]),
+        ([n], [0]) => out.extend(std::iter::repeat_n(x[base], *n)),
+        ([n], [s]) => out.extend(x[base..].iter().step_by(*s).take(*n)),
+        ([n, rest @ ..], [s, inner @ ..]) => {
+            for i in 0..*n {
+                append(out, x, rest, inner, base + i * s);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Writes the box `dims` of `x` (from `from`, strides `ins`) into `out` (from `to`, strides
+/// `outs`).
+fn place(out: &mut [f32], to: usize, outs: &[usize], x: &[f32], from: usize, ins: &[usize], dims: &[usize]) {
+    match (dims, ins, outs) {
+        ([n], [1], [1]) => out[to..to + n].copy_from_slice(&x[from..from + n]),
+        ([n], [0], [o]) => out[to..].iter_mut().step_by(*o).take(*n).for_each(|y| *y = x[from]),
+        ([n], [i], [o]) => {
+            for (y, v) in out[to..].iter_mut().step_by(*o).zip(x[from..].iter().step_by(*i).take(*n)) {
+                *y = *v;
+            }
+        }
+        ([n, dims @ ..], [i, ins @ ..], [o, outs @ ..]) => {
+            for k in 0..*n {
+                place(out, to + k * o, outs, x, from + k * i, ins, dims);
+            }
+        }
+        _ => {}
+    }
+}
+
+impl CopyKernel {
+    pub fn run(&self, operands: &mut Operands<'_>) -> Result<Vec<Tensor>, String> {
+        let p = &self.plan;
+        let want = if p.fill { 2 } else { 1 };
+        if operands.len() != want {
+            return Err(format!("{} operands where the {} takes {want}", operands.len(), p.op.name()));
+        }
+        let input = operands.get(0).ok_or("the copy's input is missing")?;
+        check_type(0, input, &p.input)?;
+        let in_len = p.input.num_elements().unwrap_or(0) as usize;
+        // The plan's reach was checked against its types; checked again against the buffers.
+        let bad = |q: &CopyPart| q.in_reach() > in_len || q.out_reach() > q.len() || q.out_strides.contains(&0);
+        if let Some(part) = p.parts.iter().find(|q| bad(q)) {
+            return Err(format!("a copy reaching past its buffers: {part:?}"));
+        }
+        if let [part] = &p.parts[..] {
+            if !p.fill && part.is_whole(in_len) {
+                if let Some(v) = operands.take_f32(0) {
+                    return Ok(vec![Tensor::from_f32(v, &part.out)?]);
+                }
+            }
+        }
+        let fill = if p.fill {
+            let f = operands.get(1).ok_or("the pad's value is missing")?;
+            match &*f.f32_elements(None)? {
+                [v] => Some(*v),
+                other => return Err(format!("the pad's value has {} elements, not 1", other.len())),
+            }
+        } else {
+            None
+        };
+        let x = operands.get(0).ok_or("the copy's input is missing")?.f32_elements(None)?;
+        if x.len() != in_len {
+            return Err(format!("the copy's input has {} elements where its type has {in_len}", x.len()));
+        }
+        let mut results = Vec::with_capacity(p.parts.len());
+        for part in &p.parts {
+            results.push(Tensor::from_f32(copy(operands, part, &x, fill)?, &part.out)?);
+        }
+        Ok(results)
+    }
+}
+
+/// One part's result: appended in order where the box covers it, else filled and placed.
+fn copy(operands: &Operands<'_>, part: &CopyPart, x: &[f32], fill: Option<f32>) -> Result<Vec<f32>, String> {
+    let len = part.len();
+    if part.covers() {
+        let mut out = operands.alloc_f32(len)?;
+        append(&mut out, x, &part.dims, &part.in_strides, part.in_offset);
+        if out.len() != len {
+            return Err(format!("the copy wrote {} elements where its result has {len}", out.len()));
+        }
+        return Ok(out);
+    }
+    let mut out = operands.alloc_f32_filled(len)?;
+    out.fill(fill.ok_or("a copy that does not cover its result without a value to fill it")?);
+    place(&mut out, part.out_offset, &part.out_strides, x, part.in_offset, &part.in_strides, &part.dims);
+    Ok(out)
+}
+
+impl GatherKernel {
+    pub fn run(&self, operands: &mut Operands<'_>) -> Result<Vec<Tensor>, String> {
+        let p = &self.plan;
+        if operands.len() != 2 {
+            return Err(format!("{} operands where the gather takes 2", operands.len()));
+        }
+        let (data, indices) = (operands.get(0).ok_or("no data")?, operands.get(1).ok_or("no indices")?);
+        check_type(0, data, &p.data)?;
+        check_type(1, indices, &p.indices)?;
+        let picked = graphc_runtime::kernels::resolve_indices("gather", indices, p.axis, p.n).map_err(|e| e.0)?;
+        let x = data.f32_elements(None)?;
+        let len = p.outer * picked.len() * p.inner;
+        if x.len() != p.outer * p.n * p.inner || p.out.num_elements() != Some(len as u64) {
+            return Err(format!(
+                "a gather of {} by {} into {} does not match its plan",
+                data.ty(),
+                indices.ty(),
+                p.out
+            ));
+        }
+        let mut out = operands.alloc_f32(len)?;
+        for o in 0..p.outer {
+            for &i in &picked {
+                let at = (o * p.n + i) * p.inner;
+                out.extend_from_slice(&x[at..at + p.inner]);
+            }
+        }
+        Ok(vec![Tensor::from_f32(out, &p.out)?])
+    }
+}
