@@ -47,7 +47,7 @@ pub fn loop_kernel(p: &LoopPlan, entry: Entry) -> LoopKernel {
 /// factors stored as the plan's flags say (the run half checks each against that shape).
 pub fn matmul_kernel(p: &MatMulPlan, epilogue: Option<Entry>) -> Result<MatMulKernel, String> {
     let epilogue = self::epilogue(&p.epilogue, epilogue, "matmul")?;
-    Ok(MatMulKernel { product: p.product(), lhs: p.lhs, rhs: p.rhs, epilogue })
+    Ok(MatMulKernel { product: p.product(), lhs: p.lhs, rhs: p.rhs, batch: p.batch.clone(), epilogue })
 }
 
 /// A kernel's epilogue, running `code` (generated from its plan); an error when plan and code

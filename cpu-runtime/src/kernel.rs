@@ -4,7 +4,9 @@
 use crate::entry::{self, Entry, In, Product};
 use crate::rows::{row_blocks, with_scratch, PARALLEL_ELEMENTS, PARALLEL_FLOPS};
 use graphc_ir::{DType, TensorType};
+use graphc_plan::Batch;
 use graphc_runtime::{Operands, Tensor};
+use rayon::prelude::*;
 use std::borrow::Cow;
 
 /// One input of a loop kernel.
@@ -41,6 +43,9 @@ pub struct MatMulKernel {
     pub product: Product,
     pub lhs: usize,
     pub rhs: usize,
+    /// A product of factors of rank above 2: one product per batch index, each factor's
+    /// matrix at its offset.
+    pub batch: Option<Batch>,
     pub epilogue: Option<(LoopKernel, Vec<usize>)>,
 }
 
@@ -150,15 +155,53 @@ impl MatMulKernel {
         };
         let product = self.product;
         let (m, k, n) = (product.m, product.k, product.n);
-        // Each factor as stored (a transposed one too: the product reads it through its
-        // strides), checked against the shape the plan stored it in.
-        let (a, b) = (contiguous(self.lhs, product.lhs_shape())?, contiguous(self.rhs, product.rhs_shape())?);
-        let size = m * n;
-        let parallel = m * n * k >= PARALLEL_FLOPS && m > 1 && graphc_runtime::may_split();
-        let mut c: Vec<f32> = operands.alloc_f32(size)?;
-        entry::matmul(&a, &b, &mut c, product, if parallel { rayon::current_num_threads() } else { 1 })?;
+        let Some(batch) = &self.batch else {
+            // Each factor as stored (a transposed one too: the product reads it through its
+            // strides), checked against the shape the plan stored it in.
+            let (a, b) = (contiguous(self.lhs, product.lhs_shape())?, contiguous(self.rhs, product.rhs_shape())?);
+            let parallel = m * n * k >= PARALLEL_FLOPS && m > 1 && graphc_runtime::may_split();
+            let mut c: Vec<f32> = operands.alloc_f32(m * n)?;
+            entry::matmul(&a, &b, &mut c, product, if parallel { rayon::current_num_threads() } else { 1 })?;
+            return match &self.epilogue {
+                None => to_tensors(vec![c], &TensorType::new(DType::F32, [m as u64, n as u64])),
+                Some((lk, used)) => run_epilogue(lk, used, operands, c, parallel),
+            };
+        };
+        let factor = |i: usize, ty: &TensorType| -> Result<Cow<'_, [f32]>, String> {
+            let t = inputs.get(i).ok_or_else(|| format!("matmul operand {i} is missing"))?;
+            check_type(i, t, ty)?;
+            t.f32_elements(None).map_err(|e| format!("matmul operand {i}: {e}"))
+        };
+        let (a, b) = (factor(self.lhs, &batch.lhs)?, factor(self.rhs, &batch.rhs)?);
+        let count = batch.count();
+        let (mk, kn, mn) = (m * k, k * n, m * n);
+        // Every product's factors inside their buffers, and the result's size the plan's.
+        let last = batch.offsets(count.saturating_sub(1));
+        let inside = batch.dims.iter().all(|&d| d > 0) && last.0 + mk <= a.len() && last.1 + kn <= b.len();
+        if !inside || batch.out.num_elements() != Some((count * mn) as u64) {
+            return Err(format!(
+                "a batched product of {} by {} into {} reaching past them",
+                batch.lhs, batch.rhs, batch.out
+            ));
+        }
+        let flops = count * mn * k;
+        let parallel = flops >= PARALLEL_FLOPS && graphc_runtime::may_split();
+        let mut c: Vec<f32> = operands.alloc_f32_filled(count * mn)?;
+        if parallel && count >= rayon::current_num_threads() {
+            // Whole products to each thread.
+            c.par_chunks_mut(mn).enumerate().try_for_each(|(i, out)| {
+                let (ao, bo) = batch.offsets(i);
+                entry::matmul_into(&a[ao..ao + mk], &b[bo..bo + kn], out, product, 1)
+            })?;
+        } else {
+            let threads = if parallel { rayon::current_num_threads() } else { 1 };
+            for (i, out) in c.chunks_mut(mn).enumerate() {
+                let (ao, bo) = batch.offsets(i);
+                entry::matmul_into(&a[ao..ao + mk], &b[bo..bo + kn], out, product, threads)?;
+            }
+        }
         match &self.epilogue {
-            None => to_tensors(vec![c], &TensorType::new(DType::F32, [m as u64, n as u64])),
+            None => to_tensors(vec![c], &batch.out),
             Some((lk, used)) => run_epilogue(lk, used, operands, c, parallel),
         }
     }

@@ -305,9 +305,46 @@ pub struct MatMulPlan {
     /// rhs `[n, k]` likewise (through swapped strides; nothing is transposed in memory).
     pub transpose_a: bool,
     pub transpose_b: bool,
+    /// A product of factors of rank above 2: `None` for a 2-D one.
+    pub batch: Option<Batch>,
     /// The epilogue over `[m, n]` rows: its input 0 is the product, input i > 0 is kernel
     /// operand `epilogue_operands[i - 1]`. `None`: the product is the result.
     pub epilogue: Option<(LoopPlan, Vec<usize>)>,
+}
+
+/// The batch of a product of factors of rank above 2 (numpy's `matmul`: the leading dims
+/// broadcast): one `[m, k] x [k, n]` product per index of `dims`, the result's leading dims,
+/// reading each factor's matrix at the index's offset by its strides (0 along a dim it
+/// broadcasts). An lhs whose leading dims are the result's, by a 2-D rhs, has its rows folded
+/// into `m` instead (`dims` empty): one product of the whole buffer.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Batch {
+    /// The factors' and result's types as the graph has them.
+    pub lhs: TensorType,
+    pub rhs: TensorType,
+    pub out: TensorType,
+    pub dims: Vec<usize>,
+    pub lhs_strides: Vec<usize>,
+    pub rhs_strides: Vec<usize>,
+}
+
+impl Batch {
+    /// The number of products.
+    pub fn count(&self) -> usize {
+        self.dims.iter().product()
+    }
+
+    /// The offsets of product `i`'s factors, in elements.
+    pub fn offsets(&self, mut i: usize) -> (usize, usize) {
+        let (mut a, mut b) = (0, 0);
+        for d in (0..self.dims.len()).rev() {
+            let at = i % self.dims[d];
+            i /= self.dims[d];
+            a += at * self.lhs_strides[d];
+            b += at * self.rhs_strides[d];
+        }
+        (a, b)
+    }
 }
 
 /// The plan for a 2-D f32 matmul, alone or heading an output fusion of elementwise ops.
@@ -319,25 +356,73 @@ pub fn matmul_plan(g: &Graph, node: Node) -> Option<MatMulPlan> {
     let transpose_b = md.attrs.bool("transpose_b").unwrap_or(false);
     let t = |v: Value| g.values[v].ty.as_tensor().cloned();
     let (a, b, c) = (t(md.operands[0])?, t(md.operands[1])?, t(md.results[0])?);
-    if [&a, &b, &c].iter().any(|x| x.dtype != DType::F32 || x.rank() != 2) {
+    if [&a, &b, &c].iter().any(|x| x.dtype != DType::F32 || x.rank() < 2) {
         return None;
     }
-    let read = |s: &[u64], transpose: bool| if transpose { (s[1], s[0]) } else { (s[0], s[1]) };
-    let ((m, k), (kb, n)) = (read(&a.shape, transpose_a), read(&b.shape, transpose_b));
-    if k != kb || c.shape != [m, n] {
+    // Every buffer's bytes within isize (and so every product of its dims).
+    if [&a, &b, &c]
+        .iter()
+        .any(|x| x.num_elements().and_then(|e| e.checked_mul(4)).is_none_or(|e| e > isize::MAX as u64))
+    {
+        return None;
+    }
+    let last2 = |x: &TensorType| (x.shape[x.rank() - 2], x.shape[x.rank() - 1]);
+    let read = |(r, c): (u64, u64), transpose: bool| if transpose { (c, r) } else { (r, c) };
+    let ((m, k), (kb, n)) = (read(last2(&a), transpose_a), read(last2(&b), transpose_b));
+    if k != kb || last2(&c) != (m, n) {
         return None;
     }
     let (m, k, n) = (m as usize, k as usize, n as usize);
-    // Generated code addresses bytes with i64 strides: sizes past that (which no allocation
-    // could hold anyway) stay with the interpreter, which fails them as too large.
-    let fits =
-        |x: usize, y: usize| x.checked_mul(y).and_then(|e| e.checked_mul(4)).is_some_and(|b| b <= isize::MAX as usize);
-    if m == 0 || k == 0 || n == 0 || !fits(m, k) || !fits(k, n) || !fits(m, n) {
+    if m == 0 || k == 0 || n == 0 || c.num_elements() == Some(0) {
         return None;
     }
+    let batch = if [&a, &b, &c].iter().all(|x| x.rank() == 2) {
+        None
+    } else {
+        Some(batch(&a, &b, &c, m * k, k * n, !transpose_a)?)
+    };
+    // A folded batch is one product of all the lhs's rows.
+    let m = match &batch {
+        Some(bt) if bt.dims.is_empty() => (a.num_elements()? as usize) / k,
+        _ => m,
+    };
     let lhs = operands.iter().position(|&v| v == md.operands[0])?;
     let rhs = operands.iter().position(|&v| v == md.operands[1])?;
-    Some(MatMulPlan { m, k, n, lhs, rhs, transpose_a, transpose_b, epilogue })
+    Some(MatMulPlan { m, k, n, lhs, rhs, transpose_a, transpose_b, batch, epilogue })
+}
+
+/// The batch of a product of `a` by `b` into `c` (ranks 2 and up, `c`'s last two dims the
+/// product's), whose factors hold `mk` and `kn` elements per matrix; `None` where the leading
+/// dims do not broadcast to `c`'s. The lhs's rows fold into one product where `foldable` (it
+/// is not read transposed).
+fn batch(a: &TensorType, b: &TensorType, c: &TensorType, mk: usize, kn: usize, foldable: bool) -> Option<Batch> {
+    let lead = c.rank() - 2;
+    let dims: Vec<usize> = c.shape[..lead].iter().map(|&d| d as usize).collect();
+    // Each factor's batch strides against the result's leading dims, right-aligned: 0 where
+    // the factor lacks the dim or has it as 1.
+    let strides = |x: &TensorType, per: usize| -> Option<Vec<usize>> {
+        let own = &x.shape[..x.rank() - 2];
+        if own.len() > lead {
+            return None;
+        }
+        let mut out = vec![0; lead];
+        let mut step = per;
+        for (i, &d) in own.iter().enumerate().rev() {
+            let at = lead - own.len() + i;
+            match d as usize {
+                1 => {}
+                d if d == dims[at] => out[at] = step,
+                _ => return None,
+            }
+            step *= d as usize;
+        }
+        Some(out)
+    };
+    let (lhs_strides, rhs_strides) = (strides(a, mk)?, strides(b, kn)?);
+    let folds = foldable && b.rank() == 2 && a.shape[..a.rank() - 2] == c.shape[..lead];
+    let (dims, lhs_strides, rhs_strides) =
+        if folds { (Vec::new(), Vec::new(), Vec::new()) } else { (dims, lhs_strides, rhs_strides) };
+    Some(Batch { lhs: a.clone(), rhs: b.clone(), out: c.clone(), dims, lhs_strides, rhs_strides })
 }
 
 /// A kernel's epilogue: its loop plan, and the kernel's operands it reads besides the head's
@@ -385,6 +470,14 @@ impl MatMulPlan {
     /// The product's sizes and how its factors are stored.
     pub fn product(&self) -> Product {
         Product { m: self.m, k: self.k, n: self.n, transpose_a: self.transpose_a, transpose_b: self.transpose_b }
+    }
+
+    /// The result's type: `[m, n]`, or a batched product's own.
+    pub fn out(&self) -> TensorType {
+        match &self.batch {
+            Some(b) => b.out.clone(),
+            None => TensorType::new(DType::F32, [self.m as u64, self.n as u64]),
+        }
     }
 }
 

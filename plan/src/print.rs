@@ -261,6 +261,17 @@ fn write_matmul(f: &mut impl Write, p: &MatMulPlan, indent: &str) -> fmt::Result
         k = p.k,
         n = p.n
     )?;
+    if let Some(b) = &p.batch {
+        if b.dims.is_empty() {
+            writeln!(f, "{indent}  batch: {} by {} -> {}, the lhs's rows folded into m", b.lhs, b.rhs, b.out)?;
+        } else {
+            writeln!(
+                f,
+                "{indent}  batch: {} by {} -> {}, {:?} products, lhs strides {:?}, rhs strides {:?}",
+                b.lhs, b.rhs, b.out, b.dims, b.lhs_strides, b.rhs_strides
+            )?;
+        }
+    }
     // Each factor as stored, and the strides the product reads it with as `[m,k]` and
     // `[k,n]`: a transposed one (the matmul's flag) through swapped strides.
     let product = p.product();
