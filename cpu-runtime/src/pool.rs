@@ -132,16 +132,22 @@ impl PoolKernel {
         let step = if phases.is_some() { 1 } else { sx };
         let pool_row = |src: &[f32], oz: usize, oy: usize, out_row: &mut [f32]| {
             let (t_z, t_y) = (tz[oz], ty[oy]);
-            let rows = (t_z.lo..t_z.hi).flat_map(|kz| {
+            // The window's rows of input plane `kz` (in the taps' order: depth by depth, each
+            // depth's rows folded by a call of their own, one call for a 2-D or 1-D pool).
+            let rows = |kz: usize| {
                 let plane = &src[(oz * sz + kz * dz - pz) * h * width..][..h * width];
                 (t_y.lo..t_y.hi).map(move |ky| &plane[(oy * sy + ky * dy - py) * width..][..width])
-            });
+            };
             if max {
                 out_row.fill(f32::NEG_INFINITY);
-                fold_rows(out_row, rows, &columns, at, step, take);
+                for kz in t_z.lo..t_z.hi {
+                    fold_rows(out_row, rows(kz), &columns, at, step, take);
+                }
             } else {
                 let mut sum = vec![0.0f64; ow];
-                fold_rows(&mut sum, rows, &columns, at, step, |a: f64, v| a + f64::from(v));
+                for kz in t_z.lo..t_z.hi {
+                    fold_rows(&mut sum, rows(kz), &columns, at, step, |a: f64, v| a + f64::from(v));
+                }
                 for ((o, &total), t_x) in out_row.iter_mut().zip(&sum).zip(&tx) {
                     *o = divide(total, &t_z, &t_y, t_x);
                 }
