@@ -126,19 +126,21 @@ fn compare_per_node(m: &Module, what: &str) -> usize {
             // A product's sums may run in another order: its error is relative to the sum of
             // the terms' magnitudes, (|A||B|)_ij, not to the (possibly cancelled) result, A and
             // B the factors as the product reads them (a flagged one transposed).
+            // A batched product's terms are those of its reference kernel on |A| and |B|.
             let scale = matmul_plan(g, n).map(|mp| {
-                let f = |t: &Tensor, transposed: bool| match t {
-                    Tensor::F32(a) => {
-                        let a = a.clone().into_dimensionality::<ndarray::Ix2>().unwrap().mapv(f32::abs);
-                        if transposed {
-                            a.reversed_axes()
-                        } else {
-                            a
-                        }
-                    }
+                let abs = |t: &Tensor| match t {
+                    Tensor::F32(a) => Tensor::F32(a.mapv(f32::abs)),
                     _ => panic!("f32 factors"),
                 };
-                f(inputs[mp.lhs], mp.transpose_a).dot(&f(inputs[mp.rhs], mp.transpose_b))
+                let mut attrs = graphc_ir::Attrs::new();
+                attrs.set("transpose_a", graphc_ir::Attr::Bool(mp.transpose_a));
+                attrs.set("transpose_b", graphc_ir::Attr::Bool(mp.transpose_b));
+                let (a, b) = (abs(inputs[mp.lhs]), abs(inputs[mp.rhs]));
+                let out = graphc_runtime::kernels::eval(graphc_ir::Op::MatMul, &attrs, &[&a, &b], &[mp.out()]).unwrap();
+                match out.into_iter().next() {
+                    Some(Tensor::F32(s)) => s,
+                    _ => panic!("an f32 product"),
+                }
             });
             for (k, t) in got.iter().enumerate() {
                 let want = out.values[nd.operands.len() + k].as_tensor().expect("kernel results are tensors");

@@ -332,6 +332,36 @@ pub fn matmul_into(a: &[f32], b: &[f32], c: &mut [f32], p: Product, threads: usi
     unsafe { product(a, b, c.as_mut_ptr(), p, threads) }
 }
 
+/// A product of one row (`m` = 1, a matrix-vector product): gemm packs its factors for a
+/// block of rows it does not have, so one row goes through the plain loops of
+/// [`crate::vectors`] instead, over blocks of columns split across `threads` where the
+/// right-hand factor is large.
+///
+/// # Safety
+/// `c` must hold `n` elements; `a` and `b` have been checked to hold the factors.
+unsafe fn row_product(a: &[f32], b: &[f32], c: *mut f32, p: Product, threads: usize) -> Result<(), String> {
+    let (k, n) = (p.k, p.n);
+    // SAFETY: the caller's promise.
+    let c = unsafe { std::slice::from_raw_parts_mut(c, n) };
+    let block = |c0: usize, out: &mut [f32]| {
+        if p.transpose_b {
+            crate::vectors::row_by_columns(a, &b[c0 * k..(c0 + out.len()) * k], out);
+        } else {
+            out.fill(0.0);
+            crate::vectors::row_by_rows(a, &b[c0..], n, out);
+        }
+    };
+    let parts = if threads > 1 && k * n >= crate::rows::PARALLEL_FLOPS { threads.min(n / 64).max(1) } else { 1 };
+    if parts == 1 {
+        block(0, c);
+    } else {
+        use rayon::prelude::*;
+        let width = n.div_ceil(parts).next_multiple_of(16);
+        c.par_chunks_mut(width).enumerate().for_each(|(i, out)| block(i * width, out));
+    }
+    Ok(())
+}
+
 /// Products with fewer columns than this are split across threads here (see [`product`]).
 const SPLIT_COLUMNS: usize = 2048;
 
@@ -400,6 +430,10 @@ unsafe fn product(a: &[f32], b: &[f32], c: *mut f32, p: Product, threads: usize)
             sb[1],
             if p.transpose_b { " (transposed)" } else { "" },
         ));
+    }
+    if m == 1 && k > 0 && n > 0 {
+        // SAFETY: as this call's: `c` holds the n elements of the one row.
+        return unsafe { row_product(a, b, c, p, threads) };
     }
     // gemm reads a transposed factor at a fraction of its rate (measured on AVX-512: a
     // [256,1024] x [1024,1024]^T product at half the plain one's, a [256,10] x [1024,10]^T one
@@ -540,8 +574,11 @@ mod tests {
 
     #[test]
     fn transposed_factors_are_read_through_their_strides() {
-        // (7, 33, 200): fewer rows than columns, split by columns on 4 threads.
-        for (m, k, n) in [(1, 1, 1), (3, 5, 4), (7, 1, 9), (1, 13, 1), (65, 33, 17), (7, 33, 200), (0, 3, 100)] {
+        // (7, 33, 200): fewer rows than columns, split by columns on 4 threads. One row takes
+        // the row loops: whole quads of rows and a rest, 16-lane dots and a rest, and
+        // (1, 1030, 1031) column blocks on 4 threads.
+        let shapes = [(1, 1, 1), (3, 5, 4), (7, 1, 9), (1, 13, 1), (65, 33, 17), (7, 33, 200), (0, 3, 100)];
+        for (m, k, n) in shapes.into_iter().chain([(1, 37, 301), (1, 4, 17), (1, 1030, 1031), (1, 16, 3)]) {
             for (transpose_a, transpose_b) in [(false, false), (true, false), (false, true), (true, true)] {
                 let p = Product { m, k, n, transpose_a, transpose_b };
                 let a: Vec<f32> = (0..m * k).map(|i| ((i * 7 % 11) as f32 - 5.0) / 4.0).collect();

@@ -63,3 +63,47 @@ pub(crate) fn deinterleave(src: &[f32], dst: &mut [f32], stride: usize, len: usi
         }
     }
 }
+
+/// `c[j] += Σ_p a[p] · b[p·n + j]` for `c` of `n` (a row times a row-major `[k, n]` matrix,
+/// `n = c.len()`, `k = a.len()`), four rows of `b` per pass over `c`.
+#[multiversion(targets("x86_64+avx512f+avx512bw+avx512vl+avx512dq+avx2+avx+fma+sse4.2", "x86_64+avx2+avx+fma+sse4.2"))]
+pub(crate) fn row_by_rows(a: &[f32], b: &[f32], n: usize, c: &mut [f32]) {
+    let width = c.len();
+    let quads = a.len() / 4 * 4;
+    for p in (0..quads).step_by(4) {
+        let (x0, x1, x2, x3) = (a[p], a[p + 1], a[p + 2], a[p + 3]);
+        let rows =
+            (&b[p * n..][..width], &b[(p + 1) * n..][..width], &b[(p + 2) * n..][..width], &b[(p + 3) * n..][..width]);
+        for ((((y, &r0), &r1), &r2), &r3) in c.iter_mut().zip(rows.0).zip(rows.1).zip(rows.2).zip(rows.3) {
+            *y += x0 * r0 + x1 * r1 + x2 * r2 + x3 * r3;
+        }
+    }
+    for (p, &x) in a.iter().enumerate().skip(quads) {
+        for (y, &r) in c.iter_mut().zip(&b[p * n..][..width]) {
+            *y += x * r;
+        }
+    }
+}
+
+/// `c[j] = Σ_p a[p] · b[j·k + p]` (a row times the transpose of a row-major `[n, k]` matrix,
+/// `k = a.len()`): one dot product per row of `b`, summed in 16 lanes.
+#[multiversion(targets("x86_64+avx512f+avx512bw+avx512vl+avx512dq+avx2+avx+fma+sse4.2", "x86_64+avx2+avx+fma+sse4.2"))]
+pub(crate) fn row_by_columns(a: &[f32], b: &[f32], c: &mut [f32]) {
+    const LANES: usize = 16;
+    let k = a.len();
+    for (y, row) in c.iter_mut().zip(b.chunks_exact(k.max(1))) {
+        let mut acc = [0.0f32; LANES];
+        let (head, tail) = (a.chunks_exact(LANES), row.chunks_exact(LANES));
+        let (ra, rb) = (head.remainder(), tail.remainder());
+        for (x, v) in head.zip(tail) {
+            for l in 0..LANES {
+                acc[l] += x[l] * v[l];
+            }
+        }
+        let mut sum = acc.iter().sum::<f32>();
+        for (x, v) in ra.iter().zip(rb) {
+            sum += x * v;
+        }
+        *y = sum;
+    }
+}
