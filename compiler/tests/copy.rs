@@ -240,4 +240,13 @@ fn a_reshape_takes_its_operand_only_when_nothing_else_holds_it() {
     let m = module(text);
     assert_eq!(copies(&m), 2);
     check(&m).unwrap();
+    // neg, exp and the reshape of %a (an output too) each take a buffer; the reshape of %t,
+    // its last reader, takes %t's.
+    let kernels = common::cpu_kernels(&m, &CompileOptions::default()).unwrap();
+    let jit = Session::with_compiled(m.clone(), SessionOptions::default(), kernels).unwrap();
+    let x = Tensor::from_data(&[2, 3], TensorData::F32(common::seeded_f32(6, 3))).unwrap();
+    let out = jit.run(RunRequest::new("g").feed("x", Arc::new(x))).unwrap();
+    assert_eq!(jit.buffer_stats().allocated, 3, "{:?}", jit.buffer_stats());
+    let a = out.tensor(0).unwrap().f32_elements(None).unwrap().into_owned();
+    assert_eq!(out.tensor(1).unwrap().f32_elements(None).unwrap().into_owned(), a, "the reshape copied %a");
 }

@@ -98,19 +98,21 @@ impl CopyKernel {
     }
 }
 
-/// One part's result: appended in order where the box covers it, else filled and placed.
+/// One part's result. Without a pad's value the box is the whole result in row-major order
+/// (the plan's promise, checked here by count): appended in order, so a new buffer is not
+/// cleared first. With one, filled, then the box placed.
 fn copy(operands: &Operands<'_>, part: &CopyPart, x: &[f32], fill: Option<f32>) -> Result<Vec<f32>, String> {
     let len = part.len();
-    if part.covers() {
+    let Some(v) = fill else {
         let mut out = operands.alloc_f32(len)?;
         append(&mut out, x, &part.dims, &part.in_strides, part.in_offset);
         if out.len() != len {
             return Err(format!("the copy wrote {} elements where its result has {len}", out.len()));
         }
         return Ok(out);
-    }
+    };
     let mut out = operands.alloc_f32_filled(len)?;
-    out.fill(fill.ok_or("a copy that does not cover its result without a value to fill it")?);
+    out.fill(v);
     place(&mut out, part.out_offset, &part.out_strides, x, part.in_offset, &part.in_strides, &part.dims);
     Ok(out)
 }

@@ -159,7 +159,8 @@ impl MatMulKernel {
             // Each factor as stored (a transposed one too: the product reads it through its
             // strides), checked against the shape the plan stored it in.
             let (a, b) = (contiguous(self.lhs, product.lhs_shape())?, contiguous(self.rhs, product.rhs_shape())?);
-            let parallel = m * n * k >= PARALLEL_FLOPS && m > 1 && graphc_runtime::may_split();
+            // One row splits its columns across threads ([`entry::matmul`]'s row loops).
+            let parallel = m * n * k >= PARALLEL_FLOPS && graphc_runtime::may_split();
             let mut c: Vec<f32> = operands.alloc_f32(m * n)?;
             entry::matmul(&a, &b, &mut c, product, if parallel { rayon::current_num_threads() } else { 1 })?;
             return match &self.epilogue {

@@ -10,7 +10,8 @@ use graphc_ir::{DType, Graph, Node, Op, TensorType};
 
 /// The strided copy of one result: for every index `i` of the box `dims`, result element
 /// `out_offset + Σ i[d]·out_strides[d]` is input element `in_offset + Σ i[d]·in_strides[d]`.
-/// Result elements outside the box (a pad's) hold the fill operand's value.
+/// Result elements outside the box (a pad's) hold the fill operand's value; without one the box
+/// is the whole result, written once in row-major order.
 #[derive(Clone, Debug, PartialEq)]
 pub struct CopyPart {
     pub out: TensorType,
@@ -31,18 +32,13 @@ impl CopyPart {
         self.len() == 0
     }
 
-    /// Whether the box is the whole result in row-major order: every element written, in
-    /// order (else the result is filled first).
-    pub fn covers(&self) -> bool {
-        self.out_offset == 0
-            && self.dims.iter().product::<usize>() == self.len()
-            && row_major(&self.dims) == self.out_strides
-    }
-
-    /// Whether the result is the input's elements as they are (a reshape): its buffer can be
-    /// handed over.
+    /// Whether the result is the input's elements as they are (a reshape, dims merged into
+    /// one run): its buffer can be handed over.
     pub fn is_whole(&self, input_len: usize) -> bool {
-        self.covers() && self.in_offset == 0 && self.len() == input_len && self.in_strides == self.out_strides
+        self.len() == input_len
+            && self.dims == [input_len]
+            && (self.in_strides == [1] && self.out_strides == [1])
+            && (self.in_offset, self.out_offset) == (0, 0)
     }
 
     /// One past the last input element the box reads (0 for an empty box).
