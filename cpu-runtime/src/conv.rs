@@ -277,8 +277,9 @@ impl ConvKernel {
 
     /// The patches of one image's group of channels `xs` (`[cg, d, h, w]`) for the output
     /// depths `depths` as the columns of `col` (`[cg*kd*kh*kw, depths*oh*ow]`, every element
-    /// written), zero where a tap falls in the padding. Each row of `col` is one tap of one channel, and each of its output planes
-    /// (`[oh, ow]`, one per output depth) reads one input plane (or none, in the padding):
+    /// written), zero where a tap falls in the padding. Each row of `col` is one tap of one
+    /// channel, and each of its output planes (`[oh, ow]`, one per output depth) reads one
+    /// input plane (or none, in the padding):
     /// the output rows and columns whose tap is inside the input are ranges, copied whole,
     /// and only the rest is zeroed; the rows split across threads when `parallel`. With a
     /// column stride, the input rows are read from their phases (`split`, the rows of `xs`

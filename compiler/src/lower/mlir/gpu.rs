@@ -87,7 +87,6 @@ fn host_scalar(g: &Graph, n: Node) -> bool {
 fn gpu_kernel(g: &Graph, n: Node, plan: &KernelPlan, name: &str) -> Result<(String, GpuPlan), String> {
     match plan {
         KernelPlan::Loop(p) => emit::gpu_kernel(p, name).map(|text| (text, GpuPlan::Loop(Box::new(p.clone())))),
-        KernelPlan::MatMul(p) if p.batch.is_some() => Err("the GPU's products take 2-D factors".into()),
         KernelPlan::MatMul(p) => product(g, n, Contraction::MatMul(p.clone()), name),
         KernelPlan::Conv(p) => product(g, n, Contraction::Conv(p.clone()), name),
         KernelPlan::Columns(p) => reduction(Reduction::Columns(p.clone()), name),

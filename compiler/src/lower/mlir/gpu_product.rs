@@ -171,16 +171,24 @@ pub fn extents(c: &Contraction, operands: usize) -> Extents {
     Extents { rows: blocks(c), ins, outs: vec![total; result_count(c)], scratch, in_place: Vec::new() }
 }
 
+/// Whether the kernels index this contraction: 2-D factors, and 2-D or 1-D forward
+/// convolutions (their 4-D views, [`crate::lower::plan::ConvGeometry::planar`]); an error saying why not.
+fn check(c: &Contraction) -> Result<(), String> {
+    match c {
+        Contraction::MatMul(p) if p.batch.is_some() => Err("the GPU's products take 2-D factors".into()),
+        Contraction::Conv(cp) if cp.geometry.planar().is_none() => {
+            Err("only 2-D and 1-D forward convolutions have a GPU kernel".into())
+        }
+        _ => Ok(()),
+    }
+}
+
 /// What each operand of the contraction's node must be when the kernel runs: its type, and
 /// whether it is expanded to the result's shape first (a broadcast the epilogue's indexing
 /// cannot express); an error when one operand would be read in two ways, or when the epilogue
 /// is not per element (a row reduction needs the whole row: such products stay on the CPU).
 pub fn operand_types(c: &Contraction, operands: &[TensorType]) -> Result<Vec<(TensorType, bool)>, String> {
-    if let Contraction::Conv(cp) = c {
-        if cp.geometry.planar().is_none() {
-            return Err("only 2-D and 1-D forward convolutions have a GPU kernel".into());
-        }
-    }
+    check(c)?;
     let mut roles: Vec<Option<(TensorType, bool)>> = vec![None; operands.len()];
     let mut give = |i: usize, ty: TensorType, materialize: bool| -> Result<(), String> {
         let slot = roles.get_mut(i).ok_or_else(|| format!("the kernel reads operand {i} of {}", operands.len()))?;
@@ -217,6 +225,7 @@ pub fn operand_types(c: &Contraction, operands: &[TensorType]) -> Result<Vec<(Te
 /// contraction's result, when an epilogue reads it), then the row count (unused), as every
 /// GPU kernel of a module takes them; launched as [`blocks`] blocks of [`THREADS`] threads.
 pub fn gpu_product_kernel(c: &Contraction, operands: usize, name: &str) -> Result<String, String> {
+    check(c)?;
     let results = result_count(c);
     let mut e = Emitter::thread(3);
     for tile in ["a", "b"] {
@@ -258,6 +267,7 @@ pub fn gpu_product_kernel(c: &Contraction, operands: usize, name: &str) -> Resul
 /// GPU kernel does (the contraction's result in scratch when there is an epilogue), so a test
 /// can check the GPU kernel's indexing against the reference on any machine.
 pub fn cpu_twin(c: &Contraction, operands: usize, name: &str) -> Result<String, String> {
+    check(c)?;
     let results = result_count(c);
     let mut e = Emitter::cpu_thread(2);
     e.cpu_function(name);
