@@ -32,7 +32,7 @@ pub use attr::{bf16, f16, Attr, AttrKind, Attrs, TensorData, TensorLiteral};
 pub use device::{DeviceKind, DeviceSpec};
 pub use diag::{Diagnostic, Severity, SourceFile, Span};
 pub use graph::{Graph, Module, Node, NodeSpec, Region, Use, Value, ValueDef};
-pub use ops::{Op, OpDef, OpKind};
+pub use ops::{Cost, Gradient, Op, OpDef, OpKind, RegionFlow};
 pub use parser::{parse_module, parse_module_in};
 pub use printer::{print_graph, print_module};
 pub use types::{DType, TensorType, Type};

@@ -173,6 +173,78 @@ impl OpKind {
     }
 }
 
+/// How an op's regions run (MLIR's region-branch interface, in brief). Passes that follow
+/// control into regions (placement's simulation, the cost model) read it instead of naming ops.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RegionFlow {
+    /// The op has no regions.
+    NoRegions,
+    /// Each region runs once, in order (`fusion`).
+    Once,
+    /// One of the regions runs, chosen at run time (`cond`).
+    OneOf,
+    /// A loop: the first region (the condition) runs, and while it yields true the second
+    /// (the body) runs and the condition again (`while`).
+    Loop,
+}
+
+/// The kind of work an op does, by which a cost model prices it: the op says what it does,
+/// the model (placement's `cost.rs`) what that costs on a device. Elements are counted in
+/// the result unless a class says otherwise.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cost {
+    /// Nothing beyond dispatch: a forwarded value, a handle, a shape, a queue's hand-over.
+    Free,
+    /// A few instructions per result element (add, compare, select, cast, a small update).
+    Arithmetic,
+    /// A short polynomial per result element (exp, log, sigmoid, sqrt).
+    Transcendental,
+    /// A libm call per result element (tanh, pow, the trigonometric and hyperbolic ones).
+    Libm,
+    /// The error function per result element.
+    Erf,
+    /// Elements copied to the result (array ops, a literal, a transfer).
+    Move,
+    /// Elements copied to the result by strided reads (transpose).
+    Strided,
+    /// A fold over each element of the first operand.
+    Reduction,
+    /// A sort of each slice of the first operand.
+    Sort,
+    /// A softmax's work (max, exp, sum, divide) per element of the first operand.
+    Softmax,
+    /// A difference squared and summed per element of the first operand.
+    SquaredError,
+    /// A matrix product: two flops per result element per element of the contracted dim.
+    MatMul,
+    /// A convolution: two flops per result element per weight tap of one group.
+    Conv,
+    /// A convolution's input gradient: conv's flops per element of the gradient (operand 0).
+    ConvInputGrad,
+    /// A convolution's filter gradient: conv's flops per element of the gradient (operand 1).
+    ConvFilterGrad,
+    /// A pooling: per result element, its window.
+    Pool,
+    /// A pooling's gradient: per element of the gradient, its window.
+    PoolGrad,
+    /// An optimizer's update of each element: `ops` arithmetic instructions, and a square root
+    /// when `sqrt`.
+    Update { ops: u8, sqrt: bool },
+    /// What its regions cost, as they run ([`RegionFlow`]).
+    Regions,
+}
+
+/// Whether reverse mode differentiates through an op: the table declares it, the autodiff
+/// rules (`compiler/src/autodiff/rules/`) implement it, and a test checks the two agree.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Gradient {
+    /// A rule gives the adjoints of its operands (zero ones, for a piecewise constant op).
+    Rule,
+    /// No rule: integer or bool results, state, communication, or no adjoint expressible
+    /// with the IR's ops; the reverse sweep reports a loss that depends on it.
+    NotDifferentiable,
+}
+
 /// Whether an attribute must be written, and its value when it is not.
 #[derive(Clone, Debug)]
 pub enum AttrDefault {
@@ -255,6 +327,15 @@ pub struct OpDef {
     /// Reads or writes session state or communicates: never removed, reordered or duplicated
     /// by passes on their own account.
     pub stateful: bool,
+    /// How its regions run (`NoRegions` exactly when `regions` is empty).
+    pub flow: RegionFlow,
+    /// Keeps its result on its device for as long as the session lives (a variable's value,
+    /// a constant's literal): placement counts it against the device's memory.
+    pub resident: bool,
+    /// What work it does, for a cost model.
+    pub cost: Cost,
+    /// Whether the autodiff has a rule for it.
+    pub gradient: Gradient,
     pub semantics: &'static str,
     /// A complete graph using the op; the test suite checks that it verifies.
     pub example: &'static str,

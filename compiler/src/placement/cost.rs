@@ -5,7 +5,7 @@
 //! times measured on another kind of device (a GPU's) are that kind's own, taken as they are.
 
 use super::cluster::Cluster;
-use graphc_ir::{DeviceKind, Graph, Node, Op, Type};
+use graphc_ir::{Cost, DeviceKind, Graph, Node, RegionFlow, Type};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -271,123 +271,57 @@ impl<'a> CostModel<'a> {
         let input = |i: usize| nd.operands.get(i).map(|&v| elems(v)).unwrap_or(0.0);
         let region =
             |i: usize| -> f64 { g.regions[nd.regions[i]].nodes.iter().map(|&m| self.reference_time(g, m)).sum() };
-        // Every op is named, so a new op must be given a cost here.
-        let work = match nd.op {
-            Op::Exp | Op::Log | Op::Sigmoid | Op::Sqrt => out * reference::ELEM_TRANSCENDENTAL,
-            Op::Tanh | Op::Pow => out * reference::ELEM_TANH_POW,
-            Op::Erf => out * reference::ELEM_ERF,
-            // libm calls on the interpreter: priced like tanh and pow.
-            Op::Sin
-            | Op::Cos
-            | Op::Tan
-            | Op::Asin
-            | Op::Acos
-            | Op::Atan
-            | Op::Sinh
-            | Op::Cosh
-            | Op::Asinh
-            | Op::Acosh
-            | Op::Atanh => out * reference::ELEM_TANH_POW,
-            Op::Transpose => out * reference::TRANSPOSE,
-            Op::Identity | Op::Shape | Op::Rank | Op::Read | Op::Variable | Op::Queue => 0.0,
-            Op::Softmax => out * reference::SOFTMAX,
-            Op::MatMul => {
+        let window = || -> i64 { nd.attrs.ints("kernel").map(|k| k.iter().product()).unwrap_or(1) };
+        // The op's entry says what work it does (a new op states it there); this prices it.
+        let work = match nd.op.def().cost {
+            Cost::Free => 0.0,
+            Cost::Arithmetic => out * reference::ELEM,
+            Cost::Transcendental => out * reference::ELEM_TRANSCENDENTAL,
+            // libm calls on the interpreter: tanh, pow, the trigonometric ones alike.
+            Cost::Libm => out * reference::ELEM_TANH_POW,
+            Cost::Erf => out * reference::ELEM_ERF,
+            Cost::Move => out * reference::MOVE,
+            Cost::Strided => out * reference::TRANSPOSE,
+            Cost::Reduction => input(0) * reference::REDUCE,
+            // top_k sorts each slice: about a reduction's work per element, times the log.
+            Cost::Sort => input(0) * reference::REDUCE * input(0).max(2.0).log2(),
+            Cost::Softmax => input(0) * reference::SOFTMAX,
+            Cost::SquaredError => input(0) * 2.0 * reference::ELEM,
+            Cost::MatMul => {
                 let k = g.values[nd.operands[0]].ty.as_tensor().and_then(|t| t.shape.last().copied()).unwrap_or(1);
                 2.0 * out * k as f64 / reference::MATMUL_FLOPS
             }
-            Op::Conv => {
+            Cost::Conv => {
                 // Each output element sums over (input channels / group) x kernel window.
                 let w = g.values[nd.operands[1]].ty.as_tensor().map(|t| t.shape.clone()).unwrap_or_default();
                 let per_out: u64 = w.iter().skip(1).product();
                 2.0 * out * per_out as f64 / reference::CONV_FLOPS
             }
-            Op::ConvInputGrad | Op::ConvFilterGrad => {
-                // conv's multiply-adds, once each: per element of the gradient operand (dy), the
-                // weight's (C/group) x window taps.
-                let dy = if nd.op == Op::ConvInputGrad { input(0) } else { input(1) };
-                let w: Vec<u64> = if nd.op == Op::ConvInputGrad {
-                    g.values[nd.operands[1]].ty.as_tensor().map(|t| t.shape.clone()).unwrap_or_default()
-                } else {
-                    nd.attrs.ints("shape").unwrap_or_default().iter().map(|&d| d.max(0) as u64).collect()
-                };
+            // conv's multiply-adds, once each: per element of the gradient operand (dy), the
+            // weight's (C/group) x window taps (the weight's shape an operand or the `shape` made).
+            Cost::ConvInputGrad => {
+                let w = g.values[nd.operands[1]].ty.as_tensor().map(|t| t.shape.clone()).unwrap_or_default();
                 let per_out: u64 = w.iter().skip(1).product();
-                2.0 * dy * per_out as f64 / reference::CONV_FLOPS
+                2.0 * input(0) * per_out as f64 / reference::CONV_FLOPS
             }
-            Op::MaxPool | Op::AvgPool => {
-                let window: i64 = nd.attrs.ints("kernel").map(|k| k.iter().product()).unwrap_or(1);
-                out * window as f64 * reference::POOL
+            Cost::ConvFilterGrad => {
+                let w: Vec<u64> = nd.attrs.ints("shape").unwrap_or_default().iter().map(|&d| d.max(0) as u64).collect();
+                let per_out: u64 = w.iter().skip(1).product();
+                2.0 * input(1) * per_out as f64 / reference::CONV_FLOPS
             }
-            Op::AvgPoolGrad => {
-                let window: i64 = nd.attrs.ints("kernel").map(|k| k.iter().product()).unwrap_or(1);
-                input(0) * window as f64 * reference::POOL
-            }
-            // A softmax's work per logit, then one value per row.
-            Op::SoftmaxCrossEntropy => input(0) * reference::SOFTMAX,
-            Op::MeanSquaredError => input(0) * 2.0 * reference::ELEM,
-            // Never runs: the autodiff lowering replaces it.
-            Op::Grad => 0.0,
+            Cost::Pool => out * window() as f64 * reference::POOL,
+            Cost::PoolGrad => input(0) * window() as f64 * reference::POOL,
             // A few multiply-adds per element, a square root for the adaptive ones.
-            Op::ApplySgd => out * 2.0 * reference::ELEM,
-            Op::ApplyMomentum => out * 4.0 * reference::ELEM,
-            Op::ApplyAdam => out * (6.0 * reference::ELEM + reference::ELEM_TRANSCENDENTAL),
-            Op::ApplyRmsprop => out * (5.0 * reference::ELEM + reference::ELEM_TRANSCENDENTAL),
-            Op::Cond => region(0).max(region(1)),
-            Op::While => ASSUMED_TRIPS * (region(0) + region(1)) + region(0),
-            Op::Fusion => region(0),
-            Op::Enqueue | Op::Dequeue => 0.0,
-            // Arithmetic per output element: the elementwise ops above not named, and the
-            // stateful ones (an update, a queue's size, nothing).
-            Op::Cast
-            | Op::Neg
-            | Op::Abs
-            | Op::Relu
-            | Op::Floor
-            | Op::Ceil
-            | Op::Round
-            | Op::Sign
-            | Op::Mod
-            | Op::Xor
-            | Op::ShiftLeft
-            | Op::ShiftRight
-            | Op::Bitcast
-            | Op::Not
-            | Op::Add
-            | Op::Sub
-            | Op::Mul
-            | Op::Div
-            | Op::Max
-            | Op::Min
-            | Op::And
-            | Op::Or
-            | Op::Equal
-            | Op::NotEqual
-            | Op::Less
-            | Op::LessEqual
-            | Op::Greater
-            | Op::GreaterEqual
-            | Op::Select
-            | Op::Assign
-            | Op::AssignAdd
-            | Op::QueueClose
-            | Op::QueueSize
-            | Op::NoOp => out * reference::ELEM,
-            // top_k sorts each slice: about a reduction's work per element, times the log.
-            Op::TopK => input(0) * reference::REDUCE * input(0).max(2.0).log2(),
-            Op::ReduceSum | Op::ReduceMean | Op::ReduceMax | Op::ReduceMin | Op::ReduceProd => {
-                input(0) * reference::REDUCE
+            Cost::Update { ops, sqrt: false } => out * f64::from(ops) * reference::ELEM,
+            Cost::Update { ops, sqrt: true } => {
+                out * (f64::from(ops) * reference::ELEM + reference::ELEM_TRANSCENDENTAL)
             }
-            // Elements moved: array ops, a constant's literal, a send or recv's copy.
-            Op::Constant
-            | Op::Reshape
-            | Op::Broadcast
-            | Op::Concat
-            | Op::Slice
-            | Op::Split
-            | Op::Gather
-            | Op::ScatterAdd
-            | Op::Pad
-            | Op::Send
-            | Op::Recv => out * reference::MOVE,
+            Cost::Regions => match nd.op.def().flow {
+                RegionFlow::NoRegions => 0.0,
+                RegionFlow::Once => (0..nd.regions.len()).map(region).sum(),
+                RegionFlow::OneOf => (0..nd.regions.len()).map(region).fold(0.0, f64::max),
+                RegionFlow::Loop => ASSUMED_TRIPS * (region(0) + region(1)) + region(0),
+            },
         };
         work + reference::NODE
     }

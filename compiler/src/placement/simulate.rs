@@ -13,7 +13,7 @@
 use super::cost::{type_bytes, CostModel, ASSUMED_TRIPS};
 use super::partition::Partitioned;
 use crate::trace::{Span, TRANSFERS};
-use graphc_ir::{DeviceSpec, Module, Node, Op};
+use graphc_ir::{DeviceSpec, Module, Node, Op, RegionFlow};
 use std::collections::HashMap;
 
 /// The prediction for one step.
@@ -199,8 +199,8 @@ fn expand(g: &graphc_ir::Graph, nodes: &[Node], iterations: &[u64], out: &mut Ve
             continue;
         }
         let region = |i: usize| g.regions[nd.regions[i]].nodes.as_slice();
-        match nd.op {
-            Op::While => {
+        match nd.op.def().flow {
+            RegionFlow::Loop => {
                 let mut path = iterations.to_vec();
                 path.push(0);
                 for trip in 0..ASSUMED_TRIPS as u64 {
@@ -211,103 +211,10 @@ fn expand(g: &graphc_ir::Graph, nodes: &[Node], iterations: &[u64], out: &mut Ve
                 *path.last_mut().expect("pushed above") = ASSUMED_TRIPS as u64;
                 expand(g, region(0), &path, out)?;
             }
-            Op::Cond => expand(g, region(0), iterations, out)?,
-            // A fusion's region runs once; the other ops have no regions, so they do not
-            // communicate from inside one and never get here.
-            Op::Constant
-            | Op::Identity
-            | Op::Cast
-            | Op::Reshape
-            | Op::Broadcast
-            | Op::Transpose
-            | Op::Concat
-            | Op::Slice
-            | Op::Split
-            | Op::Gather
-            | Op::ScatterAdd
-            | Op::Pad
-            | Op::Shape
-            | Op::Rank
-            | Op::MatMul
-            | Op::Conv
-            | Op::ConvInputGrad
-            | Op::ConvFilterGrad
-            | Op::Neg
-            | Op::Abs
-            | Op::Exp
-            | Op::Log
-            | Op::Sqrt
-            | Op::Tanh
-            | Op::Sigmoid
-            | Op::Relu
-            | Op::Erf
-            | Op::Sin
-            | Op::Cos
-            | Op::Tan
-            | Op::Asin
-            | Op::Acos
-            | Op::Atan
-            | Op::Sinh
-            | Op::Cosh
-            | Op::Asinh
-            | Op::Acosh
-            | Op::Atanh
-            | Op::Floor
-            | Op::Ceil
-            | Op::Round
-            | Op::Sign
-            | Op::Mod
-            | Op::Xor
-            | Op::ShiftLeft
-            | Op::ShiftRight
-            | Op::Bitcast
-            | Op::TopK
-            | Op::Not
-            | Op::Add
-            | Op::Sub
-            | Op::Mul
-            | Op::Div
-            | Op::Pow
-            | Op::Max
-            | Op::Min
-            | Op::And
-            | Op::Or
-            | Op::Equal
-            | Op::NotEqual
-            | Op::Less
-            | Op::LessEqual
-            | Op::Greater
-            | Op::GreaterEqual
-            | Op::Select
-            | Op::ReduceSum
-            | Op::ReduceMean
-            | Op::ReduceMax
-            | Op::ReduceMin
-            | Op::ReduceProd
-            | Op::Softmax
-            | Op::MaxPool
-            | Op::AvgPool
-            | Op::AvgPoolGrad
-            | Op::SoftmaxCrossEntropy
-            | Op::MeanSquaredError
-            | Op::Grad
-            | Op::Variable
-            | Op::Read
-            | Op::Assign
-            | Op::AssignAdd
-            | Op::ApplySgd
-            | Op::ApplyMomentum
-            | Op::ApplyAdam
-            | Op::ApplyRmsprop
-            | Op::Queue
-            | Op::Enqueue
-            | Op::Dequeue
-            | Op::QueueClose
-            | Op::QueueSize
-            | Op::NoOp
-            | Op::Fusion
-            | Op::Send
-            | Op::Recv => {
+            // The path assumed: the first region.
+            RegionFlow::OneOf => expand(g, region(0), iterations, out)?,
+            // An op without regions does not communicate from inside one and never gets here.
+            RegionFlow::Once | RegionFlow::NoRegions => {
                 for &r in &nd.regions {
                     expand(g, &g.regions[r].nodes, iterations, out)?;
                 }

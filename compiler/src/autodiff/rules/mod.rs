@@ -1,9 +1,9 @@
 //! The gradient rules, one module per family laid out like the reference kernels
 //! (`runtime/src/kernels/`): given a node and its results' adjoints, the adjoints of its
 //! operands, built as more graph. Every op is listed (a new op fails to compile until it is
-//! placed); one without a rule is not differentiable, and the
-//! reverse sweep reports it when the loss depends on it through a value differentiated with
-//! respect to.
+//! placed), and has a rule exactly when its op table entry says `Gradient::Rule` (a test
+//! checks). One without a rule is not differentiable, and the reverse sweep reports it when
+//! the loss depends on it through a value differentiated with respect to.
 
 mod array;
 mod control;
@@ -119,4 +119,25 @@ pub fn vjp(e: &mut Emit<'_>, n: Node, dys: &[Option<Value>], backprop: Backprop)
     let site = Site::new(e.g, n, dys, backprop);
     let rule = rule(site.op)?;
     Some(rule(e, &site))
+}
+
+#[cfg(test)]
+mod tests {
+    use graphc_ir::{Gradient, Op};
+
+    /// The op table says which ops are differentiable; the rules here must say the same, so a
+    /// new op is declared one way or the other and given a rule when it says it has one.
+    #[test]
+    fn every_op_has_a_rule_exactly_when_its_entry_says() {
+        for &op in Op::ALL {
+            let declared = op.def().gradient == Gradient::Rule;
+            assert_eq!(
+                super::rule(op).is_some(),
+                declared,
+                "'{}': the op table says {:?}, the autodiff rules disagree",
+                op.name(),
+                op.def().gradient
+            );
+        }
+    }
 }

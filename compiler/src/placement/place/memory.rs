@@ -4,7 +4,7 @@
 
 use super::colocation::Groups;
 use crate::placement::cost::{type_bytes, CostModel};
-use graphc_ir::{Diagnostic, Graph, Node, Op, Type};
+use graphc_ir::{Diagnostic, Graph, Node, Type};
 use std::collections::HashMap;
 
 /// The bytes each group (by root) keeps resident.
@@ -19,109 +19,14 @@ pub(super) fn resident_bytes_per_group(g: &Graph, top: &[Node], groups: &Groups)
 /// Bytes a node keeps on its device for as long as the session lives: variables, constants.
 fn resident_bytes(g: &Graph, n: Node) -> u64 {
     let nd = &g.nodes[n];
-    let own = match nd.op {
-        Op::Variable => match &g.values[nd.results[0]].ty {
+    // A resident op's result is what it keeps: a variable's value, a constant's literal.
+    let own = if !nd.op.def().resident {
+        0
+    } else {
+        match &g.values[nd.results[0]].ty {
             Type::Var(t) => graphc_runtime::limits::tensor_bytes(t).unwrap_or(u64::MAX / 4),
-            _ => 0,
-        },
-        Op::Constant => type_bytes(&g.values[nd.results[0]].ty),
-        // Every other op keeps nothing resident of its own (what its regions keep is counted
-        // below). Named one by one, so a new op that keeps tensors on its device for the
-        // session must be counted here.
-        Op::Identity
-        | Op::Cast
-        | Op::Reshape
-        | Op::Broadcast
-        | Op::Transpose
-        | Op::Concat
-        | Op::Slice
-        | Op::Split
-        | Op::Gather
-        | Op::ScatterAdd
-        | Op::Pad
-        | Op::Shape
-        | Op::Rank
-        | Op::MatMul
-        | Op::Conv
-        | Op::ConvInputGrad
-        | Op::ConvFilterGrad
-        | Op::Neg
-        | Op::Abs
-        | Op::Exp
-        | Op::Log
-        | Op::Sqrt
-        | Op::Tanh
-        | Op::Sigmoid
-        | Op::Relu
-        | Op::Erf
-        | Op::Sin
-        | Op::Cos
-        | Op::Tan
-        | Op::Asin
-        | Op::Acos
-        | Op::Atan
-        | Op::Sinh
-        | Op::Cosh
-        | Op::Asinh
-        | Op::Acosh
-        | Op::Atanh
-        | Op::Floor
-        | Op::Ceil
-        | Op::Round
-        | Op::Sign
-        | Op::Mod
-        | Op::Xor
-        | Op::ShiftLeft
-        | Op::ShiftRight
-        | Op::Bitcast
-        | Op::TopK
-        | Op::Not
-        | Op::Add
-        | Op::Sub
-        | Op::Mul
-        | Op::Div
-        | Op::Pow
-        | Op::Max
-        | Op::Min
-        | Op::And
-        | Op::Or
-        | Op::Equal
-        | Op::NotEqual
-        | Op::Less
-        | Op::LessEqual
-        | Op::Greater
-        | Op::GreaterEqual
-        | Op::Select
-        | Op::ReduceSum
-        | Op::ReduceMean
-        | Op::ReduceMax
-        | Op::ReduceMin
-        | Op::ReduceProd
-        | Op::Softmax
-        | Op::MaxPool
-        | Op::AvgPool
-        | Op::AvgPoolGrad
-        | Op::SoftmaxCrossEntropy
-        | Op::MeanSquaredError
-        | Op::Grad
-        | Op::Read
-        | Op::Assign
-        | Op::AssignAdd
-        | Op::ApplySgd
-        | Op::ApplyMomentum
-        | Op::ApplyAdam
-        | Op::ApplyRmsprop
-        | Op::Queue
-        | Op::Enqueue
-        | Op::Dequeue
-        | Op::QueueClose
-        | Op::QueueSize
-        | Op::NoOp
-        | Op::Cond
-        | Op::While
-        | Op::Fusion
-        | Op::Send
-        | Op::Recv => 0,
+            ty => type_bytes(ty),
+        }
     };
     own + nd.regions.iter().flat_map(|&r| g.regions[r].nodes.iter()).map(|&m| resident_bytes(g, m)).sum::<u64>()
 }
