@@ -4,7 +4,9 @@
 //! (the instruction set, and what to keep of each kernel: `--isa`, `--dump-code`).
 //!
 //! A graph placed on a device runs through the [`Executor`] its backend gives for that device
-//! ([`Backend::executor`]), by default the interpreter with the backend's kernels.
+//! ([`Backend::executor`]), by default the interpreter with the backend's kernels. Passes that
+//! depend on what a backend compiles (fusion, placement) ask it through their `PassContext`
+//! ([`Backend::fuses`], [`Backend::accepts`]) rather than asking a lowering themselves.
 //!
 //! Every backend runs [`LOWERINGS`] first, the interpreter included: lowerings that are part
 //! of a module's meaning (`autodiff`: every `grad` expanded into its adjoint graph). A backend's kernels come
@@ -21,7 +23,7 @@ mod jit;
 mod llvm;
 mod tier;
 
-use graphc_ir::{DeviceKind, DeviceSpec, Graph, Module, Node};
+use graphc_ir::{DeviceKind, DeviceSpec, Graph, Module, Node, Op};
 use graphc_runtime::{CompiledKernels, Executor, KernelTable};
 use std::sync::Arc;
 use std::time::Duration;
@@ -71,6 +73,25 @@ pub trait Backend: Sync + std::fmt::Debug {
     /// unless this backend runs the node elsewhere.
     fn runs_on(&self, _g: &Graph, _n: Node) -> DeviceKind {
         DeviceKind::Cpu
+    }
+
+    /// Whether this backend's fused kernels compute elementwise op `op`: the fuse pass groups
+    /// only those, since one they do not would keep its whole group off compiled code. By
+    /// default, the ops a loop plan takes.
+    fn fuses(&self, op: Op) -> bool {
+        crate::lower::plan::supported(op)
+    }
+
+    /// Whether a device of kind `kind` runs node `n` of `g` (with a kernel, or needing none),
+    /// or why not: placement admits a node only to the devices that do. By default a CPU runs
+    /// every node and a GPU what the GPU's kernels run (`gpu_runs`: by dtypes, shapes and what
+    /// a fusion holds), so placement gives a device spec's GPUs the work the cuda backend
+    /// would run there, whichever backend runs the module.
+    fn accepts(&self, kind: DeviceKind, g: &Graph, n: Node) -> Result<(), String> {
+        match kind {
+            DeviceKind::Cpu => Ok(()),
+            DeviceKind::Gpu => crate::lower::mlir::gpu_runs(g, n),
+        }
     }
 }
 
@@ -128,6 +149,11 @@ pub const DEFAULT_BACKEND: &str = "jit";
 /// The default backend's name: tiered where the LLVM tier is built in.
 #[cfg(feature = "llvm")]
 pub const DEFAULT_BACKEND: &str = "auto";
+
+/// The default backend, which passes ask when no backend is named ([`BACKENDS`]' first).
+pub fn default_backend() -> &'static dyn Backend {
+    BACKENDS[0]
+}
 
 /// The backends that need the `llvm` feature (MLIR/LLVM 19), for the error a build without it
 /// gives when one is asked for.

@@ -30,7 +30,7 @@ pub fn simulate(a: &SimulateArgs) -> anyhow::Result<ExitCode> {
     let backend = graphc::backend::backend(&a.backend).map_err(|e| anyhow!(e))?;
     let module = driver::optimize(backend, module, false, file)?;
     let already_partitioned = module.is_partitioned();
-    let placed = driver::place_and_partition(a.devices.devices().context()?, file, module)?;
+    let placed = driver::place_and_partition(a.devices.devices().context()?.with_backend(backend), file, module)?;
     let cost = CostModel::new(&placed.ctx.cluster, placed.ctx.profile.as_ref());
     // A module of partitions already: they make one step together.
     let groups = if already_partitioned && wanted.is_empty() {

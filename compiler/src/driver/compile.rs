@@ -10,9 +10,14 @@ use graphc_runtime::{Session, SessionOptions};
 /// The module as `backend` runs it: the lowerings every backend runs, then the backend's
 /// pipeline. `as_written` skips the backend's pipeline (`--fetch` of a value fusion may
 /// absorb).
-pub fn optimize(backend: &dyn Backend, mut m: Module, as_written: bool, file: &SourceFile) -> anyhow::Result<Module> {
+pub fn optimize(
+    backend: &'static dyn Backend,
+    mut m: Module,
+    as_written: bool,
+    file: &SourceFile,
+) -> anyhow::Result<Module> {
     let pipeline = if as_written { "" } else { backend.pipeline() };
-    let ctx = PassContext::default();
+    let ctx = PassContext::default().with_backend(backend);
     let started = std::time::Instant::now();
     for p in [LOWERINGS, pipeline] {
         if !p.is_empty() {

@@ -20,14 +20,16 @@
 
 use super::manager::Pass;
 use super::rewrite::{constant_of, regions, remove_dead};
+use crate::backend::Backend;
 use graphc_ir::shape::broadcasts_to;
 use graphc_ir::{Attr, DeviceSpec, Graph, Node, NodeSpec, Op, OpKind, Region, Type, Value, ValueDef};
 use std::cmp::Reverse;
 use std::collections::hash_map::Entry;
 use std::collections::{BinaryHeap, HashMap, HashSet};
 
+/// The pass, grouping what the backend's kernels compute ([`Backend::fuses`]).
 #[derive(Debug)]
-pub struct Fuse;
+pub struct Fuse(pub &'static dyn Backend);
 
 impl Pass for Fuse {
     fn name(&self) -> &'static str {
@@ -42,7 +44,7 @@ impl Pass for Fuse {
             if g.regions[r].parent.is_some_and(|p| g.nodes[p].op == Op::Fusion) {
                 continue;
             }
-            changed |= fuse_region(g, r, &mut local)?;
+            changed |= fuse_region(g, r, &mut local, self.0)?;
         }
         if changed {
             remove_dead(g)?;
@@ -121,16 +123,16 @@ pub fn kernel_count(g: &Graph) -> usize {
     count
 }
 
-fn fusible(g: &Graph, n: Node) -> bool {
+fn fusible(g: &Graph, n: Node, backend: &dyn Backend) -> bool {
     let nd = &g.nodes[n];
     let kind_ok =
         matches!(nd.op.kind(), OpKind::Elementwise | OpKind::Injective | OpKind::Reduction | OpKind::Contraction);
     kind_ok
         && nd.op != Op::Identity
         && (nd.op.kind() != OpKind::Reduction || along_last_axis(g, n))
-        // An elementwise op no loop kernel computes (a cast, sin, mod) would keep its whole
-        // group on the interpreter: it runs alone, and its neighbours fuse and compile.
-        && (nd.op.kind() != OpKind::Elementwise || crate::lower::plan::supported(nd.op))
+        // An elementwise op the backend's kernels do not compute (a cast, sin, mod) would keep
+        // its whole group on the interpreter: it runs alone, and its neighbours fuse and compile.
+        && (nd.op.kind() != OpKind::Elementwise || backend.fuses(nd.op))
         // Likewise an op that moves elements (concat, transpose, reshape): no loop kernel
         // reindexes, so one would keep a batch-norm after a concat on the interpreter.
         && !reindexes(nd.op)
@@ -236,7 +238,7 @@ impl Marks {
     }
 }
 
-fn fuse_region(g: &mut Graph, r: Region, local: &mut Numbering) -> Result<bool, String> {
+fn fuse_region(g: &mut Graph, r: Region, local: &mut Numbering, backend: &dyn Backend) -> Result<bool, String> {
     let nodes = g.regions[r].nodes.clone();
     local.number(g, &nodes);
     // Segments between barriers: barrier k gets 2k+1, the ops after it 2k+2.
@@ -260,7 +262,7 @@ fn fuse_region(g: &mut Graph, r: Region, local: &mut Numbering) -> Result<bool, 
     let mut marks = (Marks::default(), Marks::default());
     let mut tried = Vec::new();
     for (i, &n) in nodes.iter().enumerate() {
-        if !fusible(g, n) {
+        if !fusible(g, n, backend) {
             continue;
         }
         let op = g.nodes[n].op;

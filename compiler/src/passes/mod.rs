@@ -42,7 +42,7 @@ fn make(name: &str, ctx: &PassContext) -> Option<Box<dyn Pass>> {
         "fold" => Box::new(fold::Fold),
         "cse" => Box::new(cse::Cse),
         "dce" => Box::new(dce::Dce),
-        "fuse" => Box::new(fuse::Fuse),
+        "fuse" => Box::new(fuse::Fuse(ctx.backend)),
         "place" => Box::new(Place(ctx.clone())),
         "partition" => Box::new(Partition(ctx.clone())),
         _ => return None,

@@ -5,17 +5,22 @@
 use super::cluster::Cluster;
 use super::cost::{CostModel, Profile};
 use super::partition::{partition_module, Partitioned};
-use super::place::place_module;
+use super::place::place_for;
+use crate::backend::{default_backend, Backend};
 use crate::passes::manager::{Pass, PassError};
 use graphc_ir::{Diagnostic, Graph, Module};
 use std::sync::{Arc, Mutex};
 
-/// What the module-level passes need: the devices to place on and measured node times; and
-/// what partitioning found, for the driver to build requests from.
+/// What the passes need beyond the module: the devices to place on, measured node times and
+/// the backend to compile for; and what partitioning found, for the driver to build requests
+/// from.
 #[derive(Clone, Debug)]
 pub struct PassContext {
     pub cluster: Cluster,
     pub profile: Option<Profile>,
+    /// The backend the module is compiled for: what fusion groups and what placement gives
+    /// each kind of device are its answers ([`Backend::fuses`], [`Backend::accepts`]).
+    pub backend: &'static dyn Backend,
     /// Each original graph's partitions, from the last partition pass run with this context
     /// (shared between the context's clones, so the pass's copy fills the caller's).
     pub partitions: Arc<Mutex<Vec<Partitioned>>>,
@@ -26,7 +31,19 @@ pub struct PassContext {
 
 impl PassContext {
     pub fn new(cluster: Cluster, profile: Option<Profile>) -> Self {
-        PassContext { cluster, profile, partitions: Arc::default(), warnings: Arc::default() }
+        PassContext {
+            cluster,
+            profile,
+            backend: default_backend(),
+            partitions: Arc::default(),
+            warnings: Arc::default(),
+        }
+    }
+
+    /// This context, asking `backend` instead of the default one.
+    pub fn with_backend(mut self, backend: &'static dyn Backend) -> Self {
+        self.backend = backend;
+        self
     }
 
     pub fn warn(&self, warnings: Vec<Diagnostic>) {
@@ -63,7 +80,11 @@ impl Pass for Place {
     }
     fn run_module(&self, m: &mut Module) -> Result<bool, PassError> {
         let cost = CostModel::new(&self.0.cluster, self.0.profile.as_ref());
-        place_module(m, &cost).map_err(|d| PassError { message: d.flat_message(), diagnostics: vec![d], pass: None })
+        place_for(m, &cost, self.0.backend).map_err(|d| PassError {
+            message: d.flat_message(),
+            diagnostics: vec![d],
+            pass: None,
+        })
     }
 }
 

@@ -1,8 +1,8 @@
 //! Which kernels a GPU runs, and their `gpu.module`: loop kernels (`emit.rs`), tiled matrix
 //! products and convolutions (`gpu_product.rs`), pools and column reductions
-//! (`gpu_reduce.rs`), concats (`gpu_concat.rs`). Placement asks the same question node by node ([`gpu_runs`]), so a node
-//! the GPU has no kernel for is placed on a CPU device rather than run on the host inside a
-//! GPU's partition.
+//! (`gpu_reduce.rs`), concats (`gpu_concat.rs`). Backends answer placement node by node with
+//! [`gpu_runs`] (`Backend::accepts`), so a node the GPU has no kernel for is placed on a CPU
+//! device rather than run on the host inside a GPU's partition.
 
 use super::emit;
 use super::gpu_concat;
@@ -41,6 +41,11 @@ pub fn gpu_listing(m: &Module, graph: &str, chip: &str) -> Result<(String, Vec<G
 pub fn gpu_runs(g: &Graph, n: Node) -> Result<(), String> {
     let op = g.nodes[n].op;
     match plan::kernel_plan(g, n) {
+        // What a check decides without writing the kernel: its writers fail on nothing else.
+        Some(KernelPlan::Columns(p)) => gpu_reduce::check(&Reduction::Columns(p)),
+        Some(KernelPlan::Pool(p)) => gpu_reduce::check(&Reduction::Pool(p)),
+        Some(KernelPlan::Concat(_)) => Ok(()),
+        // Loop bodies and products' epilogues are decided by writing them.
         Some(p) => gpu_kernel(g, n, &p, "graphc_gpu").map(|_| ()),
         None if needs_no_kernel(op) || host_scalar(g, n) => Ok(()),
         None if op == Op::Fusion => Err("its region is not one kernel the GPU has".into()),

@@ -3,20 +3,25 @@
 //! node and for every node in its regions, which go with it (a `cond`, `while` or `fusion` is
 //! placed as one unit), except the annotated nodes of a `cond` or `while`, which split off.
 //!
-//! A device has a kernel for a node when the spec does not list its op as unsupported and,
-//! on a GPU, when the GPU backend has a kernel for the node itself (`gpu_runs`: it depends on
-//! dtypes, shapes and what a fusion holds, not on the op alone), so that work a GPU cannot do
-//! goes to a CPU device rather than to the host inside the GPU's partition.
+//! A device has a kernel for a node when the spec does not list its op as unsupported and the
+//! backend accepts the node on that kind of device (`Backend::accepts`: on a GPU it depends
+//! on dtypes, shapes and what a fusion holds, not on the op alone), so that work a GPU cannot
+//! do goes to a CPU device rather than to the host inside the GPU's partition.
 
-use crate::lower::mlir::gpu_runs;
+use crate::backend::Backend;
 use crate::placement::cluster::Device;
 use crate::placement::cost::CostModel;
-use graphc_ir::{DeviceKind, Diagnostic, Graph, Node, Op};
+use graphc_ir::{Diagnostic, Graph, Node, Op};
 
 /// What each of the top-level nodes admits, in order; the first that admits no device is the
 /// error.
-pub(super) fn admitted_per_node(g: &Graph, top: &[Node], cost: &CostModel<'_>) -> Result<Vec<Vec<bool>>, Diagnostic> {
-    top.iter().map(|&n| admitted(g, n, cost)).collect()
+pub(super) fn admitted_per_node(
+    g: &Graph,
+    top: &[Node],
+    cost: &CostModel<'_>,
+    backend: &dyn Backend,
+) -> Result<Vec<Vec<bool>>, Diagnostic> {
+    top.iter().map(|&n| admitted(g, n, cost, backend)).collect()
 }
 
 /// True for a node directly in a `cond` or `while` region that carries its own annotation:
@@ -28,14 +33,16 @@ pub(super) fn splits_off(g: &Graph, m: Node) -> bool {
 }
 
 /// Why device `d` has no kernel for node `m` of `g`, or `Ok`. A node inside a fusion is
-/// checked by its op alone: the fusion's kernel is the GPU's question.
-pub(super) fn kernel_on(d: &Device, g: &Graph, m: Node) -> Result<(), String> {
+/// checked by its op alone: the fusion's kernel is the backend's question.
+pub(super) fn kernel_on(d: &Device, g: &Graph, m: Node, backend: &dyn Backend) -> Result<(), String> {
     let op = g.nodes[m].op;
     if !d.supports(op) {
         return Err(format!("{} has no kernel for '{}'", d.name, op.name()));
     }
-    if d.kind == DeviceKind::Gpu && !inside_fusion(g, m) {
-        gpu_runs(g, m).map_err(|why| format!("{} has no kernel for {}: {why}", d.name, g.describe(m)))?;
+    if !inside_fusion(g, m) {
+        backend
+            .accepts(d.kind, g, m)
+            .map_err(|why| format!("{} has no kernel for {}: {why}", d.name, g.describe(m)))?;
     }
     Ok(())
 }
@@ -60,7 +67,12 @@ fn unit(g: &Graph, n: Node) -> Vec<Node> {
 
 /// The devices node `n` (with its regions) may run on: compatible with every annotation in
 /// it, and having a kernel for every node in it.
-pub(super) fn admitted(g: &Graph, n: Node, cost: &CostModel<'_>) -> Result<Vec<bool>, Diagnostic> {
+pub(super) fn admitted(
+    g: &Graph,
+    n: Node,
+    cost: &CostModel<'_>,
+    backend: &dyn Backend,
+) -> Result<Vec<bool>, Diagnostic> {
     let cluster = cost.cluster;
     let mut ok = vec![true; cluster.devices.len()];
     let members = unit(g, n);
@@ -92,7 +104,7 @@ pub(super) fn admitted(g: &Graph, n: Node, cost: &CostModel<'_>) -> Result<Vec<b
                 .with_help("a fusion runs on one device with everything in its kernel"));
             }
         }
-        let why: Vec<Result<(), String>> = cluster.devices.iter().map(|d| kernel_on(d, g, m)).collect();
+        let why: Vec<Result<(), String>> = cluster.devices.iter().map(|d| kernel_on(d, g, m, backend)).collect();
         if why.iter().all(Result::is_err) {
             let reasons: Vec<String> = why.into_iter().filter_map(Result::err).collect();
             return Err(Diagnostic::error(nd.span, format!("no device of the cluster can run {}", g.describe(m)))
@@ -110,7 +122,7 @@ pub(super) fn admitted(g: &Graph, n: Node, cost: &CostModel<'_>) -> Result<Vec<b
             .devices
             .iter()
             .filter(|d| pinned.is_none_or(|s| s.is_compatible_with(&d.spec)))
-            .filter_map(|d| members.iter().find_map(|&m| kernel_on(d, g, m).err()))
+            .filter_map(|d| members.iter().find_map(|&m| kernel_on(d, g, m, backend).err()))
             .collect();
         let what = match pinned {
             Some(s) => format!("{} is pinned to '{s}'", g.describe(n)),

@@ -23,18 +23,24 @@ mod greedy;
 mod memory;
 
 use super::cost::CostModel;
+use crate::backend::{default_backend, Backend};
 use colocation::Groups;
 use constraints::{admitted, splits_off};
 use graphc_ir::{Diagnostic, Graph, Module, Node, Op};
 use std::collections::HashMap;
 
-/// Places every graph of the module; returns whether any annotation changed. Errors name the
-/// nodes involved and point at them.
+/// Places every graph of the module for the default backend ([`place_for`]).
 pub fn place_module(m: &mut Module, cost: &CostModel<'_>) -> Result<bool, Diagnostic> {
+    place_for(m, cost, default_backend())
+}
+
+/// Places every graph of the module, each node on a device that `backend` accepts it on;
+/// returns whether any annotation changed. Errors name the nodes involved and point at them.
+pub fn place_for(m: &mut Module, cost: &CostModel<'_>, backend: &dyn Backend) -> Result<bool, Diagnostic> {
     let mut state_devices: HashMap<String, usize> = HashMap::new();
     let mut changed = false;
     for g in &mut m.graphs {
-        changed |= place_graph(g, cost, &mut state_devices)?;
+        changed |= place_graph(g, cost, backend, &mut state_devices)?;
     }
     Ok(changed)
 }
@@ -45,13 +51,14 @@ pub fn place_module(m: &mut Module, cost: &CostModel<'_>) -> Result<bool, Diagno
 fn place_graph(
     g: &mut Graph,
     cost: &CostModel<'_>,
+    backend: &dyn Backend,
     state_devices: &mut HashMap<String, usize>,
 ) -> Result<bool, Diagnostic> {
     let top: Vec<Node> = g.regions[g.body].nodes.clone();
     let index: HashMap<Node, usize> = top.iter().enumerate().map(|(i, &n)| (n, i)).collect();
 
     // 1. What each node admits.
-    let allowed = constraints::admitted_per_node(g, &top, cost)?;
+    let allowed = constraints::admitted_per_node(g, &top, cost, backend)?;
     // 2. Colocation groups, and those that same-named state placed by an earlier graph pins.
     let groups = Groups::colocate(g, &top, &index, &allowed, cost)?;
     let fixed = groups.pinned_by_earlier_graphs(g, &top, state_devices, cost)?;
@@ -63,12 +70,18 @@ fn place_graph(
         state_devices.insert(name.clone(), chosen[*i]);
     }
     // 5. Annotations.
-    annotate(g, &top, &chosen, cost)
+    annotate(g, &top, &chosen, cost, backend)
 }
 
 /// Writes device `chosen[i]` into the annotation of top-level node `top[i]`, and resolves the
 /// annotated nodes inside its regions; returns whether any annotation changed.
-fn annotate(g: &mut Graph, top: &[Node], chosen: &[usize], cost: &CostModel<'_>) -> Result<bool, Diagnostic> {
+fn annotate(
+    g: &mut Graph,
+    top: &[Node],
+    chosen: &[usize],
+    cost: &CostModel<'_>,
+    backend: &dyn Backend,
+) -> Result<bool, Diagnostic> {
     let cluster = cost.cluster;
     let mut changed = false;
     for (i, &n) in top.iter().enumerate() {
@@ -78,7 +91,7 @@ fn annotate(g: &mut Graph, top: &[Node], chosen: &[usize], cost: &CostModel<'_>)
             g.nodes[n].device = Some(spec);
             changed = true;
         }
-        changed |= resolve_nested(g, n, d, cost)?;
+        changed |= resolve_nested(g, n, d, cost, backend)?;
     }
     Ok(changed)
 }
@@ -86,7 +99,13 @@ fn annotate(g: &mut Graph, top: &[Node], chosen: &[usize], cost: &CostModel<'_>)
 /// Gives the annotated nodes in the regions of a `cond` or `while` placed on device `d` full
 /// specs: the enclosing device when the annotation admits it, else the first device it
 /// admits that can run the node. Unannotated nodes run with their enclosing node.
-fn resolve_nested(g: &mut Graph, n: Node, d: usize, cost: &CostModel<'_>) -> Result<bool, Diagnostic> {
+fn resolve_nested(
+    g: &mut Graph,
+    n: Node,
+    d: usize,
+    cost: &CostModel<'_>,
+    backend: &dyn Backend,
+) -> Result<bool, Diagnostic> {
     let cluster = cost.cluster;
     if !matches!(g.nodes[n].op, Op::Cond | Op::While) {
         return Ok(false);
@@ -96,7 +115,7 @@ fn resolve_nested(g: &mut Graph, n: Node, d: usize, cost: &CostModel<'_>) -> Res
     for m in inner {
         let mut at = d;
         if splits_off(g, m) {
-            let ok = admitted(g, m, cost)?;
+            let ok = admitted(g, m, cost, backend)?;
             at = if ok[d] { d } else { ok.iter().position(|&b| b).expect("admitted returns a device or an error") };
             let spec = cluster.devices[at].spec.clone();
             if g.nodes[m].device.as_ref() != Some(&spec) {
@@ -104,7 +123,7 @@ fn resolve_nested(g: &mut Graph, n: Node, d: usize, cost: &CostModel<'_>) -> Res
                 changed = true;
             }
         }
-        changed |= resolve_nested(g, m, at, cost)?;
+        changed |= resolve_nested(g, m, at, cost, backend)?;
     }
     Ok(changed)
 }
