@@ -1,6 +1,6 @@
 //! The op reference section of SPEC.md, generated from the op table so the two cannot drift.
 
-use crate::ops::{AttrDefault, Op, OpKind};
+use crate::ops::{AttrDefault, Gradient, Op, OpKind};
 use std::fmt::Write;
 
 /// Markers around the generated section in SPEC.md.
@@ -46,6 +46,11 @@ pub fn op_reference() -> String {
                     ""
                 }
             );
+            let gradient = match d.gradient {
+                Gradient::Rule => "yes",
+                Gradient::NotDifferentiable => "no",
+            };
+            let _ = writeln!(out, "- differentiable: {gradient}");
             for a in &d.attrs {
                 let presence = match &a.default {
                     AttrDefault::Required => "required".to_string(),
