@@ -25,8 +25,9 @@ pub enum Step {
     Binary(Op, usize, usize),
     /// `select(cond, a, b)`.
     Select(usize, usize, usize),
-    /// A reduction of a full-shape value along the last axis (sum, max, min, mean): one value
-    /// per row, computed in a pass over the row of its own and then read by every column.
+    /// A reduction of a full-shape value over the axes that make the plan's columns (the last,
+    /// or a block of trailing axes; sum, max, min, mean): one value per row, computed in a pass
+    /// over the row of its own and then read by every column.
     Reduce(Op, usize),
 }
 
@@ -43,7 +44,10 @@ impl Step {
     }
 }
 
-/// An elementwise loop kernel over a `[rows, cols]` view of the output shape.
+/// An elementwise loop kernel over a `[rows, cols]` view of the output shape. With reductions,
+/// the view splits the shape where the reduced axes begin: `cols` is the product of the reduced
+/// (trailing) dims, so each row is the contiguous run of elements one reduced value folds, in
+/// the reference's order.
 #[derive(Clone, Debug)]
 pub struct LoopPlan {
     pub out: TensorType,
@@ -55,8 +59,11 @@ pub struct LoopPlan {
     /// Which step values are the kernel's results, in order.
     pub results: Vec<usize>,
     /// Per result: one value per row (a reduction, or what follows from row values; of the
-    /// output's type with the last axis 1) rather than the full output.
+    /// output's type with the reduced axes 1, or without them for a reduction that drops them)
+    /// rather than the full output.
     pub per_row: Vec<bool>,
+    /// Per result: its type (`out` for a full one; the same `rows` elements in either row type).
+    pub result_types: Vec<TensorType>,
     /// Per step: one value per row, computed once per row when the values it depends on
     /// are known (the reductions, inputs read once per row, and f32 steps of those and
     /// constants).
@@ -73,13 +80,7 @@ pub struct LoopPlan {
 impl LoopPlan {
     /// The type of result `k`.
     pub fn result_type(&self, k: usize) -> TensorType {
-        let mut t = self.out.clone();
-        if self.per_row[k] {
-            if let Some(last) = t.shape.last_mut() {
-                *last = 1;
-            }
-        }
-        t
+        self.result_types[k].clone()
     }
 
     /// The inputs a full result may be written over, should this be their last use: f32 inputs
@@ -163,7 +164,8 @@ enum Role {
     Elementwise,
     /// An elementwise comparison of f32s, yielding a mask.
     Comparison,
-    /// A reduction, compiled along the last axis only: a pass over each row of its own.
+    /// A reduction, compiled over a block of trailing axes only (the kernel's columns): a pass
+    /// over each row of its own.
     Reduction,
     /// A splat constant: a step of loop bodies, never a kernel alone.
     Constant,
@@ -277,7 +279,7 @@ pub fn supported(op: Op) -> bool {
 }
 
 /// The plan for node `n` of `g`: a `fusion` whose kernel is elementwise (with row
-/// reductions), or a lone elementwise op or reduction along the last axis. `None` for
+/// reductions), or a lone elementwise op or reduction over trailing axes. `None` for
 /// anything else, which the interpreter keeps.
 pub fn plan(g: &Graph, n: Node) -> Option<LoopPlan> {
     let nd = &g.nodes[n];
@@ -920,8 +922,21 @@ pub fn kernel_plan(g: &Graph, n: Node) -> Option<KernelPlan> {
 fn build(g: &Graph, inputs: &[Value], nodes: &[Node], yields: &[Value], by_rows: bool) -> Option<LoopPlan> {
     let tensor = |v: Value| g.values[v].ty.as_tensor().cloned();
     // The shape iterated: what the reductions reduce, or else the results'.
-    let reduced = nodes.iter().find(|&&m| is_reduction(g.nodes[m].op)).map(|&m| g.nodes[m].operands[0]);
+    let reductions: Vec<Node> = nodes.iter().copied().filter(|&m| is_reduction(g.nodes[m].op)).collect();
+    let reduced = reductions.first().map(|&m| g.nodes[m].operands[0]);
     let out = tensor(reduced.unwrap_or(*yields.first()?))?;
+    // The axis where the reduced block begins, the same for every reduction: the rows are the
+    // dims before it, the columns those from it on.
+    let split = match reductions.split_first() {
+        None => None,
+        Some((&first, rest)) => {
+            let s = trailing_axes(g, first)?;
+            if rest.iter().any(|&m| trailing_axes(g, m) != Some(s)) {
+                return None;
+            }
+            Some(s)
+        }
+    };
     // Every buffer the kernel touches holds at most `out`'s elements; their bytes must fit the
     // i64 offsets of generated code (no allocation could hold more anyway).
     let elements = out.num_elements()?;
@@ -929,24 +944,30 @@ fn build(g: &Graph, inputs: &[Value], nodes: &[Node], yields: &[Value], by_rows:
         return None;
     }
     // Every result is an f32 tensor of the output shape, or (with reductions) one value per
-    // row of it.
-    let row_type = reduced.map(|_| {
-        let mut shape = out.shape.clone();
-        if let Some(last) = shape.last_mut() {
-            *last = 1;
-        }
-        TensorType::new(DType::F32, shape)
+    // row of it: of the output's shape with the reduced axes 1, or (a reduction that drops
+    // them) without them.
+    let row_types = split.map(|s| {
+        let kept: Vec<u64> = out.shape.iter().enumerate().map(|(i, &d)| if i < s { d } else { 1 }).collect();
+        (TensorType::new(DType::F32, kept), TensorType::new(DType::F32, out.shape[..s].to_vec()))
     });
+    // The results of reductions that drop their axes.
+    let dropped: std::collections::HashSet<Value> = (nodes.iter())
+        .filter(|&&m| is_reduction(g.nodes[m].op) && !keeps_dims(g, m))
+        .filter_map(|&m| g.nodes[m].results.first().copied())
+        .collect();
     let mut per_row = Vec::with_capacity(yields.len());
+    let mut result_types = Vec::with_capacity(yields.len());
     for &r in yields {
         let t = tensor(r)?;
-        per_row.push(if t == out {
-            false
-        } else if Some(&t) == row_type.as_ref() {
-            true
-        } else {
-            return None;
-        });
+        let row = match &row_types {
+            _ if t == out => false,
+            Some((kept, _)) if t == *kept => true,
+            // Only a reduction's own result has the dropped shape (nothing in the body reads it).
+            Some((_, dropped_type)) if t == *dropped_type && dropped.contains(&r) => true,
+            _ => return None,
+        };
+        per_row.push(row);
+        result_types.push(t);
     }
     let mut steps = Vec::new();
     let mut input_types = Vec::new();
@@ -957,15 +978,22 @@ fn build(g: &Graph, inputs: &[Value], nodes: &[Node], yields: &[Value], by_rows:
         index.insert(v, steps.len() - 1);
     }
     for &m in nodes {
+        // A reduction that drops its axes has a result that numpy's broadcasting would align
+        // with the wrong axes of `out` (`[N, C]` against `[N, C, H, W]`): the body reads none.
+        if g.nodes[m].operands.iter().any(|v| dropped.contains(v)) {
+            return None;
+        }
         // Every step is computed once per element of `out`, which is right for any value
         // that broadcasts into it, and wrong for one wider (its other elements have no place).
-        access(&tensor(*g.nodes[m].results.first()?)?, &out, out.rank().saturating_sub(1))?;
+        if !g.nodes[m].results.first().is_some_and(|v| dropped.contains(v)) {
+            access(&tensor(*g.nodes[m].results.first()?)?, &out, out.rank().saturating_sub(1))?;
+        }
         let step = lower_node(g, m, &index)?;
         steps.push(step);
         index.insert(g.nodes[m].results[0], steps.len() - 1);
     }
     let results = yields.iter().map(|v| index.get(v).copied()).collect::<Option<Vec<_>>>()?;
-    // Reductions of values of the output's full shape, along its last axis.
+    // Reductions of values of the output's full shape, over its columns.
     let reduces: Vec<usize> = (0..steps.len()).filter(|&i| matches!(steps[i], Step::Reduce(..))).collect();
     for &m in nodes {
         if is_reduction(g.nodes[m].op) && g.values[g.nodes[m].operands[0]].ty.as_tensor() != Some(&out) {
@@ -982,13 +1010,26 @@ fn build(g: &Graph, inputs: &[Value], nodes: &[Node], yields: &[Value], by_rows:
     if results.iter().any(|&i| masks[i]) {
         return None;
     }
-    let (inputs, rows, cols) = layout(&out, &input_types, !by_rows && reduces.is_empty(), !reduces.is_empty())?;
+    let (inputs, rows, cols) = layout(&out, &input_types, !by_rows && reduces.is_empty(), split)?;
     // A per-row result must be one the kernel computes once per row.
     let row_values = row_steps(&steps, &inputs, &masks);
     if results.iter().zip(&per_row).any(|(&i, &p)| p && !row_values[i]) {
         return None;
     }
-    Some(LoopPlan { out, rows, cols, inputs, input_types, steps, results, per_row, row_values, reduces, cached })
+    Some(LoopPlan {
+        out,
+        rows,
+        cols,
+        inputs,
+        input_types,
+        steps,
+        results,
+        per_row,
+        result_types,
+        row_values,
+        reduces,
+        cached,
+    })
 }
 
 /// Which steps have one value per row (`LoopPlan::row_values`).
@@ -1071,6 +1112,29 @@ fn is_comparison(op: Op) -> bool {
     role(op) == Role::Comparison
 }
 
+/// Where the axes reduction `m` reduces begin, when they are a nonempty block running to its
+/// operand's last axis (`[2, 3]` of `[N, C, H, W]`: 2; `[-1]`: the last): a row reduction of
+/// the operand viewed as `[rows, cols]`, each row's elements contiguous and in the order the
+/// reference kernel folds them. `None` for other axes.
+fn trailing_axes(g: &Graph, m: Node) -> Option<usize> {
+    let nd = &g.nodes[m];
+    let rank = g.values[nd.operands[0]].ty.as_tensor()?.rank();
+    let mut axes = Vec::new();
+    for &a in nd.attrs.ints("axes")? {
+        let a = usize::try_from(if a < 0 { a + rank as i64 } else { a }).ok().filter(|&a| a < rank)?;
+        axes.push(a);
+    }
+    axes.sort_unstable();
+    let first = *axes.first()?;
+    // Exactly `first..rank`: an axis twice is the reference's error, not a reduction here.
+    axes.iter().copied().eq(first..rank).then_some(first)
+}
+
+/// Whether reduction `m` keeps its reduced axes as dims of size 1.
+fn keeps_dims(g: &Graph, m: Node) -> bool {
+    g.nodes[m].attrs.get("keep_dims") == Some(&graphc_ir::Attr::Bool(true))
+}
+
 fn lower_node(g: &Graph, m: Node, index: &std::collections::HashMap<Value, usize>) -> Option<Step> {
     let md = &g.nodes[m];
     if !supported(md.op) || md.results.len() != 1 || !md.regions.is_empty() {
@@ -1101,16 +1165,10 @@ fn lower_node(g: &Graph, m: Node, index: &std::collections::HashMap<Value, usize
             }
         }
         Role::Reduction => {
-            // Along the last axis only (the kernel's columns), keeping it, so that the result
-            // broadcasts along the row it came from.
-            let rank = g.values[md.operands[0]].ty.as_tensor()?.rank() as i64;
-            if md.attrs.get("keep_dims") != Some(&graphc_ir::Attr::Bool(true)) {
-                return None;
-            }
-            match md.attrs.ints("axes")? {
-                [a] if rank > 0 && (*a == rank - 1 || *a == -1) => Step::Reduce(md.op, arg(0)?),
-                _ => return None,
-            }
+            // Over a block of trailing axes only (the kernel's columns; `build` checks that
+            // every reduction's block is the same).
+            trailing_axes(g, m)?;
+            Step::Reduce(md.op, arg(0)?)
         }
         Role::Elementwise if md.op == Op::Select => Step::Select(arg(0)?, arg(1)?, arg(2)?),
         Role::Elementwise | Role::Comparison => match md.operands.len() {
@@ -1169,24 +1227,25 @@ fn access(t: &TensorType, out: &TensorType, split: usize) -> Option<Access> {
 
 /// The input maps and the `[rows, cols]` view to iterate: when every input is read in full
 /// or as one element and `blocks` allows, blocks of up to 4096 elements (so that a long
-/// vector splits into rows that threads can share); else the output's leading dims by its
-/// last, or (without `last_axis`) by the last few, where that reads every input through
-/// strides (a per-channel operand of `[N, C, H, W]` at batch 1: `[C, H*W]` rows, read once
-/// per row) where the last axis alone would expand one.
+/// vector splits into rows that threads can share); else the output's dims before `reduced`
+/// (where reductions' axes begin) by those from it on, or without reductions its leading dims
+/// by its last, or by the last few, where that reads every input through strides (a
+/// per-channel operand of `[N, C, H, W]` at batch 1: `[C, H*W]` rows, read once per row) where
+/// the last axis alone would expand one.
 fn layout(
     out: &TensorType,
     types: &[TensorType],
     blocks: bool,
-    last_axis: bool,
+    reduced: Option<usize>,
 ) -> Option<(Vec<InputMap>, usize, usize)> {
     let n = out.num_elements()? as usize;
     let rank = out.rank();
     let accesses_at = |split: usize| types.iter().map(|t| access(t, out, split)).collect::<Option<Vec<Access>>>();
-    let last_split = rank.saturating_sub(1);
+    let last_split = reduced.unwrap_or(rank.saturating_sub(1));
     let mut accesses = accesses_at(last_split)?;
     let strided = |a: &Vec<Access>| !a.contains(&Access::Expand);
     let mut split = last_split;
-    if !last_axis && !strided(&accesses) {
+    if reduced.is_none() && !strided(&accesses) {
         if let Some((s, a)) = (1..last_split).rev().find_map(|s| accesses_at(s).filter(strided).map(|a| (s, a))) {
             (split, accesses) = (s, a);
         }

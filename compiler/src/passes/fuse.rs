@@ -3,7 +3,9 @@
 //! The op kinds follow XLA's and TVM's: elementwise ops and broadcasts fuse with each other
 //! (a "loop" kernel); a reduction takes its elementwise producers and then its elementwise
 //! consumers (an "input" kernel; further reductions join it when they reduce values
-//! of the same type along the same axes, as softmax and layernorm do); a matmul takes its
+//! of the same type along the same axes, as softmax and layernorm do; the axes are a block of
+//! trailing ones, the kernel's rows, and nothing in the kernel reads a reduction that drops
+//! them, whose shape would broadcast against the wrong axes); a matmul takes its
 //! elementwise epilogue (an "output" kernel: bias, activation). Matmul never joins a producer's
 //! group, so an expensive producer is never recomputed.
 //!
@@ -86,6 +88,8 @@ struct Group {
     shape: IterShape,
     /// What its reductions reduce (`RowKey`), once it has one.
     rows: Option<RowKey>,
+    /// Its reductions that drop their axes: no other member may read them.
+    dropping: Vec<Node>,
     /// The effects every member's result depends on (`Needs`), the same for all members.
     effects: usize,
     /// The producers of the members' operands: those outside the group are where a path out
@@ -129,7 +133,7 @@ fn fusible(g: &Graph, n: Node, backend: &dyn Backend) -> bool {
         matches!(nd.op.kind(), OpKind::Elementwise | OpKind::Injective | OpKind::Reduction | OpKind::Contraction);
     kind_ok
         && nd.op != Op::Identity
-        && (nd.op.kind() != OpKind::Reduction || along_last_axis(g, n))
+        && (nd.op.kind() != OpKind::Reduction || over_trailing_axes(g, n))
         // An elementwise op the backend's kernels do not compute (a cast, sin, mod) would keep
         // its whole group on the interpreter: it runs alone, and its neighbours fuse and compile.
         && (nd.op.kind() != OpKind::Elementwise || backend.fuses(nd.op))
@@ -144,20 +148,36 @@ fn fusible(g: &Graph, n: Node, backend: &dyn Backend) -> bool {
         })
 }
 
-/// Whether a reduction reduces its operand's last axis alone: what a kernel's row reductions
-/// are. Others (a bias gradient's sum over the batch) run alone, and the elementwise ops
-/// around them fuse into kernels of their own.
-fn along_last_axis(g: &Graph, n: Node) -> bool {
-    let nd = &g.nodes[n];
-    let rank = g.values[nd.operands[0]].ty.as_tensor().map_or(0, |t| t.rank() as i64);
-    matches!(nd.attrs.ints("axes"), Some([a]) if rank > 0 && a.rem_euclid(rank) == rank - 1)
-}
-
 /// What a reduction reduces: the operand's type, the axes (normalized, sorted) and whether it
 /// keeps them. The reductions of one input kernel agree on it, so that the kernel makes a
 /// pass over each row per reduction (softmax's max and sum, layernorm's mean and variance)
 /// with the row in cache.
 type RowKey = (Type, Vec<i64>, Option<Attr>);
+
+/// Whether a reduction reduces a nonempty block of trailing axes (`[2, 3]` of a rank-4
+/// operand, or the last): what a kernel's row reductions are (the loop plans' rule). Others (a
+/// bias gradient's sum over the batch) run alone, and the elementwise ops around them fuse
+/// into kernels of their own.
+fn over_trailing_axes(g: &Graph, n: Node) -> bool {
+    let (_, axes, _) = row_key(g, n);
+    let rank = g.values[g.nodes[n].operands[0]].ty.as_tensor().map_or(0, |t| t.rank() as i64);
+    axes.first().is_some_and(|&first| axes.iter().copied().eq(first..rank))
+}
+
+/// Whether the reductions of `key` drop their axes (`keep_dims` false, the default).
+fn drops_axes(key: &RowKey) -> bool {
+    key.2 != Some(Attr::Bool(true))
+}
+
+/// The shapes of one value per row of `key`'s operand: with the reduced axes 1, and without
+/// them (only a reduction that drops them has that one).
+fn row_shapes(key: &RowKey) -> Option<(Vec<u64>, Vec<u64>)> {
+    let shape = &key.0.as_tensor()?.shape;
+    let reduced = |i: usize| key.1.contains(&(i as i64));
+    let kept = shape.iter().enumerate().map(|(i, &d)| if reduced(i) { 1 } else { d }).collect();
+    let dropped = shape.iter().enumerate().filter(|&(i, _)| !reduced(i)).map(|(_, &d)| d).collect();
+    Some((kept, dropped))
+}
 
 fn row_key(g: &Graph, n: Node) -> RowKey {
     let nd = &g.nodes[n];
@@ -323,6 +343,9 @@ fn fuse_region(g: &mut Graph, r: Region, local: &mut Numbering, backend: &dyn Ba
                 if op.kind() == OpKind::Reduction && grp.rows.is_none() {
                     grp.rows = Some(row_key(g, n));
                 }
+                if op.kind() == OpKind::Reduction && grp.rows.as_ref().is_some_and(drops_axes) {
+                    grp.dropping.push(n);
+                }
                 // Fusible nodes have no `after` lists: their operands are all they depend on.
                 grp.producers.extend(outside);
                 group_of[i] = gi;
@@ -347,6 +370,10 @@ fn fuse_region(g: &mut Graph, r: Region, local: &mut Numbering, backend: &dyn Ba
                     device: g.nodes[n].device.clone(),
                     shape,
                     rows: (op.kind() == OpKind::Reduction).then(|| row_key(g, n)),
+                    dropping: (op.kind() == OpKind::Reduction && drops_axes(&row_key(g, n)))
+                        .then_some(n)
+                        .into_iter()
+                        .collect(),
                     effects: effects.id[i],
                     producers: producers_of(g, n).filter_map(|p| local.get(p)).collect(),
                 });
@@ -464,6 +491,7 @@ fn merge_sibling_groups(
             st.group_of[m] = keep;
         }
         let (first, last, rows) = (groups[gone].first, groups[gone].last, groups[gone].rows.take());
+        let dropping = std::mem::take(&mut groups[gone].dropping);
         let grp = &mut groups[keep];
         grp.members.extend(moved);
         if grp.producers.len() < producers.len() {
@@ -474,6 +502,7 @@ fn merge_sibling_groups(
         grp.first = grp.first.min(first);
         grp.last = grp.last.max(last);
         grp.rows = grp.rows.take().or(rows);
+        grp.dropping.extend(dropping);
         grp.shape = shape;
         spans.record(grp.last, grp.first);
         gi = keep;
@@ -606,15 +635,6 @@ fn reindexes(op: Op) -> bool {
     op.kind() == OpKind::Injective && !matches!(op, Op::Broadcast | Op::Identity)
 }
 
-/// `shape` with its last axis 1: one value per row of it.
-fn row_of(shape: &[u64]) -> Vec<u64> {
-    let mut row = shape.to_vec();
-    if let Some(last) = row.last_mut() {
-        *last = 1;
-    }
-    row
-}
-
 /// What becomes of a group's shape when a node joins it.
 enum Reshape {
     Keep,
@@ -630,6 +650,9 @@ fn joined_shape(g: &Graph, n: Node, grp: &Group, nodes: &[Node], in_group: &dyn 
     let op = g.nodes[n].op;
     if grp.kind == Kind::Output {
         return (result_dims(g, n) == grp.shape.as_deref()).then_some(Reshape::Keep);
+    }
+    if g.nodes[n].operands.iter().any(|&v| g.producer(v).is_some_and(|p| grp.dropping.contains(&p))) {
+        return None;
     }
     if op.kind() == OpKind::Reduction {
         return match &grp.shape {
@@ -658,6 +681,12 @@ fn merged_shape(
     nodes: &[Node],
     in_merged: &dyn Fn(Node) -> bool,
 ) -> Option<IterShape> {
+    // No member reads a reduction of the other that drops its axes.
+    let reads_dropped =
+        |r: &Node| g.nodes[*r].results.iter().any(|&v| g.uses(v).iter().any(|u| u.user().is_some_and(in_merged)));
+    if a.dropping.iter().chain(&b.dropping).any(reads_dropped) {
+        return None;
+    }
     let (Some(x), Some(y)) = (&a.shape, &b.shape) else { return Some(None) };
     let (wide, narrow) =
         if a.kind == Kind::Input || (b.kind != Kind::Input && broadcasts_to(y, x)) { (x, b) } else { (y, a) };
@@ -668,10 +697,15 @@ fn merged_shape(
     if narrow_shape == wide.as_slice() {
         return Some(Some(wide.clone()));
     }
-    let row = (a.kind == Kind::Input || b.kind == Kind::Input).then(|| row_of(wide));
+    // One value per row of the input kernel's reductions (`row_shapes`).
+    let rows = a.rows.as_ref().or(b.rows.as_ref()).and_then(row_shapes);
     let yieldable = |m: Node| {
         let s = result_dims(g, m);
-        s == Some(wide.as_slice()) || (row.is_some() && s == row.as_deref())
+        s == Some(wide.as_slice())
+            || rows.as_ref().is_some_and(|(kept, dropped)| {
+                s == Some(kept.as_slice())
+                    || (s == Some(dropped.as_slice()) && g.nodes[m].op.kind() == OpKind::Reduction)
+            })
     };
     (narrow.members.iter().map(|&m| nodes[m]))
         .all(|m| yieldable(m) || !used_outside(g, m, in_merged))

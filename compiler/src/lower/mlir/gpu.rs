@@ -50,7 +50,7 @@ pub fn gpu_runs(g: &Graph, n: Node) -> Result<(), String> {
         None if needs_no_kernel(op) || host_scalar(g, n) => Ok(()),
         None if op == Op::Fusion => Err("its region is not one kernel the GPU has".into()),
         None if plan::supported(op) => Err(format!(
-            "the GPU's kernels for '{}' take f32 tensors and reduce the last axis or the leading ones",
+            "the GPU's kernels for '{}' take f32 tensors and reduce a block of trailing axes or the leading ones",
             op.name()
         )),
         None => Err(format!("the GPU backend has none for '{}'", op.name())),
