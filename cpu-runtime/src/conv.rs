@@ -110,7 +110,7 @@ impl ConvKernel {
             (&self.geometry.input, &self.geometry.out)
         };
         for (i, (t, ty)) in [(xt, read), (wt, &self.geometry.weight)].into_iter().enumerate() {
-            if t.ty() != *ty {
+            if !t.is_of(ty) {
                 return Err(format!("compiled kernel input {i} is {} where the kernel was compiled for {ty}", t.ty()));
             }
         }

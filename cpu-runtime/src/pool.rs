@@ -53,7 +53,7 @@ impl PoolKernel {
         let (1, Some(xt)) = (all.len(), all.first()) else {
             return Err(format!("{} operands where a pool takes 1", all.len()));
         };
-        if xt.ty() != p.input {
+        if !xt.is_of(&p.input) {
             return Err(format!(
                 "compiled kernel input 0 is {} where the kernel was compiled for {}",
                 xt.ty(),

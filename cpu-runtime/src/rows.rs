@@ -1,10 +1,8 @@
 //! How a kernel's rows split across threads, and the per-thread scratch rows.
 
-/// Below this many output elements a loop kernel runs on the calling thread.
-pub const PARALLEL_ELEMENTS: usize = 1 << 15;
-
-/// Below this many multiply-adds a matrix product runs on the calling thread.
-pub const PARALLEL_FLOPS: usize = 1 << 20;
+/// The sizes below which kernels run on the calling thread: the runtime's, which runs a step
+/// of a graph with nothing larger on its caller's thread.
+pub use graphc_runtime::{PARALLEL_ELEMENTS, PARALLEL_FLOPS};
 
 /// Row ranges for the calling thread alone, or a few per worker thread. A kernel called on a
 /// thread of a multi-graph step (a partition of a multi-device step: one device, one core)

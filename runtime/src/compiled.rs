@@ -9,8 +9,8 @@
 use crate::device::DeviceKernel;
 use crate::pool::BufferPool;
 use crate::tensor::Tensor;
+use cranelift_entity::EntityRef;
 use graphc_ir::Node;
-use std::collections::HashMap;
 use std::fmt::Debug;
 use std::sync::{Arc, RwLock};
 
@@ -52,19 +52,21 @@ pub trait Kernel: Send + Sync + Debug {
 /// sessions run them. A node without a kernel runs on the reference kernels. Each kernel
 /// keeps the name of the tier that put it in ([`KernelTable::name_tier`]), for profiles.
 ///
-/// A lookup (one per node execution) takes a read lock, finds the kernel without building a
-/// key, and clones its `Arc`; the kernel runs after the lock is released, so a replacement
-/// never waits for a kernel to finish. An execution that has looked its kernel up finishes
-/// with that kernel; every lookup after [`KernelTable::replace`] returns finds the new one.
+/// A lookup (one per node execution) takes a read lock, finds the graph among the few of its
+/// module by name and the node by index, and clones its `Arc`, with nothing hashed; the kernel
+/// runs after the lock is released, so a replacement never waits for a kernel to finish. An
+/// execution that has looked its kernel up finishes with that kernel; every lookup after
+/// [`KernelTable::replace`] returns finds the new one.
 #[derive(Debug, Default)]
 pub struct KernelTable {
-    graphs: RwLock<HashMap<String, Slots>>,
+    /// By graph name (a module has a few graphs: a list is faster to search than a hash).
+    graphs: RwLock<Vec<(String, Slots)>>,
     /// The tier name the kernels put in now get.
     tier: RwLock<Option<&'static str>>,
 }
 
-/// One graph's kernels, by node, each with the name of its tier.
-type Slots = HashMap<Node, (Arc<dyn Kernel>, Option<&'static str>)>;
+/// One graph's kernels, by node index, each with the name of its tier.
+type Slots = Vec<Option<(Arc<dyn Kernel>, Option<&'static str>)>>;
 
 impl KernelTable {
     pub fn new() -> Self {
@@ -76,11 +78,18 @@ impl KernelTable {
     pub fn replace(&self, graph: &str, node: Node, kernel: Arc<dyn Kernel>) -> Option<Arc<dyn Kernel>> {
         let slot = (kernel, *self.tier.read().unwrap_or_else(|e| e.into_inner()));
         let mut graphs = self.graphs.write().unwrap_or_else(|e| e.into_inner());
-        let old = match graphs.get_mut(graph) {
-            Some(nodes) => nodes.insert(node, slot),
-            None => graphs.entry(graph.to_string()).or_default().insert(node, slot),
+        let i = match graphs.iter().position(|(name, _)| name == graph) {
+            Some(i) => i,
+            None => {
+                graphs.push((graph.to_string(), Vec::new()));
+                graphs.len() - 1
+            }
         };
-        old.map(|(k, _)| k)
+        let nodes = &mut graphs[i].1;
+        if nodes.len() <= node.index() {
+            nodes.resize_with(node.index() + 1, || None);
+        }
+        nodes[node.index()].replace(slot).map(|(k, _)| k)
     }
 
     /// Names the tier of the kernels in the table that have no tier name yet, and of every
@@ -89,7 +98,7 @@ impl KernelTable {
     pub fn name_tier(&self, tier: &'static str) {
         let mut graphs = self.graphs.write().unwrap_or_else(|e| e.into_inner());
         *self.tier.write().unwrap_or_else(|e| e.into_inner()) = Some(tier);
-        for (_, name) in graphs.values_mut().flat_map(HashMap::values_mut) {
+        for (_, name) in graphs.iter_mut().flat_map(|(_, nodes)| nodes.iter_mut().flatten()) {
             name.get_or_insert(tier);
         }
     }
@@ -97,23 +106,35 @@ impl KernelTable {
     /// Sends the node back to the reference kernels; returns the kernel it had.
     pub fn remove(&self, graph: &str, node: Node) -> Option<Arc<dyn Kernel>> {
         let mut graphs = self.graphs.write().unwrap_or_else(|e| e.into_inner());
-        let nodes = graphs.get_mut(graph)?;
-        let old = nodes.remove(&node);
-        if nodes.is_empty() {
-            graphs.remove(graph);
+        let i = graphs.iter().position(|(name, _)| name == graph)?;
+        let old = graphs[i].1.get_mut(node.index())?.take();
+        if graphs[i].1.iter().all(Option::is_none) {
+            graphs.remove(i);
         }
         old.map(|(k, _)| k)
     }
 
     /// The node's kernel now.
     pub fn get(&self, graph: &str, node: Node) -> Option<Arc<dyn Kernel>> {
+        self.with_slot(graph, node, |(k, _)| k.clone())
+    }
+
+    /// `f` of the node's slot, under the read lock.
+    fn with_slot<T>(
+        &self,
+        graph: &str,
+        node: Node,
+        f: impl FnOnce(&(Arc<dyn Kernel>, Option<&'static str>)) -> T,
+    ) -> Option<T> {
         let graphs = self.graphs.read().unwrap_or_else(|e| e.into_inner());
-        graphs.get(graph)?.get(&node).map(|(k, _)| k.clone())
+        let (_, nodes) = graphs.iter().find(|(name, _)| name == graph)?;
+        nodes.get(node.index())?.as_ref().map(f)
     }
 
     /// How many nodes have kernels.
     pub fn len(&self) -> usize {
-        self.graphs.read().unwrap_or_else(|e| e.into_inner()).values().map(HashMap::len).sum()
+        let graphs = self.graphs.read().unwrap_or_else(|e| e.into_inner());
+        graphs.iter().map(|(_, nodes)| nodes.iter().flatten().count()).sum()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -132,8 +153,7 @@ impl CompiledKernels for KernelTable {
     }
 
     fn tier(&self, graph: &str, node: Node) -> Option<&'static str> {
-        let graphs = self.graphs.read().unwrap_or_else(|e| e.into_inner());
-        graphs.get(graph)?.get(&node)?.1
+        self.with_slot(graph, node, |(_, tier)| *tier)?
     }
 }
 

@@ -17,9 +17,9 @@ use crate::constants::ConstantCache;
 use crate::device::{DeviceKernel, DeviceTensor, Residency};
 use crate::error::{ErrorKind, RunError};
 use crate::executor::{ExecContext, ExecOutput, Executor, NodeEvent, Ran};
+use crate::frames::{Frame, Layout};
 use crate::kernels;
 use crate::limits::check_tensor_size;
-use crate::liveness::Liveness;
 use crate::optimizer;
 use crate::pool::BufferPool;
 use crate::rendezvous::{rendezvous_key, Rendezvous};
@@ -28,7 +28,7 @@ use crate::tensor::Tensor;
 use crate::value::RtValue;
 use crate::wait::WaitCtx;
 use graphc_ir::{Graph, Node, Op, Region, TensorType, Value};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -78,18 +78,19 @@ impl Executor for InterpExecutor {
         interp.max_events = cx.trace().unwrap_or(crate::executor::MAX_EVENTS);
         interp.compiled = self.compiled.as_deref();
         interp.residency = self.residency.as_deref();
-        interp.liveness = cx.liveness();
-        interp.retained = cx.fetches().iter().copied().collect();
+        interp.retained = cx.fetches().iter().map(|&v| interp.layout.slot(v)).collect();
         interp.derived_from_cache =
             cx.feeds().keys().all(|&v| matches!(graph.values[v].def, graphc_ir::ValueDef::Param(..)));
-        let mut env: Env = cx.take_feeds().into_iter().map(|(v, t)| (v, RtValue::Tensor(t))).collect();
-        interp.hold_bound(&env);
+        let mut env = interp.layout.frame(graph.body);
+        for (v, t) in cx.take_feeds() {
+            interp.bind(&mut env, v, RtValue::Tensor(t));
+        }
         let ran = interp.run_nodes(graph.body, &mut env, &|n| cx.is_needed(n));
         let values = ran.and_then(|()| {
             cx.fetches()
                 .iter()
-                .map(|v| {
-                    let value = env.get(v).cloned();
+                .map(|&v| {
+                    let value = env.get(interp.layout.slot(v)).cloned();
                     interp.on_host(
                         value.ok_or_else(|| RunError::internal(format!("fetched value {v} was not computed")))?,
                     )
@@ -112,9 +113,6 @@ impl Executor for InterpExecutor {
 
 /// A device kernel's results, and the host operands it copied in, by value.
 type RunOnDevice = (Vec<RtValue>, Vec<(Value, Arc<dyn DeviceTensor>)>);
-
-/// Values bound so far in one region activation.
-pub(crate) type Env = HashMap<Value, RtValue>;
 
 /// One graph's execution within a step.
 #[derive(Debug)]
@@ -145,10 +143,11 @@ pub(crate) struct Interp<'a> {
     pub compiled: Option<&'a dyn CompiledKernels>,
     /// The device that runs `compiled`'s device kernels, keeping their tensors.
     pub residency: Option<&'a Residency>,
-    /// Where values die: without it, every value lives to the end of its region.
-    pub liveness: Option<&'a Liveness>,
-    /// Values kept whatever their liveness (the fetches, read after the body has run).
-    pub retained: HashSet<Value>,
+    /// Every value's slot in its region's frame, and what each node frees there.
+    pub layout: &'a Layout,
+    /// Slots of the body kept whatever their liveness (the fetches, read after the body has
+    /// run).
+    pub retained: Vec<usize>,
     /// Where dead values' buffers go, and compiled kernels' outputs come from.
     pub pool: &'a BufferPool,
     /// The tensors this run holds, counted against the session's memory budget.
@@ -179,8 +178,8 @@ impl<'a> Interp<'a> {
             ran: Ran::Reference,
             compiled: None,
             residency: None,
-            liveness: None,
-            retained: HashSet::new(),
+            layout: cx.layout(),
+            retained: Vec::new(),
             pool: cx.pool(),
             ledger: Ledger::new(cx.budget().clone()),
             constants: cx.constants(),
@@ -191,36 +190,29 @@ impl<'a> Interp<'a> {
 
     /// Binds `v` to `r` unless it is bound already (a fed value keeps its feed), counting the
     /// tensor against the budget.
-    fn bind(&mut self, env: &mut Env, v: Value, r: RtValue) {
-        if let std::collections::hash_map::Entry::Vacant(e) = env.entry(v) {
-            if let RtValue::Tensor(t) = &r {
-                self.ledger.hold(t, v);
-            }
-            e.insert(r);
+    fn bind(&mut self, env: &mut Frame, v: Value, r: RtValue) {
+        let slot = self.layout.slot(v);
+        if env.contains(slot) {
+            return;
         }
+        if let RtValue::Tensor(t) = &r {
+            self.ledger.hold(t, v);
+        }
+        env.set(slot, r);
     }
 
-    /// Unbinds `v`, uncounting its tensor; returns the value.
-    fn unbind(&mut self, env: &mut Env, v: Value) -> Option<RtValue> {
-        let r = env.remove(&v);
+    /// Unbinds the value in `slot`, uncounting its tensor; returns the value.
+    fn unbind(&mut self, env: &mut Frame, slot: usize) -> Option<RtValue> {
+        let r = env.take(slot);
         if let Some(RtValue::Tensor(t)) = &r {
             self.ledger.release(t);
         }
         r
     }
 
-    /// Counts values bound before the run started (its feeds).
-    pub fn hold_bound(&mut self, env: &Env) {
-        for (&v, r) in env {
-            if let RtValue::Tensor(t) = r {
-                self.ledger.hold(t, v);
-            }
-        }
-    }
-
     /// Runs, in order, the nodes of `region` that `keep` admits. A result already bound in
     /// `env` (a fed value) keeps its fed value.
-    pub fn run_nodes(&mut self, region: Region, env: &mut Env, keep: &dyn Fn(Node) -> bool) -> Result<(), RunError> {
+    pub fn run_nodes(&mut self, region: Region, env: &mut Frame, keep: &dyn Fn(Node) -> bool) -> Result<(), RunError> {
         for &n in &self.graph.regions[region].nodes {
             if keep(n) {
                 self.check_stop()?;
@@ -249,9 +241,11 @@ impl<'a> Interp<'a> {
                     self.bind(env, v, r);
                 }
                 // Results nothing reads (operands read last left `env` before the node ran).
-                for v in self.dead_after(n) {
-                    let r = self.unbind(env, v);
-                    self.release(r);
+                for &slot in self.layout.node(n).dead.iter() {
+                    if !self.is_retained(slot) {
+                        let r = self.unbind(env, slot as usize);
+                        self.release(r);
+                    }
                 }
             }
         }
@@ -261,16 +255,16 @@ impl<'a> Interp<'a> {
     /// Runs a whole region on `args` and returns what it yields.
     fn run_region(&mut self, region: Region, args: Vec<RtValue>) -> Result<Vec<RtValue>, RunError> {
         let rd = &self.graph.regions[region];
-        let mut env = Env::new();
+        let mut env = self.layout.frame(region);
         for (&p, a) in rd.params.iter().zip(args) {
             self.bind(&mut env, p, a);
         }
         self.depth += 1;
         let ran = self.run_nodes(region, &mut env, &|_| true);
         self.depth -= 1;
-        let out = ran.and_then(|()| rd.yields.iter().map(|v| lookup(&env, *v)).collect());
-        for v in env.keys().copied().collect::<Vec<_>>() {
-            self.unbind(&mut env, v);
+        let out = ran.and_then(|()| rd.yields.iter().map(|&v| self.lookup(&env, v)).collect());
+        for slot in env.bound().collect::<Vec<_>>() {
+            self.unbind(&mut env, slot);
         }
         out
     }
@@ -295,10 +289,15 @@ impl<'a> Interp<'a> {
         self.compiled?.tier(&self.graph.name, n)
     }
 
-    /// The values that die once `n` has run, but not those kept for the caller.
-    fn dead_after(&self, n: Node) -> Vec<Value> {
-        let Some(l) = self.liveness else { return Vec::new() };
-        l.dead_after(n).iter().copied().filter(|v| !self.retained.contains(v)).collect()
+    /// Whether the value in `slot` of the frame running now is kept for the caller whatever
+    /// its liveness (a fetch: only the body's frame has those).
+    fn is_retained(&self, slot: u32) -> bool {
+        self.depth == 0 && self.retained.contains(&(slot as usize))
+    }
+
+    /// The value bound to `v` in `env`, the frame of its region.
+    fn lookup(&self, env: &Frame, v: Value) -> Result<RtValue, RunError> {
+        env.get(self.layout.slot(v)).cloned().ok_or_else(|| unbound(v))
     }
 
     /// Drops a dead value; a tensor's buffer goes to the pool when nothing else holds it and
@@ -309,10 +308,13 @@ impl<'a> Interp<'a> {
         }
     }
 
-    fn exec_node(&mut self, n: Node, env: &mut Env) -> Result<Vec<RtValue>, RunError> {
+    fn exec_node(&mut self, n: Node, env: &mut Frame) -> Result<Vec<RtValue>, RunError> {
         let g = self.graph;
         let nd = &g.nodes[n];
-        let args = nd.operands.iter().map(|&v| lookup(env, v)).collect::<Result<Vec<_>, _>>()?;
+        let slots = self.layout.node(n);
+        let args = (slots.operands.iter().zip(&nd.operands))
+            .map(|(&s, v)| env.get(s as usize).cloned().ok_or_else(|| unbound(*v)))
+            .collect::<Result<Vec<_>, _>>()?;
         let cached = self.invariant.contains(&n) && (self.derived_from_cache || nd.op == Op::Constant);
         let on_device = if cached { None } else { self.device_kernel(n) };
         // Kernels allocate their results: those must fit the budget beside what is live,
@@ -332,8 +334,10 @@ impl<'a> Interp<'a> {
         }
         // Operands read here for the last time leave `env` now, so that the node holds the
         // only reference and a kernel may reuse their buffers.
-        for v in self.dead_after(n) {
-            self.unbind(env, v);
+        for &slot in slots.dead.iter() {
+            if !self.is_retained(slot) {
+                self.unbind(env, slot as usize);
+            }
         }
         self.executed += 1;
         let results = match on_device {
@@ -344,8 +348,8 @@ impl<'a> Interp<'a> {
                 // read later), so that no later kernel, loop iteration or branch copies them
                 // again, and the host's hold on them ends.
                 for (v, d) in copied {
-                    if env.contains_key(&v) {
-                        self.unbind(env, v);
+                    if env.contains(self.layout.slot(v)) {
+                        self.unbind(env, self.layout.slot(v));
                         self.bind(env, v, RtValue::Device(d));
                     }
                 }
@@ -362,9 +366,9 @@ impl<'a> Interp<'a> {
             )));
         }
         for (r, &v) in results.iter().zip(&nd.results) {
-            let (got, want) = (r.ty(), &g.values[v].ty);
-            if &got != want {
-                return Err(RunError::internal(format!("produced {got} where the type rule says {want}")));
+            let want = &g.values[v].ty;
+            if !r.is_of(want) {
+                return Err(RunError::internal(format!("produced {} where the type rule says {want}", r.ty())));
             }
         }
         Ok(results)
@@ -664,8 +668,8 @@ fn takes_device_values_as_they_are(op: Op) -> bool {
     matches!(op, Op::Identity | Op::Reshape | Op::Shape | Op::Rank)
 }
 
-fn lookup(env: &Env, v: Value) -> Result<RtValue, RunError> {
-    env.get(&v).cloned().ok_or_else(|| RunError::internal(format!("value {v} is used before it has a value")))
+fn unbound(v: Value) -> RunError {
+    RunError::internal(format!("value {v} is used before it has a value"))
 }
 
 fn var(v: &RtValue) -> Result<&Arc<Variable>, RunError> {

@@ -35,6 +35,7 @@
 use crate::budget::MemoryBudget;
 use crate::constants::ConstantCache;
 use crate::error::RunError;
+use crate::frames::Layout;
 use crate::liveness::Liveness;
 use crate::pool::BufferPool;
 use crate::rendezvous::Rendezvous;
@@ -71,6 +72,7 @@ pub struct ExecContext<'a> {
     pub(crate) budget: &'a Arc<MemoryBudget>,
     pub(crate) max_tensor_bytes: u64,
     pub(crate) liveness: Option<&'a Liveness>,
+    pub(crate) layout: &'a Layout,
     /// The most events to record, when tracing.
     pub(crate) trace: Option<usize>,
 }
@@ -156,8 +158,9 @@ impl<'a> ExecContext<'a> {
         self.liveness.map_or(&[], |l| l.dead_after(n))
     }
 
-    pub(crate) fn liveness(&self) -> Option<&'a Liveness> {
-        self.liveness
+    /// The graph's frames: where each value is bound while its region runs.
+    pub(crate) fn layout(&self) -> &'a Layout {
+        self.layout
     }
 
     /// `Some(max)` when the session traces: record a [`NodeEvent`] per node execution, at most

@@ -15,6 +15,7 @@ use crate::constants::ConstantCache;
 use crate::error::{ErrorKind, RunError};
 use crate::exec::InterpExecutor;
 use crate::executor::{ExecContext, ExecOutput, Executor, NodeEvent};
+use crate::frames::Layout;
 use crate::liveness::Liveness;
 use crate::pool::BufferPool;
 use crate::rendezvous::{LocalRendezvousFactory, Rendezvous, RendezvousFactory};
@@ -149,11 +150,12 @@ pub struct Session {
     /// Buffers of values that died, for the next outputs.
     buffers: BufferPool,
     constants: ConstantCache,
-    /// Where each graph's values die, by graph name.
-    liveness: HashMap<String, Liveness>,
-    /// The graphs whose steps may wait on another thread or wake one (`threads::may_wait`),
-    /// decided once: they run on their caller's thread.
-    waiting: HashSet<String>,
+    /// Where each graph's values die, and the frames they live in, by graph name.
+    liveness: HashMap<String, (Liveness, Layout)>,
+    /// The graphs whose steps run on their caller's thread, decided once: those that may wait
+    /// on another thread or wake one (`threads::may_wait`), and those with no kernel worth
+    /// splitting (`threads::has_parallel_work`).
+    inline: HashSet<String>,
     /// What runs a graph with no executor of its own: the interpreter, with a backend's
     /// compiled code when the session was made with some.
     executor: Arc<dyn Executor>,
@@ -165,7 +167,15 @@ pub struct Session {
     rendezvous: Arc<dyn RendezvousFactory>,
     /// Steps started so far: the next step's number.
     steps: AtomicU64,
+    /// What each request needs to run, by graph, fed values and roots ([`Session::needed`]).
+    needed: Mutex<HashMap<NeededKey, Arc<HashSet<Node>>>>,
 }
+
+/// A request's graph, fed values (sorted) and roots.
+type NeededKey = (String, Vec<Value>, Vec<Value>);
+
+/// The most requests whose needed nodes a session keeps.
+const NEEDED_KEPT: usize = 64;
 
 impl Session {
     /// Creates a session: verifies the module and creates every variable (holding its `init`)
@@ -184,8 +194,21 @@ impl Session {
         let budget = Arc::new(crate::budget::MemoryBudget::resolve(options.memory_limit)?);
         crate::budget::check_variables(&module, &budget)?;
         let state = Arc::new(State::from_module(&module, max_bytes)?);
-        let liveness = module.graphs.iter().map(|g| (g.name.clone(), Liveness::of(g))).collect();
-        let waiting = module.graphs.iter().filter(|g| crate::threads::may_wait(g)).map(|g| g.name.clone()).collect();
+        let liveness = module
+            .graphs
+            .iter()
+            .map(|g| {
+                let l = Liveness::of(g);
+                let layout = Layout::of(g, &l);
+                (g.name.clone(), (l, layout))
+            })
+            .collect();
+        let inline = module
+            .graphs
+            .iter()
+            .filter(|g| crate::threads::may_wait(g) || !crate::threads::has_parallel_work(g))
+            .map(|g| g.name.clone())
+            .collect();
         Ok(Session {
             module: Arc::new(module),
             state,
@@ -196,12 +219,13 @@ impl Session {
             buffers: BufferPool::default(),
             constants: ConstantCache::default(),
             liveness,
-            waiting,
+            inline,
             executor: Arc::new(InterpExecutor::new()),
             executors: HashMap::new(),
             budget,
             rendezvous: Arc::new(LocalRendezvousFactory),
             steps: AtomicU64::new(0),
+            needed: Mutex::new(HashMap::new()),
         })
     }
 
@@ -339,8 +363,7 @@ impl Session {
             result
         };
         let results: Vec<Result<RunOutput, RunError>> = if plans.len() == 1 {
-            let waits = plans.iter().any(|p| self.waiting.contains(&p.graph.name));
-            if waits {
+            if plans.iter().any(|p| self.inline.contains(&p.graph.name)) {
                 plans.into_iter().map(run_one).collect()
             } else {
                 crate::threads::on_pool(|| plans.into_iter().map(run_one).collect())
@@ -427,9 +450,30 @@ impl Session {
             };
         let targets = r.targets.iter().map(|n| resolve(g, n, "target")).collect::<Result<Vec<_>, _>>()?;
         let roots: Vec<Value> = fetches.iter().chain(&targets).copied().collect();
-        let mut needed = HashSet::new();
-        add_needed(g, roots.iter().copied(), &feeds, &mut needed);
+        let needed = self.needed(g, &feeds, &roots);
         Ok(Plan { graph: g, feeds, fetch_names, fetches, roots, needed })
+    }
+
+    /// The body nodes that `roots` need when `feeds` are fed ([`add_needed`]), found once per
+    /// graph, fed values and roots, and kept: a request repeated every step (a model's
+    /// inputs and outputs) does not walk its graph again.
+    fn needed(&self, g: &Graph, feeds: &Feeds, roots: &[Value]) -> Arc<HashSet<Node>> {
+        let mut fed: Vec<Value> = feeds.keys().copied().collect();
+        fed.sort_unstable();
+        let key = (g.name.clone(), fed, roots.to_vec());
+        if let Some(n) = crate::wait::lock(&self.needed).get(&key) {
+            return n.clone();
+        }
+        let mut needed = HashSet::new();
+        add_needed(g, roots.iter().copied(), feeds, &mut needed);
+        let needed = Arc::new(needed);
+        let mut kept = crate::wait::lock(&self.needed);
+        // Bounded: a caller varying its fetches without end must not grow the session.
+        if kept.len() >= NEEDED_KEPT {
+            kept.clear();
+        }
+        kept.insert(key, needed.clone());
+        needed
     }
 
     fn execute(
@@ -441,6 +485,8 @@ impl Session {
         deadline: Option<(Instant, Duration)>,
     ) -> Result<RunOutput, RunError> {
         let g = plan.graph;
+        let liveness =
+            self.liveness.get(&g.name).ok_or_else(|| RunError::internal(format!("no layout for @{}", g.name)))?;
         let cx = ExecContext {
             graph: g,
             step,
@@ -461,7 +507,8 @@ impl Session {
             constants: &self.constants,
             budget: &self.budget,
             max_tensor_bytes: self.max_bytes,
-            liveness: self.liveness.get(&g.name),
+            liveness: Some(&liveness.0),
+            layout: &liveness.1,
             trace: self.options.trace.then(|| self.options.max_trace_events.unwrap_or(crate::executor::MAX_EVENTS)),
         };
         let out: ExecOutput = self.executor(&g.name).run(cx)?;
@@ -513,7 +560,7 @@ struct Plan<'s> {
     fetches: Vec<Value>,
     /// The fetches and targets.
     roots: Vec<Value>,
-    needed: HashSet<Node>,
+    needed: Arc<HashSet<Node>>,
 }
 
 /// Every graph input that a node that runs (or a fetch) reads must be fed.
@@ -578,10 +625,10 @@ fn link_transfers(plans: &mut [Plan<'_>]) {
             if p.needed.contains(&sender) || p.feeds.keys().any(|v| p.graph.producer(*v) == Some(sender)) {
                 continue;
             }
-            p.needed.insert(sender);
+            let needed = Arc::make_mut(&mut p.needed);
+            needed.insert(sender);
             let nd = &p.graph.nodes[sender];
-            let added =
-                add_needed(p.graph, nd.operands.iter().chain(&nd.control_deps).copied(), &p.feeds, &mut p.needed);
+            let added = add_needed(p.graph, nd.operands.iter().chain(&nd.control_deps).copied(), &p.feeds, needed);
             work.push((j, sender));
             work.extend(added.into_iter().map(|m| (j, m)));
         }

@@ -148,7 +148,16 @@ impl Tensor {
 
     /// The f32 tensor of type `ty` holding `v`, row-major; an error when the lengths differ.
     pub fn from_f32(v: Vec<f32>, ty: &TensorType) -> Result<Tensor, String> {
-        let shape: Vec<usize> = ty.shape.iter().map(|&d| d as usize).collect();
+        // The shape from the stack: ndarray keeps up to 4 dims inline, so a compiled kernel's
+        // result of those allocates nothing but its (pooled) buffer.
+        let mut dims = [0usize; 8];
+        let shape = match dims.get_mut(..ty.shape.len()) {
+            Some(d) => {
+                d.iter_mut().zip(&ty.shape).for_each(|(d, &s)| *d = s as usize);
+                IxDyn(d)
+            }
+            None => IxDyn(&ty.shape.iter().map(|&d| d as usize).collect::<Vec<usize>>()),
+        };
         ArrayD::from_shape_vec(shape, v).map(Tensor::F32).map_err(|e| e.to_string())
     }
 
@@ -185,6 +194,13 @@ impl Tensor {
     /// The tensor's IR type.
     pub fn ty(&self) -> TensorType {
         TensorType::new(self.dtype(), self.shape().iter().map(|&d| d as u64).collect::<Vec<_>>())
+    }
+
+    /// Whether the tensor is of type `ty` (as `self.ty() == *ty`, without building a type).
+    pub fn is_of(&self, ty: &TensorType) -> bool {
+        self.dtype() == ty.dtype
+            && self.shape().len() == ty.shape.len()
+            && self.shape().iter().zip(&ty.shape).all(|(&a, &b)| a as u64 == b)
     }
 
     /// A tensor of zeros (false for bool); an error instead of an abort when the type is too

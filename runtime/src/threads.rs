@@ -13,7 +13,7 @@
 //! another caller's whole step included: per-thread buffers are taken for a call, not
 //! borrowed across it (`graphc_cpu_runtime`'s scratch and packing buffers).
 
-use graphc_ir::{Graph, Op};
+use graphc_ir::{Graph, Op, TensorType, Value};
 use std::cell::Cell;
 use std::sync::OnceLock;
 
@@ -23,6 +23,12 @@ thread_local! {
 
 /// A main thread's stack: the interpreter recurses once per nested region.
 const STEP_STACK: usize = 8 << 20;
+
+/// Below this many output elements a loop kernel runs on the calling thread.
+pub const PARALLEL_ELEMENTS: usize = 1 << 15;
+
+/// Below this many multiply-adds a matrix product or convolution runs on the calling thread.
+pub const PARALLEL_FLOPS: usize = 1 << 20;
 
 /// Whether a kernel running on this thread may split its work across threads.
 pub fn may_split() -> bool {
@@ -39,6 +45,39 @@ pub(crate) fn mark_graph_thread() {
 /// worker the other side needs, or be queued behind workers that wait for it.
 pub(crate) fn may_wait(g: &Graph) -> bool {
     g.walk().iter().any(|&n| matches!(g.nodes[n].op, Op::Enqueue | Op::Dequeue | Op::QueueClose | Op::Send | Op::Recv))
+}
+
+/// Whether some node of `g` has work enough for a kernel to split it across threads (by the
+/// thresholds above, with a product's multiply-adds bounded from its operands' and result's
+/// sizes). A step of a graph where none has gains nothing from the step pool and runs on its
+/// caller's thread: handing it to a worker and waking the caller after costs two thread
+/// wake-ups, more than such a step's kernels take (an MLP at batch 1).
+pub(crate) fn has_parallel_work(g: &Graph) -> bool {
+    let elements = |v: Value| g.values[v].ty.as_tensor().and_then(TensorType::num_elements).unwrap_or(u64::MAX) as f64;
+    g.walk().iter().any(|&n| {
+        let nd = &g.nodes[n];
+        if !nd.regions.is_empty() {
+            // A fusion or control flow: the nodes of its regions are walked.
+            return false;
+        }
+        let out = nd.results.iter().map(|&v| elements(v)).fold(0.0, f64::max);
+        let largest = nd.operands.iter().map(|&v| elements(v)).fold(out, f64::max);
+        // A product splits by its multiply-adds, anything else by the elements it reads or
+        // writes (a reduction's by its operand's).
+        let flops = match (nd.op, &nd.operands[..]) {
+            // [.., m, k] x [.., k, n]: k² is lhs·rhs/result (times the batch, which only
+            // overestimates).
+            (Op::MatMul, [a, b, ..]) => out * (elements(*a) * elements(*b) / out.max(1.0)).sqrt(),
+            // Each element of the larger side sums one output channel's weights times its
+            // window.
+            (Op::Conv | Op::ConvInputGrad | Op::ConvFilterGrad, [_, w, ..]) => {
+                let m = g.values[*w].ty.as_tensor().and_then(|t| t.shape.first().copied()).unwrap_or(1).max(1);
+                largest * elements(*w) / m as f64
+            }
+            _ => return largest >= PARALLEL_ELEMENTS as f64,
+        };
+        flops >= PARALLEL_FLOPS as f64
+    })
 }
 
 /// Runs `f` on a worker of the step pool, or here when this thread is a worker of some pool

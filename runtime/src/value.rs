@@ -31,6 +31,16 @@ impl RtValue {
         }
     }
 
+    /// Whether the value is of type `ty` (as `self.ty() == *ty`, but a host tensor's type is
+    /// not built to say so: this is asked of every result of every node).
+    pub fn is_of(&self, ty: &Type) -> bool {
+        match (self, ty) {
+            (RtValue::Tensor(t), Type::Tensor(want)) => t.is_of(want),
+            (RtValue::Tensor(_), _) => false,
+            _ => self.ty() == *ty,
+        }
+    }
+
     /// The value's IR type.
     pub fn ty(&self) -> Type {
         match self {
