@@ -39,9 +39,9 @@ impl Backend for Cuda {
     }
 
     /// The GPU, for the nodes placed on a GPU or on no device that it runs (with a kernel,
-    /// or needing none: `gpu_runs`); placement gives a GPU no others.
+    /// or needing none: what it accepts there); placement gives a GPU no others.
     fn runs_on(&self, g: &Graph, n: Node) -> DeviceKind {
-        if mlir::cuda::for_the_gpu(g, n) && mlir::gpu_runs(g, n).is_ok() {
+        if mlir::cuda::for_the_gpu(g, n) && self.accepts(DeviceKind::Gpu, g, n).is_ok() {
             DeviceKind::Gpu
         } else {
             DeviceKind::Cpu
