@@ -17,7 +17,7 @@ use crate::error::{ErrorKind, RunError};
 use crate::limits::human;
 use crate::tensor::Tensor;
 use graphc_ir::{Graph, Value};
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -106,7 +106,7 @@ pub fn bytes_of(t: &Tensor) -> u64 {
 pub(crate) struct Ledger {
     budget: Arc<MemoryBudget>,
     /// By the address of the tensor (only compared: it is held while it is recorded).
-    held: HashMap<usize, Held>,
+    held: FxHashMap<usize, Held>,
 }
 
 #[derive(Debug)]
@@ -120,7 +120,7 @@ struct Held {
 
 impl Ledger {
     pub fn new(budget: Arc<MemoryBudget>) -> Self {
-        Ledger { budget, held: HashMap::new() }
+        Ledger { budget, held: FxHashMap::default() }
     }
 
     pub fn budget(&self) -> &MemoryBudget {

@@ -6,7 +6,7 @@
 
 use crate::tensor::Tensor;
 use graphc_ir::{Graph, Node, Type};
-use std::collections::{HashMap, HashSet};
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use std::sync::{Arc, Mutex};
 
 /// The most bytes of derived values (results of ops on constants: weights broadcast from splats,
@@ -64,7 +64,7 @@ impl ConstantCache {
 /// admits whose operands are all results of such nodes, with tensor results. Walked in order,
 /// so producers are classified before their users.
 fn invariant_nodes(g: &Graph) -> HashSet<Node> {
-    let mut set = HashSet::new();
+    let mut set = HashSet::default();
     for n in g.walk() {
         let nd = &g.nodes[n];
         let from_invariant = |v: &graphc_ir::Value| g.producer(*v).is_some_and(|p| set.contains(&p));

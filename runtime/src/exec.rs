@@ -28,7 +28,6 @@ use crate::tensor::Tensor;
 use crate::value::RtValue;
 use crate::wait::WaitCtx;
 use graphc_ir::{Graph, Node, Op, Region, TensorType, Value};
-use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -154,7 +153,7 @@ pub(crate) struct Interp<'a> {
     ledger: Ledger,
     /// The session's step-invariant values, and which nodes of this graph give them.
     constants: &'a ConstantCache,
-    invariant: Arc<HashSet<Node>>,
+    invariant: Arc<rustc_hash::FxHashSet<Node>>,
     /// Whether values derived from constants may come from the cache: not when a feed
     /// replaces a value of the body (what depends on it differs from the kept value).
     derived_from_cache: bool,

@@ -10,7 +10,7 @@
 //! that no kernel asks for (the output of a reference kernel, say) is never kept.
 
 use crate::tensor::Tensor;
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 use std::sync::{Arc, Mutex};
 
 /// Recycled f32 buffers by length.
@@ -21,9 +21,9 @@ pub struct BufferPool {
 
 #[derive(Debug, Default)]
 struct Pooled {
-    free: HashMap<usize, Vec<Vec<f32>>>,
+    free: FxHashMap<usize, Vec<Vec<f32>>>,
     /// By length: how many buffers kernels asked for and did not find (so had allocated).
-    missed: HashMap<usize, usize>,
+    missed: FxHashMap<usize, usize>,
     stats: PoolStats,
 }
 
