@@ -494,7 +494,7 @@ fn the_pool_kernel_computes_every_1d_window_exactly() {
 fn the_pool_and_column_kernels_compute_every_window_exactly() {
     // Max and average pools: windows of 1x1 and wider (wider than the input too), strided,
     // padded unevenly and dilated, rounded up, counting the padding or not; and column sums
-    // and means over one and several leading axes.
+    // and means over one and several leading axes and over middle ones.
     let mut text = String::new();
     let mut graphs = 0;
     // Name, kernel, strides, pads, dilations, ceil_mode.
@@ -544,6 +544,9 @@ fn the_pool_and_column_kernels_compute_every_window_exactly() {
         ("reduce_mean", "9,300", "0", "300"),
         ("reduce_sum", "3,5,280", "0, 1", "280"),
         ("reduce_mean", "2,16,16", "0", "16,16"),
+        // Middle blocks: a batch of column reductions.
+        ("reduce_sum", "3,7,100", "1", "3,100"),
+        ("reduce_mean", "2,5,3,140", "1, 2", "2,140"),
     ] {
         text.push_str(&format!(
             "graph @{op}_{graphs}(%x: f32[{shape}]) -> (y: f32[{out}]) {{\n  %y = {op} %x {{axes = [{axes}]}} : f32[{out}]\n  return %y\n}}\n"

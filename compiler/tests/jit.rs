@@ -967,9 +967,10 @@ fn products_with_transposed_operands_run_alike() {
     assert_eq!(assert_flagged_products_compiled(&m, 5, Some((true, true))), 1);
 }
 
-/// Lone sums and means over leading axes (a bias gradient's sum over the batch) run on the run
-/// half's column kernel, which sums each column in order in f64 as the reference does: the
-/// same results, bit for bit, NaN and infinities included.
+/// Lone sums and means over leading axes (a bias gradient's sum over the batch) or a middle
+/// block of axes (a batch of column reductions) run on the run half's column kernel, which sums
+/// each column in order in f64 as the reference does: the same results, bit for bit, NaN and
+/// infinities included.
 #[test]
 fn column_reductions_run_compiled_and_equal_the_reference_bit_for_bit() {
     let cases: &[(&[u64], &[i64], bool)] = &[
@@ -982,6 +983,11 @@ fn column_reductions_run_compiled_and_equal_the_reference_bit_for_bit() {
         (&[2, 3, 4], &[0, 1, 2], false),
         (&[256, 1024], &[0], true),
         (&[40, 2000], &[-2], false),
+        (&[3, 5, 7], &[1], false),
+        (&[2, 6, 5, 3], &[1], true),
+        (&[2, 3, 4, 5], &[2, 1], false),
+        (&[4, 1, 300], &[-2], true),
+        (&[3, 70, 2, 257], &[1, 2], true),
     ];
     for &(shape, axes, keep) in cases {
         for op in ["reduce_sum", "reduce_mean"] {
@@ -1006,6 +1012,13 @@ fn column_reductions_run_compiled_and_equal_the_reference_bit_for_bit() {
                 out.join(",")
             );
             let m = parse_module(&text).unwrap_or_else(|e| panic!("{e:?}\n{text}"));
+            let g = &m.graphs[0];
+            let kernel = graphc::lower::plan::kernel_plan(g, g.regions[g.body].nodes[0]);
+            let columns = matches!(kernel, Some(graphc::lower::plan::KernelPlan::Columns(_)));
+            assert!(
+                columns || axes.iter().any(|&a| a.rem_euclid(shape.len() as i64) == shape.len() as i64 - 1),
+                "{text}"
+            );
             let kernels = common::cpu_kernels(&m, &CompileOptions::default()).unwrap();
             assert_eq!(kernels.len(), 1, "compiled:\n{text}");
             let interp = Session::new(m.clone(), options()).unwrap();

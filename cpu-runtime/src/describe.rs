@@ -69,6 +69,7 @@ fn epilogue(
 pub fn column_kernel(p: &ColumnPlan) -> ColumnKernel {
     ColumnKernel {
         mean: p.op == graphc_ir::Op::ReduceMean,
+        batch: p.batch,
         rows: p.rows,
         cols: p.cols,
         input: p.input.clone(),

@@ -49,12 +49,13 @@ pub struct MatMulKernel {
     pub epilogue: Option<(LoopKernel, Vec<usize>)>,
 }
 
-/// A sum (or mean) of an f32 input viewed as `[rows, cols]` down its rows: one result per
-/// column, each summed in row order in f64 from -0, as the reference kernel sums, so the
-/// results are the reference's bit for bit.
+/// A sum (or mean) of an f32 input viewed as `[batch, rows, cols]` down its rows: one result
+/// per batch index and column, each summed in row order in f64 from -0, as the reference
+/// kernel sums, so the results are the reference's bit for bit.
 #[derive(Debug)]
 pub struct ColumnKernel {
     pub mean: bool,
+    pub batch: usize,
     pub rows: usize,
     pub cols: usize,
     pub input: TensorType,
@@ -246,7 +247,7 @@ pub(crate) fn run_epilogue(
 
 impl ColumnKernel {
     pub fn run(&self, operands: &Operands<'_>) -> Result<Vec<Tensor>, String> {
-        let (rows, cols) = (self.rows, self.cols);
+        let (batch, rows, cols) = (self.batch, self.rows, self.cols);
         if operands.len() != 1 {
             return Err(format!("{} operands where the kernel takes 1", operands.len()));
         }
@@ -254,12 +255,15 @@ impl ColumnKernel {
         let t = all.first().ok_or("compiled kernel input 0 is missing")?;
         check_type(0, t, &self.input)?;
         let x = t.f32_elements(None).map_err(|e| format!("input 0: {e}"))?;
-        if Some(x.len()) != rows.checked_mul(cols) {
-            return Err(format!("input 0 has {} elements where the kernel reads {rows} x {cols}", x.len()));
+        let n = batch.checked_mul(cols).ok_or("the kernel's result is more than memory")?;
+        if Some(x.len()) != n.checked_mul(rows) {
+            return Err(format!("input 0 has {} elements where the kernel reads {batch} x {rows} x {cols}", x.len()));
         }
-        let mut out = operands.alloc_f32(cols)?;
-        out.resize(cols, 0.0);
-        let sum_columns = |c0: usize, dst: &mut [f32]| {
+        let mut out = operands.alloc_f32(n)?;
+        out.resize(n, 0.0);
+        // Columns `c0..` of batch index `b`.
+        let sum_columns = |b: usize, c0: usize, dst: &mut [f32]| {
+            let x = &x[b * rows * cols..];
             let mut acc = vec![-0.0f64; dst.len()];
             for r in 0..rows {
                 let row = &x[r * cols + c0..r * cols + c0 + dst.len()];
@@ -271,14 +275,19 @@ impl ColumnKernel {
                 *d = if self.mean { (a / rows as f64) as f32 } else { a as f32 };
             }
         };
-        // Column blocks across the threads: each column is still summed by one thread, in order.
+        // Column blocks (of each batch index) across the threads: each column is still summed
+        // by one thread, in order.
         const BLOCK: usize = 256;
-        let parallel = rows * cols >= PARALLEL_ELEMENTS && cols > BLOCK && graphc_runtime::may_split();
+        let blocks = out
+            .chunks_mut(cols)
+            .enumerate()
+            .flat_map(|(b, dst)| dst.chunks_mut(BLOCK).enumerate().map(move |(k, d)| (b, k * BLOCK, d)));
+        let parallel = n * rows >= PARALLEL_ELEMENTS && n > BLOCK && graphc_runtime::may_split();
         if parallel {
             use rayon::prelude::*;
-            out.par_chunks_mut(BLOCK).enumerate().for_each(|(b, dst)| sum_columns(b * BLOCK, dst));
+            blocks.collect::<Vec<_>>().into_par_iter().for_each(|(b, c0, dst)| sum_columns(b, c0, dst));
         } else {
-            out.chunks_mut(BLOCK).enumerate().for_each(|(b, dst)| sum_columns(b * BLOCK, dst));
+            blocks.for_each(|(b, c0, dst)| sum_columns(b, c0, dst));
         }
         to_tensors(vec![out], &self.out)
     }

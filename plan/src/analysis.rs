@@ -543,14 +543,19 @@ impl Product {
 pub struct ColumnPlan {
     /// `ReduceSum` or `ReduceMean`.
     pub op: Op,
+    /// Independent column reductions, one after another in memory: the input is
+    /// `[batch, rows, cols]`, the result `[batch, cols]` (1 for leading axes).
+    pub batch: usize,
     pub rows: usize,
     pub cols: usize,
     pub input: TensorType,
     pub out: TensorType,
 }
 
-/// The plan for a lone `reduce_sum` or `reduce_mean` of an f32 tensor over its first `j`
-/// axes (every axis included), or `None`.
+/// The plan for a lone `reduce_sum` or `reduce_mean` of an f32 tensor over a contiguous block
+/// of its axes (the leading ones, every axis included, or a middle block: `[N, C, H, W]` over
+/// axis 1 is `N` column reductions of `[C, H*W]`), or `None`. A block that runs to the last
+/// axis is a loop plan's row reduction instead (`kernel_plan` asks for that first).
 pub fn column_plan(g: &Graph, node: Node) -> Option<ColumnPlan> {
     let nd = &g.nodes[node];
     if !matches!(nd.op, Op::ReduceSum | Op::ReduceMean) {
@@ -561,13 +566,16 @@ pub fn column_plan(g: &Graph, node: Node) -> Option<ColumnPlan> {
     let rank = input.rank() as i64;
     let mut axes: Vec<i64> = nd.attrs.ints("axes")?.iter().map(|&a| a.rem_euclid(rank.max(1))).collect();
     axes.sort_unstable();
-    let leading = !axes.is_empty() && axes.iter().enumerate().all(|(i, &a)| a == i as i64);
+    let first = *axes.first()?;
+    let block = axes.iter().copied().eq(first..first + axes.len() as i64);
     let elements = input.num_elements()?;
-    if input.dtype != DType::F32 || !leading || elements == 0 || elements.checked_mul(4)? > isize::MAX as u64 {
+    if input.dtype != DType::F32 || !block || elements == 0 || elements.checked_mul(4)? > isize::MAX as u64 {
         return None;
     }
-    let rows: u64 = input.shape[..axes.len()].iter().product();
-    Some(ColumnPlan { op: nd.op, rows: rows as usize, cols: (elements / rows) as usize, input, out })
+    let (a, b) = (first as usize, first as usize + axes.len());
+    let size = |dims: &[u64]| dims.iter().product::<u64>() as usize;
+    let (batch, rows, cols) = (size(&input.shape[..a]), size(&input.shape[a..b]), size(&input.shape[b..]));
+    Some(ColumnPlan { op: nd.op, batch, rows, cols, input, out })
 }
 
 /// A convolution of f32 tensors in 1, 2 or 3 spatial dims: input `[N, C, D, H, W]`, weight

@@ -163,9 +163,10 @@ impl fmt::Display for ColumnPlan {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
-            "columns {} {}: {} rows x {} cols, f64 sums down each column -> {}",
+            "columns {} {}: {} x {} rows x {} cols, f64 sums down each column -> {}",
             self.op.name(),
             self.input,
+            self.batch,
             self.rows,
             self.cols,
             self.out

@@ -50,10 +50,10 @@ pub const MIN_GPU_COLUMNS: usize = 256;
 /// Whether the GPU kernel runs `r`; the error says why not.
 pub fn check(r: &Reduction) -> Result<(), String> {
     let p = match r {
-        Reduction::Columns(c) if c.cols < MIN_GPU_COLUMNS => {
+        Reduction::Columns(c) if c.batch * c.cols < MIN_GPU_COLUMNS => {
             return Err(format!(
                 "{} columns: a column reduction needs {MIN_GPU_COLUMNS} or more on the GPU (a thread each)",
-                c.cols
+                c.batch * c.cols
             ))
         }
         Reduction::Columns(_) => return Ok(()),
@@ -71,14 +71,15 @@ pub fn check(r: &Reduction) -> Result<(), String> {
 }
 
 /// The `[rows, cols]` view of the result the run half checks and the threads cover (a thread
-/// per element): a pool's output rows by their width; a column reduction's one row.
+/// per element): a pool's output rows by their width; a column reduction's one row (of every
+/// batch index's columns).
 pub fn view(r: &Reduction) -> (usize, usize) {
     match r {
         Reduction::Pool(p) => {
             let [_, out] = pool_dims(p);
             (out[..3].iter().product(), out[3])
         }
-        Reduction::Columns(p) => (1, p.cols),
+        Reduction::Columns(p) => (1, p.batch * p.cols),
     }
 }
 
@@ -118,13 +119,19 @@ fn element(e: &mut Emitter, r: &Reduction, t: &str, x: &str, y: &str) {
     e.store(&v, &at, Lanes(1));
 }
 
-/// Column `t`'s sum (or mean): its rows in order, in f64 from -0.
+/// Column `t`'s sum (or mean), `t` counting the columns of every batch index: its rows in
+/// order, in f64 from -0.
 fn column_element(e: &mut Emitter, p: &ColumnPlan, t: &str, x: &str) -> String {
     let zero = e.op("arith.constant -0.0 : f64");
+    let cols = e.i64c(p.cols as i64);
+    let b = e.op(&format!("arith.divsi {t}, {cols} : i64"));
+    let c = e.op(&format!("arith.remsi {t}, {cols} : i64"));
+    let base = e.imul(&b, (p.rows * p.cols) as i64);
+    let base = e.iadd(&base, &c);
     let (lo, hi) = (e.i64c(0), e.i64c(p.rows as i64));
     let sum = fold(e, (&lo, &hi), &zero, "f64", &mut |e, row, acc| {
         let off = e.imul(row, p.cols as i64);
-        let off = e.iadd(&off, t);
+        let off = e.iadd(&off, &base);
         let at = e.gep(x, &off);
         let v = e.load(&at, Lanes(1));
         let v = e.op(&format!("arith.extf {v} : f32 to f64"));
