@@ -9,7 +9,7 @@
 //! they sum to 100%; the time between nodes (the interpreter's own) is said beside.
 
 use crate::lower::plan;
-use graphc_ir::{Graph, Module, Node, Op, SourceFile};
+use graphc_ir::{Graph, Module, Node, Op, SourceFile, Value};
 use graphc_runtime::{Ran, RunOutput};
 use serde_json::json;
 use std::collections::{BTreeMap, HashMap};
@@ -159,7 +159,19 @@ fn in_fusion(g: &Graph, n: Node) -> bool {
 
 /// A node as the table names it: the value it defines (`%x`), or its op.
 fn node_name(g: &Graph, n: Node) -> String {
-    g.describe(n).trim_matches('\'').split_once(' ').map_or_else(|| g.nodes[n].op.name().to_string(), |(_, v)| v.into())
+    let nd = &g.nodes[n];
+    let named = |v: Value| g.values[v].name.as_ref().map(|name| format!("%{name}"));
+    // A fusion's results are the pass's own; what it computes is named inside: the value its
+    // region yields first (an ONNX model's output name of the op it ends with).
+    let inner = || {
+        let r = *nd.regions.first()?;
+        named(*g.regions[r].yields.first()?)
+    };
+    nd.results
+        .first()
+        .and_then(|&v| named(v))
+        .or_else(|| (nd.op == Op::Fusion).then(inner).flatten())
+        .unwrap_or_else(|| nd.op.name().to_string())
 }
 
 /// Where the node is written, `FILE:LINE:COL`, when it has a place in the text (not a node a

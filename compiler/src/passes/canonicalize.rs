@@ -44,9 +44,10 @@ impl Pass for Canonicalize {
             }
             if round {
                 remove_dead(g)?;
-                // A rewritten value keeps its name once the node it replaced is gone.
+                // A rewritten value keeps its name once the node it replaced is gone (the first
+                // name, when several went).
                 for (v, name) in renames {
-                    if g.value_named(&name).is_none() {
+                    if g.value_named(&name).is_none() && g.values[v].name.is_none() {
                         g.set_name(v, &name);
                     }
                 }
@@ -105,7 +106,14 @@ fn rewrite_region(g: &mut Graph, r: Region, renames: &mut Vec<(Value, String)>) 
         let Some(rw) = rule(g, n) else { continue };
         let old = g.nodes[n].results.clone();
         match rw {
-            Rewrite::Value(v) => g.replace_all_uses(old[0], v),
+            Rewrite::Value(v) => {
+                // The kept value takes the name of the one it replaces if it has none (an
+                // imported op's output name, on an identity or a no-op add, say).
+                if let Some(name) = g.values[old[0]].name.clone().filter(|_| g.values[v].name.is_none()) {
+                    renames.push((v, name));
+                }
+                g.replace_all_uses(old[0], v)
+            }
             Rewrite::Nodes(specs) => {
                 let device = g.nodes[n].device.clone();
                 let mut added = Vec::new();
