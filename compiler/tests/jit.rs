@@ -425,6 +425,36 @@ fn elementwise_ops_match_the_reference_within_their_bounds() {
     }
 }
 
+/// `pow` by a constant 2 or 3 (inline: the product in f64, rounded once), by another constant
+/// (a call to the runtime's `powf`) and by a tensor, over `f32_sweep`: bit for bit the
+/// reference's (SPEC §12: `pow` is exact), overflow to infinity, zeros' signs and NaN included.
+#[test]
+fn pow_by_squares_cubes_and_other_exponents_matches_the_reference_exactly() {
+    let xs = f32_sweep();
+    let len = xs.len();
+    let ys: Vec<f32> = (0..len).map(|i| [2.0, 3.0, 0.5, -1.0, 2.5][i % 5]).collect();
+    let mut text = format!(
+        "graph @g(%x: f32[{len}], %y: f32[{len}]) -> (sq: f32[{len}], cube: f32[{len}], half: f32[{len}], by: f32[{len}]) {{\n"
+    );
+    for (name, e) in [("two", "2.0"), ("three", "3.0"), ("point5", "0.5")] {
+        text += &format!("  %{name} = constant {{value = dense<{e}> : f32[]}} : f32[]\n");
+    }
+    // Each fused with a neighbour, as GELU's cube is.
+    text += &format!("  %sq = pow %x, %two : f32[{len}]\n  %c = pow %x, %three : f32[{len}]\n");
+    text += &format!("  %cube = neg %c : f32[{len}]\n  %half = pow %x, %point5 : f32[{len}]\n");
+    text += &format!("  %by = pow %x, %y : f32[{len}]\n  return %sq, %cube, %half, %by\n}}\n");
+    let t = |v: &[f32]| Arc::new(Tensor::F32(ndarray::Array1::from(v.to_vec()).into_dyn()));
+    let feeds = vec![("x".to_string(), t(&xs)), ("y".to_string(), t(&ys))];
+    let m = optimize(&parse_module(&text).unwrap());
+    for isa in [Isa::Native, Isa::Sse] {
+        let opts = CompileOptions { isa, ..Default::default() };
+        assert!(compare_within(&m, "pow", Some(&feeds), &opts, Bound::Ulps(0, 0.0)) >= 1);
+    }
+    // The square and the cube are the products rounded once (the reference's rule).
+    let cube = graphc_runtime::kernels::elem::powf(1.0000001, 3.0);
+    assert_eq!(cube, (1.0000001f64 * 1.0000001 * 1.0000001) as f32);
+}
+
 /// log(softmax(x)) for rows reaching far below their maximum: the exponentials go through the
 /// denormals to zero as the reference's do, so the logarithms are -90, -100 and -inf, not a
 /// floor at -87.3.

@@ -1,5 +1,6 @@
 //! The scalar functions generated kernels call, lane by lane, for the ops without an inline
-//! version: the very functions the reference kernels use (Rust's f32 methods, libm's erf), so
+//! version: the very functions the reference kernels use (Rust's f32 methods, libm's erf, the
+//! runtime's pow), so
 //! compiled results equal the interpreter's. (exp, tanh and sigmoid are inline in the code.)
 //!
 //! Exported under these C symbols, which the JIT resolves to these functions and an object
@@ -31,5 +32,5 @@ pub extern "C" fn graphc_erff(x: f32) -> f32 {
 #[allow(unsafe_code)]
 #[no_mangle]
 pub extern "C" fn graphc_powf(x: f32, y: f32) -> f32 {
-    x.powf(y)
+    graphc_runtime::kernels::elem::powf(x, y)
 }

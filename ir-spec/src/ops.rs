@@ -465,7 +465,7 @@ fn build_def(op: Op) -> OpDef {
         Op::Sub => elementwise("Subtraction.", "lhs, rhs", "`lhs - rhs` with numpy broadcasting (integers wrap).", binary_example("sub", "f32", "f32"), rules::binary_numeric, Cost::Arithmetic, Rule),
         Op::Mul => elementwise("Multiplication.", "lhs, rhs", "`lhs * rhs` with numpy broadcasting (integers wrap).", binary_example("mul", "f32", "f32"), rules::binary_numeric, Cost::Arithmetic, Rule),
         Op::Div => elementwise("Division.", "lhs, rhs", "`lhs / rhs` with numpy broadcasting. Integer division truncates toward zero; an integer division by zero is a run-time error; floats follow IEEE 754.", binary_example("div", "f32", "f32"), rules::binary_numeric, Cost::Arithmetic, Rule),
-        Op::Pow => elementwise("Power.", "base, exponent", "`base ^ exponent` with numpy broadcasting. For floats, `pow(x, 0) = 1` for every x. For integers a negative exponent is a run-time error.", binary_example("pow", "f32", "f32"), rules::binary_numeric, Cost::Libm, Rule),
+        Op::Pow => elementwise("Power.", "base, exponent", "`base ^ exponent` with numpy broadcasting. For floats, `pow(x, 0) = 1` for every x; in f32 (and f16, bf16, computed in f32) a square or a cube (an exponent of exactly 2 or 3) is the product computed in f64 and rounded once, any other exponent the C library's `powf`. For integers a negative exponent is a run-time error.", binary_example("pow", "f32", "f32"), rules::binary_numeric, Cost::Libm, Rule),
         Op::Mod => Plain {
             kind: Elementwise,
             summary: "Remainder of division, floored or truncated (ONNX `Mod`).",

@@ -5,6 +5,21 @@
 use super::error::KernelError;
 use std::fmt::Debug;
 
+/// `x ^ y` in f32, the one definition the reference kernels and compiled code share: a square
+/// or a cube (GELU's `x ^ 3`) is the product in f64 rounded once to f32 (a square exactly
+/// rounded, since it is exact in f64), so compiled code computes it inline with the same
+/// bits; any other exponent is the C library's `powf`, which compiled code calls.
+pub fn powf(x: f32, y: f32) -> f32 {
+    let w = f64::from(x);
+    if y == 2.0 {
+        (w * w) as f32
+    } else if y == 3.0 {
+        (w * w * w) as f32
+    } else {
+        x.powf(y)
+    }
+}
+
 /// A numeric element type (the floats f32 and f64, and every integer type). f16 and bf16
 /// have no kernels of their own: `kernels::eval` computes them in f32.
 pub trait Num: Copy + PartialOrd + Default + Debug + Send + Sync + 'static {
@@ -111,7 +126,7 @@ pub trait Float: Num {
 }
 
 macro_rules! float_num {
-    ($t:ident, $erf:path) => {
+    ($t:ident, $erf:path, $pow:path) => {
         impl Num for $t {
             const ZERO: Self = 0.0;
             const ONE: Self = 1.0;
@@ -130,7 +145,7 @@ macro_rules! float_num {
                 Ok(self / o)
             }
             fn pow(self, o: Self) -> Result<Self, KernelError> {
-                Ok(self.powf(o))
+                Ok($pow(self, o))
             }
             fn neg(self) -> Self {
                 -self
@@ -226,8 +241,8 @@ macro_rules! float_num {
     };
 }
 
-float_num!(f32, libm::erff);
-float_num!(f64, libm::erf);
+float_num!(f32, libm::erff, powf);
+float_num!(f64, libm::erf, f64::powf);
 
 macro_rules! int_num {
     ($t:ident) => {

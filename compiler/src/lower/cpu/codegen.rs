@@ -892,7 +892,19 @@ fn body(
                     },
                     Binary::Max => V::F(max_min(b, x, y, FloatCC::GreaterThan, lanes)),
                     Binary::Min => V::F(max_min(b, x, y, FloatCC::LessThan, lanes)),
-                    Binary::Pow => V::F(call(b, math["graphc_powf"], &[x, y], lanes)),
+                    // A square or a cube inline, as the runtime's `powf` computes it: the
+                    // product in f64, rounded once (so the same bits, lane by lane).
+                    Binary::Pow => match plan.steps[c] {
+                        Step::Const(e @ (2.0 | 3.0)) => V::F(per_lane(b, x, lanes, |b, v| {
+                            let w = b.ins().fpromote(types::F64, v);
+                            let mut p = b.ins().fmul(w, w);
+                            if e == 3.0 {
+                                p = b.ins().fmul(p, w);
+                            }
+                            b.ins().fdemote(F32, p)
+                        })),
+                        _ => V::F(call(b, math["graphc_powf"], &[x, y], lanes)),
+                    },
                     Binary::Compare(cc) => V::M(b.ins().fcmp(cc, x, y)),
                     Binary::And => V::M(b.ins().band(x, y)),
                     Binary::Or => V::M(b.ins().bor(x, y)),
@@ -1133,6 +1145,25 @@ fn call(b: &mut FunctionBuilder<'_>, f: cranelift_codegen::ir::FuncRef, args: &[
         let xs: Vec<Value> = args.iter().map(|&a| b.ins().extractlane(a, lane)).collect();
         let c = b.ins().call(f, &xs);
         let r = b.inst_results(c)[0];
+        out = b.ins().insertlane(out, r, lane);
+    }
+    out
+}
+
+/// `f` of each lane of `x` (a scalar f32 to a scalar f32), or of `x` itself with one lane.
+fn per_lane(
+    b: &mut FunctionBuilder<'_>,
+    x: Value,
+    lanes: u8,
+    f: impl Fn(&mut FunctionBuilder<'_>, Value) -> Value,
+) -> Value {
+    if lanes == 1 {
+        return f(b, x);
+    }
+    let mut out = x;
+    for lane in 0..lanes {
+        let v = b.ins().extractlane(x, lane);
+        let r = f(b, v);
         out = b.ins().insertlane(out, r, lane);
     }
     out
