@@ -736,6 +736,18 @@ impl Emitter {
                 }
                 Step::Const(c) => V::F(self.konst(c, l)),
                 Step::Unary(op, a) => self.unary_step(plan, op, a, arg(a)?, l, &mut decays)?,
+                // A square or a cube as the runtime's `powf` computes it (the product in f64,
+                // rounded once), vector-wide, instead of a call per lane.
+                Step::Binary(Op::Pow, a, c) if matches!(plan.steps[c], Step::Const(2.0 | 3.0)) => {
+                    let x = arg(a)?;
+                    let wide = l.of("f64");
+                    let w = self.op(&format!("arith.extf {} : {} to {wide}", x.f()?, l.f()));
+                    let mut p = self.op(&format!("arith.mulf {w}, {w} : {wide}"));
+                    if matches!(plan.steps[c], Step::Const(3.0)) {
+                        p = self.op(&format!("arith.mulf {p}, {w} : {wide}"));
+                    }
+                    V::F(self.op(&format!("arith.truncf {p} : {wide} to {}", l.f())))
+                }
                 Step::Binary(op, a, c) => {
                     let (x, y) = (arg(a)?, arg(c)?);
                     self.binary_step(op, &x, &y, row.recip.get(&c), l)?
