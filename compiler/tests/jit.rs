@@ -425,7 +425,7 @@ fn elementwise_ops_match_the_reference_within_their_bounds() {
     }
 }
 
-/// `pow` by a constant 2 or 3 (inline: the product in f64, rounded once), by another constant
+/// `pow` by a constant 2 or 3 (inline: the product in f64, converted to f32), by another constant
 /// (a call to the runtime's `powf`) and by a tensor, over `f32_sweep`: bit for bit the
 /// reference's (SPEC §12: `pow` is exact), overflow to infinity, zeros' signs and NaN included.
 #[test]
@@ -450,9 +450,25 @@ fn pow_by_squares_cubes_and_other_exponents_matches_the_reference_exactly() {
         let opts = CompileOptions { isa, ..Default::default() };
         assert!(compare_within(&m, "pow", Some(&feeds), &opts, Bound::Ulps(0, 0.0)) >= 1);
     }
-    // The square and the cube are the products rounded once (the reference's rule).
-    let cube = graphc_runtime::kernels::elem::powf(1.0000001, 3.0);
-    assert_eq!(cube, (1.0000001f64 * 1.0000001 * 1.0000001) as f32);
+    // A square is correctly rounded: the f32 product's bits.
+    for &x in &xs {
+        let (p, q) = (graphc_runtime::kernels::elem::powf(x, 2.0), x * x);
+        assert!(p.to_bits() == q.to_bits() || p.is_nan() && q.is_nan(), "{x}^2: {p} vs {q}");
+    }
+}
+
+/// A division by a scale the kernel reads (a quantizer's `x / scale`, rounded to an integer
+/// after) is the exact quotient, not a product by the reciprocal: -2.5 / 0.019607844 is
+/// -127.49999, which a reciprocal makes -127.5 (and the rounding -128, ONNX's
+/// DynamicQuantizeLinear off by one).
+#[test]
+fn a_division_by_a_scale_operand_is_exact() {
+    let text = "graph @g(%x: f32[6], %s: f32[]) -> (y: f32[6]) {\n  %q = div %x, %s : f32[6]\n  %y = round %q : f32[6]\n  return %y\n}\n";
+    let x = Arc::new(Tensor::F32(ndarray::Array1::from(vec![0.0f32, 2.0, -3.0, -2.5, 1.34, 0.5]).into_dyn()));
+    let s = Arc::new(Tensor::F32(ndarray::arr0(0.019607844f32).into_dyn()));
+    let feeds = vec![("x".to_string(), x), ("s".to_string(), s)];
+    let m = optimize(&parse_module(text).unwrap());
+    assert!(compare_within(&m, "x / scale", Some(&feeds), &CompileOptions::default(), Bound::Ulps(0, 0.0)) >= 1);
 }
 
 /// log(softmax(x)) for rows reaching far below their maximum: the exponentials go through the

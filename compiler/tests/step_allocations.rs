@@ -85,8 +85,8 @@ fn a_warm_step_allocates_no_tensor_buffers_and_a_few_small_blocks_per_node() {
     let (short, short_bytes, short_nodes) = warm_step(&chain(10));
     let (long, long_bytes, long_nodes) = warm_step(&chain(40));
     assert!(long_nodes > short_nodes, "{short_nodes} and {long_nodes} nodes ran");
-    let per_node = (long - short) as f64 / (long_nodes - short_nodes) as f64;
-    let bytes_per_node = (long_bytes - short_bytes) as f64 / (long_nodes - short_nodes) as f64;
+    let per_node = long.saturating_sub(short) as f64 / (long_nodes - short_nodes) as f64;
+    let bytes_per_node = long_bytes.saturating_sub(short_bytes) as f64 / (long_nodes - short_nodes) as f64;
     eprintln!(
         "warm step: {short} allocations ({short_bytes} B) for {short_nodes} nodes, {long} ({long_bytes} B) for \
          {long_nodes}: {per_node:.1} allocations, {bytes_per_node:.0} B per node"

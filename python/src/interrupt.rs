@@ -65,6 +65,9 @@ fn helper() -> PyResult<&'static Sender<Job>> {
     let (send, receive) = std::sync::mpsc::channel::<Job>();
     std::thread::Builder::new()
         .name("graphc-python".into())
+        // A main thread's stack, as the step pool's: the interpreter recurses once per nested
+        // region, and a small graph's step runs on this thread rather than on the pool.
+        .stack_size(8 << 20)
         .spawn(move || {
             for job in receive {
                 job();

@@ -31,7 +31,9 @@ pub struct NodeSlots {
 
 impl Layout {
     pub fn of(g: &Graph, liveness: &Liveness) -> Layout {
-        let mut layout = Layout::default();
+        // A value no region makes (one a pass removed, still in the arena) has no slot: it
+        // reads as unbound, an error, rather than as some other value's slot.
+        let mut layout = Layout { slot: SecondaryMap::with_default(u32::MAX), ..Layout::default() };
         for (r, rd) in g.regions.iter() {
             let mut next = 0u32;
             let mut give = |v: Value, slot: &mut SecondaryMap<Value, u32>| {
@@ -59,7 +61,8 @@ impl Layout {
         layout
     }
 
-    /// Value `v`'s slot in the frame of its region.
+    /// Value `v`'s slot in the frame of its region (past every frame's end for a value no
+    /// region makes).
     pub fn slot(&self, v: Value) -> usize {
         self.slot[v] as usize
     }

@@ -206,7 +206,11 @@ impl Session {
         let inline = module
             .graphs
             .iter()
-            .filter(|g| crate::threads::may_wait(g) || !crate::threads::has_parallel_work(g))
+            .filter(|g| {
+                crate::threads::may_wait(g)
+                    || (!crate::threads::has_parallel_work(g)
+                        && crate::threads::nesting(g) <= crate::threads::INLINE_NESTING)
+            })
             .map(|g| g.name.clone())
             .collect();
         Ok(Session {

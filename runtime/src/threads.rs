@@ -13,7 +13,7 @@
 //! another caller's whole step included: per-thread buffers are taken for a call, not
 //! borrowed across it (`graphc_cpu_runtime`'s scratch and packing buffers).
 
-use graphc_ir::{Graph, Op, TensorType, Value};
+use graphc_ir::{Graph, Op, Value};
 use std::cell::Cell;
 use std::sync::OnceLock;
 
@@ -53,7 +53,12 @@ pub(crate) fn may_wait(g: &Graph) -> bool {
 /// caller's thread: handing it to a worker and waking the caller after costs two thread
 /// wake-ups, more than such a step's kernels take (an MLP at batch 1).
 pub(crate) fn has_parallel_work(g: &Graph) -> bool {
-    let elements = |v: Value| g.values[v].ty.as_tensor().and_then(TensorType::num_elements).unwrap_or(u64::MAX) as f64;
+    // A handle (a variable's, a queue's) is no data to split; a tensor of unknown size may be
+    // any size.
+    let elements = |v: Value| match g.values[v].ty.as_tensor() {
+        Some(t) => t.num_elements().unwrap_or(u64::MAX) as f64,
+        None => 0.0,
+    };
     g.walk().iter().any(|&n| {
         let nd = &g.nodes[n];
         if !nd.regions.is_empty() {
@@ -79,6 +84,20 @@ pub(crate) fn has_parallel_work(g: &Graph) -> bool {
         flops >= PARALLEL_FLOPS as f64
     })
 }
+
+/// How deeply `g`'s regions nest (0: a body of plain nodes). The interpreter recurses a few
+/// frames per level, so only shallow graphs run on a caller's thread, whose stack may be
+/// small (a spawned thread's 2 MiB); the step pool's threads have a main thread's.
+pub(crate) fn nesting(g: &Graph) -> usize {
+    fn depth(g: &Graph, r: graphc_ir::Region) -> usize {
+        let inner = g.regions[r].nodes.iter().flat_map(|&n| g.nodes[n].regions.iter().map(|&s| 1 + depth(g, s)));
+        inner.max().unwrap_or(0)
+    }
+    depth(g, g.body)
+}
+
+/// The deepest nesting of regions ([`nesting`]) a step runs with on its caller's thread.
+pub(crate) const INLINE_NESTING: usize = 4;
 
 /// Runs `f` on a worker of the step pool, or here when this thread is a worker of some pool
 /// already (a session called from a rayon job), or when the pool cannot be started.
@@ -114,6 +133,31 @@ mod tests {
             rayon::ThreadPoolBuilder::new().num_threads(1).start_handler(|_| mark_graph_thread()).build().unwrap();
         assert!(!pool.install(may_split));
         assert!(may_split());
+    }
+
+    #[test]
+    fn only_graphs_with_a_node_worth_splitting_have_parallel_work() {
+        let parallel = |src: &str| has_parallel_work(&graphc_ir::parse_module(src).unwrap().graphs[0]);
+        // An MLP layer at batch 1: 100K weights read, 100K multiply-adds.
+        assert!(!parallel(
+            "graph @g(%x: f32[1,784], %w: f32[784,128]) -> (y: f32[1,128]) {\n  %y = matmul %x, %w : f32[1,128]\n  return %y\n}\n"
+        ));
+        // 64 rows of it: 6.4M multiply-adds.
+        assert!(parallel(
+            "graph @g(%x: f32[64,784], %w: f32[784,128]) -> (y: f32[64,128]) {\n  %y = matmul %x, %w : f32[64,128]\n  return %y\n}\n"
+        ));
+        assert!(parallel(
+            "graph @g(%x: f32[65536]) -> (y: f32[65536]) {\n  %y = exp %x : f32[65536]\n  return %y\n}\n"
+        ));
+        // A variable's handle is no data.
+        assert!(!parallel(Op::Read.def().example));
+    }
+
+    #[test]
+    fn nesting_counts_regions_inside_regions() {
+        let nesting_of = |src: &str| nesting(&graphc_ir::parse_module(src).unwrap().graphs[0]);
+        assert_eq!(nesting_of(Op::Relu.def().example), 0);
+        assert_eq!(nesting_of(Op::While.def().example), 1);
     }
 
     #[test]

@@ -45,9 +45,10 @@ impl Pass for Canonicalize {
             if round {
                 remove_dead(g)?;
                 // A rewritten value keeps its name once the node it replaced is gone (the first
-                // name, when several went).
+                // name, when several went), unless a later rewrite of the round left it dead:
+                // a name on a value no node makes would resolve to nothing that runs.
                 for (v, name) in renames {
-                    if g.value_named(&name).is_none() && g.values[v].name.is_none() {
+                    if g.value_named(&name).is_none() && g.values[v].name.is_none() && is_live(g, v) {
                         g.set_name(v, &name);
                     }
                 }
@@ -96,6 +97,15 @@ impl NewNode {
     fn attr(mut self, name: &str, value: Attr) -> Self {
         self.attrs.set(name, value);
         self
+    }
+}
+
+/// Whether `v` is still made in the graph: a region's parameter, or a result of a node that is
+/// still in its region (the arena keeps removed nodes' values).
+fn is_live(g: &Graph, v: Value) -> bool {
+    match g.values[v].def {
+        graphc_ir::ValueDef::Param(..) => true,
+        graphc_ir::ValueDef::Result(n, _) => g.regions[g.nodes[n].parent].nodes.contains(&n),
     }
 }
 

@@ -6,9 +6,10 @@ use super::error::KernelError;
 use std::fmt::Debug;
 
 /// `x ^ y` in f32, the one definition the reference kernels and compiled code share: a square
-/// or a cube (GELU's `x ^ 3`) is the product in f64 rounded once to f32 (a square exactly
-/// rounded, since it is exact in f64), so compiled code computes it inline with the same
-/// bits; any other exponent is the C library's `powf`, which compiled code calls.
+/// or a cube (GELU's `x ^ 3`) is the product `x·x` or `(x·x)·x` in f64 converted to f32 (a
+/// square correctly rounded, since it is exact in f64; a cube maybe one ulp off, rounded
+/// twice), so compiled code computes it inline with the same bits; any other exponent is the C
+/// library's `powf`, which compiled code calls.
 pub fn powf(x: f32, y: f32) -> f32 {
     let w = f64::from(x);
     if y == 2.0 {

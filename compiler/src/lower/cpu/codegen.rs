@@ -566,12 +566,15 @@ fn hoist_uniform(
             row.uniform.insert(i, v);
         }
     }
-    // Dividing every column by one value per row: multiply by its reciprocal instead (within
-    // an ulp and a half of the quotient). A nonzero divisor below 2^-126, whose reciprocal
-    // would overflow, is scaled by 2^64 first and the product by 2^64 after.
+    // Dividing every column by one value per row that the kernel computes (a row's sum or
+    // norm): multiply by its reciprocal instead (within an ulp and a half of the quotient). A
+    // divisor the kernel reads (a scale operand) keeps the exact division: a quantizer rounds
+    // the quotient to an integer, where an ulp turns -127.49999 into -127.5 (ONNX's
+    // DynamicQuantizeLinear). A nonzero divisor below 2^-126, whose reciprocal would
+    // overflow, is scaled by 2^64 first and the product by 2^64 after.
     for step in &plan.steps {
         let Step::Binary(Op::Div, a, d) = *step else { continue };
-        if row.recip.contains_key(&d) || row.uniform.contains_key(&a) {
+        if row.recip.contains_key(&d) || row.uniform.contains_key(&a) || matches!(plan.steps[d], Step::Input(_)) {
             continue;
         }
         let Some(&den) = row.uniform.get(&d) else { continue };
@@ -893,7 +896,7 @@ fn body(
                     Binary::Max => V::F(max_min(b, x, y, FloatCC::GreaterThan, lanes)),
                     Binary::Min => V::F(max_min(b, x, y, FloatCC::LessThan, lanes)),
                     // A square or a cube inline, as the runtime's `powf` computes it: the
-                    // product in f64, rounded once (so the same bits, lane by lane).
+                    // product in f64, converted to f32 (so the same bits, lane by lane).
                     Binary::Pow => match plan.steps[c] {
                         Step::Const(e @ (2.0 | 3.0)) => V::F(per_lane(b, x, lanes, |b, v| {
                             let w = b.ins().fpromote(types::F64, v);

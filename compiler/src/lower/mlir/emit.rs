@@ -513,7 +513,8 @@ impl Emitter {
         let s = Lanes(1);
         for step in &plan.steps {
             let Step::Binary(Op::Div, a, d) = *step else { continue };
-            if row.recip.contains_key(&d) || row.uniform.contains_key(&a) {
+            // As codegen.rs: only a divisor the kernel computes, never one it reads.
+            if row.recip.contains_key(&d) || row.uniform.contains_key(&a) || matches!(plan.steps[d], Step::Input(_)) {
                 continue;
             }
             let Some(den) = row.uniform.get(&d).cloned() else { continue };
@@ -737,7 +738,7 @@ impl Emitter {
                 Step::Const(c) => V::F(self.konst(c, l)),
                 Step::Unary(op, a) => self.unary_step(plan, op, a, arg(a)?, l, &mut decays)?,
                 // A square or a cube as the runtime's `powf` computes it (the product in f64,
-                // rounded once), vector-wide, instead of a call per lane.
+                // converted to f32), vector-wide, instead of a call per lane.
                 Step::Binary(Op::Pow, a, c) if matches!(plan.steps[c], Step::Const(2.0 | 3.0)) => {
                     let x = arg(a)?;
                     let wide = l.of("f64");
