@@ -457,8 +457,8 @@ fn pow_by_squares_cubes_and_other_exponents_matches_the_reference_exactly() {
     }
 }
 
-/// A division by a scale the kernel reads (a quantizer's `x / scale`, rounded to an integer
-/// after) is the exact quotient, not a product by the reciprocal: -2.5 / 0.019607844 is
+/// A division by a scale the kernel reads or is given as a constant (a quantizer's
+/// `x / scale`, rounded to an integer after) is the exact quotient, not a product by the reciprocal: -2.5 / 0.019607844 is
 /// -127.49999, which a reciprocal makes -127.5 (and the rounding -128, ONNX's
 /// DynamicQuantizeLinear off by one).
 #[test]
@@ -469,6 +469,12 @@ fn a_division_by_a_scale_operand_is_exact() {
     let feeds = vec![("x".to_string(), x), ("s".to_string(), s)];
     let m = optimize(&parse_module(text).unwrap());
     assert!(compare_within(&m, "x / scale", Some(&feeds), &CompileOptions::default(), Bound::Ulps(0, 0.0)) >= 1);
+    // The same scale as a constant (QuantizeLinear's initializer).
+    let text = "graph @g(%x: f32[6]) -> (y: f32[6]) {\n  %s = constant {value = dense<0.019607844> : f32[]} : f32[]\n  %q = div %x, %s : f32[6]\n  %y = round %q : f32[6]\n  return %y\n}\n";
+    let m = optimize(&parse_module(text).unwrap());
+    assert!(
+        compare_within(&m, "x / constant", Some(&feeds[..1]), &CompileOptions::default(), Bound::Ulps(0, 0.0)) >= 1
+    );
 }
 
 /// log(softmax(x)) for rows reaching far below their maximum: the exponentials go through the

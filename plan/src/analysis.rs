@@ -125,6 +125,12 @@ impl LoopPlan {
             && step.operands().iter().all(|&a| known(a) || matches!(self.steps[a], Step::Const(_)))
     }
 
+    /// Whether step `i` is computed by the kernel (an op's result), not read from an input or
+    /// given as a constant.
+    pub fn computes(&self, i: usize) -> bool {
+        !matches!(self.steps[i], Step::Input(_) | Step::Const(_))
+    }
+
     /// Whether step `i` is at least 1 wherever it is not NaN: a row sum of exponentials of
     /// `x - max(x)` (softmax's denominator), which has a term exp(0) = 1 and none below 0.
     pub fn at_least_one(&self, i: usize) -> bool {

@@ -568,13 +568,14 @@ fn hoist_uniform(
     }
     // Dividing every column by one value per row that the kernel computes (a row's sum or
     // norm): multiply by its reciprocal instead (within an ulp and a half of the quotient). A
-    // divisor the kernel reads (a scale operand) keeps the exact division: a quantizer rounds
-    // the quotient to an integer, where an ulp turns -127.49999 into -127.5 (ONNX's
-    // DynamicQuantizeLinear). A nonzero divisor below 2^-126, whose reciprocal would
-    // overflow, is scaled by 2^64 first and the product by 2^64 after.
+    // divisor the kernel reads or is given (a scale operand, a constant) keeps the exact
+    // division: a quantizer rounds the quotient to an integer, where an ulp turns -127.49999
+    // into -127.5 (ONNX's DynamicQuantizeLinear, QuantizeLinear). A nonzero divisor below
+    // 2^-126, whose reciprocal would overflow, is scaled by 2^64 first and the product by
+    // 2^64 after.
     for step in &plan.steps {
         let Step::Binary(Op::Div, a, d) = *step else { continue };
-        if row.recip.contains_key(&d) || row.uniform.contains_key(&a) || matches!(plan.steps[d], Step::Input(_)) {
+        if row.recip.contains_key(&d) || row.uniform.contains_key(&a) || !plan.computes(d) {
             continue;
         }
         let Some(&den) = row.uniform.get(&d) else { continue };

@@ -513,8 +513,8 @@ impl Emitter {
         let s = Lanes(1);
         for step in &plan.steps {
             let Step::Binary(Op::Div, a, d) = *step else { continue };
-            // As codegen.rs: only a divisor the kernel computes, never one it reads.
-            if row.recip.contains_key(&d) || row.uniform.contains_key(&a) || matches!(plan.steps[d], Step::Input(_)) {
+            // As codegen.rs: only a divisor the kernel computes, not one it reads or is given.
+            if row.recip.contains_key(&d) || row.uniform.contains_key(&a) || !plan.computes(d) {
                 continue;
             }
             let Some(den) = row.uniform.get(&d).cloned() else { continue };
