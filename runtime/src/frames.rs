@@ -35,23 +35,15 @@ impl Layout {
         // reads as unbound, an error, rather than as some other value's slot.
         let mut layout = Layout { slot: SecondaryMap::with_default(u32::MAX), ..Layout::default() };
         for (r, rd) in g.regions.iter() {
-            let mut next = 0u32;
-            let mut give = |v: Value, slot: &mut SecondaryMap<Value, u32>| {
-                slot[v] = next;
-                next += 1;
-            };
-            for &p in &rd.params {
-                give(p, &mut layout.slot);
+            let made = rd.params.iter().chain(rd.nodes.iter().flat_map(|&n| &g.nodes[n].results));
+            let mut len = 0u32;
+            for &v in made {
+                layout.slot[v] = len;
+                len += 1;
             }
-            for &n in &rd.nodes {
-                for &v in &g.nodes[n].results {
-                    give(v, &mut layout.slot);
-                }
-            }
-            layout.frame_len[r] = next;
+            layout.frame_len[r] = len;
         }
-        for (r, rd) in g.regions.iter() {
-            let _ = r;
+        for rd in g.regions.values() {
             for &n in &rd.nodes {
                 let nd = &g.nodes[n];
                 let slots = |vs: &[Value]| vs.iter().map(|&v| layout.slot[v]).collect();
