@@ -174,8 +174,25 @@ fn scan(imp: &mut Importer, n: &NodeProto) -> Result<Vec<Value>> {
     Ok(results)
 }
 
-/// `values` (of one shape) stacked along a new axis `axis`.
+/// `values` (of one shape) stacked along a new axis `axis`. Where the axes before it are all
+/// of size 1 (axis 0, say), the stack is the values one after another in memory: one concat
+/// along axis 0 and one reshape, rather than a reshape per value (an unrolled loop's outputs
+/// are many small values, and each node costs a step more than its copy).
 pub(super) fn stack(imp: &mut Importer, values: &[Value], axis: usize) -> Result<Value> {
+    let shape = match values.first() {
+        Some(&v) => imp.shape(v)?,
+        None => return Err("nothing to stack".into()),
+    };
+    let same = values.iter().map(|&v| imp.shape(v)).collect::<Result<Vec<_>>>()?.iter().all(|s| *s == shape);
+    if same && !shape.is_empty() && axis <= shape.len() && shape[..axis].iter().all(|&d| d == 1) {
+        let mut stacked = shape.clone();
+        stacked.insert(axis, values.len() as i64);
+        let joined = match values {
+            [one] => *one,
+            _ => imp.emit1(NodeSpec::new(Op::Concat, values.to_vec()).attr("axis", Attr::Int(0)))?,
+        };
+        return imp.reshape(joined, stacked);
+    }
     let rows = values
         .iter()
         .map(|&v| {

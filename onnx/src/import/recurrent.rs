@@ -219,13 +219,15 @@ fn recurrent(imp: &mut Importer, n: &NodeProto, cell: Cell) -> Result<Vec<Value>
         hs.push(h);
         cs.push(c);
     }
-    // Y: [seq, directions, batch, hidden]; Y_h and Y_c: [directions, batch, hidden].
-    let mut steps = Vec::new();
-    for t in 0..seq as usize {
-        let per_dir: Vec<Value> = ys.iter().map(|outs| outs[t]).collect();
-        steps.push(stack(imp, &per_dir, 0)?);
-    }
-    let mut y = if steps.is_empty() { None } else { Some(stack(imp, &steps, 0)?) };
+    // Y: [seq, directions, batch, hidden], the outputs in (step, direction) order one after
+    // another; Y_h and Y_c: [directions, batch, hidden].
+    let outs: Vec<Value> = (0..seq as usize).flat_map(|t| ys.iter().map(move |outs| outs[t])).collect();
+    let joined = match &outs[..] {
+        [] => None,
+        [one] => Some(*one),
+        _ => Some(imp.emit1(NodeSpec::new(Op::Concat, outs.clone()).attr("axis", Attr::Int(0)))?),
+    };
+    let mut y = joined.map(|y| imp.reshape(y, vec![seq, dirs, batch, hidden])).transpose()?;
     let mut yh = stack(imp, &hs, 0)?;
     let mut yc = stack(imp, &cs, 0)?;
     if layout == 1 {
