@@ -7,6 +7,7 @@
 #![allow(unsafe_code)]
 
 pub use graphc_plan::Product;
+use smallvec::SmallVec;
 use std::any::Any;
 use std::sync::Arc;
 
@@ -109,7 +110,7 @@ impl Entry {
         if blocks.iter().map(|&(r0, r1)| r1 - r0).sum::<usize>() != e.rows {
             return Err(format!("rows {blocks:?} do not cover the kernel's {} rows", e.rows));
         }
-        let mut in_place: Vec<usize> = Vec::new();
+        let mut in_place: SmallVec<[usize; 4]> = SmallVec::new();
         for (i, x) in ins.iter().enumerate() {
             if let In::Output(k) = *x {
                 if !e.in_place.contains(&i) {
@@ -131,7 +132,7 @@ impl Entry {
                 v.reserve(e.outs[k]);
             }
         }
-        let mut in_ptrs = Vec::with_capacity(ins.len());
+        let mut in_ptrs: SmallVec<[*const f32; 8]> = SmallVec::with_capacity(ins.len());
         for (i, (x, &need)) in ins.iter().zip(&e.ins).enumerate() {
             let (p, len) = match *x {
                 In::Slice(s) => (s.as_ptr(), s.len()),
@@ -145,7 +146,7 @@ impl Entry {
             }
             in_ptrs.push(p);
         }
-        let out_ptrs: Vec<*mut f32> = outs.iter_mut().map(|v| v.as_mut_ptr()).collect();
+        let out_ptrs: SmallVec<[*mut f32; 4]> = outs.iter_mut().map(|v| v.as_mut_ptr()).collect();
         let bufs = &Pointers { ins: in_ptrs, outs: out_ptrs };
         let call = |(r0, r1): (usize, usize)| {
             let mut ok = Err(String::new());
@@ -202,8 +203,8 @@ impl Entry {
 
 /// The pointer arrays a kernel takes.
 struct Pointers {
-    ins: Vec<*const f32>,
-    outs: Vec<*mut f32>,
+    ins: SmallVec<[*const f32; 8]>,
+    outs: SmallVec<[*mut f32; 4]>,
 }
 
 // SAFETY: the pointers are only dereferenced by kernels on disjoint output rows while the

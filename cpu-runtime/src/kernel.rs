@@ -7,6 +7,7 @@ use graphc_ir::{DType, TensorType};
 use graphc_plan::Batch;
 use graphc_runtime::{Operands, Tensor};
 use rayon::prelude::*;
+use smallvec::{smallvec, SmallVec};
 use std::borrow::Cow;
 
 /// One input of a loop kernel.
@@ -77,8 +78,9 @@ pub(crate) fn check_type(i: usize, t: &Tensor, ty: &TensorType) -> Result<(), St
     Ok(())
 }
 
-fn to_tensors(outs: Vec<Vec<f32>>, ty: &TensorType) -> Result<Vec<Tensor>, String> {
-    outs.into_iter().map(|v| Tensor::from_f32(v, ty)).collect()
+/// A kernel's one result.
+fn one_result(v: Vec<f32>, ty: &TensorType) -> Result<Vec<Tensor>, String> {
+    Ok(vec![Tensor::from_f32(v, ty)?])
 }
 
 impl LoopKernel {
@@ -94,8 +96,8 @@ impl LoopKernel {
         }
         // Each result goes over an input read here for the last time when there is one (the
         // buffer plan's in-place reuse), else into a buffer from the session's pool.
-        let mut over: Vec<Option<usize>> = vec![None; self.inputs.len()];
-        let mut outs: Vec<Vec<f32>> = Vec::with_capacity(self.results.len());
+        let mut over: SmallVec<[Option<usize>; 8]> = smallvec![None; self.inputs.len()];
+        let mut outs: SmallVec<[Vec<f32>; 2]> = SmallVec::with_capacity(self.results.len());
         for (k, &(_, per_row)) in self.results.iter().enumerate() {
             if per_row {
                 outs.push(operands.alloc_f32(self.rows)?);
@@ -115,17 +117,16 @@ impl LoopKernel {
                 None => operands.alloc_f32(n)?,
             });
         }
-        let all = operands.all();
         let owned = (0..self.inputs.len())
             .map(|i| match over[i] {
                 Some(_) => Ok(None),
                 None => {
-                    let t = all.get(i).ok_or_else(|| format!("compiled kernel input {i} is missing"))?;
+                    let t = operands.get(i).ok_or_else(|| format!("compiled kernel input {i} is missing"))?;
                     f32_input(i, t, &self.inputs[i], &self.out).map(Some)
                 }
             })
-            .collect::<Result<Vec<_>, String>>()?;
-        let ins: Vec<In<'_>> = owned
+            .collect::<Result<SmallVec<[_; 4]>, String>>()?;
+        let ins: SmallVec<[In<'_>; 8]> = owned
             .iter()
             .zip(&over)
             .map(|(c, o)| match (c, o) {
@@ -165,7 +166,7 @@ impl MatMulKernel {
             let mut c: Vec<f32> = operands.alloc_f32(m * n)?;
             entry::matmul(&a, &b, &mut c, product, if parallel { rayon::current_num_threads() } else { 1 })?;
             return match &self.epilogue {
-                None => to_tensors(vec![c], &TensorType::new(DType::F32, [m as u64, n as u64])),
+                None => one_result(c, &TensorType::new(DType::F32, [m as u64, n as u64])),
                 Some((lk, used)) => run_epilogue(lk, used, operands, c, parallel),
             };
         };
@@ -203,7 +204,7 @@ impl MatMulKernel {
             }
         }
         match &self.epilogue {
-            None => to_tensors(vec![c], &batch.out),
+            None => one_result(c, &batch.out),
             Some((lk, used)) => run_epilogue(lk, used, operands, c, parallel),
         }
     }
@@ -226,21 +227,23 @@ pub(crate) fn run_epilogue(
             let input = lk.inputs.get(j + 1).ok_or("an epilogue input the kernel does not have")?;
             f32_input(i, t, input, &lk.out)
         })
-        .collect::<Result<Vec<_>, _>>()?;
+        .collect::<Result<SmallVec<[_; 4]>, _>>()?;
     let blocks = row_blocks(lk.rows, parallel);
     let scratch = |len: usize, f: &mut dyn FnMut(&mut [f32])| with_scratch(len, f);
     let rest = extra.iter().map(|x| In::Slice(x));
     if lk.results.len() == 1 {
         // One result: written over the product.
         let mut c = [c];
-        let ins: Vec<_> = std::iter::once(In::Output(0)).chain(rest).collect();
+        let ins: SmallVec<[_; 8]> = std::iter::once(In::Output(0)).chain(rest).collect();
         lk.entry.run(&ins, &mut c, &blocks, scratch)?;
         let [c] = c;
-        return to_tensors(vec![c], &lk.results[0].0);
+        return one_result(c, &lk.results[0].0);
     }
-    let mut outs: Vec<Vec<f32>> = lk.results.iter().map(|_| operands.alloc_f32(c.len())).collect::<Result<_, _>>()?;
-    let ins: Vec<_> = std::iter::once(In::Slice(&c)).chain(rest).collect();
+    let mut outs: SmallVec<[Vec<f32>; 2]> =
+        lk.results.iter().map(|_| operands.alloc_f32(c.len())).collect::<Result<_, _>>()?;
+    let ins: SmallVec<[_; 8]> = std::iter::once(In::Slice(&c)).chain(rest).collect();
     lk.entry.run(&ins, &mut outs, &blocks, scratch)?;
+    drop(ins);
     operands.recycle_f32(c);
     outs.into_iter().zip(&lk.results).map(|(v, (ty, _))| Tensor::from_f32(v, ty)).collect()
 }
@@ -289,6 +292,6 @@ impl ColumnKernel {
         } else {
             blocks.for_each(|(b, c0, dst)| sum_columns(b, c0, dst));
         }
-        to_tensors(vec![out], &self.out)
+        one_result(out, &self.out)
     }
 }

@@ -1,5 +1,7 @@
 //! How a kernel's rows split across threads, and the per-thread scratch rows.
 
+use smallvec::SmallVec;
+
 /// The sizes below which kernels run on the calling thread: the runtime's, which runs a step
 /// of a graph with nothing larger on its caller's thread.
 pub use graphc_runtime::{PARALLEL_ELEMENTS, PARALLEL_FLOPS};
@@ -7,7 +9,7 @@ pub use graphc_runtime::{PARALLEL_ELEMENTS, PARALLEL_FLOPS};
 /// Row ranges for the calling thread alone, or a few per worker thread. A kernel called on a
 /// thread of a multi-graph step (a partition of a multi-device step: one device, one core)
 /// stays on its thread rather than competing with the other devices for the cores.
-pub fn row_blocks(rows: usize, parallel: bool) -> Vec<(usize, usize)> {
+pub fn row_blocks(rows: usize, parallel: bool) -> SmallVec<[(usize, usize); 8]> {
     let parallel = parallel && graphc_runtime::may_split();
     let chunk = if parallel { rows.div_ceil(rayon::current_num_threads().max(1) * 4).max(1) } else { rows.max(1) };
     (0..rows).step_by(chunk).map(|r| (r, (r + chunk).min(rows))).collect()

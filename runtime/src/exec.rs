@@ -489,19 +489,24 @@ impl<'a> Interp<'a> {
     fn compute(&mut self, n: Node, args: Vec<RtValue>) -> Result<Vec<RtValue>, RunError> {
         let g = self.graph;
         let nd = &g.nodes[n];
-        if let Some(done) = self.on_device_as_is(n, &args) {
-            self.ran = Ran::Interpreter;
-            return done;
-        }
-        let args = args
-            .into_iter()
-            .enumerate()
-            .map(|(i, a)| match nd.op {
-                Op::While | Op::Fusion => Ok(a),
-                Op::Cond if i > 0 => Ok(a),
-                _ => self.on_host(a),
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+        // Without a device every operand is on the host already.
+        let args = match self.residency {
+            None => args,
+            Some(_) => {
+                if let Some(done) = self.on_device_as_is(n, &args) {
+                    self.ran = Ran::Interpreter;
+                    return done;
+                }
+                args.into_iter()
+                    .enumerate()
+                    .map(|(i, a)| match nd.op {
+                        Op::While | Op::Fusion => Ok(a),
+                        Op::Cond if i > 0 => Ok(a),
+                        _ => self.on_host(a),
+                    })
+                    .collect::<Result<Vec<_>, _>>()?
+            }
+        };
         if let Some(compiled) = self.compiled.filter(|_| nd.op == Op::Fusion || kernels::is_kernel(nd.op)) {
             let shared = args
                 .iter()

@@ -148,17 +148,19 @@ impl Tensor {
 
     /// The f32 tensor of type `ty` holding `v`, row-major; an error when the lengths differ.
     pub fn from_f32(v: Vec<f32>, ty: &TensorType) -> Result<Tensor, String> {
-        // The shape from the stack: ndarray keeps up to 4 dims inline, so a compiled kernel's
-        // result of those allocates nothing but its (pooled) buffer.
-        let mut dims = [0usize; 8];
-        let shape = match dims.get_mut(..ty.shape.len()) {
-            Some(d) => {
-                d.iter_mut().zip(&ty.shape).for_each(|(d, &s)| *d = s as usize);
-                IxDyn(d)
-            }
-            None => IxDyn(&ty.shape.iter().map(|&d| d as usize).collect::<Vec<usize>>()),
+        // Up to rank 4 through ndarray's fixed-rank shapes (its checks and strides on arrays,
+        // not on dynamic dims: each compiled kernel's result comes through here), which
+        // `into_dyn` then keeps inline.
+        let d = |i: usize| ty.shape[i] as usize;
+        let a = match ty.shape.len() {
+            0 => ndarray::Array0::from_shape_vec((), v).map(|a| a.into_dyn()),
+            1 => ndarray::Array1::from_shape_vec(d(0), v).map(|a| a.into_dyn()),
+            2 => ndarray::Array2::from_shape_vec((d(0), d(1)), v).map(|a| a.into_dyn()),
+            3 => ndarray::Array3::from_shape_vec((d(0), d(1), d(2)), v).map(|a| a.into_dyn()),
+            4 => ndarray::Array4::from_shape_vec((d(0), d(1), d(2), d(3)), v).map(|a| a.into_dyn()),
+            _ => ArrayD::from_shape_vec(IxDyn(&ty.shape.iter().map(|&d| d as usize).collect::<Vec<usize>>()), v),
         };
-        ArrayD::from_shape_vec(shape, v).map(Tensor::F32).map_err(|e| e.to_string())
+        a.map(Tensor::F32).map_err(|e| e.to_string())
     }
 
     pub fn dtype(&self) -> DType {
