@@ -1239,3 +1239,148 @@ fn reductions_over_other_axes_are_no_row_reductions() {
         }
     }
 }
+
+/// A graph reading a slice of `x: f32[dims]` (per dim: start, end, step, where a negative
+/// start or end counts from the end) through elementwise ops: the slice alone, and where it
+/// broadcasts into `x`, added to `x` read whole in the same kernel; with `gather`, also the
+/// row `x[i]` of a constant index (negative counting from the end).
+fn sliced_graph(dims: &[u64], cuts: &[(i64, i64, i64)], gather: Option<i64>) -> Module {
+    let shape = |d: &[u64]| format!("f32[{}]", d.iter().map(u64::to_string).collect::<Vec<_>>().join(","));
+    let list = |v: &[i64]| format!("[{}]", v.iter().map(i64::to_string).collect::<Vec<_>>().join(", "));
+    let resolve = |i: i64, dim: i64| (if i < 0 { i + dim } else { i }).clamp(0, dim);
+    let r: Vec<u64> = (dims.iter().zip(cuts))
+        .map(|(&d, &(s, e, st))| {
+            let (s, e) = (resolve(s, d as i64), resolve(e, d as i64));
+            if e > s {
+                ((e - s + st - 1) / st) as u64
+            } else {
+                0
+            }
+        })
+        .collect();
+    let (x, rs) = (shape(dims), shape(&r));
+    let (starts, ends, steps): (Vec<i64>, Vec<i64>, Vec<i64>) =
+        (cuts.iter().map(|c| c.0).collect(), cuts.iter().map(|c| c.1).collect(), cuts.iter().map(|c| c.2).collect());
+    let wide = r.iter().zip(dims).all(|(&a, &d)| a == d || a == 1);
+    let mut outs = vec![format!("a: {rs}")];
+    let mut body = format!(
+        "  %s = slice %x {{starts = {}, ends = {}, steps = {}}} : {rs}\n  %t = sigmoid %s : {rs}\n  %u = mul %t, %s : {rs}\n  %a = add %u, %s : {rs}\n",
+        list(&starts),
+        list(&ends),
+        list(&steps)
+    );
+    let mut rets = vec!["%a".to_string()];
+    if wide {
+        body += &format!("  %w = sub %x, %s : {x}\n  %b = tanh %w : {x}\n");
+        outs.push(format!("b: {x}"));
+        rets.push("%b".into());
+    }
+    if let Some(i) = gather.filter(|_| dims.len() >= 2) {
+        let gs = shape(&dims[1..]);
+        body += &format!(
+            "  %k = constant {{value = dense<{i}> : i64[]}} : i64[]\n  %g = gather %x, %k : {gs}\n  %n = neg %g : {gs}\n  %c = exp %n : {gs}\n"
+        );
+        outs.push(format!("c: {gs}"));
+        rets.push("%c".into());
+    }
+    let text = format!("graph @g(%x: {x}) -> ({}) {{\n{body}  return {}\n}}\n", outs.join(", "), rets.join(", "));
+    parse_module(&text).unwrap_or_else(|e| panic!("{text}: {e:?}"))
+}
+
+/// The fusions of `m`'s graph that read a slice or a gather inside; each has a kernel plan
+/// (the fusion pass forms no group the kernels cannot run).
+fn fused_views(m: &Module) -> usize {
+    let g = &m.graphs[0];
+    let fused: Vec<_> = (g.regions[g.body].nodes.iter().copied())
+        .filter(|&n| g.nodes[n].op == Op::Fusion)
+        .filter(|&n| {
+            let r = g.nodes[n].regions[0];
+            g.regions[r].nodes.iter().any(|&k| matches!(g.nodes[k].op, Op::Slice | Op::Gather))
+        })
+        .collect();
+    for &n in &fused {
+        assert!(graphc::lower::plan::kernel_plan(g, n).is_some(), "a fusion without a plan: {}", print_module(m));
+    }
+    fused.len()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, rng_seed: proptest::test_runner::RngSeed::Fixed(7), ..ProptestConfig::default() })]
+
+    /// Slices of random boxes (odd sizes, steps, offsets at the end, negative bounds) and
+    /// gathers of one index, fused into the loops that read them as views where the view is
+    /// expressible, give the interpreter's results.
+    #[test]
+    fn slices_read_as_views_run_alike_compiled(
+        dims in proptest::collection::vec(prop_oneof![Just(1u64), Just(2), Just(3), Just(7), Just(33)], 1..4),
+        raw in proptest::collection::vec((0i64..40, 1i64..40, prop_oneof![Just(1i64), Just(1), Just(2), Just(3)], any::<bool>()), 3),
+        gather in proptest::option::of(-3i64..3),
+    ) {
+        // A nonempty box per dim; with `neg`, the start counted from the end.
+        let cuts: Vec<(i64, i64, i64)> = (dims.iter().zip(&raw))
+            .map(|(&d, &(a, b, st, neg))| {
+                let d = d as i64;
+                let s = a % d;
+                let e = s + 1 + b % (d - s);
+                if neg { (s - d, e, st) } else { (s, e, st) }
+            })
+            .collect();
+        let gather = gather.filter(|&i| i < dims[0] as i64 && i >= -(dims[0] as i64));
+        let m = sliced_graph(&dims, &cuts, gather);
+        compare(&m, &print_module(&m), None);
+        let o = optimize(&m);
+        fused_views(&o);
+        compare(&o, &print_module(&o), None);
+    }
+}
+
+#[test]
+fn slices_fuse_into_the_loops_that_read_them() {
+    // The last axis's pieces (an LSTM's gates), the last one ending at the end; a block of
+    // rows; the row x[-1]; each read as a view, alone and with x read whole.
+    for (dims, cuts, gather) in [
+        (vec![1u64, 512], vec![(0i64, 1i64, 1i64), (384, 512, 1)], Some(0)),
+        (vec![3, 37], vec![(0, 3, 1), (-5, 37, 1)], Some(-1)),
+        (vec![6, 5], vec![(2, 5, 1), (0, 5, 1)], Some(5)),
+        (vec![5, 4, 9], vec![(4, 5, 1), (0, 4, 1), (0, 9, 1)], Some(2)),
+        (vec![7, 9], vec![(1, 7, 2), (0, 9, 1)], Some(1)),
+    ] {
+        let m = sliced_graph(&dims, &cuts, gather);
+        let o = optimize(&m);
+        let what = print_module(&o);
+        assert!(fused_views(&o) >= 1, "a slice fused: {what}");
+        assert!(compare(&o, &what, None) >= 1, "{what}");
+        // NaN and infinities pass through the views as through the copies.
+        let n: usize = dims.iter().product::<u64>() as usize;
+        let xs: Vec<f32> = (0..n)
+            .map(|i| [f32::NAN, f32::INFINITY, -f32::INFINITY, -0.0, 1e30, 0.5][i % 6] * (i % 5) as f32)
+            .collect();
+        let shape: Vec<usize> = dims.iter().map(|&d| d as usize).collect();
+        let x = Arc::new(Tensor::F32(ndarray::ArrayD::from_shape_vec(shape, xs).unwrap()));
+        compare(&o, &what, Some(&[("x".to_string(), x)]));
+    }
+    // A column slice (a step along the loop's columns) is no view: the slice runs alone.
+    let m = sliced_graph(&[4, 8], &[(0, 4, 1), (0, 8, 2)], None);
+    let o = optimize(&m);
+    assert_eq!(fused_views(&o), 0, "{}", print_module(&o));
+    compare(&o, "a column step", None);
+}
+
+#[test]
+fn a_gathered_row_joins_the_product_epilogue_as_a_view() {
+    // An unrolled recurrence's step: the recurrent product plus the input projection's row t.
+    for t in [0i64, 3, -1] {
+        let text = format!(
+            "graph @g(%h: f32[1,16], %w: f32[16,36], %x: f32[5,1,36]) -> (y: f32[1,36]) {{\n  %p = matmul %h, %w : f32[1,36]\n  %k = constant {{value = dense<{t}> : i64[]}} : i64[]\n  %r = gather %x, %k : f32[1,36]\n  %y = add %p, %r : f32[1,36]\n  return %y\n}}\n"
+        );
+        let o = optimize(&parse_module(&text).unwrap());
+        let what = print_module(&o);
+        assert_eq!(fused_views(&o), 1, "{what}");
+        let g = &o.graphs[0];
+        let n = g.regions[g.body].nodes.iter().copied().find(|&n| g.nodes[n].op == Op::Fusion).unwrap();
+        let (lp, _) = matmul_plan(g, n).and_then(|mp| mp.epilogue).expect("a product with its epilogue");
+        assert!(lp.inputs.iter().any(|m| m.view == Some(36 * t.rem_euclid(5) as usize)), "{what}");
+        assert!(compare(&o, &what, None) >= 1, "{what}");
+        compare_per_node(&o, &what);
+    }
+}

@@ -34,7 +34,7 @@ pub fn loop_kernel(p: &LoopPlan, entry: Entry) -> LoopKernel {
             .inputs
             .iter()
             .zip(&p.input_types)
-            .map(|(m, ty)| LoopInput { ty: ty.clone(), materialize: m.materialize })
+            .map(|(m, ty)| LoopInput { ty: ty.clone(), materialize: m.materialize, offset: m.view.unwrap_or(0) })
             .collect(),
         out: p.out.clone(),
         results: (0..p.results.len()).map(|k| (p.result_type(k), p.per_row[k])).collect(),

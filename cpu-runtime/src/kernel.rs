@@ -18,6 +18,9 @@ pub struct LoopInput {
     /// Expanded to the kernel's full shape before the call (a broadcast its strides cannot
     /// express).
     pub materialize: bool,
+    /// A view of its operand (a slice, a gather of one index): the kernel reads the buffer
+    /// from this element on (0 for any other input); the entry checks its extent from there.
+    pub offset: usize,
 }
 
 /// A loop kernel (an elementwise fusion, with row reductions) over a `[rows, cols]` view.
@@ -68,6 +71,12 @@ pub struct ColumnKernel {
 fn f32_input<'t>(i: usize, t: &'t Tensor, input: &LoopInput, out: &TensorType) -> Result<Cow<'t, [f32]>, String> {
     check_type(i, t, &input.ty)?;
     t.f32_elements(input.materialize.then_some(out)).map_err(|e| format!("input {i}: {e}"))
+}
+
+/// What the kernel reads of input `i`: its elements from the view's offset on.
+fn from_offset<'c>(i: usize, c: &'c [f32], input: &LoopInput) -> Result<&'c [f32], String> {
+    c.get(input.offset..)
+        .ok_or_else(|| format!("input {i} has {} elements; its view begins at {}", c.len(), input.offset))
 }
 
 /// Whether operand `i` has the type the kernel was made for (the shapes its strides assume).
@@ -129,12 +138,13 @@ impl LoopKernel {
         let ins: SmallVec<[In<'_>; 8]> = owned
             .iter()
             .zip(&over)
-            .map(|(c, o)| match (c, o) {
-                (_, Some(k)) => In::Output(*k),
-                (Some(c), None) => In::Slice(c),
+            .enumerate()
+            .map(|(i, (c, o))| match (c, o) {
+                (_, Some(k)) => Ok(In::Output(*k)),
+                (Some(c), None) => from_offset(i, c, &self.inputs[i]).map(In::Slice),
                 (None, None) => unreachable!("every input is owned or overwritten"),
             })
-            .collect();
+            .collect::<Result<_, String>>()?;
         let blocks = row_blocks(self.rows, n >= PARALLEL_ELEMENTS && self.rows > 1);
         self.entry.run(&ins, &mut outs, &blocks, |len, f| with_scratch(len, f))?;
         outs.into_iter().zip(&self.results).map(|(v, (ty, _))| Tensor::from_f32(v, ty)).collect()
@@ -230,7 +240,9 @@ pub(crate) fn run_epilogue(
         .collect::<Result<SmallVec<[_; 4]>, _>>()?;
     let blocks = row_blocks(lk.rows, parallel);
     let scratch = |len: usize, f: &mut dyn FnMut(&mut [f32])| with_scratch(len, f);
-    let rest = extra.iter().map(|x| In::Slice(x));
+    let rest = (extra.iter().enumerate())
+        .map(|(j, x)| from_offset(used[j], x, &lk.inputs[j + 1]).map(In::Slice))
+        .collect::<Result<SmallVec<[_; 4]>, String>>()?;
     if lk.results.len() == 1 {
         // One result: written over the product.
         let mut c = [c];

@@ -12,6 +12,11 @@ pub struct InputMap {
     /// 1 (contiguous) or 0 (the same element for every column).
     pub col_stride: i64,
     pub materialize: bool,
+    /// `Some(offset)`: the input is a view of its operand (a `slice`, or a `gather` of one
+    /// constant index, inside the kernel: see [`view`]), read from element `offset` of the
+    /// operand's buffer on through the two strides, never copied. The caller passes the
+    /// buffer from `offset` on and checks its extent from there.
+    pub view: Option<usize>,
 }
 
 /// One operation of the loop body, on body values numbered in order.
@@ -95,6 +100,7 @@ impl LoopPlan {
                 t.dtype == DType::F32
                     && t.num_elements() == Some(n)
                     && !m.materialize
+                    && m.view.is_none()
                     && m.col_stride == 1
                     && (self.rows == 1 || m.row_stride == self.cols as i64)
             })
@@ -986,12 +992,49 @@ fn build(g: &Graph, inputs: &[Value], nodes: &[Node], yields: &[Value], by_rows:
     let mut steps = Vec::new();
     let mut input_types = Vec::new();
     let mut index = std::collections::HashMap::new();
+    // Inputs read only by a view node (a slice, a gather of one constant index): the node's
+    // result is the input, read through the view's strides.
+    let mut views: Vec<Option<View>> = Vec::with_capacity(inputs.len());
+    let mut view_nodes: Vec<Node> = Vec::new();
     for (i, &v) in inputs.iter().enumerate() {
         input_types.push(tensor(v)?);
         steps.push(Step::Input(i));
-        index.insert(v, steps.len() - 1);
+        let viewed = match g.uses(v) {
+            [graphc_ir::Use::Operand(user, 0)] if nodes.contains(user) && !yields.contains(&v) => {
+                view(g, *user).map(|w| (*user, w))
+            }
+            _ => None,
+        };
+        match viewed {
+            Some((user, w)) => {
+                index.insert(g.nodes[user].results[0], steps.len() - 1);
+                view_nodes.push(user);
+                views.push(Some(w));
+            }
+            None => {
+                index.insert(v, steps.len() - 1);
+                views.push(None);
+            }
+        }
     }
+    // The types the inputs broadcast from: a view's own.
+    let access_types: Vec<TensorType> = (input_types.iter().zip(&views))
+        .map(|(t, w)| w.as_ref().map_or_else(|| t.clone(), |w| TensorType::new(DType::F32, w.shape.clone())))
+        .collect();
+    // A gather's index, copied into the kernel, is read by the view alone.
+    let index_only = |m: Node| {
+        g.nodes[m].op == Op::Constant
+            && g.nodes[m].results.iter().all(|&r| {
+                let uses = g.uses(r);
+                !uses.is_empty()
+                    && !yields.contains(&r)
+                    && uses.iter().all(|u| u.user().is_some_and(|n| view_nodes.contains(&n)))
+            })
+    };
     for &m in nodes {
+        if view_nodes.contains(&m) || index_only(m) {
+            continue;
+        }
         // A reduction that drops its axes has a result that numpy's broadcasting would align
         // with the wrong axes of `out` (`[N, C]` against `[N, C, H, W]`): the body reads none.
         if g.nodes[m].operands.iter().any(|v| dropped.contains(v)) {
@@ -1024,7 +1067,7 @@ fn build(g: &Graph, inputs: &[Value], nodes: &[Node], yields: &[Value], by_rows:
     if results.iter().any(|&i| masks[i]) {
         return None;
     }
-    let (inputs, rows, cols) = layout(&out, &input_types, !by_rows && reduces.is_empty(), split)?;
+    let (inputs, rows, cols) = layout(&out, &access_types, !by_rows && reduces.is_empty(), split, &views)?;
     // A per-row result must be one the kernel computes once per row.
     let row_values = row_steps(&steps, &inputs, &masks);
     if results.iter().zip(&per_row).any(|(&i, &p)| p && !row_values[i]) {
@@ -1246,20 +1289,32 @@ fn access(t: &TensorType, out: &TensorType, split: usize) -> Option<Access> {
 /// by its last, or by the last few, where that reads every input through strides (a
 /// per-channel operand of `[N, C, H, W]` at batch 1: `[C, H*W]` rows, read once per row) where
 /// the last axis alone would expand one.
+///
+/// A view input (`views[i]`, with `types[i]` the view's own type) is read through the strides
+/// of the output's leading dims by its last (or by the reduced block): no blocks and no other
+/// split, so that the fusion pass can tell whether a view fits ([`view_fits`]).
 fn layout(
     out: &TensorType,
     types: &[TensorType],
     blocks: bool,
     reduced: Option<usize>,
+    views: &[Option<View>],
 ) -> Option<(Vec<InputMap>, usize, usize)> {
+    let any_view = views.iter().any(Option::is_some);
+    let blocks = blocks && !any_view;
     let n = out.num_elements()? as usize;
     let rank = out.rank();
-    let accesses_at = |split: usize| types.iter().map(|t| access(t, out, split)).collect::<Option<Vec<Access>>>();
+    // A view's access is decided by `view_map` below; as seen here it is read in full.
+    let accesses_at = |split: usize| {
+        (types.iter().zip(views))
+            .map(|(t, v)| if v.is_some() { Some(Access::Full) } else { access(t, out, split) })
+            .collect::<Option<Vec<Access>>>()
+    };
     let last_split = reduced.unwrap_or(rank.saturating_sub(1));
     let mut accesses = accesses_at(last_split)?;
     let strided = |a: &Vec<Access>| !a.contains(&Access::Expand);
     let mut split = last_split;
-    if reduced.is_none() && !strided(&accesses) {
+    if reduced.is_none() && !any_view && !strided(&accesses) {
         if let Some((s, a)) = (1..last_split).rev().find_map(|s| accesses_at(s).filter(strided).map(|a| (s, a))) {
             (split, accesses) = (s, a);
         }
@@ -1283,12 +1338,165 @@ fn layout(
     let maps = accesses
         .iter()
         .map(|a| match a {
-            Access::Full => InputMap { row_stride: cols as i64, col_stride: 1, materialize: false },
-            Access::Expand => InputMap { row_stride: cols as i64, col_stride: 1, materialize: true },
-            Access::Splat => InputMap { row_stride: 0, col_stride: 0, materialize: false },
-            Access::PerRow => InputMap { row_stride: 1, col_stride: 0, materialize: false },
-            Access::PerColumn => InputMap { row_stride: 0, col_stride: 1, materialize: false },
+            Access::Full => InputMap { row_stride: cols as i64, col_stride: 1, materialize: false, view: None },
+            Access::Expand => InputMap { row_stride: cols as i64, col_stride: 1, materialize: true, view: None },
+            Access::Splat => InputMap { row_stride: 0, col_stride: 0, materialize: false, view: None },
+            Access::PerRow => InputMap { row_stride: 1, col_stride: 0, materialize: false, view: None },
+            Access::PerColumn => InputMap { row_stride: 0, col_stride: 1, materialize: false, view: None },
         })
-        .collect();
+        .zip(views)
+        .map(|(m, v)| match v {
+            None => Some(m),
+            Some(v) => view_map(v, out, split),
+        })
+        .collect::<Option<Vec<_>>>()?;
     Some((maps, n / cols, cols))
+}
+
+/// A node a loop kernel reads as a view of its operand instead of a copy: its result is the
+/// operand's elements at `offset + sum(index[k] * strides[k])` (row-major buffers).
+#[derive(Clone, Debug, PartialEq)]
+pub struct View {
+    /// The result's shape.
+    pub shape: Vec<u64>,
+    /// Per result dim, in elements of the operand's buffer.
+    pub strides: Vec<i64>,
+    pub offset: usize,
+}
+
+/// The view node `n` is, when it is one: an f32 `slice` (its steps are at least 1), or an f32
+/// `gather` of one scalar index given as a constant (`x[t]` of the ONNX importer) that is in
+/// range, each with a nonempty result whose type is what the attributes say. `None` for
+/// anything else (a gather of a computed or out-of-range index stays with the interpreter,
+/// which reports it).
+pub fn view(g: &Graph, n: Node) -> Option<View> {
+    let nd = &g.nodes[n];
+    if nd.results.len() != 1 || !nd.regions.is_empty() {
+        return None;
+    }
+    let src = g.values[*nd.operands.first()?].ty.as_tensor()?;
+    let res = g.values[nd.results[0]].ty.as_tensor()?;
+    if src.dtype != DType::F32 || res.dtype != DType::F32 || res.num_elements()? == 0 {
+        return None;
+    }
+    let elements = src.num_elements()?;
+    if elements.checked_mul(4)? > isize::MAX as u64 {
+        return None;
+    }
+    // Row-major strides of the operand.
+    let mut own = vec![1i64; src.rank()];
+    for d in (0..src.rank().saturating_sub(1)).rev() {
+        own[d] = own[d + 1].checked_mul(i64::try_from(src.shape[d + 1]).ok()?)?;
+    }
+    let (shape, strides, offset) = match nd.op {
+        Op::Slice if nd.operands.len() == 1 => {
+            let (starts, ends) = (nd.attrs.ints("starts")?, nd.attrs.ints("ends")?);
+            let steps = nd.attrs.ints("steps");
+            let rank = src.rank();
+            if starts.len() != rank || ends.len() != rank || steps.is_some_and(|s| s.len() != rank) {
+                return None;
+            }
+            let (mut shape, mut strides, mut offset) = (Vec::new(), Vec::new(), 0i64);
+            for d in 0..rank {
+                let dim = i64::try_from(src.shape[d]).ok()?;
+                let step = steps.map_or(1, |s| s[d]);
+                if step < 1 {
+                    return None;
+                }
+                let resolve = |i: i64| (if i < 0 { i.saturating_add(dim) } else { i }).clamp(0, dim);
+                let (start, end) = (resolve(starts[d]), resolve(ends[d]));
+                let len = if end > start { (end - start + step - 1) / step } else { 0 };
+                shape.push(len as u64);
+                strides.push(step.checked_mul(own[d])?);
+                offset += start * own[d];
+            }
+            (shape, strides, offset)
+        }
+        Op::Gather if nd.operands.len() == 2 => {
+            let rank = src.rank() as i64;
+            let axis = nd.attrs.int("axis").unwrap_or(0);
+            let axis = usize::try_from(if axis < 0 { axis + rank } else { axis }).ok().filter(|&a| a < src.rank())?;
+            let idx = nd.operands[1];
+            let it = g.values[idx].ty.as_tensor()?;
+            let p = g.producer(idx)?;
+            if it.rank() != 0 || g.nodes[p].op != Op::Constant {
+                return None;
+            }
+            let lit = match g.nodes[p].attrs.get("value")? {
+                graphc_ir::Attr::Tensor(t) => t,
+                _ => return None,
+            };
+            let i = match lit.text_data()? {
+                graphc_ir::TensorData::I64(v) if v.len() == 1 => v[0],
+                graphc_ir::TensorData::I32(v) if v.len() == 1 => i64::from(v[0]),
+                _ => return None,
+            };
+            let dim = i64::try_from(src.shape[axis]).ok()?;
+            let i = if i < 0 { i + dim } else { i };
+            if !(0..dim).contains(&i) {
+                return None;
+            }
+            let kept = || (0..src.rank()).filter(move |&d| d != axis);
+            (kept().map(|d| src.shape[d]).collect(), kept().map(|d| own[d]).collect(), i * own[axis])
+        }
+        _ => return None,
+    };
+    if shape != res.shape {
+        return None;
+    }
+    Some(View { shape, strides, offset: usize::try_from(offset).ok()? })
+}
+
+/// How a loop over `out`, with its first `split` dims as the rows, reads view `v` (which
+/// broadcasts into `out`): through one row stride and a column stride of 0 or 1 from the
+/// view's offset, or `None` where the view's elements, laid out as the loop's `[rows, cols]`,
+/// are not such an affine function of the position (a slice of the last axis read by rows
+/// that span two dims, a step along the columns).
+pub fn view_map(v: &View, out: &TensorType, split: usize) -> Option<InputMap> {
+    let (rank, orank) = (v.shape.len(), out.rank());
+    if rank > orank || split > orank {
+        return None;
+    }
+    let pad = orank - rank;
+    // Per dim of `out`: the step in the buffer (0 where the view broadcasts or has one index).
+    let mut stride = vec![0i64; orank];
+    for k in 0..rank {
+        let (a, o) = (v.shape[k], out.shape[pad + k]);
+        if a == o {
+            if o > 1 {
+                stride[pad + k] = v.strides[k];
+            }
+        } else if a != 1 {
+            return None;
+        }
+    }
+    // The stride of dims `lo..hi` merged into one index, when they merge.
+    let merged = |lo: usize, hi: usize| -> Option<i64> {
+        let (mut base, mut expect) = (None, None);
+        for k in (lo..hi).rev() {
+            let o = i64::try_from(out.shape[k]).ok()?;
+            if o == 1 {
+                continue;
+            }
+            if expect.is_some_and(|e| e != stride[k]) {
+                return None;
+            }
+            base.get_or_insert(stride[k]);
+            expect = Some(stride[k].checked_mul(o)?);
+        }
+        Some(base.unwrap_or(0))
+    };
+    let (row_stride, col_stride) = (merged(0, split)?, merged(split, orank)?);
+    if !matches!(col_stride, 0 | 1) {
+        return None;
+    }
+    Some(InputMap { row_stride, col_stride, materialize: false, view: Some(v.offset) })
+}
+
+/// Whether a loop kernel over `out` (with its row reductions' axes beginning at `reduced`)
+/// can read view node `n` as a view: the fusion pass asks, for the shape its group iterates,
+/// before it makes `n` a member (the loop plans read views by exactly this split).
+pub fn view_fits(g: &Graph, n: Node, out: &TensorType, reduced: Option<usize>) -> bool {
+    let split = reduced.unwrap_or(out.rank().saturating_sub(1));
+    view(g, n).is_some_and(|v| view_map(&v, out, split).is_some())
 }

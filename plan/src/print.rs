@@ -22,7 +22,9 @@
 //!
 //! Steps are numbered `sN` in order (inputs first); a step computed once per row says `row
 //! value`, a reduction its pass, a step kept in the scratch row its slot. Results are `outK`,
-//! `per row` when one value per row. A matmul plan names the kernel operands it multiplies
+//! `per row` when one value per row. An input read as a view of its operand (a slice, a gather
+//! of one index) says where the view begins: `in0: f32[1,512], view at 128, row stride 0, col
+//! stride 1`. A matmul plan names the kernel operands it multiplies
 //! (`opN`), each factor as stored with the strides the product reads it with (`transposed`
 //! where the matmul's flag says so: `lhs: f32[K,M] transposed, row stride 1, col stride M`),
 //! and its epilogue's inputs, then the epilogue's loop plan, indented.
@@ -201,9 +203,10 @@ fn list(prefix: &str, items: impl IntoIterator<Item = usize>) -> String {
 
 fn write_input(f: &mut impl Write, i: usize, m: &InputMap, p: &LoopPlan, indent: &str) -> fmt::Result {
     let materialize = if m.materialize { ", materialized" } else { "" };
+    let view = m.view.map(|o| format!(", view at {o}")).unwrap_or_default();
     writeln!(
         f,
-        "{indent}  in{i}: {}{materialize}, row stride {}, col stride {}",
+        "{indent}  in{i}: {}{materialize}{view}, row stride {}, col stride {}",
         p.input_types[i], m.row_stride, m.col_stride
     )
 }

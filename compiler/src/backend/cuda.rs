@@ -40,6 +40,11 @@ impl Backend for Cuda {
 
     /// The GPU, for the nodes placed on a GPU or on no device that it runs (with a kernel,
     /// or needing none: what it accepts there); placement gives a GPU no others.
+    /// The GPU's kernels read no views: a slice stays a node of its own.
+    fn fuses_view(&self, _g: &Graph, _n: Node) -> bool {
+        false
+    }
+
     fn runs_on(&self, g: &Graph, n: Node) -> DeviceKind {
         if mlir::cuda::for_the_gpu(g, n) && self.accepts(DeviceKind::Gpu, g, n).is_ok() {
             DeviceKind::Gpu

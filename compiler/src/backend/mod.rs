@@ -82,6 +82,16 @@ pub trait Backend: Sync + std::fmt::Debug {
         crate::lower::plan::supported(op)
     }
 
+    /// Whether this backend's fused kernels read node `n` (a `slice`, a `gather` of one
+    /// constant index) as a view of its operand, not a copy: the fuse pass then groups it with
+    /// the elementwise ops that read it, where the group's loop reads the view through its
+    /// strides (`plan::view_fits`). By default, any view a loop plan takes, except on a node
+    /// placed on a GPU, whose kernels read no views.
+    fn fuses_view(&self, g: &Graph, n: Node) -> bool {
+        let gpu = g.nodes[n].device.as_ref().is_some_and(|d| matches!(d.device, Some((DeviceKind::Gpu, _))));
+        !gpu && crate::lower::plan::view(g, n).is_some()
+    }
+
     /// Whether a device of kind `kind` runs node `n` of `g` (with a kernel, or needing none),
     /// or why not: placement admits a node only to the devices that do. By default a CPU runs
     /// every node and a GPU what the GPU's kernels run (`gpu_runs`: by dtypes, shapes and what

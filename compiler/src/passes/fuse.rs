@@ -138,8 +138,10 @@ fn fusible(g: &Graph, n: Node, backend: &dyn Backend) -> bool {
         // its whole group on the interpreter: it runs alone, and its neighbours fuse and compile.
         && (nd.op.kind() != OpKind::Elementwise || backend.fuses(nd.op))
         // Likewise an op that moves elements (concat, transpose, reshape): no loop kernel
-        // reindexes, so one would keep a batch-norm after a concat on the interpreter.
-        && !reindexes(nd.op)
+        // reindexes, so one would keep a batch-norm after a concat on the interpreter. A slice
+        // (or a gather of one constant index) that the backend's loops read as a view of its
+        // operand is the exception (`is_view`).
+        && (!reindexes(nd.op) || backend.fuses_view(g, n))
         && nd.control_deps.is_empty()
         && nd.regions.is_empty()
         && nd.results.iter().all(|&v| {
@@ -288,7 +290,14 @@ fn fuse_region(g: &mut Graph, r: Region, local: &mut Numbering, backend: &dyn Ba
         let op = g.nodes[n].op;
         let mut joined = None;
         tried.clear();
-        for &v in &g.nodes[n].operands {
+        // A view reads its operand from outside its group (the kernel's buffer): it heads a
+        // group of its own, which the ops reading it join.
+        let view = is_view(g, n);
+        // An op tries the groups of views last, so that a product's epilogue that reads a view
+        // stays with the product.
+        let mut operands: Vec<Value> = if view { Vec::new() } else { g.nodes[n].operands.clone() };
+        operands.sort_by_key(|&v| g.producer(v).is_some_and(|p| is_view(g, p)));
+        for &v in &operands {
             let Some(gi) = g.producer(v).and_then(|p| group_at(&group_of, local, p)) else { continue };
             if tried.contains(&gi) {
                 continue;
@@ -395,6 +404,29 @@ fn fuse_region(g: &mut Graph, r: Region, local: &mut Numbering, backend: &dyn Ba
     for gi in apart {
         groups[gi].members.clear();
     }
+    // A view stays in its group only where the group's loop reads it as one, and only read
+    // there (a view read outside too is a copy anyway).
+    for (gi, grp) in groups.iter_mut().enumerate() {
+        if grp.members.len() < 2 {
+            continue;
+        }
+        let in_group = |m: Node| group_at(&group_of, local, m) == Some(gi);
+        let out = grp.shape.clone().map(|s| graphc_ir::TensorType::new(graphc_ir::DType::F32, s));
+        let reduced = grp.rows.as_ref().and_then(|(_, axes, _)| axes.first().map(|&a| a as usize));
+        let misfits: Vec<usize> = (grp.members.iter().copied())
+            .filter(|&m| is_view(g, nodes[m]))
+            .filter(|&m| {
+                let fits = out.as_ref().is_some_and(|o| crate::lower::plan::view_fits(g, nodes[m], o, reduced));
+                !fits || used_outside(g, nodes[m], &in_group)
+            })
+            .collect();
+        if !misfits.is_empty() {
+            grp.members.retain(|m| !misfits.contains(m));
+            for m in misfits {
+                group_of[m] = NO_GROUP;
+            }
+        }
+    }
     // Outlining copies every member: room for the copies up front, not by doubling.
     let copies: usize = groups.iter().map(|grp| grp.members.len()).filter(|&k| k >= 2).sum();
     g.nodes.reserve(copies);
@@ -452,8 +484,21 @@ fn merge_sibling_groups(
         if hj == gi || st.groups[hj].members.is_empty() {
             continue;
         }
+        // A view's operand stays outside its group: no merge takes in the operand's producer.
+        let views_outside = |a: usize, b: usize| {
+            (st.groups[a].members.iter().map(|&m| st.nodes[m]).filter(|&m| is_view(g, m)))
+                .all(|m| g.producer(g.nodes[m].operands[0]).and_then(|p| group_at(st.group_of, st.local, p)) != Some(b))
+        };
+        if !views_outside(gi, hj) || !views_outside(hj, gi) {
+            continue;
+        }
         let (a, b) = (&st.groups[gi], &st.groups[hj]);
+        // A group of views alone (a gather's row read by a product's bias add) joins the
+        // product's epilogue, which reads them as it reads any operand.
+        let only_views = |grp: &Group| grp.members.iter().all(|&m| is_view(g, st.nodes[m]));
         let kind = match (a.kind, b.kind) {
+            (Kind::Output, Kind::Loop) if only_views(b) => Kind::Output,
+            (Kind::Loop, Kind::Output) if only_views(a) => Kind::Output,
             (Kind::Loop, Kind::Loop) => Kind::Loop,
             (Kind::Loop, Kind::Input) | (Kind::Input, Kind::Loop) => Kind::Input,
             (Kind::Input, Kind::Input) if a.rows == b.rows => Kind::Input,
@@ -628,6 +673,12 @@ fn result_dims(g: &Graph, n: Node) -> Option<&[u64]> {
 
 fn operand_dims(g: &Graph, n: Node) -> Option<&[u64]> {
     Some(&g.values[*g.nodes[n].operands.first()?].ty.as_tensor()?.shape)
+}
+
+/// Whether `n` is a view node (a slice, a gather of one constant index) that joined the
+/// fusion as one: the only reindexing ops that do (`fusible`).
+fn is_view(g: &Graph, n: Node) -> bool {
+    reindexes(g.nodes[n].op)
 }
 
 /// Injective ops other than broadcasts move elements to other indices.
@@ -841,12 +892,23 @@ fn outline(
     let nodes = members.nodes;
     let mut inputs: Vec<Value> = Vec::new();
     let mut seen: HashSet<Value> = HashSet::new();
+    // A view reads a parameter of its own, even where the kernel reads its operand otherwise
+    // too: the loop reads that parameter through the view's strides (`plan::view`).
+    let mut view_param: HashMap<Node, usize> = HashMap::new();
+    for &m in &grp.members {
+        let nd = &g.nodes[nodes[m]];
+        if is_view(g, nodes[m]) {
+            view_param.insert(nodes[m], inputs.len());
+            inputs.push(nd.operands[0]);
+        }
+    }
     for &m in &grp.members {
         let nd = &g.nodes[nodes[m]];
         // A product's or convolution's operands stay kernel inputs even when constant: the run
         // half reads them as buffers (a splat weight copied in would leave the head without one).
         let contraction = matches!(nd.op, Op::MatMul | Op::Conv | Op::ConvInputGrad);
-        for &v in &nd.operands {
+        let skip = usize::from(is_view(g, nodes[m]));
+        for &v in &nd.operands[skip..] {
             let internal =
                 g.producer(v).is_some_and(|p| members.position(p).is_some()) || (!contraction && inlinable(g, v));
             if !internal && seen.insert(v) {
@@ -866,7 +928,11 @@ fn outline(
     let kernel = g.new_region("kernel", &types);
     // The kernel's values for the members' results (through `copy_of`), and for the inputs and
     // the constants copied in.
-    let mut map: HashMap<Value, Value> = inputs.iter().copied().zip(g.regions[kernel].params.clone()).collect();
+    let params = g.regions[kernel].params.clone();
+    let mut map: HashMap<Value, Value> = (inputs.iter().copied().zip(params.iter().copied()).enumerate())
+        .filter(|(i, _)| !view_param.values().any(|k| k == i))
+        .map(|(_, vp)| vp)
+        .collect();
     let inner_of = |g: &Graph, copy_of: &[Option<Node>], v: Value| match g.values[v].def {
         ValueDef::Result(p, k) => Some(g.nodes[copy_of[members.position(p)?]?].results[k as usize]),
         ValueDef::Param(..) => None,
@@ -876,6 +942,10 @@ fn outline(
         let mut operands = Vec::with_capacity(g.nodes[n].operands.len());
         for k in 0..g.nodes[n].operands.len() {
             let v = g.nodes[n].operands[k];
+            if let (0, Some(&i)) = (k, view_param.get(&n)) {
+                operands.push(params[i]);
+                continue;
+            }
             if let Some(inner) = inner_of(g, copy_of, v) {
                 operands.push(inner);
                 continue;

@@ -90,6 +90,11 @@ fn host_scalar(g: &Graph, n: Node) -> bool {
 
 /// The GPU kernel of node `n` of `g`, whose plan is `plan`, as a `gpu.func` named `name`.
 fn gpu_kernel(g: &Graph, n: Node, plan: &KernelPlan, name: &str) -> Result<(String, GpuPlan), String> {
+    // The GPU's kernels read every input from its start: a loop that reads an operand as a
+    // view (a slice fused into it) is the CPU's.
+    if plan.code().is_some_and(|p| p.inputs.iter().any(|m| m.view.is_some())) {
+        return Err("its loop reads an operand as a view (a fused slice), which the GPU's kernels do not".into());
+    }
     match plan {
         KernelPlan::Loop(p) => emit::gpu_kernel(p, name).map(|text| (text, GpuPlan::Loop(Box::new(p.clone())))),
         KernelPlan::MatMul(p) => product(g, n, Contraction::MatMul(p.clone()), name),
