@@ -1369,9 +1369,13 @@ fn slices_fuse_into_the_loops_that_read_them() {
 #[test]
 fn a_gathered_row_joins_the_product_epilogue_as_a_view() {
     // An unrolled recurrence's step: the recurrent product plus the input projection's row t.
-    for t in [0i64, 3, -1] {
+    // The row gathered before the product (as the ONNX importer orders them) or after.
+    for (t, before) in [(0i64, true), (3, false), (-1, true)] {
+        let product = "  %p = matmul %h, %w : f32[1,36]\n";
+        let row = format!("  %k = constant {{value = dense<{t}> : i64[]}} : i64[]\n  %r = gather %x, %k : f32[1,36]\n");
+        let (one, two) = if before { (row.as_str(), product) } else { (product, row.as_str()) };
         let text = format!(
-            "graph @g(%h: f32[1,16], %w: f32[16,36], %x: f32[5,1,36]) -> (y: f32[1,36]) {{\n  %p = matmul %h, %w : f32[1,36]\n  %k = constant {{value = dense<{t}> : i64[]}} : i64[]\n  %r = gather %x, %k : f32[1,36]\n  %y = add %p, %r : f32[1,36]\n  return %y\n}}\n"
+            "graph @g(%h: f32[1,16], %w: f32[16,36], %x: f32[5,1,36]) -> (y: f32[1,36]) {{\n{one}{two}  %y = add %p, %r : f32[1,36]\n  return %y\n}}\n"
         );
         let o = optimize(&parse_module(&text).unwrap());
         let what = print_module(&o);

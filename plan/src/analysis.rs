@@ -459,7 +459,11 @@ fn headed(g: &Graph, node: Node, head: Op) -> Option<(Node, &[Value], Option<Epi
         _ if nd.op == head => (&nd.operands, std::slice::from_ref(&node), &nd.results),
         _ => return None,
     };
-    let (&first, rest) = nodes.split_first()?;
+    // The head comes first, but for views its epilogue reads (a gathered row and its index,
+    // which may come before it in the region).
+    let at = nodes.iter().position(|&m| !matches!(g.nodes[m].op, Op::Slice | Op::Gather | Op::Constant))?;
+    let first = nodes[at];
+    let rest: Vec<Node> = nodes[..at].iter().chain(&nodes[at + 1..]).copied().collect();
     let hd = &g.nodes[first];
     if hd.op != head || hd.results.len() != 1 {
         return None;
@@ -473,7 +477,7 @@ fn headed(g: &Graph, node: Node, head: Op) -> Option<(Node, &[Value], Option<Epi
         .collect();
     let mut inputs = vec![hd.results[0]];
     inputs.extend(used.iter().map(|&i| operands[i]));
-    let p = build(g, &inputs, rest, yields, true)?;
+    let p = build(g, &inputs, &rest, yields, true)?;
     if Some(&p.out) != g.values[hd.results[0]].ty.as_tensor() || p.per_row.contains(&true) {
         return None;
     }

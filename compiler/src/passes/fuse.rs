@@ -46,7 +46,26 @@ impl Pass for Fuse {
             if g.regions[r].parent.is_some_and(|p| g.nodes[p].op == Op::Fusion) {
                 continue;
             }
-            changed |= fuse_region(g, r, &mut local, self.0)?;
+            // A region with views fused is checked: every fusion that reads one has a kernel
+            // plan (the groups keep a view only where the loop reads it as one; this catches a
+            // group that rule misjudges), else the region is fused again without views.
+            let views = g.regions[r].nodes.iter().any(|&n| reindexes(g.nodes[n].op) && fusible(g, n, self.0, true));
+            if views {
+                let before = g.clone();
+                let fused = fuse_region(g, r, &mut local, self.0, true)?;
+                let unplanned = g.regions[r].nodes.iter().any(|&n| {
+                    let nd = &g.nodes[n];
+                    nd.op == Op::Fusion
+                        && g.regions[nd.regions[0]].nodes.iter().any(|&m| is_view(g, m))
+                        && crate::lower::plan::kernel_plan(g, n).is_none()
+                });
+                if !unplanned {
+                    changed |= fused;
+                    continue;
+                }
+                *g = before;
+            }
+            changed |= fuse_region(g, r, &mut local, self.0, false)?;
         }
         if changed {
             remove_dead(g)?;
@@ -127,7 +146,8 @@ pub fn kernel_count(g: &Graph) -> usize {
     count
 }
 
-fn fusible(g: &Graph, n: Node, backend: &dyn Backend) -> bool {
+/// Whether `n` may join a group; a view node only with `views`.
+fn fusible(g: &Graph, n: Node, backend: &dyn Backend, views: bool) -> bool {
     let nd = &g.nodes[n];
     let kind_ok =
         matches!(nd.op.kind(), OpKind::Elementwise | OpKind::Injective | OpKind::Reduction | OpKind::Contraction);
@@ -141,7 +161,7 @@ fn fusible(g: &Graph, n: Node, backend: &dyn Backend) -> bool {
         // reindexes, so one would keep a batch-norm after a concat on the interpreter. A slice
         // (or a gather of one constant index) that the backend's loops read as a view of its
         // operand is the exception (`is_view`).
-        && (!reindexes(nd.op) || backend.fuses_view(g, n))
+        && (!reindexes(nd.op) || views && backend.fuses_view(g, n))
         && nd.control_deps.is_empty()
         && nd.regions.is_empty()
         && nd.results.iter().all(|&v| {
@@ -260,7 +280,13 @@ impl Marks {
     }
 }
 
-fn fuse_region(g: &mut Graph, r: Region, local: &mut Numbering, backend: &dyn Backend) -> Result<bool, String> {
+fn fuse_region(
+    g: &mut Graph,
+    r: Region,
+    local: &mut Numbering,
+    backend: &dyn Backend,
+    views: bool,
+) -> Result<bool, String> {
     let nodes = g.regions[r].nodes.clone();
     local.number(g, &nodes);
     // Segments between barriers: barrier k gets 2k+1, the ops after it 2k+2.
@@ -284,7 +310,7 @@ fn fuse_region(g: &mut Graph, r: Region, local: &mut Numbering, backend: &dyn Ba
     let mut marks = (Marks::default(), Marks::default());
     let mut tried = Vec::new();
     for (i, &n) in nodes.iter().enumerate() {
-        if !fusible(g, n, backend) {
+        if !fusible(g, n, backend, views) {
             continue;
         }
         let op = g.nodes[n].op;
