@@ -3,6 +3,7 @@
 //! (its run half is the crate `graphc-cpu-runtime`).
 
 pub mod cpu;
+pub mod erf;
 pub mod mlir;
 /// The plans live in their own crate, which AOT programs link to re-derive their kernels.
 pub use graphc_plan as plan;

@@ -6,10 +6,10 @@
 //! pass per reduction and then one for the results, each a loop of 4-lane vectors (f32x4,
 //! the width Cranelift's x86-64 backend gives) and a scalar tail; `scratch` has a row for
 //! each of the plan's cached steps. Strides are constants of the plan, so every address is a
-//! multiply-add of known numbers. `exp`, `tanh`
-//! and `sigmoid` are computed inline on all lanes (Cephes-style range reduction and
-//! polynomials, within SPEC §12's ulp bounds of the reference, through the denormals); `log`, `erf` and `pow` call the Rust (libm)
-//! functions the reference kernels use, lane by lane.
+//! multiply-add of known numbers. `exp`, `tanh` and `sigmoid` are computed inline on all
+//! lanes (Cephes-style range reduction and polynomials, within SPEC §12's ulp bounds of the
+//! reference, through the denormals), and `erf` by polynomials in three ranges; `log` and
+//! `pow` call the Rust (libm) functions the reference kernels use, lane by lane.
 //!
 //! The emitter keeps what [`Listings`] asks of each kernel: its Cranelift IR as generated here
 //! (before Cranelift's optimizations; `graphc opt --emit clif`), its machine code as Cranelift
@@ -864,7 +864,7 @@ fn body(
                         let e = decay(b, &mut decays, a, x.f(), l);
                         V::F(tanh(b, x.f(), e, l))
                     }
-                    Unary::Erf => V::F(call(b, math["graphc_erff"], &[x.f()], lanes)),
+                    Unary::Erf => V::F(erf(b, x.f(), l)),
                     Unary::Sigmoid => {
                         let e = decay(b, &mut decays, a, x.f(), l);
                         V::F(sigmoid(b, x.f(), e, l))
@@ -1091,6 +1091,44 @@ fn tanh(b: &mut FunctionBuilder<'_>, x: Value, d: Decay, l: Lanes) -> Value {
     // num / den = -tanh |x| <= 0; the result takes the magnitude and x's sign.
     let t = b.ins().fdiv(num, den);
     copysign(b, t, x, l)
+}
+
+/// erf x on all lanes ([`crate::lower::erf`]'s steps).
+fn erf(b: &mut FunctionBuilder<'_>, x: Value, l: Lanes) -> Value {
+    use crate::lower::erf::*;
+    let horner = |b: &mut FunctionBuilder<'_>, c: &[f32], t: Value| {
+        let mut p = konst(b, c[c.len() - 1], l);
+        for &k in c[..c.len() - 1].iter().rev() {
+            let k = konst(b, k, l);
+            p = fused(b, p, t, k, l);
+        }
+        p
+    };
+    let a = b.ins().fabs(x);
+    // |x| (2/sqrt(pi) + t P'(t)), t = x^2: the small product first, then the leading term.
+    let t = b.ins().fmul(a, a);
+    let tail = horner(b, &SMALL[1..], t);
+    let q = b.ins().fmul(t, tail);
+    let aq = b.ins().fmul(a, q);
+    let lo = konst(b, SMALL_LO, l);
+    let s = fused(b, a, lo, aq, l);
+    let hi = konst(b, SMALL[0], l);
+    let small = fused(b, a, hi, s, l);
+    let mid_at = konst(b, MID_AT, l);
+    let u = b.ins().fsub(a, mid_at);
+    let mid = horner(b, &MID, u);
+    let far_at = konst(b, FAR_AT, l);
+    let v = b.ins().fsub(a, far_at);
+    let far = horner(b, &FAR, v);
+    let [small_end, mid_end, far_end] = [SMALL_END, MID_END, FAR_END].map(|c| konst(b, c, l));
+    let is_mid = b.ins().fcmp(FloatCC::LessThan, a, mid_end);
+    let r = choose(b, is_mid, mid, far, l.n);
+    let is_small = b.ins().fcmp(FloatCC::LessThan, a, small_end);
+    let r = choose(b, is_small, small, r, l.n);
+    let one = konst(b, 1.0, l);
+    let is_one = b.ins().fcmp(FloatCC::GreaterThanOrEqual, a, far_end);
+    let r = choose(b, is_one, one, r, l.n);
+    copysign(b, r, x, l)
 }
 
 /// |t| with the sign of x, by bit masks (fcopysign has no x86-64 vector lowering).

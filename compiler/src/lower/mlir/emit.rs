@@ -1,8 +1,8 @@
 //! Loop plans to MLIR, as text: the same kernels `cpu/codegen.rs` gives Cranelift, with the
 //! same C signature (`fn(inputs: *const *const f32, outputs: *const *mut f32, row_begin: i64,
 //! row_end: i64, scratch: *mut f32)`), the same passes over each row and the same arithmetic
-//! (Cephes-style `exp`, `tanh` and `sigmoid` inline, `log`, `erf` and `pow` by the run half's
-//! scalar functions, sums in f64 from -0, NaN-propagating max and min with the first zero),
+//! (Cephes-style `exp`, `tanh` and `sigmoid` inline, `erf` by [`crate::lower::erf`]'s
+//! polynomials, `log` and `pow` by the run half's scalar functions, sums in f64 from -0, NaN-propagating max and min with the first zero),
 //! but `lanes` wide: the host's widest vectors (16 f32 lanes with AVX-512), which Cranelift's
 //! x86-64 backend does not emit.
 //!
@@ -18,7 +18,8 @@ use std::fmt::Write;
 
 /// The scalar functions kernels call lane by lane (`graphc_cpu_runtime::math::symbols`), as
 /// MLIR declarations.
-pub const MATH_DECLS: &str = "  func.func private @graphc_logf(f32) -> f32\n  func.func private @graphc_erff(f32) -> f32\n  func.func private @graphc_powf(f32, f32) -> f32\n";
+pub const MATH_DECLS: &str =
+    "  func.func private @graphc_logf(f32) -> f32\n  func.func private @graphc_powf(f32, f32) -> f32\n";
 
 /// How many f32 lanes the host's widest vectors hold: 16 with AVX-512, 8 with AVX, else 4.
 pub fn host_lanes() -> usize {
@@ -75,7 +76,7 @@ pub fn gpu_module(kernels: &[String], chip: &str) -> String {
 /// One GPU kernel as a `gpu.func` named `name`: a pointer per input, per result and for the
 /// scratch, then the row count (i64); thread `t` of the grid computes element `t` or row `t`
 /// ([`gpu_threads_per_element`]) with the CPU kernels' scalar code. Plans the GPU cannot run
-/// (the run half's scalar math functions: log, erf, pow) are errors.
+/// (the run half's scalar math functions: log, pow) are errors.
 pub fn gpu_kernel(plan: &LoopPlan, name: &str) -> Result<String, String> {
     let mut e = Emitter::thread(3);
     let (ins, outs) = e.gpu_function(name, plan.inputs.len(), plan.results.len(), "");
@@ -798,7 +799,7 @@ impl Emitter {
             Op::Exp if plan.at_most_zero(a) => V::F(self.exp_nonpositive(x.f()?, l).e),
             Op::Exp => V::F(self.exp(x.f()?, l)),
             Op::Log => V::F(self.call("graphc_logf", &[x.f()?], l)?),
-            Op::Erf => V::F(self.call("graphc_erff", &[x.f()?], l)?),
+            Op::Erf => V::F(self.erf(x.f()?, l)),
             Op::Tanh => {
                 let d = self.decay(decays, a, x.f()?, l);
                 V::F(self.tanh(x.f()?, &d, l))
@@ -1035,6 +1036,43 @@ impl Emitter {
         let cut = self.konst(-88.722_83, l);
         let gone = self.cmp("olt", x, &cut, l);
         self.select(&gone, &zero, &y, l)
+    }
+
+    /// erf x ([`crate::lower::erf`]'s steps).
+    fn erf(&mut self, x: &str, l: Lanes) -> String {
+        use crate::lower::erf::*;
+        let horner = |e: &mut Self, c: &[f32], t: &str| {
+            let mut p = e.konst(c[c.len() - 1], l);
+            for &k in c[..c.len() - 1].iter().rev() {
+                let k = e.konst(k, l);
+                p = e.fma(&p, t, &k, l);
+            }
+            p
+        };
+        let a = self.abs(x, l);
+        let t = self.bin("arith.mulf", &a, &a, l);
+        let tail = horner(self, &SMALL[1..], &t);
+        let q = self.bin("arith.mulf", &t, &tail, l);
+        let aq = self.bin("arith.mulf", &a, &q, l);
+        let lo = self.konst(SMALL_LO, l);
+        let s = self.fma(&a, &lo, &aq, l);
+        let hi = self.konst(SMALL[0], l);
+        let small = self.fma(&a, &hi, &s, l);
+        let mid_at = self.konst(MID_AT, l);
+        let u = self.bin("arith.subf", &a, &mid_at, l);
+        let mid = horner(self, &MID, &u);
+        let far_at = self.konst(FAR_AT, l);
+        let v = self.bin("arith.subf", &a, &far_at, l);
+        let far = horner(self, &FAR, &v);
+        let [small_end, mid_end, far_end] = [SMALL_END, MID_END, FAR_END].map(|c| self.konst(c, l));
+        let is_mid = self.cmp("olt", &a, &mid_end, l);
+        let r = self.select(&is_mid, &mid, &far, l);
+        let is_small = self.cmp("olt", &a, &small_end, l);
+        let r = self.select(&is_small, &small, &r, l);
+        let one = self.konst(1.0, l);
+        let is_one = self.cmp("oge", &a, &far_end, l);
+        let r = self.select(&is_one, &one, &r, l);
+        self.copysign(&r, x, l)
     }
 
     /// tanh |x| = (1 - e^2) / (1 + e^2) with e = exp(-|x|), the numerator by the form that
