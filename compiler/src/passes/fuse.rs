@@ -25,7 +25,7 @@ use super::manager::Pass;
 use super::rewrite::{constant_of, regions, remove_dead};
 use crate::backend::Backend;
 use graphc_ir::shape::broadcasts_to;
-use graphc_ir::{Attr, DeviceSpec, Graph, Node, NodeSpec, Op, OpKind, Region, Type, Value, ValueDef};
+use graphc_ir::{Attr, DType, DeviceSpec, Graph, Node, NodeSpec, Op, OpKind, Region, Type, Value, ValueDef};
 use std::cmp::Reverse;
 use std::collections::hash_map::Entry;
 use std::collections::{BinaryHeap, HashMap, HashSet};
@@ -47,26 +47,22 @@ impl Pass for Fuse {
             if g.regions[r].parent.is_some_and(|p| g.nodes[p].op == Op::Fusion) {
                 continue;
             }
-            // A region with views fused is checked: every fusion that reads one has a kernel
-            // plan (the groups keep a view only where the loop reads it as one; this catches a
-            // group that rule misjudges), else the region is fused again without views.
-            let views = g.regions[r].nodes.iter().any(|&n| reindexes(g.nodes[n].op) && fusible(g, n, self.0, true));
-            if views {
-                let before = g.clone();
-                let fused = fuse_region(g, r, &mut local, self.0, true)?;
-                let unplanned = g.regions[r].nodes.iter().any(|&n| {
+            changed |= fuse_region(g, r, &mut local, self.0)?;
+            // Every fusion that reads a view has a kernel plan: the groups keep a view only
+            // where the loop reads it as one (`plan::view_fits`); a fusion that rule misjudged
+            // is taken apart again, its nodes back in the region (tests assert there is none).
+            let unplanned: Vec<Node> = (g.regions[r].nodes.iter().copied())
+                .filter(|&n| {
                     let nd = &g.nodes[n];
                     nd.op == Op::Fusion
                         && g.regions[nd.regions[0]].nodes.iter().any(|&m| is_view(g, m))
                         && crate::lower::plan::kernel_plan(g, n).is_none()
-                });
-                if !unplanned {
-                    changed |= fused;
-                    continue;
-                }
-                *g = before;
+                })
+                .collect();
+            debug_assert!(unplanned.is_empty(), "fusions reading views without a kernel plan");
+            for f in unplanned {
+                inline_fusion(g, r, f)?;
             }
-            changed |= fuse_region(g, r, &mut local, self.0, false)?;
         }
         if changed {
             remove_dead(g)?;
@@ -147,8 +143,7 @@ pub fn kernel_count(g: &Graph) -> usize {
     count
 }
 
-/// Whether `n` may join a group; a view node only with `views`.
-fn fusible(g: &Graph, n: Node, backend: &dyn Backend, views: bool) -> bool {
+fn fusible(g: &Graph, n: Node, backend: &dyn Backend) -> bool {
     let nd = &g.nodes[n];
     let kind_ok =
         matches!(nd.op.kind(), OpKind::Elementwise | OpKind::Injective | OpKind::Reduction | OpKind::Contraction);
@@ -162,7 +157,7 @@ fn fusible(g: &Graph, n: Node, backend: &dyn Backend, views: bool) -> bool {
         // reindexes, so one would keep a batch-norm after a concat on the interpreter. A slice
         // (or a gather of one constant index) that the backend's loops read as a view of its
         // operand is the exception (`is_view`).
-        && (!reindexes(nd.op) || views && backend.fuses_view(g, n))
+        && (!reindexes(nd.op) || backend.fuses_view(g, n))
         && nd.control_deps.is_empty()
         && nd.regions.is_empty()
         && nd.results.iter().all(|&v| {
@@ -281,13 +276,7 @@ impl Marks {
     }
 }
 
-fn fuse_region(
-    g: &mut Graph,
-    r: Region,
-    local: &mut Numbering,
-    backend: &dyn Backend,
-    views: bool,
-) -> Result<bool, String> {
+fn fuse_region(g: &mut Graph, r: Region, local: &mut Numbering, backend: &dyn Backend) -> Result<bool, String> {
     let nodes = g.regions[r].nodes.clone();
     local.number(g, &nodes);
     // Segments between barriers: barrier k gets 2k+1, the ops after it 2k+2.
@@ -311,7 +300,7 @@ fn fuse_region(
     let mut marks = (Marks::default(), Marks::default());
     let mut tried = Vec::new();
     for (i, &n) in nodes.iter().enumerate() {
-        if !fusible(g, n, backend, views) {
+        if !fusible(g, n, backend) {
             continue;
         }
         let op = g.nodes[n].op;
@@ -438,12 +427,18 @@ fn fuse_region(
             continue;
         }
         let in_group = |m: Node| group_at(&group_of, local, m) == Some(gi);
-        let out = grp.shape.clone().map(|s| graphc_ir::TensorType::new(graphc_ir::DType::F32, s));
+        let out = grp.shape.clone().map(|s| graphc_ir::TensorType::new(DType::F32, s));
         let reduced = grp.rows.as_ref().and_then(|(_, axes, _)| axes.first().map(|&a| a as usize));
+        // Loops compute f32 values and masks only: a group of other values keeps no view.
+        let loop_values = grp.members.iter().all(|&m| {
+            (g.nodes[nodes[m]].results.iter())
+                .all(|&v| g.values[v].ty.as_tensor().is_some_and(|t| matches!(t.dtype, DType::F32 | DType::Bool)))
+        });
         let misfits: Vec<usize> = (grp.members.iter().copied())
             .filter(|&m| is_view(g, nodes[m]))
             .filter(|&m| {
-                let fits = out.as_ref().is_some_and(|o| crate::lower::plan::view_fits(g, nodes[m], o, reduced));
+                let fits =
+                    loop_values && out.as_ref().is_some_and(|o| crate::lower::plan::view_fits(g, nodes[m], o, reduced));
                 !fits || used_outside(g, nodes[m], &in_group)
             })
             .collect();
@@ -904,6 +899,39 @@ impl Members<'_> {
     fn position(&self, n: Node) -> Option<usize> {
         self.local.get(n).filter(|&i| self.group_of[i] == self.gi)
     }
+}
+
+/// Puts the nodes of fusion `f` of region `r` back in the region, where the fusion was, its
+/// results' uses and names going to the values it yielded.
+fn inline_fusion(g: &mut Graph, r: Region, f: Node) -> Result<(), String> {
+    let at = g.regions[r].nodes.iter().position(|&n| n == f).ok_or("a fusion outside its region")?;
+    let kernel = g.nodes[f].regions[0];
+    let mut map: HashMap<Value, Value> =
+        g.regions[kernel].params.iter().copied().zip(g.nodes[f].operands.iter().copied()).collect();
+    let inner = g.regions[kernel].nodes.clone();
+    for (k, &m) in inner.iter().enumerate() {
+        let nd = &g.nodes[m];
+        let operands = (nd.operands.iter())
+            .map(|v| map.get(v).copied().ok_or("a kernel value defined outside it"))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut spec = NodeSpec::new(nd.op, operands).span(nd.span);
+        spec.attrs = nd.attrs.clone();
+        spec.device = g.nodes[f].device.clone();
+        let copy = g.insert_node(r, at + k, spec).map_err(|e| e.message)?;
+        map.extend(g.nodes[m].results.clone().into_iter().zip(g.nodes[copy].results.clone()));
+    }
+    let yields = g.regions[kernel].yields.clone();
+    let mut names = Vec::new();
+    for (res, y) in g.nodes[f].results.clone().into_iter().zip(yields) {
+        let value = *map.get(&y).ok_or("a kernel yields a value defined outside it")?;
+        names.extend(g.values[res].name.clone().map(|n| (value, n)));
+        g.replace_all_uses(res, value);
+    }
+    g.remove_nodes(&[f])?;
+    for (v, name) in names {
+        g.set_name(v, &name);
+    }
+    Ok(())
 }
 
 /// Builds the fusion node for a group (appended to the region) and points every outside use
