@@ -101,6 +101,10 @@ impl LoopPlan {
                     && t.num_elements() == Some(n)
                     && !m.materialize
                     && m.view.is_none()
+                    // An input of a view's operand type may be that very operand (a value read
+                    // whole and through a view of it, as two parameters): never written over,
+                    // whatever the run half knows of their buffers.
+                    && !self.inputs.iter().zip(&self.input_types).any(|(v, vt)| v.view.is_some() && vt == t)
                     && m.col_stride == 1
                     && (self.rows == 1 || m.row_stride == self.cols as i64)
             })
