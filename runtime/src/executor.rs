@@ -44,7 +44,7 @@ use crate::tensor::Tensor;
 use crate::value::RtValue;
 use crate::wait::WaitCtx;
 use graphc_ir::{Graph, Node, Value};
-use std::collections::{HashMap, HashSet};
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use std::fmt::Debug;
 use std::sync::Arc;
 use std::time::Instant;

@@ -24,7 +24,7 @@ use crate::tensor::Tensor;
 use crate::value::RtValue;
 use crate::wait::{Activity, WaitCtx};
 use graphc_ir::{verify_module, Graph, Module, Node, Type, Value};
-use std::collections::{HashMap, HashSet};
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -225,11 +225,11 @@ impl Session {
             liveness,
             inline,
             executor: Arc::new(InterpExecutor::new()),
-            executors: HashMap::new(),
+            executors: HashMap::default(),
             budget,
             rendezvous: Arc::new(LocalRendezvousFactory),
             steps: AtomicU64::new(0),
-            needed: Mutex::new(HashMap::new()),
+            needed: Mutex::new(HashMap::default()),
         })
     }
 
@@ -427,7 +427,7 @@ impl Session {
             let names: Vec<String> = self.module.graphs.iter().map(|g| format!("@{}", g.name)).collect();
             RunError::invalid(format!("no graph @{} in the module; it has {}", r.graph, names.join(", ")))
         })?;
-        let mut feeds = Feeds::new();
+        let mut feeds = Feeds::default();
         for (name, t) in &r.feeds {
             let v = resolve(g, name, "feed")?;
             let want = &g.values[v].ty;
@@ -468,7 +468,7 @@ impl Session {
         if let Some(n) = crate::wait::lock(&self.needed).get(&key) {
             return n.clone();
         }
-        let mut needed = HashSet::new();
+        let mut needed = HashSet::default();
         add_needed(g, roots.iter().copied(), feeds, &mut needed);
         let needed = Arc::new(needed);
         let mut kept = crate::wait::lock(&self.needed);
