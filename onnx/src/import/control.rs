@@ -187,10 +187,7 @@ pub(super) fn stack(imp: &mut Importer, values: &[Value], axis: usize) -> Result
     if same && !shape.is_empty() && axis <= shape.len() && shape[..axis].iter().all(|&d| d == 1) {
         let mut stacked = shape.clone();
         stacked.insert(axis, values.len() as i64);
-        let joined = match values {
-            [one] => *one,
-            _ => imp.emit1(NodeSpec::new(Op::Concat, values.to_vec()).attr("axis", Attr::Int(0)))?,
-        };
+        let joined = one_after_another(imp, values)?;
         return imp.reshape(joined, stacked);
     }
     let rows = values
@@ -202,6 +199,15 @@ pub(super) fn stack(imp: &mut Importer, values: &[Value], axis: usize) -> Result
         })
         .collect::<Result<Vec<_>>>()?;
     imp.emit1(NodeSpec::new(Op::Concat, rows).attr("axis", Attr::Int(axis as i64)))
+}
+
+/// `values` (of one shape) one after another along axis 0: the one value itself, or a concat.
+pub(super) fn one_after_another(imp: &mut Importer, values: &[Value]) -> Result<Value> {
+    match values {
+        [] => Err("nothing to join".into()),
+        [one] => Ok(*one),
+        _ => imp.emit1(NodeSpec::new(Op::Concat, values.to_vec()).attr("axis", Attr::Int(0))),
+    }
 }
 
 /// A one-element bool (or number) known at import, as a bool.

@@ -5,7 +5,7 @@
 //! entry past its length keeps its state and outputs zeros.
 
 use super::attrs::Attrs;
-use super::control::{stack, UNROLL_LIMIT};
+use super::control::{one_after_another, stack, UNROLL_LIMIT};
 use super::entry::OpEntry;
 use super::graph::Importer;
 use super::Result;
@@ -222,12 +222,12 @@ fn recurrent(imp: &mut Importer, n: &NodeProto, cell: Cell) -> Result<Vec<Value>
     // Y: [seq, directions, batch, hidden], the outputs in (step, direction) order one after
     // another; Y_h and Y_c: [directions, batch, hidden].
     let outs: Vec<Value> = (0..seq as usize).flat_map(|t| ys.iter().map(move |outs| outs[t])).collect();
-    let joined = match &outs[..] {
-        [] => None,
-        [one] => Some(*one),
-        _ => Some(imp.emit1(NodeSpec::new(Op::Concat, outs.clone()).attr("axis", Attr::Int(0)))?),
+    let mut y = if outs.is_empty() {
+        None
+    } else {
+        let joined = one_after_another(imp, &outs)?;
+        Some(imp.reshape(joined, vec![seq, dirs, batch, hidden])?)
     };
-    let mut y = joined.map(|y| imp.reshape(y, vec![seq, dirs, batch, hidden])).transpose()?;
     let mut yh = stack(imp, &hs, 0)?;
     let mut yc = stack(imp, &cs, 0)?;
     if layout == 1 {

@@ -2,9 +2,9 @@
 //! same C signature (`fn(inputs: *const *const f32, outputs: *const *mut f32, row_begin: i64,
 //! row_end: i64, scratch: *mut f32)`), the same passes over each row and the same arithmetic
 //! (Cephes-style `exp`, `tanh` and `sigmoid` inline, `erf` by [`crate::lower::erf`]'s
-//! polynomials, `log` and `pow` by the run half's scalar functions, sums in f64 from -0, NaN-propagating max and min with the first zero),
-//! but `lanes` wide: the host's widest vectors (16 f32 lanes with AVX-512), which Cranelift's
-//! x86-64 backend does not emit.
+//! polynomials, `log` and `pow` by the run half's scalar functions, sums in f64 from -0,
+//! NaN-propagating max and min with the first zero), but `lanes` wide: the host's widest
+//! vectors (16 f32 lanes with AVX-512), which Cranelift's x86-64 backend does not emit.
 //!
 //! Control flow is `scf`, arithmetic `arith`, `math` and `vector` on `vector<LxF32>` (or on
 //! scalars for a row's tail and its values), and memory the `llvm` dialect's unaligned loads
