@@ -38,13 +38,13 @@ impl Backend for Cuda {
         Some(Arc::new(InterpExecutor::on_device(kernels, gpu().clone())))
     }
 
-    /// The GPU, for the nodes placed on a GPU or on no device that it runs (with a kernel,
-    /// or needing none: what it accepts there); placement gives a GPU no others.
     /// The GPU's kernels read no views: a slice stays a node of its own.
     fn fuses_view(&self, _g: &Graph, _n: Node) -> bool {
         false
     }
 
+    /// The GPU, for the nodes placed on a GPU or on no device that it runs (with a kernel,
+    /// or needing none: what it accepts there); placement gives a GPU no others.
     fn runs_on(&self, g: &Graph, n: Node) -> DeviceKind {
         if mlir::cuda::for_the_gpu(g, n) && self.accepts(DeviceKind::Gpu, g, n).is_ok() {
             DeviceKind::Gpu

@@ -14,10 +14,11 @@
 //! through a node outside the group). Injective ops that move elements (reshape, transpose,
 //! concat, gather) stay out: no loop kernel reindexes, and one would leave its whole group on
 //! the interpreter; but a `slice`, or a `gather` of one constant index (`x[t]`), that the
-//! backend's loops read as a view of its operand joins the ops that read it (`is_view`). Only pure ops without `after` lists fuse, and no group
-//! spans a stateful op or one holding regions, so effects keep their order; the members of a
-//! group depend on the same effects (`Needs`), so a request runs no effect it did not. Small splat
-//! constants are copied into the kernels that use them. Each group of two or more ops becomes
+//! backend's loops read as a view of its operand joins the ops that read it (`is_view`). Only
+//! pure ops without `after` lists fuse, and no group spans a stateful op or one holding
+//! regions, so effects keep their order; the members of a group depend on the same effects
+//! (`Needs`), so a request runs no effect it did not. Small splat constants are copied into
+//! the kernels that use them. Each group of two or more ops becomes
 //! one `fusion` node whose region is the group; its results keep the names of the values they
 //! replace.
 
