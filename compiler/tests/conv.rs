@@ -240,6 +240,35 @@ fn large_grouped_and_batched_convolutions_run_alike_compiled() {
 }
 
 #[test]
+fn network_sized_depthwise_convolutions_run_alike_compiled() {
+    // MobileNet's 3x3 and EfficientNet's 5x5 windows at strides 1 and 2, ConvNeXt's 7x7, on
+    // planes whose rows at the bordered width fill whole blocks of sums and leave tails.
+    for (m, hw, k, stride) in [
+        (1, [29, 30], [3, 3], 1),
+        (1, [29, 30], [3, 3], 2),
+        (2, [14, 15], [5, 5], 2),
+        (1, [7, 7], [5, 5], 1),
+        (1, [23, 17], [7, 7], 1),
+    ] {
+        let pad = k[0] / 2;
+        let case = Case {
+            n: 1,
+            c: 1,
+            m,
+            group: 24,
+            hw,
+            k,
+            strides: [stride, stride],
+            pads: [pad; 4],
+            dilations: [1, 1],
+            fused: true,
+            one_d: false,
+        };
+        check(&case).unwrap();
+    }
+}
+
+#[test]
 fn infinities_and_nans_match_where_the_padding_skips_them() {
     // Weights checked before the products (fewer than the results: 6x6) and after them (4x4,
     // and two 3x3 images of two groups of three channels each).

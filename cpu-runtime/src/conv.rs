@@ -15,10 +15,11 @@
 use crate::entry::{matmul_into, Product};
 use crate::kernel::{run_epilogue, LoopKernel};
 use crate::rows::PARALLEL_FLOPS;
-use crate::vectors::fold;
+use crate::vectors::{fold, weighted_taps};
 use crate::window::{outputs_inside, Bordered, Phases};
 use graphc_plan::ConvGeometry;
 use graphc_runtime::{Operands, Tensor};
+use smallvec::SmallVec;
 
 /// Whether no element is infinite or NaN: an exponent-bits test over every element, which
 /// (unlike a search that stops at the first) vectorizes.
@@ -136,14 +137,7 @@ impl ConvKernel {
             // Depthwise: one input channel per output channel, so one product per channel
             // would be a 1-row gemm; taps straight over the planes instead.
             let parallel = (s.n * s.m * p * s.kd * s.kh * s.kw) >= PARALLEL_FLOPS && threads > 1;
-            let phases = self.phases(&s);
-            let mut split = Vec::new();
-            if let Some(phases) = &phases {
-                split = operands.alloc_f32_filled(phases.split_len(x.len()))?;
-                phases.split(&x, &mut split, parallel);
-            }
-            self.depthwise(&x, &wv, &s, &mut out, parallel, phases.as_ref().map(|phases| (phases, &split[..])));
-            operands.recycle_f32(split);
+            self.depthwise(&x, &wv, &s, &mut out, parallel);
         } else if s.padded && wv.len() <= out.len() && !all_finite(&wv) {
             self.exact(&x, &wv, &s, &mut out);
         } else {
@@ -268,7 +262,7 @@ impl ConvKernel {
             || end(s.ow, s.kw, 2) >= self.geometry.pads[2] as i128 + s.w as i128
     }
 
-    /// How [`Self::im2col`] and the depthwise loop split input rows into phases, if they do:
+    /// How [`Self::im2col`] splits input rows into phases, if it does:
     /// where more than one tap reads each column (`kw` above the column stride, a strided
     /// stem's 7x7 window).
     fn phases(&self, s: &Sizes) -> Option<Phases> {
@@ -356,35 +350,33 @@ impl ConvKernel {
     }
 
     /// A convolution whose groups each read one input channel (`C/group = 1`), output plane
-    /// by output plane: each tap (kz, ky, kx) adds `w * input row` to the output rows it
-    /// reaches, over the output columns whose input column is inside (a range, from the
-    /// geometry), so taps in the padding are skipped as the reference skips them. f32 sums in
-    /// tap order.
+    /// by output plane, f32 sums in tap order (kz, ky, kx).
     ///
-    /// With unit strides and finite weights, a plane's rows are short (7 to 56 columns in
-    /// the zoo's models) for loops of their own: the input is copied into a zero-bordered
-    /// plane of the width the windows span, and each tap is then one loop over the whole
-    /// output plane at that width (columns past the output's are dropped after). Products of
-    /// the border's zeros add +0 or -0 to sums that started at +0, which leaves them as they
-    /// were: the results are those of the loop over ranges, bit for bit.
-    fn depthwise(
-        &self,
-        x: &[f32],
-        wv: &[f32],
-        s: &Sizes,
-        out: &mut [f32],
-        parallel: bool,
-        split: Option<(&Phases, &[f32])>,
-    ) {
+    /// With finite weights, each input plane of the channel is copied into a zero border
+    /// split by the strides ([`Bordered`]), so that each tap is one run over the whole output
+    /// plane at the bordered width, and one call sums every tap of an output plane with the
+    /// sums in registers (`weighted_taps`; the columns past the output's are dropped after).
+    /// Products of the border's zeros add +0 or -0 to sums that started at +0, which leaves
+    /// them as they were: the results are those of a loop that skips the taps in the
+    /// padding (as the reference does, though it sums in f64), bit for bit. Otherwise (a weight infinite or NaN, whose product with the
+    /// border would be NaN, or a border that would dwarf the plane) each tap adds `w * input
+    /// row` to the output rows it reaches, over the output columns whose input column is
+    /// inside (a range, from the geometry).
+    fn depthwise(&self, x: &[f32], wv: &[f32], s: &Sizes, out: &mut [f32], parallel: bool) {
         let ([sz, sy, sx], [pz, py, px], [dz, dy, dx]) =
             (self.geometry.strides, self.geometry.pads, self.geometry.dilations);
         let mg = s.m / self.geometry.group;
         let (plane_in, plane_out, taps_per) = (s.h * s.w, s.oh * s.ow, s.kd * s.kh * s.kw);
         // Per kx: the output columns whose tap is inside the input, and the first one's input column.
         let columns: Vec<_> = (0..s.kw).map(|kx| outputs_inside(s.ow, s.w, sx, kx, dx, px)).collect();
-        let bordered = (sx == 1 && sy == 1 && all_finite(wv))
-            .then(|| Bordered::new([s.h, s.w], [s.oh, s.ow], [s.kh, s.kw], [py, px], [dy, dx]))
+        let bordered = all_finite(wv)
+            .then(|| Bordered::new([s.h, s.w], [s.oh, s.ow], [s.kh, s.kw], [py, px], [dy, dx], [sy, sx]))
             .flatten();
+        // Where each tap (ky, kx) reads in a bordered plane.
+        let offsets: SmallVec<[usize; 32]> = match &bordered {
+            Some(b) => (0..s.kh).flat_map(|ky| (0..s.kw).map(move |kx| b.offset(ky, kx))).collect(),
+            None => SmallVec::new(),
+        };
         // The input depths output depth `oz` reads, with their taps.
         let depths = |oz: usize| {
             (0..s.kd).filter_map(move |kz| {
@@ -397,55 +389,44 @@ impl ConvKernel {
             let channel = img * s.c + m / mg;
             let src = &x[channel * s.d * plane_in..][..s.d * plane_in];
             let taps = &wv[m * taps_per..][..taps_per];
-            // A strided window reads the input's phases (each tap's columns one run) where
-            // `run` split it, else the planes with the stride.
-            let (planes, width) = match split {
-                Some((phases, data)) => {
-                    let width = phases.row_len();
-                    (&data[channel * s.d * s.h * width..][..s.d * s.h * width], width)
-                }
-                None => (src, s.w),
-            };
-            for (oz, dst) in dst.chunks_exact_mut(plane_out).enumerate() {
-                if let Some(b) = &bordered {
-                    // Each tap one loop over the plane at the bordered width (see the doc above).
-                    crate::rows::with_scratch(b.len() + b.out_len(), &mut |scratch| {
-                        let (input, acc) = scratch.split_at_mut(b.len());
-                        acc.fill(0.0);
+            if let Some(b) = &bordered {
+                // The channel's input planes bordered one after another, then an output plane
+                // at the bordered width.
+                let len = b.len();
+                crate::rows::with_scratch(s.d * len + b.out_len(), &mut |scratch| {
+                    let (planes, wide) = scratch.split_at_mut(s.d * len);
+                    for (plane, src) in planes.chunks_exact_mut(len).zip(src.chunks_exact(plane_in)) {
+                        b.fill(src, 0.0, plane);
+                    }
+                    let mut list: SmallVec<[(f32, usize); 32]> = SmallVec::new();
+                    for (oz, dst) in dst.chunks_exact_mut(plane_out).enumerate() {
+                        list.clear();
                         for (kz, iz) in depths(oz) {
-                            b.fill(&src[iz * plane_in..][..plane_in], 0.0, input);
-                            for ky in 0..s.kh {
-                                for kx in 0..s.kw {
-                                    let w = taps[(kz * s.kh + ky) * s.kw + kx];
-                                    fold(acc, &input[b.offset(ky, kx)..], |o, v| o + w * v);
-                                }
-                            }
+                            let weights = &taps[kz * offsets.len()..][..offsets.len()];
+                            list.extend(weights.iter().zip(&offsets).map(|(&w, &at)| (w, iz * len + at)));
                         }
-                        b.crop(acc, dst);
-                    });
-                    continue;
-                }
+                        weighted_taps(wide, planes, &list);
+                        b.crop(wide, dst);
+                    }
+                });
+                return;
+            }
+            for (oz, dst) in dst.chunks_exact_mut(plane_out).enumerate() {
                 dst.fill(0.0);
                 for (kz, iz) in depths(oz) {
-                    let rows = &planes[iz * s.h * width..][..s.h * width];
+                    let rows = &src[iz * plane_in..][..plane_in];
                     for ky in 0..s.kh {
                         for oy in 0..s.oh {
                             let iy = at(oy, sy, ky, dy, py);
                             if iy < 0 || iy >= s.h as i128 {
                                 continue;
                             }
-                            let row = &rows[iy as usize * width..][..width];
+                            let row = &rows[iy as usize * s.w..][..s.w];
                             let orow = &mut dst[oy * s.ow..][..s.ow];
                             for (kx, &(lo, hi, ix0)) in columns.iter().enumerate() {
                                 let w = taps[(kz * s.kh + ky) * s.kw + kx];
-                                if let Some((phases, _)) = split {
-                                    fold(&mut orow[lo..hi], &row[phases.at(ix0)..][..hi - lo], |o, v| o + w * v);
-                                } else if sx == 1 {
-                                    fold(&mut orow[lo..hi], &row[ix0..ix0 + (hi - lo)], |o, v| o + w * v);
-                                } else {
-                                    for (o, &v) in orow[lo..hi].iter_mut().zip(row[ix0..].iter().step_by(sx)) {
-                                        *o += w * v;
-                                    }
+                                for (o, &v) in orow[lo..hi].iter_mut().zip(row[ix0..].iter().step_by(sx)) {
+                                    *o += w * v;
                                 }
                             }
                         }

@@ -166,15 +166,15 @@ impl PoolKernel {
             .saturating_mul(w.kernel[2].min(wd as u64));
         let work = (len as u64).saturating_mul(taps_per_window);
         let parallel = work >= PARALLEL_ELEMENTS as u64 && graphc_runtime::may_split();
-        // Unit strides and several planes of one depth (1-D and 2-D pools): plane by plane,
-        // each in a border that no maximum or sum notices (-inf, or +0 added to a sum that
+        // Several planes of one depth (1-D and 2-D pools): plane by plane, each in a border
+        // (split by the strides) that no maximum or sum notices (-inf, or +0 added to a sum that
         // started at +0), every tap one loop over the whole plane in the same (ky, kx) order:
         // the row path's results, bit for bit.
         let kernel = [usize::try_from(w.kernel[1]), usize::try_from(w.kernel[2])];
         let flat = dp == 1 && od == 1 && w.kernel[0] == 1 && w.pads_begin[0] == 0 && w.pads_end[0] == 0;
         let bordered = match kernel {
-            [Ok(kh), Ok(kw)] if flat && sx == 1 && sy == 1 && len > oh * ow => {
-                Bordered::new([h, wd], [oh, ow], [kh, kw], [py, px], [dy, dx]).map(|b| (b, kh, kw))
+            [Ok(kh), Ok(kw)] if flat && len > oh * ow => {
+                Bordered::new([h, wd], [oh, ow], [kh, kw], [py, px], [dy, dx], [sy, sx]).map(|b| (b, kh, kw))
             }
             _ => None,
         };

@@ -45,22 +45,45 @@ pub(crate) fn fold_rows<'a, A: Copy>(
 #[multiversion(targets("x86_64+avx512f+avx512bw+avx512vl+avx512dq+avx2+avx+fma+sse4.2", "x86_64+avx2+avx+fma+sse4.2"))]
 pub(crate) fn deinterleave(src: &[f32], dst: &mut [f32], stride: usize, len: usize) {
     if stride == 2 {
-        // Pairs, which vectorize as a whole-vector deinterleave.
         let (even, odd) = dst.split_at_mut(len);
-        let pairs = src.chunks_exact(2);
-        if let [last] = pairs.remainder() {
-            even[src.len() / 2] = *last;
-        }
-        for ((e, o), pair) in even.iter_mut().zip(odd.iter_mut()).zip(pairs) {
-            *e = pair[0];
-            *o = pair[1];
-        }
+        split_pairs(src, even, odd);
     } else {
         for (q, phase) in dst.chunks_exact_mut(len).enumerate() {
             for (o, &v) in phase.iter_mut().zip(src[q..].iter().step_by(stride)) {
                 *o = v;
             }
         }
+    }
+}
+
+/// The even columns of `src` into `even`, the odd ones into `odd`, from the start of each
+/// (`even` at least half of `src`, rounded up; `odd` at least half, rounded down): pairs,
+/// which vectorize as a whole-vector deinterleave.
+#[multiversion(targets("x86_64+avx512f+avx512bw+avx512vl+avx512dq+avx2+avx+fma+sse4.2", "x86_64+avx2+avx+fma+sse4.2"))]
+pub(crate) fn split_pairs(src: &[f32], even: &mut [f32], odd: &mut [f32]) {
+    // Blocks of 16 pairs, then of 8, 4, 2 and 1: fixed sizes, which the compiler turns into
+    // shuffles (a loop over the rest would be gathers, slow for a row's few last pairs).
+    #[inline(always)]
+    fn blocks<const N: usize>(src: &mut &[f32], even: &mut &mut [f32], odd: &mut &mut [f32]) {
+        while src.len() >= 2 * N {
+            let (from, e, o) = (&src[..2 * N], &mut even[..N], &mut odd[..N]);
+            for i in 0..N {
+                e[i] = from[2 * i];
+                o[i] = from[2 * i + 1];
+            }
+            *src = &src[2 * N..];
+            *even = &mut std::mem::take(even)[N..];
+            *odd = &mut std::mem::take(odd)[N..];
+        }
+    }
+    let (mut src, mut even, mut odd) = (src, even, odd);
+    blocks::<16>(&mut src, &mut even, &mut odd);
+    blocks::<8>(&mut src, &mut even, &mut odd);
+    blocks::<4>(&mut src, &mut even, &mut odd);
+    blocks::<2>(&mut src, &mut even, &mut odd);
+    blocks::<1>(&mut src, &mut even, &mut odd);
+    if let [last] = src {
+        even[0] = *last;
     }
 }
 
@@ -105,5 +128,42 @@ pub(crate) fn row_by_columns(a: &[f32], b: &[f32], c: &mut [f32]) {
             sum += x * v;
         }
         *y = sum;
+    }
+}
+
+/// `out[j] = Σ_t w_t · src[o_t + j]` over the taps `(w_t, o_t)`, each product rounded and
+/// added in tap order to a sum that starts at +0 (the reference's f32 sum), 128, 64 and then
+/// 16 outputs at a time with the sums held in registers across all the taps: a depthwise
+/// window's whole plane in one call, where a pass over the plane per tap would load and
+/// store every sum once per tap. Every `o_t + out.len()` must lie inside `src`.
+#[multiversion(targets("x86_64+avx512f+avx512bw+avx512vl+avx512dq+avx2+avx+fma+sse4.2", "x86_64+avx2+avx+fma+sse4.2"))]
+pub(crate) fn weighted_taps(out: &mut [f32], src: &[f32], taps: &[(f32, usize)]) {
+    #[inline(always)]
+    fn block<const N: usize>(out: &mut [f32], src: &[f32], taps: &[(f32, usize)]) {
+        let mut acc = [0.0f32; N];
+        for &(w, o) in taps {
+            let s = &src[o..][..N];
+            for i in 0..N {
+                acc[i] += w * s[i];
+            }
+        }
+        out[..N].copy_from_slice(&acc);
+    }
+    let n = out.len();
+    let mut j = 0;
+    while j + 128 <= n {
+        block::<128>(&mut out[j..], &src[j..], taps);
+        j += 128;
+    }
+    while j + 64 <= n {
+        block::<64>(&mut out[j..], &src[j..], taps);
+        j += 64;
+    }
+    while j + 16 <= n {
+        block::<16>(&mut out[j..], &src[j..], taps);
+        j += 16;
+    }
+    for (k, o) in out.iter_mut().enumerate().skip(j) {
+        *o = taps.iter().fold(0.0, |a, &(w, t)| a + w * src[t + k]);
     }
 }
