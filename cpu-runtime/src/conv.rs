@@ -119,14 +119,17 @@ impl ConvKernel {
         let wv = wt.f32_elements(None).map_err(|e| format!("input 1: {e}"))?;
         let s = self.sizes()?;
         let (p, k, mg) = (s.od * s.oh * s.ow, s.cg * s.kd * s.kh * s.kw, s.m / self.geometry.group);
-        let threads =
-            if mg * k * p >= PARALLEL_FLOPS && graphc_runtime::may_split() { rayon::current_num_threads() } else { 1 };
+        // The whole convolution's work splits across threads (its epilogue, depthwise planes,
+        // products spread whole) where it is enough; one product of a group by itself only
+        // where that product is.
+        let parallel = s.n * s.m * k * p >= PARALLEL_FLOPS && graphc_runtime::may_split();
+        let threads = if mg * k * p >= PARALLEL_FLOPS && parallel { rayon::current_num_threads() } else { 1 };
         if self.geometry.transposed {
             let mut out = operands.alloc_f32_filled(s.n * s.c * s.d * s.h * s.w)?;
             self.transposed(&x, &wv, &s, &mut out, threads, operands)?;
             return match &self.epilogue {
                 None => Ok(vec![Tensor::from_f32(out, result)?]),
-                Some((lk, used)) => run_epilogue(lk, used, operands, out, threads > 1),
+                Some((lk, used)) => run_epilogue(lk, used, operands, out, parallel),
             };
         }
         // Every path below writes every element of the result.
@@ -136,7 +139,10 @@ impl ConvKernel {
         } else if s.cg == 1 {
             // Depthwise: one input channel per output channel, so one product per channel
             // would be a 1-row gemm; taps straight over the planes instead.
-            let parallel = (s.n * s.m * p * s.kd * s.kh * s.kw) >= PARALLEL_FLOPS && threads > 1;
+            // A plane costs about as much again as 4096 multiply-adds (its border, its
+            // calls): 960 planes of 7x7 split across threads though their taps alone would not.
+            let planes = s.n * s.m;
+            let parallel = s.n * s.m * k * p + planes * 4096 >= PARALLEL_FLOPS && graphc_runtime::may_split();
             self.depthwise(&x, &wv, &s, &mut out, parallel);
         } else if s.padded && wv.len() <= out.len() && !all_finite(&wv) {
             self.exact(&x, &wv, &s, &mut out);
@@ -151,7 +157,7 @@ impl ConvKernel {
         }
         match &self.epilogue {
             None => Ok(vec![Tensor::from_f32(out, result)?]),
-            Some((lk, used)) => run_epilogue(lk, used, operands, out, threads > 1),
+            Some((lk, used)) => run_epilogue(lk, used, operands, out, parallel),
         }
     }
 
