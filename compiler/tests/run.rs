@@ -739,3 +739,26 @@ fn import_binds_a_symbolic_dim_with_shape() {
     let err = fails(&["import", m, "--shape", "N"]);
     assert!(err.contains("--shape 'N' is not of the form DIM=SIZE"), "{err}");
 }
+
+#[cfg(feature = "llvm")]
+#[test]
+fn bench_times_the_background_tier_unless_told_not_to_wait() {
+    let cnn = example("cnn.gir");
+    let tier = |flags: &[&str]| {
+        let o = graphc(
+            &[&["bench", &cnn, "--backend", "auto", "--json", "--warmup", "0", "--iters", "2"][..], flags].concat(),
+        );
+        assert!(o.status.success(), "{:?}", text(&o));
+        let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        j["tier"].clone()
+    };
+    // By default every timed step runs the LLVM tier's kernels.
+    let t = tier(&[]);
+    assert_eq!(t["name"], "llvm", "{t}");
+    assert_eq!(t["from_step"], 1, "{t}");
+    // Without the wait, the first step starts while it compiles (its kernels take over later,
+    // or after the last step).
+    let t = tier(&["--no-tier-wait"]);
+    assert_eq!(t["name"], "llvm", "{t}");
+    assert_ne!(t["from_step"], 1, "{t}");
+}

@@ -369,6 +369,11 @@ pub struct BenchArgs {
     /// The rows the per-op profile shows; the rest are summed as one 'others' row.
     #[arg(long, value_name = "N", default_value_t = 30, requires = "ops")]
     pub ops_top: usize,
+    /// Start the steps at once, while a background tier (--backend auto's LLVM kernels) still
+    /// compiles on a core the steps then share, as a session's first seconds run; by default
+    /// the steps wait for it and time the kernels a running session ends up with.
+    #[arg(long)]
+    pub no_tier_wait: bool,
     /// The backend, instruction set, limits and devices, as for `graphc run` (a --timeout
     /// bounds warm-up and timed steps alike).
     #[command(flatten)]

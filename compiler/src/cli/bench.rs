@@ -1,6 +1,7 @@
 //! `graphc bench`: the time to a session ready to run (the pipeline, placement and
-//! partitioning, compilation), then step times and the process's peak memory; with `--ops`,
-//! the per-op profile of the timed steps.
+//! partitioning, compilation; a background tier's, which the steps wait for unless told not
+//! to), then step times and the process's peak memory; with `--ops`, the per-op profile of
+//! the timed steps.
 
 use super::args::BenchArgs;
 use anyhow::Context;
@@ -55,8 +56,13 @@ fn bench_loaded(a: &BenchArgs, file: &SourceFile, module: Module) -> anyhow::Res
     let mut timeline = Timeline::new(&job, session.module(), backend).keeping(false, false, a.ops);
     let mut times = Vec::with_capacity(a.iters.min(1 << 16) as usize);
     let total = a.warmup.saturating_add(a.iters);
-    // The step from which a background tier's kernels ran (1-based), if it finished.
+    // The step from which a background tier's kernels ran (1-based), if it finished: the
+    // first, unless the steps do not wait for it.
     let mut tier_from = None;
+    if let Some(b) = compiled.background.as_ref().filter(|_| !a.no_tier_wait) {
+        // A failure is reported below; the first tier's kernels then run.
+        let _ = b.wait();
+    }
     for i in 0..total {
         if tier_from.is_none() && compiled.background.as_ref().is_some_and(|b| b.poll().is_some()) {
             tier_from = Some(i + 1);
