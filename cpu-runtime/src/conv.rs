@@ -404,14 +404,26 @@ impl ConvKernel {
                     for (plane, src) in planes.chunks_exact_mut(len).zip(src.chunks_exact(plane_in)) {
                         b.fill(src, 0.0, plane);
                     }
-                    let mut list: SmallVec<[(f32, usize); 32]> = SmallVec::new();
+                    let mut list: SmallVec<[usize; 32]> = SmallVec::new();
+                    let per_depth = offsets.len();
                     for (oz, dst) in dst.chunks_exact_mut(plane_out).enumerate() {
-                        list.clear();
-                        for (kz, iz) in depths(oz) {
-                            let weights = &taps[kz * offsets.len()..][..offsets.len()];
-                            list.extend(weights.iter().zip(&offsets).map(|(&w, &at)| (w, iz * len + at)));
-                        }
-                        weighted_taps(wide, planes, &list);
+                        // The depth taps inside the input are a range of kz: their weights are
+                        // one run of the channel's. One tap on the first plane (any 2-D
+                        // convolution) reads at the offsets as they are.
+                        let mut inside = depths(oz);
+                        let (weights, at): (&[f32], &[usize]) = match inside.next() {
+                            None => (&[], &[]),
+                            Some((0, 0)) if s.kd == 1 => (taps, &offsets),
+                            Some((kz, iz)) => {
+                                list.clear();
+                                list.extend(offsets.iter().map(|&at| iz * len + at));
+                                for (_, iz) in inside {
+                                    list.extend(offsets.iter().map(|&at| iz * len + at));
+                                }
+                                (&taps[kz * per_depth..][..list.len()], &list)
+                            }
+                        };
+                        weighted_taps(wide, planes, weights, at);
                         b.crop(wide, dst);
                     }
                 });

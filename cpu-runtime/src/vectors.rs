@@ -131,17 +131,17 @@ pub(crate) fn row_by_columns(a: &[f32], b: &[f32], c: &mut [f32]) {
     }
 }
 
-/// `out[j] = Σ_t w_t · src[o_t + j]` over the taps `(w_t, o_t)`, each product rounded and
-/// added in tap order to a sum that starts at +0 (the reference's f32 sum), 128, 64 and then
-/// 16 outputs at a time with the sums held in registers across all the taps: a depthwise
-/// window's whole plane in one call, where a pass over the plane per tap would load and
-/// store every sum once per tap. Every `o_t + out.len()` must lie inside `src`.
+/// `out[j] = Σ_t w_t · src[o_t + j]` over the taps' weights `w` and offsets `o` (as many),
+/// each product rounded and added in tap order to a sum that starts at +0 (the reference's
+/// f32 sum), 128, 64 and then 16 outputs at a time with the sums held in registers across all
+/// the taps: a depthwise window's whole plane in one call, where a pass over the plane per tap
+/// would load and store every sum once per tap. Every `o_t + out.len()` must lie inside `src`.
 #[multiversion(targets("x86_64+avx512f+avx512bw+avx512vl+avx512dq+avx2+avx+fma+sse4.2", "x86_64+avx2+avx+fma+sse4.2"))]
-pub(crate) fn weighted_taps(out: &mut [f32], src: &[f32], taps: &[(f32, usize)]) {
+pub(crate) fn weighted_taps(out: &mut [f32], src: &[f32], w: &[f32], o: &[usize]) {
     #[inline(always)]
-    fn block<const N: usize>(out: &mut [f32], src: &[f32], taps: &[(f32, usize)]) {
+    fn block<const N: usize>(out: &mut [f32], src: &[f32], w: &[f32], o: &[usize]) {
         let mut acc = [0.0f32; N];
-        for &(w, o) in taps {
+        for (&w, &o) in w.iter().zip(o) {
             let s = &src[o..][..N];
             for i in 0..N {
                 acc[i] += w * s[i];
@@ -152,18 +152,18 @@ pub(crate) fn weighted_taps(out: &mut [f32], src: &[f32], taps: &[(f32, usize)])
     let n = out.len();
     let mut j = 0;
     while j + 128 <= n {
-        block::<128>(&mut out[j..], &src[j..], taps);
+        block::<128>(&mut out[j..], &src[j..], w, o);
         j += 128;
     }
     while j + 64 <= n {
-        block::<64>(&mut out[j..], &src[j..], taps);
+        block::<64>(&mut out[j..], &src[j..], w, o);
         j += 64;
     }
     while j + 16 <= n {
-        block::<16>(&mut out[j..], &src[j..], taps);
+        block::<16>(&mut out[j..], &src[j..], w, o);
         j += 16;
     }
-    for (k, o) in out.iter_mut().enumerate().skip(j) {
-        *o = taps.iter().fold(0.0, |a, &(w, t)| a + w * src[t + k]);
+    for (k, y) in out.iter_mut().enumerate().skip(j) {
+        *y = w.iter().zip(o).fold(0.0, |a, (&w, &t)| a + w * src[t + k]);
     }
 }

@@ -124,15 +124,20 @@ impl Bordered {
         let (rows, cols) = (h.min(self.spans[0].saturating_sub(py)), w.min(self.spans[1].saturating_sub(px)));
         let (width, sub) = (self.width, self.height * self.width);
         // The border only, around where the input lands: in each sub-plane, the rows before
-        // and after the input's (whole), and the columns before and after its on the rest.
+        // and after the input's (whole), and the columns before and after its on the rest;
+        // all of it at once for narrow rows, where that is one call and not a few per row.
         let (planes, rest) = into.split_at_mut(sy * sx * sub);
         rest.fill(border);
-        for (rows_of, &[ilo, ihi, lo, hi]) in planes.chunks_exact_mut(sub).zip(&self.inside) {
-            rows_of[..ilo * width].fill(border);
-            rows_of[ihi * width..].fill(border);
-            for row in rows_of[ilo * width..ihi * width].chunks_exact_mut(width) {
-                row[..lo].fill(border);
-                row[hi..].fill(border);
+        if width < 32 {
+            planes.fill(border);
+        } else {
+            for (rows_of, &[ilo, ihi, lo, hi]) in planes.chunks_exact_mut(sub).zip(&self.inside) {
+                rows_of[..ilo * width].fill(border);
+                rows_of[ihi * width..].fill(border);
+                for row in rows_of[ilo * width..ihi * width].chunks_exact_mut(width) {
+                    row[..lo].fill(border);
+                    row[hi..].fill(border);
+                }
             }
         }
         if cols == 0 {
@@ -275,7 +280,8 @@ mod tests {
 
     #[test]
     fn each_tap_of_a_bordered_plane_reads_the_input_or_the_border() {
-        for (h, w) in [(1usize, 1usize), (3, 4), (5, 2), (7, 9)] {
+        // Rows narrower than 32 columns, bordered whole, and wider ones, around the input only.
+        for (h, w) in [(1usize, 1usize), (3, 4), (5, 2), (7, 9), (3, 40)] {
             for k in [[1, 1], [2, 3], [3, 2], [3, 3]] {
                 for pads in [[0, 0], [1, 2], [2, 1]] {
                     for dilations in [[1, 1], [2, 1], [1, 2]] {
