@@ -240,6 +240,28 @@ fn large_grouped_and_batched_convolutions_run_alike_compiled() {
 }
 
 #[test]
+fn large_patches_made_a_slab_of_rows_at_a_time_run_alike_compiled() {
+    // 576 taps by 97 rows of 90 columns, past the size made whole: slabs of 20 rows and a last
+    // of 17, at unit strides and strided.
+    for (hw, stride) in [([97, 90], 1), ([194, 180], 2)] {
+        let case = Case {
+            n: 1,
+            c: 64,
+            m: 3,
+            group: 1,
+            hw,
+            k: [3, 3],
+            strides: [stride, stride],
+            pads: [1, 1, 1, 1],
+            dilations: [1, 1],
+            fused: true,
+            one_d: false,
+        };
+        check(&case).unwrap();
+    }
+}
+
+#[test]
 fn network_sized_depthwise_convolutions_run_alike_compiled() {
     // MobileNet's 3x3 and EfficientNet's 5x5 windows at strides 1 and 2, ConvNeXt's 7x7, on
     // planes whose rows at the bordered width fill whole blocks of sums and leave tails.

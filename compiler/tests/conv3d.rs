@@ -263,8 +263,11 @@ fn a_3d_residual_block_sized_convolution_runs_alike_compiled() {
         case(1, 1, 32, vec![4, 12, 12], 3, 1, 1),
         case(1, 2, 16, vec![5, 11, 11], 3, 2, 1),
         case(32, 16, 1, vec![4, 8, 8], 1, 1, 0),
-        // Patches made a slab of output depths at a time (3 + 1 of 4; 2 + 1 of 3, strided).
-        case(32, 8, 1, vec![5, 24, 24], 3, 2, 1),
+        // Patches made a slab of output rows at a time, across output depths (432 taps by 12
+        // depths of 30 rows of 31: four slabs of 78 rows and one of 48), at unit strides and
+        // strided.
+        case(16, 2, 1, vec![12, 30, 31], 3, 1, 1),
+        case(16, 2, 1, vec![23, 60, 61], 3, 2, 1),
     ] {
         check(&c).unwrap();
     }

@@ -32,9 +32,10 @@ fn any_nan(v: &[f32]) -> bool {
     v.iter().fold(false, |a, x| a | x.is_nan())
 }
 
-/// Patch matrices of 3-D convolutions larger than this many elements are made a slab of
-/// output depths at a time (see `ConvKernel::products`).
-const PATCH_SLAB: usize = 1 << 18;
+/// Patch matrices larger than four times this many elements (16 MB, more than the caches
+/// hold beside the input and result) are made a slab of output rows of about this many at a
+/// time (see `ConvKernel::products`); smaller ones whole, as one product.
+const PATCH_SLAB: usize = 1 << 20;
 
 /// The input position of tap `k` (dilation `d`) of the window at output `o` (stride `s`,
 /// padding `p` before): negative or past the end in the padding.
@@ -194,17 +195,18 @@ impl ConvKernel {
                 matmul_into(a, b, dst, Product { m: mg, k, n: p, transpose_a: false, transpose_b: false }, 1)
             });
         }
-        // A 3-D convolution's patches, past PATCH_SLAB elements, are made and multiplied a
-        // slab of output depths at a time (a [64, 8, 28, 28] input's 3x3x3 patches are 43 MB;
-        // a slab's stay in cache between im2col and the product), each slab's product into
-        // a buffer of its own, copied into the result's rows. One slab: the whole result.
-        let plane_out = s.oh * s.ow;
-        let slab = if direct { s.od } else { (PATCH_SLAB / (k * plane_out).max(1)).clamp(1, s.od) };
-        let cols = slab * plane_out;
+        // Patches past four PATCH_SLABs are made and multiplied a slab of output rows at a
+        // time (a [64, 128, 128] input's 3x3 patches are 38 MB, a [64, 8, 28, 28] one's 3x3x3
+        // 43 MB; a slab's stay in cache between im2col and the product), each slab's product
+        // into a buffer of its own, copied into the result's rows. One slab: the whole result.
+        let out_rows = s.od * s.oh;
+        let whole = direct || k * out_rows * s.ow <= 4 * PATCH_SLAB;
+        let slab = if whole { out_rows } else { (PATCH_SLAB / (k * s.ow).max(1)).clamp(1, out_rows) };
+        let cols = slab * s.ow;
         // The patch matrix from the session's pool: a step after the first touches no fresh
         // pages for it.
         let mut col: Vec<f32> = if direct { Vec::new() } else { operands.alloc_f32_filled(k * cols)? };
-        let mut part: Vec<f32> = if slab < s.od { operands.alloc_f32_filled(mg * cols)? } else { Vec::new() };
+        let mut part: Vec<f32> = if slab < out_rows { operands.alloc_f32_filled(mg * cols)? } else { Vec::new() };
         let phases = self.phases(s);
         let mut phased: Vec<f32> = match &phases {
             Some(phases) => operands.alloc_f32_filled(phases.split_len(s.cg * volume))?,
@@ -223,20 +225,20 @@ impl ConvKernel {
                     phases.split(xs, &mut phased, threads > 1);
                     (phases, &phased[..])
                 });
-                for z0 in (0..s.od).step_by(slab) {
-                    let z1 = (z0 + slab).min(s.od);
-                    let n = (z1 - z0) * plane_out;
+                for r0 in (0..out_rows).step_by(slab) {
+                    let r1 = (r0 + slab).min(out_rows);
+                    let n = (r1 - r0) * s.ow;
                     let col = &mut col[..k * n];
-                    self.im2col(xs, s, col, z0..z1, split, threads > 1);
+                    self.im2col(xs, s, col, r0..r1, split, threads > 1);
                     let product = Product { m: mg, k, n, transpose_a: false, transpose_b: false };
-                    if slab == s.od {
+                    if slab == out_rows {
                         matmul_into(a, col, dst, product, threads)?;
                         continue;
                     }
                     let part = &mut part[..mg * n];
                     matmul_into(a, col, part, product, threads)?;
                     for (row, from) in dst.chunks_exact_mut(p).zip(part.chunks_exact(n)) {
-                        row[z0 * plane_out..][..n].copy_from_slice(from);
+                        row[r0 * s.ow..][..n].copy_from_slice(from);
                     }
                 }
             }
@@ -276,10 +278,10 @@ impl ConvKernel {
     }
 
     /// The patches of one image's group of channels `xs` (`[cg, d, h, w]`) for the output
-    /// depths `depths` as the columns of `col` (`[cg*kd*kh*kw, depths*oh*ow]`, every element
-    /// written), zero where a tap falls in the padding. Each row of `col` is one tap of one
-    /// channel, and each of its output planes (`[oh, ow]`, one per output depth) reads one
-    /// input plane (or none, in the padding):
+    /// rows `slab` (of the `od * oh` rows of every output depth, one after another) as the
+    /// columns of `col` (`[cg*kd*kh*kw, slab.len()*ow]`, every element written), zero where a
+    /// tap falls in the padding. Each row of `col` is one tap of one channel, and the part of
+    /// it for one output depth reads one input plane (or none, in the padding):
     /// the output rows and columns whose tap is inside the input are ranges, copied whole,
     /// and only the rest is zeroed; the rows split across threads when `parallel`. With a
     /// column stride, the input rows are read from their phases (`split`, the rows of `xs`
@@ -290,7 +292,7 @@ impl ConvKernel {
         xs: &[f32],
         s: &Sizes,
         col: &mut [f32],
-        depths: std::ops::Range<usize>,
+        slab: std::ops::Range<usize>,
         split: Option<(&Phases, &[f32])>,
         parallel: bool,
     ) {
@@ -299,36 +301,44 @@ impl ConvKernel {
             (self.geometry.strides, self.geometry.pads, self.geometry.dilations);
         let rows: Vec<_> = (0..s.kh).map(|ky| outputs_inside(s.oh, s.h, sy, ky, dy, py)).collect();
         let columns: Vec<_> = (0..s.kw).map(|kx| outputs_inside(s.ow, s.w, sx, kx, dx, px)).collect();
-        let (plane_out, plane_in) = (s.oh * s.ow, s.h * s.w);
-        let p = depths.len() * plane_out;
+        let plane_in = s.h * s.w;
+        let p = slab.len() * s.ow;
         let tap = |(r, dst): (usize, &mut [f32])| {
             let (ci, kz, ky, kx) = (r / (s.kd * s.kh * s.kw), r / (s.kh * s.kw) % s.kd, r / s.kw % s.kh, r % s.kw);
             let ((y0, y1, iy0), (x0, x1, ix0)) = (rows[ky], columns[kx]);
-            for (oz, dst) in depths.clone().zip(dst.chunks_exact_mut(plane_out)) {
+            let mut at_row = slab.start;
+            while at_row < slab.end {
+                // Output rows r0..r1 of output depth oz, at their place in `dst`.
+                let (oz, r0) = (at_row / s.oh, at_row % s.oh);
+                let r1 = (r0 + slab.end - at_row).min(s.oh);
+                let dst = &mut dst[(at_row - slab.start) * s.ow..][..(r1 - r0) * s.ow];
+                at_row += r1 - r0;
                 let iz = at(oz, sz, kz, dz, pz);
                 if iz < 0 || iz >= s.d as i128 {
                     dst.fill(0.0);
                     continue;
                 }
-                // The input plane this output plane reads (its index among the group's planes).
+                // The input plane these output rows read (its index among the group's planes).
                 let pi = ci * s.d + iz as usize;
                 let plane = &xs[pi * plane_in..][..plane_in];
-                dst[..y0 * s.ow].fill(0.0);
-                dst[y1 * s.ow..].fill(0.0);
+                // The rows of r0..r1 whose tap is inside the input.
+                let (a, b) = (y0.clamp(r0, r1), y1.clamp(r0, r1));
+                dst[..(a - r0) * s.ow].fill(0.0);
+                dst[(b - r0) * s.ow..].fill(0.0);
                 // Rows as wide as the input's, read at unit strides: the tap's outputs inside
                 // are the input plane shifted by one offset, so one copy from the first inside
                 // output to the last (rows of 7 to 56 columns in the zoo's models, a copy each,
                 // cost more than they move); the columns past either side of each row, which
                 // it fills from the neighbouring rows, are zeroed below as for any other tap.
-                let shifted = sx == 1 && sy == 1 && s.ow == s.w && x0 < x1 && y0 < y1;
+                let shifted = sx == 1 && sy == 1 && s.ow == s.w && x0 < x1 && a < b;
                 if shifted {
-                    let (start, end) = (y0 * s.ow + x0, (y1 - 1) * s.ow + x1);
-                    let from = iy0 * s.w + ix0;
+                    let (start, end) = ((a - r0) * s.ow + x0, (b - 1 - r0) * s.ow + x1);
+                    let from = (iy0 + a - y0) * s.w + ix0;
                     dst[start..end].copy_from_slice(&plane[from..from + (end - start)]);
                 }
-                for (j, oy) in (y0..y1).enumerate() {
-                    let iy = iy0 + j * sy;
-                    let row = &mut dst[oy * s.ow..][..s.ow];
+                for oy in a..b {
+                    let iy = iy0 + (oy - y0) * sy;
+                    let row = &mut dst[(oy - r0) * s.ow..][..s.ow];
                     row[..x0].fill(0.0);
                     row[x1..].fill(0.0);
                     if shifted {
