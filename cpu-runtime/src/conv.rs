@@ -373,11 +373,11 @@ impl ConvKernel {
     /// plane at the bordered width, and one call sums every tap of an output plane with the
     /// sums in registers (`weighted_taps`; the columns past the output's are dropped after).
     /// Products of the border's zeros add +0 or -0 to sums that started at +0, which leaves
-    /// them as they were: the results are those of a loop that skips the taps in the
-    /// padding (as the reference does, though it sums in f64), bit for bit. Otherwise (a weight infinite or NaN, whose product with the
-    /// border would be NaN, or a border that would dwarf the plane) each tap adds `w * input
-    /// row` to the output rows it reaches, over the output columns whose input column is
-    /// inside (a range, from the geometry).
+    /// them as they were: the results are those of a loop that skips the taps in the padding
+    /// (as the reference does, though it sums in f64), bit for bit. Otherwise (a weight
+    /// infinite or NaN, whose product with the border would be NaN, or a border that would
+    /// dwarf the plane) each tap adds `w * input row` to the output rows it reaches, over the
+    /// output columns whose input column is inside (a range, from the geometry).
     fn depthwise(&self, x: &[f32], wv: &[f32], s: &Sizes, out: &mut [f32], parallel: bool) {
         let ([sz, sy, sx], [pz, py, px], [dz, dy, dx]) =
             (self.geometry.strides, self.geometry.pads, self.geometry.dilations);

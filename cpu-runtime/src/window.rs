@@ -2,6 +2,7 @@
 
 use crate::rows::zeros;
 use crate::vectors::{deinterleave, split_pairs};
+use smallvec::SmallVec;
 
 /// For tap `k` (dilation `d`) along a dim of `size` read by `outputs` windows (stride `s`,
 /// padding `p` before): the outputs `lo..hi` whose tap lies inside the input (a range, since
@@ -45,8 +46,8 @@ pub(crate) struct Bordered {
     strides: [usize; 2],
     /// Per sub-plane, the rows `[0]..[1]` and columns `[2]..[3]` where the input lands (the
     /// rest is border), worked out once: the divisions would cost more than a small plane's
-    /// copy.
-    inside: Vec<[usize; 4]>,
+    /// copy. Inline up to strides 2x2, so making one allocates nothing.
+    inside: SmallVec<[[usize; 4]; 4]>,
 }
 
 /// Outputs at the sub-planes' width are computed in whole blocks of this many.
