@@ -250,3 +250,112 @@ fn a_reshape_takes_its_operand_only_when_nothing_else_holds_it() {
     let a = out.tensor(0).unwrap().f32_elements(None).unwrap().into_owned();
     assert_eq!(out.tensor(1).unwrap().f32_elements(None).unwrap().into_owned(), a, "the reshape copied %a");
 }
+
+/// Data movement of tensors of other dtypes than f32 (a transformer's boolean masks, its i64
+/// positions) is compiled too, bit for bit the reference's: random transposes, slices, pads,
+/// splits and gathers of a cast of the input to bool, i32, i64, u8 or f16.
+#[test]
+fn data_movement_of_every_dtype_runs_alike_compiled() {
+    let strategy = (
+        dims(),
+        0usize..5,
+        0usize..5,
+        any::<prop::sample::Index>(),
+        prop::collection::vec(-7i64..8, 8),
+        prop::collection::vec(0i64..3, 12),
+    );
+    runner(200, 7)
+        .run(&strategy, |(dims, dtype, kind, at, bounds, pads)| {
+            let dtype = ["bool", "i32", "i64", "u8", "f16"][dtype];
+            let rank = dims.len();
+            let typed = |d: &[u64]| shape(d).replacen("f32", dtype, 1);
+            let axis = at.index(rank);
+            let (op, outs): (String, Vec<Vec<u64>>) = match kind {
+                0 => {
+                    // The dims rotated by `axis`.
+                    let p: Vec<i64> = (0..rank).map(|d| ((d + axis) % rank) as i64).collect();
+                    let out = p.iter().map(|&a| dims[a as usize]).collect();
+                    (format!("transpose %c {{perm = {}}}", list(&p)), vec![out])
+                }
+                1 => {
+                    let (starts, ends) = (&bounds[..rank], &bounds[4..4 + rank]);
+                    let steps: Vec<i64> = pads[..rank].iter().map(|s| s + 1).collect();
+                    let out = (0..rank)
+                        .map(|d| {
+                            let n = dims[d] as i64;
+                            let r = |i: i64| (if i < 0 { i + n } else { i }).clamp(0, n);
+                            let (s, e) = (r(starts[d]), r(ends[d]));
+                            if e > s { ((e - s - 1) / steps[d] + 1) as u64 } else { 0 }
+                        })
+                        .collect();
+                    let op = format!(
+                        "slice %c {{starts = {}, ends = {}, steps = {}}}",
+                        list(starts),
+                        list(ends),
+                        list(&steps)
+                    );
+                    (op, vec![out])
+                }
+                2 => {
+                    let (low, high, interior) = (&pads[..rank], &pads[4..4 + rank], &pads[8..8 + rank]);
+                    let out = (0..rank)
+                        .map(|d| (low[d] + high[d]) as u64 + dims[d] + (dims[d] - 1) * interior[d] as u64)
+                        .collect();
+                    let op = format!("pad %c, %v {{low = {}, high = {}, interior = {}}}", list(low), list(high), list(interior));
+                    (op, vec![out])
+                }
+                3 => {
+                    let n = dims[axis] as i64;
+                    let cut = bounds[0].rem_euclid(n + 1);
+                    let outs = [cut, n - cut]
+                        .iter()
+                        .map(|&s| {
+                            let mut d = dims.clone();
+                            d[axis] = s as u64;
+                            d
+                        })
+                        .collect();
+                    (format!("split %c {{axis = {axis}, sizes = [{cut}, {}]}}", n - cut), outs)
+                }
+                _ => {
+                    let picks = &bounds[..3];
+                    let mut out = dims[..axis].to_vec();
+                    out.push(picks.len() as u64);
+                    out.extend_from_slice(&dims[axis + 1..]);
+                    (format!("gather %c, %i {{axis = {axis}}}"), vec![out])
+                }
+            };
+            let results: Vec<String> = (0..outs.len()).map(|k| format!("%y{k}")).collect();
+            let types: Vec<String> = outs.iter().map(|d| typed(d)).collect();
+            let returns: Vec<String> = types.iter().enumerate().map(|(k, t)| format!("y{k}: {t}")).collect();
+            let text = format!(
+                "graph @g(%x: {x}, %f: f32[]) -> ({}) {{\n  %c = cast %x {{to = {dtype}}} : {}\n  %v = cast %f {{to = {dtype}}} : {dtype}[]\n  %i = constant {{value = dense<{}> : i64[3]}} : i64[3]\n  {} = {op} : {}\n  return {}\n}}\n",
+                returns.join(", "),
+                typed(&dims),
+                list(&bounds[..3].iter().map(|&b| b.clamp(-(dims[axis] as i64), dims[axis] as i64 - 1)).collect::<Vec<_>>()),
+                results.join(", "),
+                types.join(", "),
+                results.join(", "),
+                x = shape(&dims),
+            );
+            let m = module(&text);
+            let empty = outs.iter().any(|d| d.contains(&0));
+            prop_assert_eq!(copies(&m), usize::from(!empty), "{}", text);
+            let interp = Session::new(m.clone(), SessionOptions::default()).unwrap();
+            let kernels = common::cpu_kernels(&m, &CompileOptions::default()).unwrap();
+            let jit = Session::with_compiled(m.clone(), SessionOptions::default(), kernels).unwrap();
+            let n = dims.iter().product::<u64>() as usize;
+            let x: Vec<f32> = common::seeded_f32(n, 3).iter().map(|v| (v * 8.0).round()).collect();
+            let dims_usize: Vec<usize> = dims.iter().map(|&d| d as usize).collect();
+            let req = RunRequest::new("g")
+                .feed("x", Arc::new(Tensor::from_data(&dims_usize, TensorData::F32(x)).unwrap()))
+                .feed("f", Arc::new(Tensor::from_data(&[], TensorData::F32(vec![5.0])).unwrap()));
+            let (want, got) = (interp.run(req.clone()).unwrap(), jit.run(req).unwrap());
+            for k in 0..outs.len() {
+                let (w, o) = (want.tensor(k).unwrap(), got.tensor(k).unwrap());
+                prop_assert!(w.bit_identical(o), "output {k} of\n{text}: {w} against {o}");
+            }
+            Ok(())
+        })
+        .unwrap();
+}

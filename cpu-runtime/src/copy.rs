@@ -5,8 +5,11 @@
 //! exactly, NaN payloads included.
 
 use crate::kernel::check_type;
+use graphc_ir::{DType, TensorType};
 use graphc_plan::{CopyPart, CopyPlan, GatherPlan};
+use graphc_runtime::tensor::Element;
 use graphc_runtime::{Operands, Tensor};
+use std::borrow::Cow;
 
 /// The copy a [`CopyPlan`] planned.
 #[derive(Debug)]
@@ -21,7 +24,7 @@ pub struct GatherKernel {
 }
 
 /// Appends the box `dims` of `x` from `base`, in row-major order of the box.
-fn append(out: &mut Vec<f32>, x: &[f32], dims: &[usize], strides: &[usize], base: usize) {
+fn append<T: Copy>(out: &mut Vec<T>, x: &[T], dims: &[usize], strides: &[usize], base: usize) {
     match (dims, strides) {
         ([n], [1]) => out.extend_from_slice(&x[base..base + n]),
         ([n], [0]) => out.extend(std::iter::repeat_n(x[base], *n)),
@@ -37,7 +40,7 @@ fn append(out: &mut Vec<f32>, x: &[f32], dims: &[usize], strides: &[usize], base
 
 /// Writes the box `dims` of `x` (from `from`, strides `ins`) into `out` (from `to`, strides
 /// `outs`).
-fn place(out: &mut [f32], to: usize, outs: &[usize], x: &[f32], from: usize, ins: &[usize], dims: &[usize]) {
+fn place<T: Copy>(out: &mut [T], to: usize, outs: &[usize], x: &[T], from: usize, ins: &[usize], dims: &[usize]) {
     match (dims, ins, outs) {
         ([n], [1], [1]) => out[to..to + n].copy_from_slice(&x[from..from + n]),
         ([n], [0], [o]) => out[to..].iter_mut().step_by(*o).take(*n).for_each(|y| *y = x[from]),
@@ -70,6 +73,9 @@ impl CopyKernel {
         if let Some(part) = p.parts.iter().find(|q| bad(q)) {
             return Err(format!("a copy reaching past its buffers: {part:?}"));
         }
+        if p.input.dtype != DType::F32 {
+            return self.run_any(operands);
+        }
         if let [part] = &p.parts[..] {
             if !p.fill && part.is_whole(in_len) {
                 if let Some(v) = operands.take_f32(0) {
@@ -96,6 +102,42 @@ impl CopyKernel {
         }
         Ok(results)
     }
+
+    /// The copy of a tensor of another dtype than f32 (a transformer's masks and positions:
+    /// bool, i64), into new buffers (the session's pool holds f32 ones).
+    fn run_any(&self, operands: &Operands<'_>) -> Result<Vec<Tensor>, String> {
+        let p = &self.plan;
+        let input = operands.get(0).ok_or("the copy's input is missing")?;
+        let fill = if p.fill { Some(operands.get(1).ok_or("the pad's value is missing")?) } else { None };
+        graphc_runtime::each_dtype!(input, a => p.parts.iter().map(|part| copy_any(a, fill, part)).collect())
+    }
+}
+
+/// One part's result from `x` (of the plan's input type, checked), a pad's box placed in its
+/// value `fill` (a scalar of `x`'s dtype).
+fn copy_any<T: Element>(x: &ndarray::ArrayD<T>, fill: Option<&Tensor>, part: &CopyPart) -> Result<Tensor, String>
+where
+    Tensor: From<ndarray::ArrayD<T>>,
+{
+    let x = row_major_slice(x)?;
+    let len = part.len();
+    let mut out = Vec::new();
+    out.try_reserve_exact(len).map_err(|_| format!("cannot allocate a copy's result of {}", part.out))?;
+    match fill {
+        None => append(&mut out, &x, &part.dims, &part.in_strides, part.in_offset),
+        Some(f) => {
+            let v = match T::array(f).map(|f| f.as_slice()) {
+                Some(Some(&[v])) => v,
+                _ => return Err(format!("the pad's value is {}, not a scalar of its input's dtype", f.ty())),
+            };
+            out.resize(len, v);
+            place(&mut out, part.out_offset, &part.out_strides, &x, part.in_offset, &part.in_strides, &part.dims);
+        }
+    }
+    if out.len() != len {
+        return Err(format!("the copy wrote {} elements where its result has {len}", out.len()));
+    }
+    array(&part.out, out)
 }
 
 /// One part's result. Without a pad's value the box is the whole result in row-major order
@@ -127,9 +169,8 @@ impl GatherKernel {
         check_type(0, data, &p.data)?;
         check_type(1, indices, &p.indices)?;
         let picked = graphc_runtime::kernels::resolve_indices("gather", indices, p.axis, p.n).map_err(|e| e.0)?;
-        let x = data.f32_elements(None)?;
         let len = p.outer * picked.len() * p.inner;
-        if x.len() != p.outer * p.n * p.inner || p.out.num_elements() != Some(len as u64) {
+        if data.len() != p.outer * p.n * p.inner || p.out.num_elements() != Some(len as u64) {
             return Err(format!(
                 "a gather of {} by {} into {} does not match its plan",
                 data.ty(),
@@ -137,13 +178,53 @@ impl GatherKernel {
                 p.out
             ));
         }
+        if p.data.dtype != DType::F32 {
+            return graphc_runtime::each_dtype!(data, a => self.gather_any(a, &picked).map(|t| vec![t]));
+        }
+        let x = data.f32_elements(None)?;
         let mut out = operands.alloc_f32(len)?;
+        self.gather_into(&mut out, &x, &picked);
+        Ok(vec![Tensor::from_f32(out, &p.out)?])
+    }
+
+    /// Appends the rows `picked` of `x` (the data, in row-major order) to `out`.
+    fn gather_into<T: Copy>(&self, out: &mut Vec<T>, x: &[T], picked: &[usize]) {
+        let p = &self.plan;
         for o in 0..p.outer {
-            for &i in &picked {
+            for &i in picked {
                 let at = (o * p.n + i) * p.inner;
                 out.extend_from_slice(&x[at..at + p.inner]);
             }
         }
-        Ok(vec![Tensor::from_f32(out, &p.out)?])
     }
+
+    /// The gather of data of another dtype than f32 (a mask's rows), into a new buffer.
+    fn gather_any<T: Element>(&self, x: &ndarray::ArrayD<T>, picked: &[usize]) -> Result<Tensor, String>
+    where
+        Tensor: From<ndarray::ArrayD<T>>,
+    {
+        let x = row_major_slice(x)?;
+        let mut out = Vec::new();
+        out.try_reserve_exact(self.plan.outer * picked.len() * self.plan.inner)
+            .map_err(|_| format!("cannot allocate a gather's result of {}", self.plan.out))?;
+        self.gather_into(&mut out, &x, picked);
+        array(&self.plan.out, out)
+    }
+}
+
+/// `x`'s elements in row-major order, borrowed where they lie so.
+fn row_major_slice<T: Clone>(x: &ndarray::ArrayD<T>) -> Result<Cow<'_, [T]>, String> {
+    Ok(match x.as_slice() {
+        Some(x) => Cow::Borrowed(x),
+        None => Cow::Owned(graphc_runtime::tensor::row_major(x.view()).map_err(|e| e.to_string())?),
+    })
+}
+
+/// A tensor of type `ty` holding `v`.
+fn array<T>(ty: &TensorType, v: Vec<T>) -> Result<Tensor, String>
+where
+    Tensor: From<ndarray::ArrayD<T>>,
+{
+    let shape: Vec<usize> = ty.shape.iter().map(|&d| d as usize).collect();
+    Ok(Tensor::from(ndarray::ArrayD::from_shape_vec(ndarray::IxDyn(&shape), v).map_err(|e| e.to_string())?))
 }

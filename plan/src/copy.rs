@@ -59,7 +59,7 @@ fn reach(dims: &[usize], strides: &[usize], offset: usize) -> usize {
     offset + dims.iter().zip(strides).map(|(&n, &s)| (n - 1) * s).sum::<usize>() + 1
 }
 
-/// A data-movement node of f32 tensors as strided copies, one part per result.
+/// A data-movement node as strided copies, one part per result.
 #[derive(Clone, Debug, PartialEq)]
 pub struct CopyPlan {
     pub op: Op,
@@ -69,7 +69,7 @@ pub struct CopyPlan {
     pub fill: bool,
 }
 
-/// `gather` along `axis` of f32 data viewed as `[outer, n, inner]`, by i32 or i64 indices
+/// `gather` along `axis` of data of any dtype viewed as `[outer, n, inner]`, by i32 or i64 indices
 /// (any shape, `k` elements): the result `[outer, k, inner]` is whole rows of `inner`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct GatherPlan {
@@ -141,7 +141,7 @@ fn part(
 }
 
 /// The plan for a `transpose`, `slice`, `split`, `pad`, `reshape` or `broadcast` of a
-/// non-empty f32 tensor with static shapes, or `None` (it stays with the reference kernel).
+/// non-empty tensor (of any dtype) with static shapes, or `None` (it stays with the reference kernel).
 /// Every part's reach is checked against the sizes here, whatever verified the graph: the run
 /// half indexes the buffers by it.
 pub fn copy_plan(g: &Graph, node: Node) -> Option<CopyPlan> {
@@ -155,7 +155,7 @@ pub fn copy_plan(g: &Graph, node: Node) -> Option<CopyPlan> {
     let input = g.values[nd.operands[0]].ty.as_tensor()?.clone();
     let outs: Vec<TensorType> =
         nd.results.iter().map(|&v| g.values[v].ty.as_tensor().cloned()).collect::<Option<_>>()?;
-    if input.dtype != DType::F32 || outs.iter().any(|t| t.dtype != DType::F32) {
+    if outs.iter().any(|t| t.dtype != input.dtype) {
         return None;
     }
     let shape = sizes(&input)?;
@@ -263,7 +263,7 @@ pub fn copy_plan(g: &Graph, node: Node) -> Option<CopyPlan> {
                 || low.len() != rank
                 || high.len() != rank
                 || interior.is_some_and(|i| i.len() != rank)
-                || g.values[nd.operands[1]].ty.as_tensor().is_none_or(|t| t.dtype != DType::F32 || t.rank() != 0)
+                || g.values[nd.operands[1]].ty.as_tensor().is_none_or(|t| t.dtype != input.dtype || t.rank() != 0)
             {
                 return None;
             }
@@ -290,7 +290,7 @@ pub fn copy_plan(g: &Graph, node: Node) -> Option<CopyPlan> {
     fits.then_some(CopyPlan { op: nd.op, input, parts, fill })
 }
 
-/// The plan for a `gather` of a non-empty f32 tensor by i32 or i64 indices, static shapes,
+/// The plan for a `gather` of a non-empty tensor by i32 or i64 indices, static shapes,
 /// or `None` (it stays with the reference kernel).
 pub fn gather_plan(g: &Graph, node: Node) -> Option<GatherPlan> {
     let nd = &g.nodes[node];
@@ -300,7 +300,7 @@ pub fn gather_plan(g: &Graph, node: Node) -> Option<GatherPlan> {
     let data = g.values[nd.operands[0]].ty.as_tensor()?.clone();
     let indices = g.values[nd.operands[1]].ty.as_tensor()?.clone();
     let out = g.values[nd.results[0]].ty.as_tensor()?.clone();
-    if data.dtype != DType::F32 || out.dtype != DType::F32 || !matches!(indices.dtype, DType::I32 | DType::I64) {
+    if data.dtype != out.dtype || !matches!(indices.dtype, DType::I32 | DType::I64) {
         return None;
     }
     let (shape, ishape, oshape) = (sizes(&data)?, sizes(&indices)?, sizes(&out)?);
