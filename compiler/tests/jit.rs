@@ -1389,3 +1389,42 @@ fn a_gathered_row_joins_the_product_epilogue_as_a_view() {
         compare_per_node(&o, &what);
     }
 }
+
+/// Loops that read bool operands (a transformer's causal and padding masks) are compiled and
+/// agree with the interpreter: masks broadcast against each other, combined, negated, sliced
+/// (a view of a mask), selecting among scores with NaNs and infinities.
+#[test]
+fn loops_reading_bool_operands_run_alike_compiled() {
+    let cases = [
+        // GPT-2's: scores where the causal mask and the padding mask both allow, else -inf.
+        "graph @g(%c: bool[1,1,8,8], %p: bool[1,1,1,8], %s: f32[1,2,8,8], %n: f32[]) -> (y: f32[1,2,8,8]) {\n  %m = and %c, %p : bool[1,1,8,8]\n  %y = select %m, %s, %n : f32[1,2,8,8]\n  return %y\n}\n",
+        // A negated mask or'ed with a per-row one, a row sum of what it keeps.
+        "graph @g(%c: bool[5,33], %r: bool[5,1], %s: f32[5,33]) -> (y: f32[5,1]) {\n  %nc = not %c : bool[5,33]\n  %m = or %nc, %r : bool[5,33]\n  %z = constant {value = dense<0.0> : f32[]} : f32[]\n  %k = select %m, %s, %z : f32[5,33]\n  %y = reduce_sum %k {axes = [1], keep_dims = true} : f32[5,1]\n  return %y\n}\n",
+        // A slice of a mask, read as a view.
+        "graph @g(%c: bool[4,40], %s: f32[4,16], %t: f32[4,16]) -> (y: f32[4,16]) {\n  %v = slice %c {starts = [0, 3], ends = [4, 19]} : bool[4,16]\n  %y = select %v, %s, %t : f32[4,16]\n  return %y\n}\n",
+    ];
+    for text in cases {
+        let m = optimize(&parse_module(text).unwrap());
+        let what = print_module(&m);
+        let g = &m.graphs[0];
+        let loops: Vec<_> = (g.regions[g.body].nodes.iter())
+            .filter_map(|&n| plan(g, n))
+            .filter(|p| p.input_types.iter().any(|t| t.dtype == DType::Bool))
+            .collect();
+        assert_eq!(loops.len(), 1, "one loop reads the masks: {what}");
+        assert!(compare(&m, &what, None) >= 1, "{what}");
+        // Scores with NaN, infinities and -0 where the masks keep them and where they do not.
+        for seed in 0..4u64 {
+            let mut req = random_request(g, seed).unwrap();
+            for (_, t) in &mut req.feeds {
+                if let Tensor::F32(a) = &**t {
+                    let specials = [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, -0.0];
+                    let v = a.iter().enumerate().map(|(i, &x)| if i % 3 == 0 { specials[i % 4] } else { x });
+                    let b = ndarray::ArrayD::from_shape_vec(a.raw_dim(), v.collect()).unwrap();
+                    *t = Arc::new(Tensor::F32(b));
+                }
+            }
+            compare(&m, &what, Some(&req.feeds));
+        }
+    }
+}

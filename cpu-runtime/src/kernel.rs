@@ -67,10 +67,18 @@ pub struct ColumnKernel {
 }
 
 /// An f32 input as one contiguous buffer, expanded to the output shape when the kernel says;
-/// an error unless it has the type the kernel was made for.
+/// a bool one (a mask) as f32 0 and 1, which the kernel compares with 0; an error unless it
+/// has the type the kernel was made for.
 fn f32_input<'t>(i: usize, t: &'t Tensor, input: &LoopInput, out: &TensorType) -> Result<Cow<'t, [f32]>, String> {
     check_type(i, t, &input.ty)?;
-    t.f32_elements(input.materialize.then_some(out)).map_err(|e| format!("input {i}: {e}"))
+    let to = input.materialize.then_some(out);
+    let read = match t {
+        Tensor::Bool(a) => {
+            Tensor::F32(a.mapv(|b| f32::from(u8::from(b)))).f32_elements(to).map(|c| Cow::Owned(c.into_owned()))
+        }
+        _ => t.f32_elements(to),
+    };
+    read.map_err(|e| format!("input {i}: {e}"))
 }
 
 /// What the kernel reads of input `i`: its elements from the view's offset on.

@@ -1005,8 +1005,15 @@ fn build(g: &Graph, inputs: &[Value], nodes: &[Node], yields: &[Value], by_rows:
     let mut views: Vec<Option<View>> = Vec::with_capacity(inputs.len());
     let mut view_nodes: Vec<Node> = Vec::new();
     for (i, &v) in inputs.iter().enumerate() {
-        input_types.push(tensor(v)?);
+        let ty = tensor(v)?;
+        let boolean = ty.dtype == DType::Bool;
+        input_types.push(ty);
         steps.push(Step::Input(i));
+        // A bool input is read as f32 0 or 1 (the run half converts it) and made a mask here.
+        if boolean {
+            steps.push(Step::Const(0.0));
+            steps.push(Step::Binary(Op::NotEqual, steps.len() - 2, steps.len() - 1));
+        }
         let viewed = match g.uses(v) {
             [graphc_ir::Use::Operand(user, 0)] if nodes.contains(user) && !yields.contains(&v) => {
                 view(g, *user).map(|w| (*user, w))
@@ -1066,9 +1073,9 @@ fn build(g: &Graph, inputs: &[Value], nodes: &[Node], yields: &[Value], by_rows:
         }
     }
     let cached = cached_steps(&steps, &reduces, &results);
-    // Inputs are f32 buffers; each step takes masks exactly where it needs bools; results
-    // are f32 (a bool result would need a store of its own).
-    if input_types.iter().any(|t| t.dtype != DType::F32) {
+    // Inputs are f32 buffers (bool ones converted); each step takes masks exactly where it
+    // needs bools; results are f32 (a bool result would need a store of its own).
+    if input_types.iter().any(|t| !matches!(t.dtype, DType::F32 | DType::Bool)) {
         return None;
     }
     let masks = mask_steps(&steps)?;

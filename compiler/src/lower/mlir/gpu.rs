@@ -95,6 +95,9 @@ fn gpu_kernel(g: &Graph, n: Node, plan: &KernelPlan, name: &str) -> Result<(Stri
     if plan.code().is_some_and(|p| p.inputs.iter().any(|m| m.view.is_some())) {
         return Err("its loop reads an operand as a view (a fused slice), which the GPU's kernels do not".into());
     }
+    if plan.code().is_some_and(|p| p.input_types.iter().any(|t| t.dtype != graphc_ir::DType::F32)) {
+        return Err("its loop reads a bool operand, which the GPU's kernels do not".into());
+    }
     match plan {
         KernelPlan::Loop(p) => emit::gpu_kernel(p, name).map(|text| (text, GpuPlan::Loop(Box::new(p.clone())))),
         KernelPlan::MatMul(p) => product(g, n, Contraction::MatMul(p.clone()), name),
