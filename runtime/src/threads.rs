@@ -158,10 +158,16 @@ fn with_workers_awake<T: Send>(threads: usize, f: impl FnOnce() -> T + Send) -> 
                 idle_since = std::time::Instant::now();
                 continue;
             }
-            std::hint::spin_loop();
             spins = spins.wrapping_add(1);
-            if spins.is_multiple_of(1024) && idle_since.elapsed() > AWAKE_IDLE {
-                break;
+            if spins.is_multiple_of(64) {
+                // Now and then the core goes to whatever else is runnable (another process's
+                // step: a parameter server beside its workers on the same cores).
+                std::thread::yield_now();
+                if idle_since.elapsed() > AWAKE_IDLE {
+                    break;
+                }
+            } else {
+                std::hint::spin_loop();
             }
         }
         BUSY_FOR_A_STEP.with(|b| b.set(false));
