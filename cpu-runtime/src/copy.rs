@@ -98,7 +98,7 @@ impl CopyKernel {
         }
         let mut results = Vec::with_capacity(p.parts.len());
         for part in &p.parts {
-            results.push(Tensor::from_f32(copy(operands, part, &x, fill)?, &part.out)?);
+            results.push(Tensor::from_f32(copy(operands.alloc_f32(part.len())?, part, &x, fill)?, &part.out)?);
         }
         Ok(results)
     }
@@ -119,43 +119,32 @@ fn copy_any<T: Element>(x: &ndarray::ArrayD<T>, fill: Option<&Tensor>, part: &Co
 where
     Tensor: From<ndarray::ArrayD<T>>,
 {
-    let x = row_major_slice(x)?;
+    let fill = match fill {
+        None => None,
+        Some(f) => match T::array(f).map(|f| f.as_slice()) {
+            Some(Some(&[v])) => Some(v),
+            _ => return Err(format!("the pad's value is {}, not a scalar of its input's dtype", f.ty())),
+        },
+    };
+    let out = graphc_runtime::tensor::try_vec(part.len() as u64, &part.out)?;
+    array(&part.out, copy(out, part, &row_major_slice(x)?, fill)?)
+}
+
+/// One part's result, into `out` (empty, with room for it). Without a pad's value the box is
+/// the whole result in row-major order (the plan's promise, checked here by count): appended
+/// in order, so the buffer is not cleared first. With one, filled, then the box placed.
+fn copy<T: Copy>(mut out: Vec<T>, part: &CopyPart, x: &[T], fill: Option<T>) -> Result<Vec<T>, String> {
     let len = part.len();
-    let mut out = Vec::new();
-    out.try_reserve_exact(len).map_err(|_| format!("cannot allocate a copy's result of {}", part.out))?;
     match fill {
-        None => append(&mut out, &x, &part.dims, &part.in_strides, part.in_offset),
-        Some(f) => {
-            let v = match T::array(f).map(|f| f.as_slice()) {
-                Some(Some(&[v])) => v,
-                _ => return Err(format!("the pad's value is {}, not a scalar of its input's dtype", f.ty())),
-            };
+        None => append(&mut out, x, &part.dims, &part.in_strides, part.in_offset),
+        Some(v) => {
             out.resize(len, v);
-            place(&mut out, part.out_offset, &part.out_strides, &x, part.in_offset, &part.in_strides, &part.dims);
+            place(&mut out, part.out_offset, &part.out_strides, x, part.in_offset, &part.in_strides, &part.dims);
         }
     }
     if out.len() != len {
         return Err(format!("the copy wrote {} elements where its result has {len}", out.len()));
     }
-    array(&part.out, out)
-}
-
-/// One part's result. Without a pad's value the box is the whole result in row-major order
-/// (the plan's promise, checked here by count): appended in order, so a new buffer is not
-/// cleared first. With one, filled, then the box placed.
-fn copy(operands: &Operands<'_>, part: &CopyPart, x: &[f32], fill: Option<f32>) -> Result<Vec<f32>, String> {
-    let len = part.len();
-    let Some(v) = fill else {
-        let mut out = operands.alloc_f32(len)?;
-        append(&mut out, x, &part.dims, &part.in_strides, part.in_offset);
-        if out.len() != len {
-            return Err(format!("the copy wrote {} elements where its result has {len}", out.len()));
-        }
-        return Ok(out);
-    };
-    let mut out = operands.alloc_f32_filled(len)?;
-    out.fill(v);
-    place(&mut out, part.out_offset, &part.out_strides, x, part.in_offset, &part.in_strides, &part.dims);
     Ok(out)
 }
 
@@ -203,11 +192,9 @@ impl GatherKernel {
     where
         Tensor: From<ndarray::ArrayD<T>>,
     {
-        let x = row_major_slice(x)?;
-        let mut out = Vec::new();
-        out.try_reserve_exact(self.plan.outer * picked.len() * self.plan.inner)
-            .map_err(|_| format!("cannot allocate a gather's result of {}", self.plan.out))?;
-        self.gather_into(&mut out, &x, picked);
+        let mut out =
+            graphc_runtime::tensor::try_vec((self.plan.outer * picked.len() * self.plan.inner) as u64, &self.plan.out)?;
+        self.gather_into(&mut out, &row_major_slice(x)?, picked);
         array(&self.plan.out, out)
     }
 }

@@ -132,9 +132,9 @@ const AWAKE_IDLE: std::time::Duration = std::time::Duration::from_millis(1);
 /// Runs `f` (a step, on a worker of a pool of `threads`) with the pool's other workers kept
 /// awake while it runs, as ONNX Runtime's pool spins between a step's kernels: each takes the
 /// step's split work as soon as it is queued. Asleep, a worker takes a futex wake-up to start
-/// (tens of microseconds on a VM, as long as a 7x7 layer's half): MobileNet v3 and
-/// EfficientNet-B0 10-15% and BERT-tiny 15% faster on 2 cores. A worker that has found
-/// nothing to run for [`AWAKE_IDLE`] sleeps as before.
+/// (tens of microseconds on a VM, as long as a 7x7 layer's half): MobileNet v3 small and
+/// BERT-tiny about 10% faster on 2 cores. A worker that has found nothing to run for
+/// [`AWAKE_IDLE`] sleeps as before.
 fn with_workers_awake<T: Send>(threads: usize, f: impl FnOnce() -> T + Send) -> T {
     use std::sync::atomic::{AtomicBool, Ordering};
     /// Tells the workers the step is over, however `f` returns.
