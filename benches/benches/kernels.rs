@@ -1,7 +1,11 @@
 //! The CPU backend's kernels against the interpreter on the same graphs: elementwise
 //! (W0/W1 shapes at 2^20 elements), row reductions (softmax, layernorm rows of 1024) and
-//! matmul with a bias+relu epilogue, each after the default pipeline. The full-size
-//! comparison with XLA and ONNX Runtime is benches/peers/compare.py.
+//! matmul with a bias+relu epilogue, each after the default pipeline; and what a step pays
+//! per node: chains of 1 and 201 tiny products (`[1,8] x [8,8]`, whose arithmetic is a few
+//! nanoseconds), so that (chain_201 - chain_1) / 200 is the cost of running one compiled node
+//! (operand lookup, kernel dispatch, result allocation and binding), the cost a static
+//! execution plan would remove. The full-size comparison with XLA and ONNX Runtime is
+//! benches/peers/compare.py.
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use graphc::lower::cpu::CpuKernels;
@@ -28,6 +32,31 @@ const GRAPHS: &[(&str, &str)] = &[
     ),
 ];
 
+/// A chain of `n` products of an `f32[1,8]` row by one `f32[8,8]` matrix, each its own node
+/// (a product's result feeds the next product: nothing fuses).
+fn product_chain(n: usize) -> String {
+    let mut text = String::from("graph @g(%x: f32[1,8], %w: f32[8,8]) -> (y: f32[1,8]) {\n");
+    let mut last = "x".to_string();
+    for i in 0..n {
+        text += &format!("  %p{i} = matmul %{last}, %w : f32[1,8]\n");
+        last = format!("p{i}");
+    }
+    text + &format!("  return %{last}\n}}\n")
+}
+
+fn step_overhead(c: &mut Criterion) {
+    let mut group = c.benchmark_group("step_overhead");
+    for n in [1, 201] {
+        let m = graphc_ir::parse_module(&product_chain(n)).expect("the chain parses");
+        let req = random_request(&m.graphs[0], 0).expect("small random inputs");
+        let jit =
+            Session::with_compiled(m.clone(), SessionOptions::default(), CpuKernels::compile(&m).expect("compiles"))
+                .expect("verifies");
+        group.bench_function(format!("chain_{n}/jit"), |b| b.iter(|| jit.run(req.clone()).expect("runs")));
+    }
+    group.finish();
+}
+
 fn kernels(c: &mut Criterion) {
     let mut group = c.benchmark_group("kernels");
     group.sample_size(20);
@@ -44,5 +73,5 @@ fn kernels(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, kernels);
+criterion_group!(benches, kernels, step_overhead);
 criterion_main!(benches);

@@ -508,17 +508,16 @@ impl<'a> Interp<'a> {
             }
         };
         if let Some(compiled) = self.compiled.filter(|_| nd.op == Op::Fusion || kernels::is_kernel(nd.op)) {
+            // The operands move into the kernel's hands: nothing else here may hold them.
             let shared = args
-                .iter()
+                .into_iter()
                 .enumerate()
                 .map(|(i, a)| match a {
-                    RtValue::Tensor(t) => Ok(t.clone()),
+                    RtValue::Tensor(t) => Ok(t),
                     _ => Err(RunError::internal(format!("operand {i} is not a tensor"))),
                 })
                 .collect::<Result<Vec<_>, _>>()?;
-            // The operands move into the kernel's hands: `args` must not hold them too.
             let mut operands = Operands::new(shared, self.pool);
-            drop(args);
             let out = compiled.run(&g.name, n, &mut operands);
             if let Some(out) = out {
                 let out = out.map_err(|m| RunError::new(ErrorKind::Kernel, m))?;

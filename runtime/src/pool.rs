@@ -21,10 +21,16 @@ pub struct BufferPool {
 
 #[derive(Debug, Default)]
 struct Pooled {
-    free: FxHashMap<usize, Vec<Vec<f32>>>,
-    /// By length: how many buffers kernels asked for and did not find (so had allocated).
-    missed: FxHashMap<usize, usize>,
+    by_length: FxHashMap<usize, Length>,
     stats: PoolStats,
+}
+
+/// The buffers of one length.
+#[derive(Debug, Default)]
+struct Length {
+    free: Vec<Vec<f32>>,
+    /// How many buffers kernels asked for and did not find (so had allocated).
+    missed: usize,
 }
 
 /// What a pool has done so far.
@@ -74,12 +80,14 @@ impl BufferPool {
     /// A kept buffer of `len` elements, counted as reused, or `None` counted as a miss.
     fn recycled(&self, len: usize) -> Option<Vec<f32>> {
         let mut p = crate::wait::lock(&self.inner);
-        if let Some(v) = p.free.get_mut(&len).and_then(Vec::pop) {
-            p.stats.reused += 1;
+        let Pooled { by_length, stats } = &mut *p;
+        let l = by_length.entry(len).or_default();
+        if let Some(v) = l.free.pop() {
+            stats.reused += 1;
             return Some(v);
         }
-        p.stats.allocated += 1;
-        *p.missed.entry(len).or_default() += 1;
+        stats.allocated += 1;
+        l.missed += 1;
         None
     }
 
@@ -107,11 +115,10 @@ impl BufferPool {
             return;
         }
         let mut p = crate::wait::lock(&self.inner);
-        let wanted = p.missed.get(&len).copied().unwrap_or(0);
-        let free = p.free.entry(len).or_default();
-        if free.len() < wanted {
-            free.push(v);
-            p.stats.kept += 1;
+        let Pooled { by_length, stats } = &mut *p;
+        if let Some(l) = by_length.get_mut(&len).filter(|l| l.free.len() < l.missed) {
+            l.free.push(v);
+            stats.kept += 1;
         }
     }
 
