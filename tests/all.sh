@@ -8,16 +8,6 @@
 # NVIDIA's PyPI wheel, and the ONNX venv (conformance.py, on first use).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# The README's test command (the fenced block under "## Run the tests") is this script, as
-# .ci/run runs it: change both together.
-readme_command=$(awk '/^## Run the tests/ { section = 1; next }
-    section && /^## / { exit }
-    section && /^```/ { if (block) exit; block = 1; next }
-    block { print }' README.md)
-if [ "$readme_command" != "bash tests/all.sh" ]; then
-    echo "tests/all.sh: README.md's test command is '$readme_command', not 'bash tests/all.sh' (update both together)" >&2
-    exit 1
-fi
 # A one-off build gains nothing from incremental state, which doubles the build directory.
 export CARGO_INCREMENTAL=${CARGO_INCREMENTAL:-0}
 cargo --version

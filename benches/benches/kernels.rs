@@ -49,9 +49,8 @@ fn step_overhead(c: &mut Criterion) {
     for n in [1, 201] {
         let m = graphc_ir::parse_module(&product_chain(n)).expect("the chain parses");
         let req = random_request(&m.graphs[0], 0).expect("small random inputs");
-        let jit =
-            Session::with_compiled(m.clone(), SessionOptions::default(), CpuKernels::compile(&m).expect("compiles"))
-                .expect("verifies");
+        let compiled = CpuKernels::compile(&m).expect("compiles");
+        let jit = Session::with_compiled(m, SessionOptions::default(), compiled).expect("verifies");
         group.bench_function(format!("chain_{n}/jit"), |b| b.iter(|| jit.run(req.clone()).expect("runs")));
     }
     group.finish();
