@@ -532,7 +532,7 @@ fn killed_tasks_restart_and_the_training_ends_within_5_percent_of_the_uninterrup
         let a: Vec<&str> = a.iter().map(String::as_str).collect();
         spawn(&a, &[("TF_CONFIG", &tf_config(ps, workers, job, i))], &dir)
     };
-    let mut server = start("ps", 0, "");
+    let mut server = start("ps", 0, "ps.jsonl");
     let chief = start("worker", 0, "w0.jsonl");
     let mut other = start("worker", 1, "w1.jsonl");
     let ck = dir.join("ck");
@@ -540,12 +540,12 @@ fn killed_tasks_restart_and_the_training_ends_within_5_percent_of_the_uninterrup
     await_checkpoint(&ck, 100);
     other.kill().unwrap();
     other.wait().unwrap();
-    let other = start("worker", 1, "w1b.jsonl");
+    let other = start("worker", 1, "w1.jsonl");
     // Then the ps task.
     await_checkpoint(&ck, 400);
     server.kill().unwrap();
     server.wait().unwrap();
-    let server = start("ps", 0, "");
+    let server = start("ps", 0, "ps.jsonl");
     let chief = succeeded(finish(chief, LIMIT, "the chief"), "the chief");
     assert!(chief.contains("is unreachable; waiting up to 120s"), "{chief}");
     let other = succeeded(finish(other, LIMIT, "the restarted worker"), "the restarted worker");
@@ -561,10 +561,21 @@ fn killed_tasks_restart_and_the_training_ends_within_5_percent_of_the_uninterrup
         .unwrap();
     succeeded(single, "single-process training");
     let want = *losses(&dir.join("single.jsonl")).last().unwrap();
-    for log in ["w0.jsonl", "w1b.jsonl"] {
+    for log in ["w0.jsonl", "w1.jsonl"] {
         let got = *losses(&dir.join(log)).last().unwrap();
         assert!((got - want).abs() <= 0.05 * want, "{log}: final loss {got}, uninterrupted {want}");
     }
+    // The restarted tasks appended to their logs: the restarted worker's holds its first
+    // run's steps from step 1 and its second run's up to the last, the ps task's the updates
+    // of both its runs (each counting from 1).
+    let steps_logged = |log: &str| -> Vec<u64> {
+        let text = std::fs::read_to_string(dir.join(log)).unwrap();
+        text.lines().map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["step"].as_u64().unwrap()).collect()
+    };
+    let w1 = steps_logged("w1.jsonl");
+    assert_eq!((w1[0], *w1.last().unwrap()), (1, 1000), "the restarted worker's log");
+    let ps_log = std::fs::read_to_string(dir.join("ps.jsonl")).unwrap();
+    assert_eq!(ps_log.matches("{\"update\": 1,").count(), 2, "the ps task's log holds both its runs");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -610,5 +621,71 @@ fn a_ps_task_whose_workers_never_come_gives_up_after_the_peer_timeout() {
     let t = text(&o);
     assert!(t.contains("no worker called for 2s, and workers [0] have not said they are done"), "{t}");
     assert!(start.elapsed() < Duration::from_secs(30));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Waits until `log` has at least `lines` lines.
+fn await_lines(log: &Path, lines: usize) {
+    let start = Instant::now();
+    while std::fs::read_to_string(log).map_or(0, |t| t.lines().count()) < lines {
+        assert!(start.elapsed() < LIMIT, "{} has no {lines} lines within {LIMIT:?}", log.display());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn a_frozen_ps_task_is_an_error_naming_it_within_the_peer_timeout() {
+    let dir = tmpdir("frozen");
+    let ports = free_ports(2);
+    let file = example();
+    let args = ["train", file.as_str(), "--graph", "step", "--steps", "1000000", "--sync", "async", "--peer-timeout", "3"];
+    let mut server = spawn(&args, &[("TF_CONFIG", &tf_config(&ports[..1], &ports[1..], "ps", 0))], &dir);
+    let worker_args = [&args[..], &["--log", "w0.jsonl"]].concat();
+    let worker = spawn(&worker_args, &[("TF_CONFIG", &tf_config(&ports[..1], &ports[1..], "worker", 0))], &dir);
+    await_lines(&dir.join("w0.jsonl"), 5);
+    // SIGSTOP: the task's connections stay open, and it answers nothing.
+    let stop = Command::new("kill").args(["-STOP", &server.id().to_string()]).status().unwrap();
+    assert!(stop.success());
+    let stopped = Instant::now();
+    let o = finish(worker, Duration::from_secs(120), "the worker of a frozen ps task");
+    let took = stopped.elapsed();
+    let _ = server.kill();
+    let _ = server.wait();
+    let t = text(&o);
+    assert!(!o.status.success(), "{t}");
+    let named = format!("ps task 0 (127.0.0.1:{}): no reply within 5s", ports[0]);
+    assert!(t.contains(&named), "{t}");
+    // The step's call, then telling the ps tasks it failed and that it is done: each bounded.
+    assert!(took < Duration::from_secs(40), "the worker took {took:?} to give up");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_second_process_for_a_running_task_is_refused_and_the_job_goes_on() {
+    let dir = tmpdir("claim");
+    let ports = free_ports(3);
+    let (ps, workers) = (&ports[..1], &ports[1..]);
+    let file = example();
+    let args = ["train", file.as_str(), "--graph", "step", "--steps", "300", "--sync", "sync", "--peer-timeout", "60"];
+    let start = |job: &str, i: usize, extra: &[&str]| {
+        spawn(&[&args[..], extra].concat(), &[("TF_CONFIG", &tf_config(ps, workers, job, i))], &dir)
+    };
+    let server = start("ps", 0, &["--log", "ps.jsonl"]);
+    let chief = start("worker", 0, &["--log", "w0.jsonl", "--step-delay", "10"]);
+    let other = start("worker", 1, &["--log", "w1.jsonl"]);
+    await_lines(&dir.join("w1.jsonl"), 5);
+    for (job, i, address) in [("worker", 1, workers[1]), ("ps", 0, ps[0])] {
+        let o = finish(start(job, i, &["--log", "second.jsonl"]), Duration::from_secs(60), "a second claimant");
+        let t = text(&o);
+        assert!(!o.status.success(), "{t}");
+        let task = if job == "ps" { format!("ps task {i}") } else { format!("worker {i}") };
+        let refused = format!("{task}: 127.0.0.1:{address} is in use: another process runs {task}");
+        assert!(t.contains(&refused), "{t}");
+        assert!(!dir.join("second.jsonl").exists(), "the second claimant wrote its log");
+    }
+    for (c, what) in [(chief, "the chief"), (other, "worker 1"), (server, "the ps task")] {
+        succeeded(finish(c, LIMIT, what), what);
+    }
+    assert_eq!(losses(&dir.join("w0.jsonl")), losses(&dir.join("w1.jsonl")));
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -14,7 +14,7 @@
 //! peer timeout: a worker that never comes is an error naming what was awaited, not a hang.
 
 use crate::split::{input_name, PsProgram, APPLY};
-use crate::wire::SyncMode;
+use crate::wire::{Sender, SyncMode};
 use graphc_ir::{DType, TensorData};
 use graphc_runtime::{RunRequest, Session, SessionOptions, Tensor};
 use std::collections::BTreeMap;
@@ -47,6 +47,8 @@ type Update = BTreeMap<String, Arc<Tensor>>;
 struct Progress {
     /// Rounds applied (round modes), or updates applied (async, ssp).
     applied: u64,
+    /// Per worker: the run ([`Sender::incarnation`]) whose requests count, 0 until one comes.
+    incarnation: Vec<u64>,
     /// Per worker: the step it is in and the round it joined.
     entered: Vec<Option<(u64, u64)>>,
     /// Per worker: its last step whose update came.
@@ -80,7 +82,7 @@ pub struct ParameterServer {
     changed: Condvar,
     /// The checkpoint step the variables were restored from.
     pub restored: Option<u64>,
-    log: Mutex<Option<std::io::BufWriter<std::fs::File>>>,
+    log: Mutex<Option<std::io::LineWriter<std::fs::File>>>,
     started: Instant,
 }
 
@@ -103,10 +105,17 @@ impl ParameterServer {
             Some(path) => crate::checkpoint::restore_shard(&session, path, index, options.tasks)?,
             None => None,
         };
+        // A line at a time, so a task killed loses none it logged; a task restored from the
+        // checkpoint goes on with its earlier run's log.
         let log = match &options.log {
-            Some(path) => Some(std::io::BufWriter::new(
-                graphc_runtime::fsutil::create_regular(path).map_err(|e| format!("--log {}: {e}", path.display()))?,
-            )),
+            Some(path) => {
+                let opened = if restored.is_some() {
+                    graphc_runtime::fsutil::append_regular(path)
+                } else {
+                    graphc_runtime::fsutil::create_regular(path)
+                };
+                Some(std::io::LineWriter::new(opened.map_err(|e| format!("--log {}: {e}", path.display()))?))
+            }
             None => None,
         };
         let n = options.workers as usize;
@@ -115,6 +124,7 @@ impl ParameterServer {
         let pushed = vec![restored.unwrap_or(0); n];
         let saved = restored;
         let progress = Progress {
+            incarnation: vec![0; n],
             entered: vec![None; n],
             pushed,
             last_round: vec![0; n],
@@ -188,6 +198,23 @@ impl ParameterServer {
         Ok(())
     }
 
+    /// Whether `from` is the worker's current run: a request left in flight by an earlier run
+    /// of the worker (killed and started again since) is refused, so it can change nothing
+    /// here. A task that restarted since the worker's hello takes the first run it hears from.
+    fn current(&self, p: &mut Progress, from: Sender) -> Result<(), String> {
+        let known = &mut p.incarnation[from.worker as usize];
+        if *known == 0 {
+            *known = from.incarnation;
+        }
+        if *known != from.incarnation {
+            return Err(format!(
+                "worker {}'s request for step {} is from an earlier run of it, which has restarted since",
+                from.worker, from.step
+            ));
+        }
+        Ok(())
+    }
+
     /// Waits on `p` until `ready` holds, the deadline passes (an error saying what was
     /// awaited), or an apply fails.
     fn wait<'a>(
@@ -217,13 +244,16 @@ impl ParameterServer {
         }
     }
 
-    /// Worker `w` enters step `s` (see the module's header); returns the guard.
-    fn enter(&self, w: u32, s: u64) -> Result<MutexGuard<'_, Progress>, String> {
+    /// Worker `from.worker` enters step `from.step` (see the module's header); returns the
+    /// guard.
+    fn enter(&self, from: Sender) -> Result<MutexGuard<'_, Progress>, String> {
+        let (w, s) = (from.worker, from.step);
         self.check_worker(w)?;
-        let p = self.call();
+        let mut p = self.call();
         if let Some(e) = &p.failed {
             return Err(e.clone());
         }
+        self.current(&mut p, from)?;
         let i = w as usize;
         match p.entered[i] {
             Some((step, _)) if step == s => return Ok(p),
@@ -257,6 +287,8 @@ impl ParameterServer {
                 )?
             }
         };
+        // The worker may have restarted while this request waited.
+        self.current(&mut p, from)?;
         let round = p.applied + 1;
         p.entered[i] = Some((s, round));
         // The chief is training (this task may have restarted since its hello).
@@ -264,10 +296,11 @@ impl ParameterServer {
         Ok(p)
     }
 
-    /// Worker `w` (re)joins: whatever it left unfinished is forgotten, and it takes up after
-    /// its last step whose update this task has, which is returned. The other workers wait
-    /// for the chief to join first (the chief starts the training).
-    pub fn hello(&self, w: u32) -> Result<u64, String> {
+    /// Worker `w`'s run `incarnation` (re)joins: whatever an earlier run left unfinished is
+    /// forgotten (and its requests still in flight are refused), and it takes up after its
+    /// last step whose update this task has, which is returned. The other workers wait for
+    /// the chief to join first (the chief starts the training).
+    pub fn hello(&self, w: u32, incarnation: u64) -> Result<u64, String> {
         self.check_worker(w)?;
         let mut p = self.call();
         if w == 0 {
@@ -276,6 +309,7 @@ impl ParameterServer {
             p = self.wait(p, |p| p.chief_started, |_| "the chief (worker 0) to start the training".to_string())?;
         }
         let i = w as usize;
+        p.incarnation[i] = incarnation;
         // Its round stays: a restarted worker never joins the round holding its last update.
         p.entered[i] = None;
         p.done[i] = false;
@@ -326,11 +360,11 @@ impl ParameterServer {
         Ok(written)
     }
 
-    /// Worker `w`'s read of `key` for its step `s`.
-    pub fn pull(&self, w: u32, s: u64, key: &str) -> Result<Arc<Tensor>, String> {
+    /// A worker's read of `key` for its step.
+    pub fn pull(&self, from: Sender, key: &str) -> Result<Arc<Tensor>, String> {
         let name =
             self.program.reads.get(key).ok_or_else(|| format!("ps task {} serves no read '{key}'", self.index))?;
-        let _entered = self.enter(w, s)?;
+        let _entered = self.enter(from)?;
         let var = self.session.state().variable(name).map_err(|e| e.to_string())?;
         var.read().map_err(|e| e.to_string())
     }
@@ -340,9 +374,10 @@ impl ParameterServer {
         self.program.pushes.get(key).ok_or_else(|| format!("ps task {} expects no push '{key}'", self.index))
     }
 
-    /// Worker `w`'s tensors for its step `s` (its whole update for this task, or part of it).
-    /// Returns whether they count (false: their round was applied without them).
-    pub fn push(&self, w: u32, s: u64, tensors: Vec<(String, Tensor)>) -> Result<bool, String> {
+    /// A worker's tensors for its step (its whole update for this task). Returns whether they
+    /// count (false: their round was applied without them).
+    pub fn push(&self, from: Sender, tensors: Vec<(String, Tensor)>) -> Result<bool, String> {
+        let (w, s) = (from.worker, from.step);
         let mut update = Update::new();
         for (key, t) in tensors {
             self.push_type(&key)?;
@@ -359,13 +394,14 @@ impl ParameterServer {
         }
         {
             self.check_worker(w)?;
-            let p = self.call();
+            let mut p = self.call();
+            self.current(&mut p, from)?;
             // A call retried after its reply was lost: the update is in already.
             if s <= p.pushed[w as usize] {
                 return Ok(true);
             }
         }
-        let mut p = self.enter(w, s)?;
+        let mut p = self.enter(from)?;
         let round = p.entered[w as usize].map_or(0, |(_, r)| r);
         p.pushed[w as usize] = s;
         p.last_round[w as usize] = round;
@@ -548,15 +584,23 @@ mod tests {
         Tensor::from_f32(vec![v, v], &TensorType::new(DType::F32, vec![2])).unwrap()
     }
 
+    /// Worker `w`'s first run at step `s`.
+    fn at(w: u32, s: u64) -> Sender {
+        Sender { worker: w, incarnation: 1, step: s }
+    }
+
     fn read(ps: &ParameterServer, w: u32, s: u64) -> Vec<f64> {
-        ps.pull(w, s, "ps0/read/w").unwrap().to_f64_vec()
+        ps.pull(at(w, s), "ps0/read/w").unwrap().to_f64_vec()
+    }
+
+    fn update(g: f32) -> Vec<(String, Tensor)> {
+        vec![("ps0/u0_1".into(), Tensor::scalar_f32(1.0)), ("ps0/u0_2".into(), grad(g))]
     }
 
     /// A worker's step: read, then push gradient `g` (lr 1 and the constant pushed too).
     fn step(ps: &ParameterServer, w: u32, s: u64, g: f32) -> bool {
         read(ps, w, s);
-        let lr = Tensor::scalar_f32(1.0);
-        ps.push(w, s, vec![("ps0/u0_1".into(), lr), ("ps0/u0_2".into(), grad(g))]).unwrap()
+        ps.push(at(w, s), update(g)).unwrap()
     }
 
     #[test]
@@ -622,15 +666,15 @@ mod tests {
         read(&ps, 1, 3);
         // A worker other than the chief joins once the chief has.
         let ps2 = ps.clone();
-        let joining = std::thread::spawn(move || ps2.hello(1));
+        let joining = std::thread::spawn(move || ps2.hello(1, 1));
         std::thread::sleep(Duration::from_millis(50));
         assert!(!joining.is_finished(), "worker 1 waits for the chief");
-        assert_eq!(ps.hello(0).unwrap(), 0);
+        assert_eq!(ps.hello(0, 1).unwrap(), 0);
         assert_eq!(joining.join().unwrap().unwrap(), 2);
         assert!(step(&ps, 1, 3, 1.0));
         ps.abort(1, "kernel failed").unwrap();
         assert!(ps.abort(7, "x").is_err());
-        let e = ps.pull(0, 1, "ps0/read/w").unwrap_err();
+        let e = ps.pull(at(0, 1), "ps0/read/w").unwrap_err();
         assert_eq!(e, "worker 1 failed: kernel failed");
     }
 
@@ -639,14 +683,37 @@ mod tests {
         let ps = server(2, SyncMode::Sync);
         // Round 1 holds worker 1's update and waits for worker 0's; worker 1 restarts.
         assert!(step(&ps, 1, 1, 3.0));
-        ps.hello(0).unwrap();
-        assert_eq!(ps.hello(1).unwrap(), 1);
+        ps.hello(0, 1).unwrap();
+        assert_eq!(ps.hello(1, 1).unwrap(), 1);
         let waiting = blocked_read(&ps, 1, 2, "the restarted worker joined the round holding its update");
         assert!(step(&ps, 0, 1, 1.0));
         assert_eq!(waiting.join().unwrap(), [-1.0, 0.0]);
         // Worker 0's step 1 again (its reply lost): nothing is applied twice.
         assert!(step(&ps, 0, 1, 1.0));
         assert_eq!(read(&ps, 0, 2), [-1.0, 0.0]);
+    }
+
+    #[test]
+    fn requests_an_earlier_run_of_a_restarted_worker_left_in_flight_change_nothing() {
+        let ps = server(2, SyncMode::Sync);
+        ps.hello(0, 1).unwrap();
+        // Worker 1's first run pushes step 1, and its read for step 2 waits for the round.
+        assert!(step(&ps, 1, 1, 3.0));
+        let ps2 = ps.clone();
+        let stale = std::thread::spawn(move || ps2.pull(at(1, 2), "ps0/read/w"));
+        std::thread::sleep(Duration::from_millis(50));
+        // It is killed and started again: the second run takes up after step 1.
+        assert_eq!(ps.hello(1, 2).unwrap(), 1);
+        let again = |s| Sender { worker: 1, incarnation: 2, step: s };
+        assert!(step(&ps, 0, 1, 1.0));
+        let e = stale.join().unwrap().unwrap_err();
+        assert!(e.contains("from an earlier run of it"), "{e}");
+        // The first run's push for step 2, come late, is refused; the second run's counts.
+        assert!(ps.push(at(1, 2), update(100.0)).unwrap_err().contains("earlier run"));
+        assert_eq!(ps.pull(again(2), "ps0/read/w").unwrap().to_f64_vec(), [-1.0, 0.0]);
+        assert!(ps.push(again(2), update(1.0)).unwrap());
+        assert!(step(&ps, 0, 2, 1.0));
+        assert_eq!(read(&ps, 0, 3), [-2.0, -1.0]);
     }
 
     #[test]
@@ -659,7 +726,7 @@ mod tests {
         let why = ps.idle().unwrap();
         assert!(why.contains("workers [1] have not said they are done"), "{why}");
         ps.give_up(why);
-        assert!(ps.pull(1, 1, "ps0/read/w").unwrap_err().contains("no worker called"));
+        assert!(ps.pull(at(1, 1), "ps0/read/w").unwrap_err().contains("no worker called"));
     }
 
     #[test]
@@ -676,7 +743,7 @@ mod tests {
         assert!(step(&ps, 0, 2, 1.0));
         let again = server_with(with(1));
         assert_eq!(again.restored, Some(1));
-        assert_eq!(again.hello(0).unwrap(), 1);
+        assert_eq!(again.hello(0, 1).unwrap(), 1);
         assert_eq!(read(&again, 0, 2), [0.0, 1.0]);
         std::fs::remove_dir_all(&dir).unwrap();
     }
@@ -684,15 +751,15 @@ mod tests {
     #[test]
     fn bad_requests_are_errors() {
         let ps = server(1, SyncMode::Sync);
-        assert!(ps.pull(3, 1, "ps0/read/w").unwrap_err().contains("not in the cluster"));
-        assert!(ps.pull(0, 1, "ps0/read/v").unwrap_err().contains("no read"));
-        assert!(ps.push(0, 1, vec![("ps0/u9_9".into(), grad(1.0))]).unwrap_err().contains("no push"));
+        assert!(ps.pull(at(3, 1), "ps0/read/w").unwrap_err().contains("not in the cluster"));
+        assert!(ps.pull(at(0, 1), "ps0/read/v").unwrap_err().contains("no read"));
+        assert!(ps.push(at(0, 1), vec![("ps0/u9_9".into(), grad(1.0))]).unwrap_err().contains("no push"));
         let twice = vec![("ps0/u0_2".into(), grad(1.0)), ("ps0/u0_2".into(), grad(1.0))];
-        assert!(ps.push(0, 1, twice).unwrap_err().contains("twice"));
-        assert!(ps.push(0, 1, vec![("ps0/u0_2".into(), grad(1.0))]).unwrap_err().contains("comes whole"));
+        assert!(ps.push(at(0, 1), twice).unwrap_err().contains("twice"));
+        assert!(ps.push(at(0, 1), vec![("ps0/u0_2".into(), grad(1.0))]).unwrap_err().contains("comes whole"));
         let ps = server_with(PsOptions { peer_timeout: Duration::from_millis(50), ..options(2, SyncMode::Sync) });
         assert!(step(&ps, 0, 1, 1.0));
-        let e = ps.pull(0, 2, "ps0/read/w").unwrap_err();
+        let e = ps.pull(at(0, 2), "ps0/read/w").unwrap_err();
         assert!(e.contains("timed out") && e.contains("round 1"), "{e}");
     }
 }

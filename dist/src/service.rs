@@ -11,7 +11,7 @@
 use crate::ps::ParameterServer;
 use crate::split::task_of;
 use crate::tls::Tls;
-use crate::wire::{self, Abort, Assembly, Chunk, Done, Empty, Hello, Pull, Pushed, Save, Saved, Welcome};
+use crate::wire::{self, Abort, Assembly, Chunk, Done, Empty, Hello, Pull, Pushed, Save, Saved, Sender, Welcome};
 use graphc_runtime::{ErrorKind, LocalRendezvous, Rendezvous, RendezvousFactory, RtValue, RunError, WaitCtx};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -29,6 +29,11 @@ mod generated {
 }
 use generated::parameter_server_client::ParameterServerClient;
 use generated::parameter_server_server::{ParameterServer as PsRpc, ParameterServerServer};
+
+/// What a call to a ps task may take beyond the peer timeout: the task's own waits end at
+/// its peer timeout, and its error about them should reach the worker before the worker gives
+/// up on the call.
+const REPLY_GRACE: Duration = Duration::from_secs(2);
 
 /// HTTP/2 flow-control windows: the default 64 KiB would make a tensor of megabytes wait for
 /// a window update every 64 KiB.
@@ -123,8 +128,8 @@ impl PsRpc for PsService {
             )));
         }
         let ps = self.ps.clone();
-        let worker = h.worker;
-        let resume = blocking(move || ps.hello(worker)).await?;
+        let (worker, incarnation) = (h.worker, h.incarnation);
+        let resume = blocking(move || ps.hello(worker, incarnation)).await?;
         tracing::info!("ps task {index}: worker {worker} joined, taking up after step {resume}");
         Ok(Response::new(Welcome { ps: index as u32, resume }))
     }
@@ -134,11 +139,12 @@ impl PsRpc for PsService {
     async fn pull(&self, request: Request<Pull>) -> Result<Response<Self::PullStream>, Status> {
         let p = request.into_inner();
         let ps = self.ps.clone();
-        let (worker, step, key) = (p.worker, p.step, p.key.clone());
-        let t = blocking(move || ps.pull(worker, step, &key)).await?;
+        let from = Sender { worker: p.worker, incarnation: p.incarnation, step: p.step };
+        let key = p.key.clone();
+        let t = blocking(move || ps.pull(from, &key)).await?;
         let (tx, rx) = tokio::sync::mpsc::channel(4);
         tokio::spawn(async move {
-            for c in wire::chunks(&p.key, p.worker, p.step, &t) {
+            for c in wire::chunks(&p.key, from, &t) {
                 if tx.send(Ok(c)).await.is_err() {
                     return;
                 }
@@ -168,18 +174,17 @@ impl PsRpc for PsService {
             }
         }
         tensors.extend(current);
-        let first = tensors.first().ok_or_else(|| Status::invalid_argument("an empty push"))?;
-        let (worker, step) = (first.worker, first.step);
+        let from = tensors.first().ok_or_else(|| Status::invalid_argument("an empty push"))?.from;
         let mut update = Vec::with_capacity(tensors.len());
         for a in tensors {
-            if (a.worker, a.step) != (worker, step) {
-                return Err(Status::invalid_argument("a push mixing workers or steps"));
+            if a.from != from {
+                return Err(Status::invalid_argument("a push mixing workers, runs or steps"));
             }
             let key = a.key.clone();
             update.push((key, a.finish().map_err(Status::invalid_argument)?));
         }
         let ps = self.ps.clone();
-        let counted = blocking(move || ps.push(worker, step, update)).await?;
+        let counted = blocking(move || ps.push(from, update)).await?;
         Ok(Response::new(Pushed { counted }))
     }
 
@@ -260,13 +265,38 @@ pub fn listen_address(address: &str, listen: Option<&str>, auth: &Auth) -> Resul
     Ok(addr)
 }
 
-/// Serves `ps` on `addr` until every worker is done; an error if the training failed.
-pub fn serve(ps: Arc<ParameterServer>, addr: SocketAddr, auth: Auth) -> Result<(), String> {
+/// Claims a task's address before the task does anything else: a listener bound at `addr`,
+/// held for the task's life. A second process claiming the same task (on the same host) is
+/// refused here, and the running one goes on; so is a task whose port something else holds.
+pub fn claim(addr: SocketAddr, task: &str) -> Result<std::net::TcpListener, String> {
+    std::net::TcpListener::bind(addr).map_err(|e| match e.kind() {
+        std::io::ErrorKind::AddrInUse => format!(
+            "{task}: {addr} is in use: another process runs {task} (a task is run by one process; the running one goes on) or holds the port"
+        ),
+        _ => format!("{task}: cannot listen on {addr}: {e}"),
+    })
+}
+
+/// A worker's claim on its task: its cluster address's port, bound on loopback (a worker
+/// serves nothing there). None where the address has no port.
+pub fn claim_worker(address: &str, worker: usize) -> Result<Option<std::net::TcpListener>, String> {
+    let Some(port) = address.rsplit_once(':').and_then(|(_, p)| p.parse::<u16>().ok()).filter(|&p| p != 0) else {
+        return Ok(None);
+    };
+    claim(SocketAddr::from(([127, 0, 0, 1], port)), &format!("worker {worker}")).map(Some)
+}
+
+/// Serves `ps` on `listener` (its [`claim`]) until every worker is done; an error if the
+/// training failed.
+pub fn serve(ps: Arc<ParameterServer>, listener: std::net::TcpListener, auth: Auth) -> Result<(), String> {
     let rt = tokio(2)?;
     let watched = ps.clone();
+    let addr = listener.local_addr().map_err(|e| format!("ps task {}: its listener: {e}", ps.index))?;
     rt.block_on(async move {
-        let listener =
-            tokio::net::TcpListener::bind(addr).await.map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+        let listener = listener
+            .set_nonblocking(true)
+            .and_then(|()| tokio::net::TcpListener::from_std(listener))
+            .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
         let finished = Arc::new(tokio::sync::Notify::new());
         // A worker killed and never restarted would keep this task waiting forever.
         let (quiet, stop) = (ps.clone(), finished.clone());
@@ -330,6 +360,8 @@ pub struct Client {
     ps: Vec<ParameterServerClient<Authed>>,
     addresses: Vec<String>,
     pub worker: u32,
+    /// This run of the worker ([`Hello::incarnation`]).
+    incarnation: u64,
     /// The last step whose update every ps task has: where a restarted worker takes up (a
     /// task that has a later one ignores it when it comes again).
     pub resume: u64,
@@ -344,6 +376,16 @@ impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Client").field("ps", &self.addresses).field("worker", &self.worker).finish()
     }
+}
+
+/// A number for this run of a worker, other than 0 (which a ps task reads as "none yet") and,
+/// all but surely, than any earlier run's: the process, the time and the standard library's
+/// per-process random hash keys, hashed.
+fn new_incarnation() -> u64 {
+    use std::hash::{BuildHasher, Hash, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    (std::process::id(), std::time::SystemTime::now()).hash(&mut h);
+    h.finish().max(1)
 }
 
 /// Whether a failed call may succeed once the task is back: it could not connect, or the
@@ -372,7 +414,7 @@ fn tls_failure(s: &Status) -> Option<String> {
 
 impl Client {
     /// Connects to every ps task, trying until `timeout` (a ps may still be starting), and
-    /// says hello to each (`hello[i]` to ps task i).
+    /// says hello to each (`hello[i]` to ps task i, its incarnation set to this run's).
     pub fn connect(
         addresses: &[String],
         worker: u32,
@@ -412,17 +454,20 @@ impl Client {
                     .max_decoding_message_size(wire::MAX_MESSAGE),
             );
         }
+        let incarnation = new_incarnation();
         let mut client = Client {
             rt,
             ps,
             addresses: addresses.to_vec(),
             worker,
+            incarnation,
             resume: 0,
             timeout,
             moved: AtomicU64::new(0),
             parts: Default::default(),
         };
         for (t, h) in hello.into_iter().enumerate() {
+            let h = Hello { incarnation, ..h };
             let welcome = client
                 .call(t, |mut c| {
                     let h = h.clone();
@@ -440,14 +485,28 @@ impl Client {
         Ok(client)
     }
 
-    /// Calls ps task `t`, again while it cannot be reached, up to the peer timeout.
+    /// Calls ps task `t`, again while it cannot be reached, up to the peer timeout. A call
+    /// gets no longer than the peer timeout and a little more for its reply (the ps task's own
+    /// waits end at its peer timeout, with an error saying what it awaited): a task that
+    /// stops answering, stopped or cut off, is an error naming it, not a hang.
     fn call<T, F>(&self, t: usize, f: impl Fn(ParameterServerClient<Authed>) -> F) -> Result<T, RunError>
     where
         F: std::future::Future<Output = Result<Response<T>, Status>>,
     {
         let mut since: Option<Instant> = None;
+        let limit = self.timeout + REPLY_GRACE;
         loop {
-            match self.rt.block_on(f(self.ps[t].clone())) {
+            let replied = self.rt.block_on(async { tokio::time::timeout(limit, f(self.ps[t].clone())).await });
+            let Ok(replied) = replied else {
+                return Err(RunError::new(
+                    ErrorKind::Remote,
+                    format!(
+                        "ps task {t} ({}): no reply within {limit:?} (--peer-timeout and {REPLY_GRACE:?}): the task is stopped, overloaded or cut off",
+                        self.addresses[t]
+                    ),
+                ));
+            };
+            match replied {
                 Ok(r) => return Ok(r.into_inner()),
                 Err(s) if tls_failure(&s).is_some() => {
                     let why = tls_failure(&s).unwrap_or_default();
@@ -503,7 +562,7 @@ impl Client {
     /// Reads `key` for step `step`.
     pub fn pull(&self, step: u64, key: &str) -> Result<graphc_runtime::Tensor, RunError> {
         let t = self.task(key)?;
-        let request = Pull { worker: self.worker, step, key: key.to_string() };
+        let request = Pull { worker: self.worker, step, key: key.to_string(), incarnation: self.incarnation };
         let tensor = self.call(t, |mut c| {
             let request = request.clone();
             async move {
@@ -530,7 +589,8 @@ impl Client {
         let bytes: usize = update.iter().map(|(_, v)| v.len() * v.dtype().size_bytes()).sum();
         let reply = self.call(t, |mut c| {
             // Cut again per attempt: a stream is spent by its call.
-            let chunks: Vec<Chunk> = update.iter().flat_map(|(k, v)| wire::chunks(k, self.worker, step, v)).collect();
+            let from = Sender { worker: self.worker, incarnation: self.incarnation, step };
+            let chunks: Vec<Chunk> = update.iter().flat_map(|(k, v)| wire::chunks(k, from, v)).collect();
             async move { c.push(tokio_stream::iter(chunks)).await }
         })?;
         self.moved.fetch_add(bytes as u64, Ordering::Relaxed);

@@ -29,6 +29,10 @@ pub struct Hello {
     /// A hash of the ps task's program as the worker split it.
     #[prost(uint64, tag = "4")]
     pub program: u64,
+    /// This run of the worker (a number drawn when the process starts); its pulls and pushes
+    /// carry it, so a ps task refuses what a worker's earlier run left in flight.
+    #[prost(uint64, tag = "5")]
+    pub incarnation: u64,
 }
 
 #[derive(Clone, PartialEq, prost::Message)]
@@ -50,6 +54,9 @@ pub struct Pull {
     pub step: u64,
     #[prost(string, tag = "3")]
     pub key: String,
+    /// The worker's run ([`Hello::incarnation`]).
+    #[prost(uint64, tag = "4")]
+    pub incarnation: u64,
 }
 
 /// A piece of a tensor. The first of a stream carries the header fields.
@@ -69,6 +76,9 @@ pub struct Chunk {
     pub total: u64,
     #[prost(bytes = "vec", tag = "7")]
     pub data: Vec<u8>,
+    /// The sending worker's run ([`Hello::incarnation`]).
+    #[prost(uint64, tag = "8")]
+    pub incarnation: u64,
 }
 
 /// A push's fate: applied (or waiting in its round), or dropped as a straggler's.
@@ -152,8 +162,16 @@ impl std::fmt::Display for SyncMode {
     }
 }
 
+/// Who sends a tensor: a worker's run ([`Hello::incarnation`]) at its step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Sender {
+    pub worker: u32,
+    pub incarnation: u64,
+    pub step: u64,
+}
+
 /// `t` as the chunks of a stream under `key`.
-pub fn chunks(key: &str, worker: u32, step: u64, t: &Tensor) -> Vec<Chunk> {
+pub fn chunks(key: &str, from: Sender, t: &Tensor) -> Vec<Chunk> {
     let bytes = t.to_le_bytes();
     let total = bytes.len() as u64;
     let mut out: Vec<Chunk> = if bytes.len() <= CHUNK {
@@ -166,8 +184,9 @@ pub fn chunks(key: &str, worker: u32, step: u64, t: &Tensor) -> Vec<Chunk> {
     }
     let first = &mut out[0];
     first.key = key.to_string();
-    first.worker = worker;
-    first.step = step;
+    first.worker = from.worker;
+    first.incarnation = from.incarnation;
+    first.step = from.step;
     first.dtype = t.dtype().to_string();
     first.shape = t.shape().iter().map(|&d| d as u64).collect();
     first.total = total;
@@ -178,8 +197,7 @@ pub fn chunks(key: &str, worker: u32, step: u64, t: &Tensor) -> Vec<Chunk> {
 #[derive(Debug)]
 pub struct Assembly {
     pub key: String,
-    pub worker: u32,
-    pub step: u64,
+    pub from: Sender,
     dtype: DType,
     shape: Vec<usize>,
     total: usize,
@@ -218,7 +236,8 @@ impl Assembly {
             .map_err(|e| e.to_string())?;
         let mut data = Vec::new();
         data.try_reserve_exact(total as usize).map_err(|_| format!("tensor '{key}': cannot hold {total} bytes"))?;
-        let mut a = Assembly { key, worker: first.worker, step: first.step, dtype, shape, total: total as usize, data };
+        let from = Sender { worker: first.worker, incarnation: first.incarnation, step: first.step };
+        let mut a = Assembly { key, from, dtype, shape, total: total as usize, data };
         a.add(first)?;
         Ok(a)
     }
@@ -261,10 +280,12 @@ mod tests {
         let n = CHUNK / 4 * 2 + 5;
         let ty = TensorType::new(DType::F32, vec![n as u64]);
         let t = Tensor::from_f32((0..n).map(|i| i as f32).collect(), &ty).unwrap();
-        let cs = chunks("k", 1, 2, &t);
+        let from = Sender { worker: 1, incarnation: 7, step: 2 };
+        let cs = chunks("k", from, &t);
         assert_eq!(cs.len(), 3);
         let mut it = cs.into_iter();
         let mut a = Assembly::start(it.next().unwrap(), |_| Ok(Some(ty.clone())), u64::MAX).unwrap();
+        assert_eq!(a.from, from);
         for c in it {
             a.add(c).unwrap();
         }
@@ -275,7 +296,7 @@ mod tests {
     fn malformed_streams_are_errors() {
         let ty = TensorType::new(DType::F32, vec![4]);
         let t = Tensor::from_f32(vec![1.0; 4], &ty).unwrap();
-        let first = || chunks("k", 0, 1, &t).remove(0);
+        let first = || chunks("k", Sender { worker: 0, incarnation: 1, step: 1 }, &t).remove(0);
         let other = TensorType::new(DType::F32, vec![5]);
         assert!(Assembly::start(first(), |_| Ok(Some(other.clone())), u64::MAX)
             .unwrap_err()

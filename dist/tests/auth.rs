@@ -6,7 +6,7 @@ use graphc_dist::service::{self, Auth, Client, Token};
 use graphc_dist::wire::{Hello, SyncMode};
 use graphc_dist::{split, ParameterServer, PsOptions};
 use graphc_runtime::SessionOptions;
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -37,13 +37,13 @@ fn a_missing_token_and_a_wrong_one_are_told_apart_without_the_token() {
         log: None,
     };
     let ps = Arc::new(ParameterServer::new(0, program, options, SessionOptions::default()).unwrap());
-    // A port free now, on loopback.
-    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    // A free port on loopback, claimed for the ps task.
+    let listener = service::claim(SocketAddr::from(([127, 0, 0, 1], 0)), "ps task 0").unwrap();
+    let port = listener.local_addr().unwrap().port();
     let auth = |token: Option<&str>| Auth { token: Token::new(token.map(str::to_string)), tls: None };
     let server_auth = auth(Some(SECRET));
-    let server = std::thread::spawn(move || service::serve(ps, addr, server_auth));
-    let hello = Hello { worker: 0, workers: 1, sync: SyncMode::Async.to_string(), program: fingerprint };
+    let server = std::thread::spawn(move || service::serve(ps, listener, server_auth));
+    let hello = Hello { worker: 0, workers: 1, sync: SyncMode::Async.to_string(), program: fingerprint, incarnation: 0 };
     let address = [format!("127.0.0.1:{port}")];
     // The client retries until the server listens, then takes the server's refusal at once.
     let connect =

@@ -215,9 +215,25 @@ pub fn remove_stale_temporaries(dir: &Path, name: &str) {
 /// writer keeps: a regular file or nothing yet, never a device, a FIFO, a socket or a
 /// directory, in a directory that is there (symlinks followed).
 pub fn create_regular(path: &Path) -> io::Result<File> {
+    open_regular_for_writing(path, false)
+}
+
+/// As [`create_regular`], but what `path` holds is kept and writes go after it: the log of a
+/// task that takes up where an earlier run of it stopped.
+pub fn append_regular(path: &Path) -> io::Result<File> {
+    open_regular_for_writing(path, true)
+}
+
+fn open_regular_for_writing(path: &Path, append: bool) -> io::Result<File> {
     let (target, ..) = target_of(path)?;
+    let mut options = OpenOptions::new();
+    if append {
+        options.append(true);
+    } else {
+        options.write(true).truncate(true);
+    }
     // A FIFO put there since the check must not block the open; what was opened is checked.
-    let f = OpenOptions::new().write(true).create(true).truncate(true).custom_flags(libc::O_NONBLOCK).open(&target)?;
+    let f = options.create(true).custom_flags(libc::O_NONBLOCK).open(&target)?;
     let m = f.metadata()?;
     if !m.is_file() {
         return Err(io::Error::new(

@@ -94,7 +94,8 @@ pub struct TrainArgs {
     #[arg(long, value_name = "S")]
     pub seed: Option<u64>,
     /// Write one JSON object per step, {"step": N, "loss": X, "time_s": T} (a NaN or infinite
-    /// loss as null), one a line.
+    /// loss as null), one a line as the steps go. A run that takes up from --restore, or a
+    /// restarted worker, appends to the log.
     #[arg(long, value_name = "OUT.jsonl")]
     pub log: Option<PathBuf>,
     /// Write a --log line every K steps only (and for the last step), to keep a long run's
@@ -256,7 +257,8 @@ pub struct ServeArgs {
     /// write the shards the chief asks for beside it.
     #[arg(long, value_name = "PATH")]
     pub checkpoint: Option<PathBuf>,
-    /// Write a JSON line per update applied: {"update", "workers", "dropped", "time_s"}.
+    /// Write a JSON line per update applied: {"update", "workers", "dropped", "time_s"}, each
+    /// as it is applied. A task restored from --checkpoint appends to the log.
     #[arg(long, value_name = "OUT.jsonl")]
     pub log: Option<PathBuf>,
     #[command(flatten)]

@@ -45,7 +45,8 @@ fn serve_task(
     checkpoint: Option<&Path>,
     log: Option<&Path>,
 ) -> anyhow::Result<ExitCode> {
-    let (ps, addr) = d.parameter_server(index, split, checkpoint, log)?;
+    let (ps, listener) = d.parameter_server(index, split, checkpoint, log)?;
+    let addr = listener.local_addr().map_err(|e| anyhow!("ps task {index}: its listener: {e}"))?;
     if let (Some(step), Some(path)) = (ps.restored, checkpoint) {
         say!("ps task {index}: restored its variables from {} (step {step})", path.display());
     }
@@ -57,7 +58,7 @@ fn serve_task(
         d.sync
     );
     stop_serving_on_a_signal(index, &ps)?;
-    d.serve(&ps, addr)?;
+    d.serve(&ps, listener)?;
     let dropped = ps.dropped();
     say!("ps task {index}: every worker is done; {dropped} straggler update{} dropped", plural(dropped as usize));
     Ok(ExitCode::SUCCESS)
@@ -122,6 +123,9 @@ pub fn train(a: &TrainArgs) -> anyhow::Result<ExitCode> {
     // In a cluster: a ps task serves; a worker trains the step graph with its variables on
     // the ps tasks, its data shuffled with its own seed.
     let dist = a.cluster.distributed()?;
+    // A worker's claim on its task, held to the end of the run: a second process for this
+    // worker is refused.
+    let _claim;
     let (module, client, seed) = match &dist {
         None => (module, None, seed),
         Some(d) => {
@@ -135,6 +139,7 @@ pub fn train(a: &TrainArgs) -> anyhow::Result<ExitCode> {
                     bail!("{flag}: a worker holds no variables (they live on the ps tasks, which restore from their --checkpoint)");
                 }
             }
+            _claim = d.claim_worker(w)?;
             let client = d.connect(w, &split)?;
             let n = d.cluster.workers().len();
             let rows = if split.partitioned.is_empty() {
@@ -230,7 +235,9 @@ pub fn train(a: &TrainArgs) -> anyhow::Result<ExitCode> {
     }
     describe_data(&training, a, from, position, resume.as_ref(), &mut report);
 
-    let mut log = a.log.as_deref().map(|p| TrainLog::create(p, "--log")).transpose()?;
+    // A run that takes up from a checkpoint, or a restarted worker from the ps tasks' state,
+    // goes on with the log of the run it takes up from.
+    let mut log = a.log.as_deref().map(|p| TrainLog::open(p, "--log", from > 0)).transpose()?;
     let log_every = a.log_every.unwrap_or(1);
     let mut curve: Vec<(u64, f64)> = Vec::with_capacity((a.steps - from).min(1 << 20) as usize);
     let mut nonfinite = 0u64;

@@ -10,7 +10,7 @@ use graphc_dist::service::{self, listen_address};
 use graphc_dist::{Auth, Client, Cluster, ParameterServer, PsOptions, Split, SyncMode, Token};
 use graphc_ir::{Module, SourceFile};
 use graphc_runtime::{Session, SessionOptions};
-use std::net::SocketAddr;
+use std::net::TcpListener;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -48,7 +48,7 @@ impl Distributed {
         mut split: Split,
         checkpoint: Option<&Path>,
         log: Option<&Path>,
-    ) -> anyhow::Result<(Arc<ParameterServer>, SocketAddr)> {
+    ) -> anyhow::Result<(Arc<ParameterServer>, TcpListener)> {
         let tasks = split.tasks.len();
         let program = split.tasks.swap_remove(index);
         let workers = u32::try_from(self.cluster.workers().len()).map_err(|_| anyhow!("too many workers"))?;
@@ -62,16 +62,25 @@ impl Distributed {
         };
         let addr =
             listen_address(self.cluster.address(), self.listen.as_deref(), &self.auth).map_err(|e| anyhow!(e))?;
+        // The address first: a second process for this task stops here, before it touches the
+        // checkpoint or the log.
+        let listener = service::claim(addr, &format!("ps task {index}")).map_err(|e| anyhow!(e))?;
         let ps = ParameterServer::new(index, program, options, SessionOptions::default()).map_err(|e| anyhow!(e))?;
-        Ok((Arc::new(ps), addr))
+        Ok((Arc::new(ps), listener))
     }
 
-    /// Serves `ps` on `addr` until every worker is done.
-    pub fn serve(&self, ps: &Arc<ParameterServer>, addr: SocketAddr) -> anyhow::Result<()> {
+    /// Serves `ps` on `listener` until every worker is done.
+    pub fn serve(&self, ps: &Arc<ParameterServer>, listener: TcpListener) -> anyhow::Result<()> {
         let served =
-            service::serve(ps.clone(), addr, self.auth.clone()).map_err(|e| anyhow!("ps task {}: {e}", ps.index));
+            service::serve(ps.clone(), listener, self.auth.clone()).map_err(|e| anyhow!("ps task {}: {e}", ps.index));
         ps.flush_log().map_err(|e| anyhow!(e))?;
         served
+    }
+
+    /// Worker `worker`'s claim on its task (see [`service::claim_worker`]), held while it
+    /// runs.
+    pub fn claim_worker(&self, worker: usize) -> anyhow::Result<Option<TcpListener>> {
+        service::claim_worker(self.cluster.address(), worker).map_err(|e| anyhow!(e))
     }
 
     /// Worker `worker`'s connections to every ps task, each checked to hold the program this
@@ -86,6 +95,8 @@ impl Distributed {
                 workers,
                 sync: self.sync.to_string(),
                 program: t.fingerprint(),
+                // Client::connect draws this run's.
+                incarnation: 0,
             })
             .collect();
         let mut client = Client::connect(self.cluster.ps(), worker as u32, &self.auth, hello, self.peer_timeout)

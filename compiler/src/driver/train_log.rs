@@ -1,12 +1,14 @@
 //! A training's log (`graphc train --log`, `graphc.train(log=)`): one JSON object a line,
 //! `{"step": N, "loss": X, "time_s": T}` for the steps logged, and for a run that was stopped
 //! a last line `{"stopped_at": STEP, "signal": ..., "checkpoint": PATH or null}`. Opened under
-//! the writers' rule (a regular file, never a device or a FIFO), written as the steps go.
+//! the writers' rule (a regular file, never a device or a FIFO), written a line at a time as
+//! the steps go (a process killed loses no line it logged), and appended to by a run that
+//! takes up where an earlier one stopped.
 
 use super::train::StepDone;
 use anyhow::anyhow;
 use serde_json::json;
-use std::io::{BufWriter, Write};
+use std::io::{LineWriter, Write};
 use std::path::{Path, PathBuf};
 
 #[derive(Debug)]
@@ -14,16 +16,22 @@ pub struct TrainLog {
     path: PathBuf,
     /// How the log was asked for (`--log`), for errors.
     flag: &'static str,
-    out: BufWriter<std::fs::File>,
+    out: LineWriter<std::fs::File>,
     /// Step lines written.
     pub lines: usize,
 }
 
 impl TrainLog {
-    pub fn create(path: &Path, flag: &'static str) -> anyhow::Result<TrainLog> {
-        let file = graphc_runtime::fsutil::create_regular(path)
-            .map_err(|e| anyhow!("{flag}: cannot write {}: {e}", path.display()))?;
-        Ok(TrainLog { path: path.to_path_buf(), flag, out: BufWriter::new(file), lines: 0 })
+    /// The log at `path`: a new one, or (`taking_up`: the run goes on from a checkpoint or
+    /// from the ps tasks' state) the earlier run's, its lines kept.
+    pub fn open(path: &Path, flag: &'static str, taking_up: bool) -> anyhow::Result<TrainLog> {
+        let file = if taking_up {
+            graphc_runtime::fsutil::append_regular(path)
+        } else {
+            graphc_runtime::fsutil::create_regular(path)
+        }
+        .map_err(|e| anyhow!("{flag}: cannot write {}: {e}", path.display()))?;
+        Ok(TrainLog { path: path.to_path_buf(), flag, out: LineWriter::new(file), lines: 0 })
     }
 
     pub fn write(&mut self, d: &StepDone) -> anyhow::Result<()> {
