@@ -638,7 +638,8 @@ fn a_frozen_ps_task_is_an_error_naming_it_within_the_peer_timeout() {
     let dir = tmpdir("frozen");
     let ports = free_ports(2);
     let file = example();
-    let args = ["train", file.as_str(), "--graph", "step", "--steps", "1000000", "--sync", "async", "--peer-timeout", "3"];
+    let args =
+        ["train", file.as_str(), "--graph", "step", "--steps", "1000000", "--sync", "async", "--peer-timeout", "3"];
     let mut server = spawn(&args, &[("TF_CONFIG", &tf_config(&ports[..1], &ports[1..], "ps", 0))], &dir);
     let worker_args = [&args[..], &["--log", "w0.jsonl"]].concat();
     let worker = spawn(&worker_args, &[("TF_CONFIG", &tf_config(&ports[..1], &ports[1..], "worker", 0))], &dir);

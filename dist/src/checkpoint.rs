@@ -15,16 +15,35 @@ use std::path::{Path, PathBuf};
 /// The index's `format`.
 pub const FORMAT: &str = "graphc-sharded-checkpoint";
 
-/// The index: the step, each ps task's shard (a file name beside the index), and how the
-/// partitioned variables were cut.
+/// The index: the step, each ps task's shard (a file name beside the index), per shard the
+/// steps each worker's updates in it reach, and how the partitioned variables were cut.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Index {
     pub format: String,
     pub step: u64,
     pub shards: Vec<String>,
+    /// Per shard, per worker: its last step whose update the shard holds (applied, or dropped
+    /// as a straggler's). Empty in an index of an older graphc: then the index's step.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub settled: Vec<Vec<u64>>,
     #[serde(flatten)]
     pub parts: Parts,
+}
+
+/// A ps task's shard as written: its file, and per worker the last step whose update it holds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Shard {
+    pub path: PathBuf,
+    pub settled: Vec<u64>,
+}
+
+/// What a ps task restored: the index's step, and per worker the last step whose update its
+/// shard holds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Restored {
+    pub step: u64,
+    pub settled: Vec<u64>,
 }
 
 /// The variables held in parts (`NAME/part_K`, K from 0): those cut in rows, and the scalars
@@ -75,18 +94,19 @@ pub fn write_shard(
 }
 
 /// Writes the index of step `step` over `shards` (one per ps task, in task order), atomically.
-pub fn write_index(index: &Path, step: u64, shards: &[PathBuf], parts: &Parts) -> Result<(), String> {
+pub fn write_index(index: &Path, step: u64, shards: &[Shard], parts: &Parts) -> Result<(), String> {
     let names = shards
         .iter()
         .map(|s| {
-            s.file_name()
+            s.path
+                .file_name()
                 .map(|n| n.to_string_lossy().into_owned())
-                .ok_or_else(|| format!("a shard without a file name: {}", s.display()))
+                .ok_or_else(|| format!("a shard without a file name: {}", s.path.display()))
         })
         .collect::<Result<Vec<_>, _>>()?;
-    let json =
-        serde_json::to_vec_pretty(&Index { format: FORMAT.to_string(), step, shards: names, parts: parts.clone() })
-            .map_err(|e| e.to_string())?;
+    let settled = shards.iter().map(|s| s.settled.clone()).collect();
+    let index_of = Index { format: FORMAT.to_string(), step, shards: names, settled, parts: parts.clone() };
+    let json = serde_json::to_vec_pretty(&index_of).map_err(|e| e.to_string())?;
     write_atomically(index, |f| std::io::Write::write_all(f, &json))
         .map_err(|e| format!("cannot write checkpoint index {}: {e}", index.display()))
 }
@@ -133,7 +153,9 @@ fn parse_index(path: &Path, bytes: &[u8]) -> Result<Index, String> {
     let need = |field: &str, expected: &str| -> Result<&Value, String> {
         fields.get(field).ok_or_else(|| format!("{at}: the checkpoint index has no \"{field}\"; expected {expected}"))
     };
-    if let Some(other) = fields.keys().find(|k| !["format", "step", "shards", "rows", "copies"].contains(&k.as_str())) {
+    if let Some(other) =
+        fields.keys().find(|k| !["format", "step", "shards", "settled", "rows", "copies"].contains(&k.as_str()))
+    {
         return Err(format!("{at}: the checkpoint index has a field \"{other}\", which graphc does not know"));
     }
     let steps = format!("the steps done, a whole number from 0 to {}", u64::MAX);
@@ -148,6 +170,21 @@ fn parse_index(path: &Path, bytes: &[u8]) -> Result<Index, String> {
             .collect::<Result<Vec<_>, _>>()?,
         _ => return Err(bad("shards", list, names)),
     };
+    let per_worker = "per shard, a list of each worker's last step the shard holds";
+    let settled = match fields.get("settled") {
+        None => Vec::new(),
+        Some(v) => {
+            let lists =
+                v.as_array().filter(|l| l.len() == shards.len()).ok_or_else(|| bad("settled", v, per_worker))?;
+            lists
+                .iter()
+                .map(|l| {
+                    let steps = l.as_array().ok_or_else(|| bad("settled", v, per_worker))?;
+                    steps.iter().map(|s| s.as_u64().ok_or_else(|| bad("settled", v, per_worker))).collect()
+                })
+                .collect::<Result<Vec<Vec<u64>>, String>>()?
+        }
+    };
     let mut parts = Parts::default();
     for (field, map) in [("rows", &mut parts.rows), ("copies", &mut parts.copies)] {
         let Some(v) = fields.get(field) else { continue };
@@ -159,7 +196,7 @@ fn parse_index(path: &Path, bytes: &[u8]) -> Result<Index, String> {
             map.insert(name.clone(), count);
         }
     }
-    Ok(Index { format: FORMAT.to_string(), step, shards, parts })
+    Ok(Index { format: FORMAT.to_string(), step, shards, settled, parts })
 }
 
 /// Whether a file beginning with `head` is meant as an index (JSON: an object) rather than a
@@ -263,9 +300,15 @@ pub fn load_merged(path: &Path) -> Result<Option<checkpoint::Loaded>, String> {
     Ok(Some(all))
 }
 
-/// Restores ps task `task` of `tasks` from the checkpoint indexed at `path`, if there is one;
-/// returns its step.
-pub fn restore_shard(session: &Session, path: &Path, task: usize, tasks: usize) -> Result<Option<u64>, String> {
+/// Restores ps task `task` of `tasks` (serving `workers` workers) from the checkpoint indexed
+/// at `path`, if there is one.
+pub fn restore_shard(
+    session: &Session,
+    path: &Path,
+    task: usize,
+    tasks: usize,
+    workers: usize,
+) -> Result<Option<Restored>, String> {
     let Some(index) = read_index(path)? else { return Ok(None) };
     if index.shards.len() != tasks {
         return Err(format!(
@@ -276,7 +319,13 @@ pub fn restore_shard(session: &Session, path: &Path, task: usize, tasks: usize) 
     }
     let (shard, loaded) = read_shard(path, &index, task)?;
     checkpoint::restore(session.state(), &loaded).map_err(|e| format!("{}: {}", shard.display(), e.message))?;
-    Ok(Some(index.step))
+    // An index without them (or of a cluster with other workers): every worker's updates up
+    // to the index's step.
+    let settled = match index.settled.get(task) {
+        Some(steps) if steps.len() == workers => steps.clone(),
+        _ => vec![index.step; workers],
+    };
+    Ok(Some(Restored { step: index.step, settled }))
 }
 
 #[cfg(test)]
@@ -290,9 +339,11 @@ mod tests {
         let index = dir.join("ckpt");
         assert_eq!(shard_path(&index, 1, 20), dir.join("ckpt.ps1.step20"));
         assert_eq!(read_index(&index), Ok(None));
-        write_index(&index, 20, &[shard_path(&index, 0, 20), shard_path(&index, 1, 20)], &Parts::default()).unwrap();
+        let written = [shard_path(&index, 0, 20), shard_path(&index, 1, 20)];
+        write_index(&index, 20, &shards(&written), &Parts::default()).unwrap();
         let read = read_index(&index).unwrap().unwrap();
         assert_eq!((read.step, read.shards), (20, vec!["ckpt.ps0.step20".to_string(), "ckpt.ps1.step20".to_string()]));
+        assert_eq!(read.settled, [[3, 1], [3, 1]]);
         std::fs::write(&index, "{}").unwrap();
         assert!(read_index(&index).unwrap_err().contains("is not a checkpoint index"));
         std::fs::remove_dir_all(&dir).unwrap();
@@ -331,7 +382,7 @@ mod tests {
         let mut parts = Parts::default();
         parts.rows.insert("w".into(), 2);
         parts.copies.insert("s".into(), 2);
-        write_index(&index, 3, &paths, &parts).unwrap();
+        write_index(&index, 3, &self::shards(&paths), &parts).unwrap();
         let merged = load_merged(&index).unwrap().unwrap();
         assert_eq!(merged.step, Some(3));
         assert_eq!(merged.values.keys().collect::<Vec<_>>(), ["b", "s", "w"]);
@@ -342,7 +393,7 @@ mod tests {
         );
         // A part missing, or a plain checkpoint (not an index).
         parts.rows.insert("w".into(), 3);
-        write_index(&index, 3, &paths, &parts).unwrap();
+        write_index(&index, 3, &self::shards(&paths), &parts).unwrap();
         assert!(load_merged(&index).unwrap_err().contains("no shard holds its part w/part_2"));
         assert!(load_merged(&paths[0]).unwrap().is_none());
         std::fs::remove_dir_all(&dir).unwrap();
@@ -354,6 +405,11 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         dir
+    }
+
+    /// The shards at `paths`, each holding worker 0's updates to step 3 and worker 1's to 1.
+    fn shards(paths: &[PathBuf]) -> Vec<Shard> {
+        paths.iter().map(|p| Shard { path: p.clone(), settled: vec![3, 1] }).collect()
     }
 
     /// Shards of `w` (a variable f32[2]) for tasks 0 and 1 saying step `step` (none: no step),
@@ -384,7 +440,7 @@ mod tests {
         let dir = tempdir("bad-index");
         let index = dir.join("ckpt");
         let shards = two_shards(&index, Some(3));
-        write_index(&index, 3, &shards, &Parts::default()).unwrap();
+        write_index(&index, 3, &self::shards(&shards), &Parts::default()).unwrap();
         assert_eq!(load_merged(&index).unwrap().unwrap().values.len(), 2);
         let whole = std::fs::read(&index).unwrap();
         // Cut anywhere, it is a truncated index, not a safetensors file with a bad header.
@@ -394,7 +450,7 @@ mod tests {
             let e = load_merged(&index).unwrap_err();
             assert!(e.starts_with(&want), "cut at {cut}: {e}");
             assert!(read_index(&index).unwrap_err().starts_with(&want));
-            assert!(restore_shard(&session(), &index, 0, 2).unwrap_err().starts_with(&want));
+            assert!(restore_shard(&session(), &index, 0, 2, 2).unwrap_err().starts_with(&want));
         }
         // Every field checked: the file, the field, what was expected and what came.
         let text = String::from_utf8(whole).unwrap();
@@ -422,6 +478,17 @@ mod tests {
             e.starts_with(&format!("{at}: the checkpoint index's shards is []; expected the shards' file names")),
             "{e}"
         );
+        let hand = |settled: &str| {
+            let json = format!("{{\"format\": \"graphc-sharded-checkpoint\", \"step\": 3, \"shards\": [\"a\", \"b\"], \"settled\": {settled}}}");
+            std::fs::write(&index, json).unwrap();
+            read_index(&index)
+        };
+        assert_eq!(hand("[[3], [2]]").unwrap().unwrap().settled, [[3], [2]]);
+        for bad in ["[[3]]", "[3, 2]", "[[3], [-1]]", "{}"] {
+            let e = hand(bad).unwrap_err();
+            assert!(e.starts_with(&format!("{at}: the checkpoint index's settled is ")), "{bad}: {e}");
+            assert!(e.contains("expected per shard, a list of each worker's last step"), "{bad}: {e}");
+        }
         // A safetensors file is no index: the plain reader takes it.
         assert!(load_merged(&shards[0]).unwrap().is_none());
         std::fs::remove_dir_all(&dir).unwrap();
@@ -432,12 +499,12 @@ mod tests {
         let dir = tempdir("shard-step");
         let index = dir.join("ckpt");
         let shards = two_shards(&index, Some(2));
-        write_index(&index, 3, &shards, &Parts::default()).unwrap();
+        write_index(&index, 3, &self::shards(&shards), &Parts::default()).unwrap();
         let want =
             format!("{}: the shard is of step 2, but its index {} is of step 3", shards[0].display(), index.display());
         let e = load_merged(&index).unwrap_err();
         assert!(e.starts_with(&want), "{e}");
-        let e = restore_shard(&session(), &index, 0, 2).unwrap_err();
+        let e = restore_shard(&session(), &index, 0, 2, 2).unwrap_err();
         assert!(e.starts_with(&want), "{e}");
         // A shard that says no step.
         let shards = two_shards(&index, None);
@@ -446,7 +513,11 @@ mod tests {
         assert!(e.contains(&format!("its index {} is of step 3", index.display())), "{e}");
         // Of the index's step, it restores.
         two_shards(&index, Some(3));
-        assert_eq!(restore_shard(&session(), &index, 0, 2), Ok(Some(3)));
+        let restored = Restored { step: 3, settled: vec![3, 1] };
+        assert_eq!(restore_shard(&session(), &index, 0, 2, 2), Ok(Some(restored)));
+        // Of a cluster with another number of workers: each worker's updates to the step.
+        let restored = Restored { step: 3, settled: vec![3, 3, 3] };
+        assert_eq!(restore_shard(&session(), &index, 0, 2, 3), Ok(Some(restored)));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

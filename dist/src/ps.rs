@@ -43,6 +43,14 @@ pub struct PsOptions {
 /// One worker's tensors for one step, by key.
 type Update = BTreeMap<String, Arc<Tensor>>;
 
+/// A worker's update for its step, waiting for its round.
+#[derive(Debug)]
+struct Pending {
+    worker: u32,
+    step: u64,
+    update: Update,
+}
+
 #[derive(Debug, Default)]
 struct Progress {
     /// Rounds applied (round modes), or updates applied (async, ssp).
@@ -53,11 +61,14 @@ struct Progress {
     entered: Vec<Option<(u64, u64)>>,
     /// Per worker: its last step whose update came.
     pushed: Vec<u64>,
+    /// Per worker: its last step whose update is in the variables (applied, or dropped as a
+    /// straggler's), which a checkpoint records with them.
+    settled: Vec<u64>,
     /// Per worker: the round of its last update (round modes); its next step waits for it.
     last_round: Vec<u64>,
     done: Vec<bool>,
     /// Complete updates waiting for their round, by round.
-    rounds: BTreeMap<u64, Vec<(u32, Update)>>,
+    rounds: BTreeMap<u64, Vec<Pending>>,
     /// Updates dropped as stragglers'.
     dropped: u64,
     /// An apply or a worker's step failed: every later request gets this.
@@ -101,8 +112,9 @@ impl ParameterServer {
             }
         }
         let session = Session::new(program.module.clone(), session).map_err(|e| e.to_string())?;
+        let n = options.workers as usize;
         let restored = match &options.checkpoint {
-            Some(path) => crate::checkpoint::restore_shard(&session, path, index, options.tasks)?,
+            Some(path) => crate::checkpoint::restore_shard(&session, path, index, options.tasks, n)?,
             None => None,
         };
         // A line at a time, so a task killed loses none it logged; a task restored from the
@@ -118,15 +130,17 @@ impl ParameterServer {
             }
             None => None,
         };
-        let n = options.workers as usize;
-        // Restored from the chief's step C, every worker's updates up to C are in: a worker
-        // restarted later takes up after it.
-        let pushed = vec![restored.unwrap_or(0); n];
+        // Restored, the shard holds each worker's updates up to the step the index records for
+        // it: a worker restarted later takes up after that step, and a worker further on goes
+        // on with its next update (taken, not mistaken for a retry).
+        let settled = restored.as_ref().map_or_else(|| vec![0; n], |r| r.settled.clone());
+        let restored = restored.map(|r| r.step);
         let saved = restored;
         let progress = Progress {
             incarnation: vec![0; n],
             entered: vec![None; n],
-            pushed,
+            pushed: settled.clone(),
+            settled,
             last_round: vec![0; n],
             done: vec![false; n],
             saved,
@@ -334,8 +348,8 @@ impl ParameterServer {
     }
 
     /// Saves this task's shard of the checkpoint of the chief's step `step` (between applies);
-    /// returns its path.
-    pub fn save(&self, step: u64) -> Result<PathBuf, String> {
+    /// returns it.
+    pub fn save(&self, step: u64) -> Result<crate::checkpoint::Shard, String> {
         let path = self.options.checkpoint.as_ref().ok_or_else(|| {
             format!("ps task {} was started without --checkpoint, so it cannot save its shard", self.index)
         })?;
@@ -357,7 +371,7 @@ impl ParameterServer {
         };
         let written = crate::checkpoint::write_shard(&self.session, path, self.index, step, p.saved)?;
         p.saved = Some(step);
-        Ok(written)
+        Ok(crate::checkpoint::Shard { path: written, settled: p.settled.clone() })
     }
 
     /// A worker's read of `key` for its step.
@@ -407,16 +421,18 @@ impl ParameterServer {
         p.last_round[w as usize] = round;
         let counted = match self.options.sync {
             SyncMode::Async | SyncMode::Ssp(_) => {
-                let applied = self.apply(&[(w, update)]);
+                let applied = self.apply(&[Pending { worker: w, step: s, update }]);
                 self.settle(&mut p, applied, 1)?;
+                p.settled[w as usize] = s;
                 true
             }
             SyncMode::Sync | SyncMode::Backup(_) if round <= p.applied => {
                 p.dropped += 1;
+                p.settled[w as usize] = s;
                 false
             }
             SyncMode::Sync | SyncMode::Backup(_) => {
-                p.rounds.entry(round).or_default().push((w, update));
+                p.rounds.entry(round).or_default().push(Pending { worker: w, step: s, update });
                 self.close_rounds(&mut p)?;
                 true
             }
@@ -461,15 +477,19 @@ impl ParameterServer {
             let next = p.applied + 1;
             let Some(round) = p.rounds.get(&next) else { return Ok(()) };
             // Workers that finished after joining this round still count for it.
-            let finished_in = round.iter().filter(|(w, _)| p.done[*w as usize]).count();
+            let finished_in = round.iter().filter(|u| p.done[u.worker as usize]).count();
             let need = (self.options.workers as usize - backups).min(running + finished_in).max(1);
             if round.len() < need {
                 return Ok(());
             }
             let mut updates = p.rounds.remove(&next).expect("present above");
-            updates.sort_by_key(|(w, _)| *w);
+            updates.sort_by_key(|u| u.worker);
             let applied = self.apply(&updates);
             self.settle(p, applied, updates.len())?;
+            for u in &updates {
+                let settled = &mut p.settled[u.worker as usize];
+                *settled = (*settled).max(u.step);
+            }
         }
     }
 
@@ -503,13 +523,13 @@ impl ParameterServer {
     }
 
     /// Runs `@apply` once with each pushed tensor averaged over `updates`.
-    fn apply(&self, updates: &[(u32, Update)]) -> Result<(), String> {
+    fn apply(&self, updates: &[Pending]) -> Result<(), String> {
         if self.program.pushes.is_empty() {
             return Ok(());
         }
         let mut request = RunRequest::new(APPLY);
         for key in self.program.pushes.keys() {
-            let parts: Vec<&Arc<Tensor>> = updates.iter().map(|(_, u)| &u[key]).collect();
+            let parts: Vec<&Arc<Tensor>> = updates.iter().map(|u| &u.update[key]).collect();
             request = request.feed(input_name(key), mean(&parts)?);
         }
         self.session.run(request).map(|_| ()).map_err(|e| e.to_string())
@@ -739,12 +759,38 @@ mod tests {
         assert_eq!(ps.restored, None);
         assert!(step(&ps, 0, 1, 1.0));
         let shard = ps.save(1).unwrap();
+        assert_eq!(shard.settled, [1]);
         crate::checkpoint::write_index(&index, 1, &[shard], &Default::default()).unwrap();
         assert!(step(&ps, 0, 2, 1.0));
         let again = server_with(with(1));
         assert_eq!(again.restored, Some(1));
         assert_eq!(again.hello(0, 1).unwrap(), 1);
         assert_eq!(read(&again, 0, 2), [0.0, 1.0]);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_restored_task_takes_a_lagging_workers_next_update_for_what_it_is() {
+        let dir = std::env::temp_dir().join(format!("graphc-ps-lag-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let index = dir.join("ckpt");
+        let with = PsOptions { checkpoint: Some(index.clone()), ..options(2, SyncMode::Async) };
+        let ps = server_with(with.clone());
+        for s in 1..=3 {
+            assert!(step(&ps, 0, s, 1.0));
+        }
+        assert!(step(&ps, 1, 1, 1.0));
+        // The chief's checkpoint of its step 3 holds worker 1's updates up to its step 1.
+        let shard = ps.save(3).unwrap();
+        assert_eq!(shard.settled, [3, 1]);
+        crate::checkpoint::write_index(&index, 3, &[shard], &Default::default()).unwrap();
+        // Updates after it are lost with the task; restored, it takes worker 1's step 2 (not
+        // a retry of an update it has).
+        assert!(step(&ps, 1, 2, 1.0));
+        let again = server_with(with);
+        assert_eq!(read(&again, 0, 4), [-3.0, -2.0]);
+        assert!(step(&again, 1, 2, 1.0));
+        assert_eq!(read(&again, 0, 4), [-4.0, -3.0]);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -191,9 +191,9 @@ impl PsRpc for PsService {
     async fn save(&self, request: Request<Save>) -> Result<Response<Saved>, Status> {
         let step = request.into_inner().step;
         let ps = self.ps.clone();
-        let path = blocking(move || ps.save(step)).await?;
-        tracing::info!("ps task {}: saved its shard at step {step} to {}", self.ps.index, path.display());
-        Ok(Response::new(Saved { file: path.display().to_string() }))
+        let shard = blocking(move || ps.save(step)).await?;
+        tracing::info!("ps task {}: saved its shard at step {step} to {}", self.ps.index, shard.path.display());
+        Ok(Response::new(Saved { file: shard.path.display().to_string(), settled: shard.settled }))
     }
 
     async fn abort(&self, request: Request<Abort>) -> Result<Response<Empty>, Status> {
@@ -597,10 +597,13 @@ impl Client {
         Ok(reply.counted)
     }
 
-    /// Asks every ps task for its shard of step `step`; returns their paths, in task order.
-    pub fn save(&self, step: u64) -> Result<Vec<std::path::PathBuf>, RunError> {
+    /// Asks every ps task for its shard of step `step`; returns them, in task order.
+    pub fn save(&self, step: u64) -> Result<Vec<crate::checkpoint::Shard>, RunError> {
         (0..self.ps.len())
-            .map(|t| self.call(t, |mut c| async move { c.save(Save { step }).await }).map(|s| s.file.into()))
+            .map(|t| {
+                self.call(t, |mut c| async move { c.save(Save { step }).await })
+                    .map(|s| crate::checkpoint::Shard { path: s.file.into(), settled: s.settled })
+            })
             .collect()
     }
 

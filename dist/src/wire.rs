@@ -102,11 +102,13 @@ pub struct Save {
     pub step: u64,
 }
 
-/// Where the shard landed (whole).
+/// Where the shard landed (whole), and per worker the last step whose update it holds.
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct Saved {
     #[prost(string, tag = "1")]
     pub file: String,
+    #[prost(uint64, repeated, tag = "2")]
+    pub settled: Vec<u64>,
 }
 
 /// A worker's step failed: the training stops everywhere with its error.

@@ -43,7 +43,8 @@ fn a_missing_token_and_a_wrong_one_are_told_apart_without_the_token() {
     let auth = |token: Option<&str>| Auth { token: Token::new(token.map(str::to_string)), tls: None };
     let server_auth = auth(Some(SECRET));
     let server = std::thread::spawn(move || service::serve(ps, listener, server_auth));
-    let hello = Hello { worker: 0, workers: 1, sync: SyncMode::Async.to_string(), program: fingerprint, incarnation: 0 };
+    let hello =
+        Hello { worker: 0, workers: 1, sync: SyncMode::Async.to_string(), program: fingerprint, incarnation: 0 };
     let address = [format!("127.0.0.1:{port}")];
     // The client retries until the server listens, then takes the server's refusal at once.
     let connect =

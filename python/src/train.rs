@@ -227,7 +227,8 @@ impl Args {
     /// Runs the steps (interruptible), then saves, and returns what the training did.
     fn go(&self, py: Python<'_>, p: Prepared, callback: Option<Py<PyAny>>) -> PyResult<TrainResult> {
         // A run restored from a checkpoint goes on with the log of the run it takes up from.
-        let mut log = self.log.as_deref().map(|path| TrainLog::open(path, "log=", p.from > 0)).transpose().or_raise()?;
+        let mut log =
+            self.log.as_deref().map(|path| TrainLog::open(path, "log=", p.from > 0)).transpose().or_raise()?;
         let stop = AtomicUsize::new(0);
         let raised_by_callback: Mutex<Option<PyErr>> = Mutex::new(None);
         let mut losses: Vec<f64> = Vec::with_capacity((self.steps - p.from).min(1 << 20) as usize);
