@@ -690,3 +690,29 @@ fn a_second_process_for_a_running_task_is_refused_and_the_job_goes_on() {
     assert_eq!(losses(&dir.join("w0.jsonl")), losses(&dir.join("w1.jsonl")));
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn the_final_checkpoint_holds_every_workers_last_update() {
+    let dir = tmpdir("final");
+    let ports = free_ports(3);
+    let (ps, workers) = (&ports[..1], &ports[1..]);
+    let file = example();
+    let args = ["train", file.as_str(), "--graph", "step", "--steps", "100", "--sync", "async", "--peer-timeout", "60"];
+    let start = |job: &str, i: usize, extra: &[&str]| {
+        spawn(&[&args[..], extra].concat(), &[("TF_CONFIG", &tf_config(ps, workers, job, i))], &dir)
+    };
+    let server = start("ps", 0, &["--checkpoint", "ck", "--log", "ps.jsonl"]);
+    let chief = start("worker", 0, &["--checkpoint", "ck"]);
+    // A worker that ends well after the chief.
+    let slow = start("worker", 1, &["--step-delay", "20"]);
+    let chief = succeeded(finish(chief, LIMIT, "the chief"), "the chief");
+    assert!(chief.contains("with every worker's last update"), "{chief}");
+    succeeded(finish(slow, LIMIT, "worker 1"), "worker 1");
+    succeeded(finish(server, LIMIT, "the ps task"), "the ps task");
+    let index: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("ck")).unwrap()).unwrap();
+    assert_eq!(index["settled"], serde_json::json!([[100, 100]]), "{index}");
+    // Every one of the 200 updates applied, and the checkpoint taken after the last.
+    let applied = std::fs::read_to_string(dir.join("ps.jsonl")).unwrap().lines().count();
+    assert_eq!(applied, 200);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -80,6 +80,9 @@ struct Progress {
     /// The chief has said hello (or the variables come from its checkpoint): the other
     /// workers' steps wait for it, as TensorFlow's wait for the chief's session.
     chief_started: bool,
+    /// The chief is done and will ask for the final checkpoint, which the task serves before
+    /// it stops.
+    final_checkpoint: bool,
 }
 
 /// A ps task's state; the gRPC service in [`crate::service`] calls into it.
@@ -184,18 +187,37 @@ impl ParameterServer {
         p
     }
 
-    /// Why this task should stop waiting: some worker has not said it is done, and no worker
-    /// has called for the peer timeout (a worker killed and never restarted).
+    /// Why this task should stop waiting: some worker has not said it is done (or the chief
+    /// has not asked for the final checkpoint it announced), and no worker has called for the
+    /// peer timeout (a worker killed and never restarted).
     pub fn idle(&self) -> Option<String> {
         let p = self.lock();
         let quiet = p.last_call.unwrap_or(self.started).elapsed();
+        if quiet < self.options.peer_timeout {
+            return None;
+        }
         let missing: Vec<usize> = (0..p.done.len()).filter(|&w| !p.done[w]).collect();
-        (quiet >= self.options.peer_timeout && !missing.is_empty()).then(|| {
-            format!(
-                "ps task {}: no worker called for {:?}, and workers {missing:?} have not said they are done",
-                self.index, self.options.peer_timeout
-            )
-        })
+        let timeout = self.options.peer_timeout;
+        if !missing.is_empty() {
+            Some(format!(
+                "ps task {}: no worker called for {timeout:?}, and workers {missing:?} have not said they are done",
+                self.index
+            ))
+        } else if p.final_checkpoint {
+            Some(format!(
+                "ps task {}: the chief said it would ask for the final checkpoint, and no call came for {timeout:?}",
+                self.index
+            ))
+        } else {
+            None
+        }
+    }
+
+    /// Whether the task's work is over: every worker is done, and the final checkpoint the
+    /// chief announced is written.
+    pub fn finished(&self) -> bool {
+        let p = self.lock();
+        p.done.iter().all(|&d| d) && !p.final_checkpoint
     }
 
     /// Stops the training with `error` (every later request gets it).
@@ -348,11 +370,25 @@ impl ParameterServer {
     }
 
     /// Saves this task's shard of the checkpoint of the chief's step `step` (between applies);
-    /// returns it.
-    pub fn save(&self, step: u64) -> Result<crate::checkpoint::Shard, String> {
+    /// returns it. The final checkpoint (`last`) holds every worker's last update: it waits
+    /// for the workers still running, and while they are, returns None after a while for the
+    /// chief to ask again (each call stays short, so a task that stops answering is found).
+    pub fn save(&self, step: u64, last: bool) -> Result<Option<crate::checkpoint::Shard>, String> {
         let path = self.options.checkpoint.as_ref().ok_or_else(|| {
             format!("ps task {} was started without --checkpoint, so it cannot save its shard", self.index)
         })?;
+        if last {
+            let all_done = |p: &Progress| p.done.iter().all(|&d| d);
+            let mut p = self.call();
+            let deadline = Instant::now() + self.options.peer_timeout / 2;
+            while !all_done(&p) && p.failed.is_none() {
+                let now = Instant::now();
+                if now >= deadline {
+                    return Ok(None);
+                }
+                p = self.changed.wait_timeout(p, deadline - now).unwrap_or_else(|e| e.into_inner()).0;
+            }
+        }
         // The checkpoint of a step holds at least that step's updates: in the round modes, the
         // chief's last round is applied first (the chief may be a step or two further by now,
         // and those rounds may be in too: a restore then re-applies them once).
@@ -371,7 +407,10 @@ impl ParameterServer {
         };
         let written = crate::checkpoint::write_shard(&self.session, path, self.index, step, p.saved)?;
         p.saved = Some(step);
-        Ok(crate::checkpoint::Shard { path: written, settled: p.settled.clone() })
+        if last {
+            p.final_checkpoint = false;
+        }
+        Ok(Some(crate::checkpoint::Shard { path: written, settled: p.settled.clone() }))
     }
 
     /// A worker's read of `key` for its step.
@@ -441,16 +480,20 @@ impl ParameterServer {
         Ok(counted)
     }
 
-    /// Worker `w` has run its last step; returns whether every worker has.
-    pub fn done(&self, w: u32) -> Result<bool, String> {
+    /// Worker `w` has run its last step (the chief saying whether it will ask for the final
+    /// checkpoint next); returns whether the task's work is over ([`Self::finished`]).
+    pub fn done(&self, w: u32, final_checkpoint: bool) -> Result<bool, String> {
         self.check_worker(w)?;
-        let mut p = self.call();
-        p.done[w as usize] = true;
-        if matches!(self.options.sync, SyncMode::Sync | SyncMode::Backup(_)) {
-            self.close_rounds(&mut p)?;
+        {
+            let mut p = self.call();
+            p.done[w as usize] = true;
+            p.final_checkpoint |= w == 0 && final_checkpoint && self.options.checkpoint.is_some();
+            if matches!(self.options.sync, SyncMode::Sync | SyncMode::Backup(_)) {
+                self.close_rounds(&mut p)?;
+            }
+            self.changed.notify_all();
         }
-        self.changed.notify_all();
-        Ok(p.done.iter().all(|&d| d))
+        Ok(self.finished())
     }
 
     /// Writes out what the log holds.
@@ -665,14 +708,14 @@ mod tests {
     #[test]
     fn a_finished_worker_does_not_hold_the_rounds() {
         let ps = server(2, SyncMode::Sync);
-        assert!(!ps.done(1).unwrap());
+        assert!(!ps.done(1, false).unwrap());
         assert!(step(&ps, 0, 1, 1.0));
         assert_eq!(read(&ps, 0, 2), [0.0, 1.0]);
-        assert!(ps.done(0).unwrap());
+        assert!(ps.done(0, false).unwrap());
         // A worker done right after its last push leaves the round to the others.
         let ps = server(2, SyncMode::Sync);
         assert!(step(&ps, 0, 1, 1.0));
-        assert!(!ps.done(0).unwrap());
+        assert!(!ps.done(0, false).unwrap());
         assert!(step(&ps, 1, 1, 3.0));
         assert_eq!(ps.dropped(), 0);
         assert_eq!(read(&ps, 1, 2), [-1.0, 0.0]);
@@ -741,7 +784,7 @@ mod tests {
         let ps = server_with(PsOptions { peer_timeout: Duration::from_millis(30), ..options(2, SyncMode::Async) });
         assert!(step(&ps, 0, 1, 1.0));
         assert_eq!(ps.idle(), None);
-        ps.done(0).unwrap();
+        ps.done(0, false).unwrap();
         std::thread::sleep(Duration::from_millis(40));
         let why = ps.idle().unwrap();
         assert!(why.contains("workers [1] have not said they are done"), "{why}");
@@ -758,7 +801,7 @@ mod tests {
         let ps = server_with(with(1));
         assert_eq!(ps.restored, None);
         assert!(step(&ps, 0, 1, 1.0));
-        let shard = ps.save(1).unwrap();
+        let shard = ps.save(1, false).unwrap().unwrap();
         assert_eq!(shard.settled, [1]);
         crate::checkpoint::write_index(&index, 1, &[shard], &Default::default()).unwrap();
         assert!(step(&ps, 0, 2, 1.0));
@@ -781,7 +824,7 @@ mod tests {
         }
         assert!(step(&ps, 1, 1, 1.0));
         // The chief's checkpoint of its step 3 holds worker 1's updates up to its step 1.
-        let shard = ps.save(3).unwrap();
+        let shard = ps.save(3, false).unwrap().unwrap();
         assert_eq!(shard.settled, [3, 1]);
         crate::checkpoint::write_index(&index, 3, &[shard], &Default::default()).unwrap();
         // Updates after it are lost with the task; restored, it takes worker 1's step 2 (not
@@ -791,6 +834,34 @@ mod tests {
         assert_eq!(read(&again, 0, 4), [-3.0, -2.0]);
         assert!(step(&again, 1, 2, 1.0));
         assert_eq!(read(&again, 0, 4), [-4.0, -3.0]);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn the_final_checkpoint_waits_for_every_workers_last_update() {
+        let dir = std::env::temp_dir().join(format!("graphc-ps-final-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let with = PsOptions {
+            checkpoint: Some(dir.join("ckpt")),
+            peer_timeout: Duration::from_millis(200),
+            ..options(2, SyncMode::Async)
+        };
+        let ps = server_with(with);
+        for s in 1..=2 {
+            assert!(step(&ps, 0, s, 1.0));
+        }
+        assert!(!ps.done(0, true).unwrap());
+        // Worker 1 is still training: the chief is asked to come again.
+        assert_eq!(ps.save(2, true).unwrap(), None);
+        for s in 1..=3 {
+            assert!(step(&ps, 1, s, 1.0));
+        }
+        // Every worker done, the task still waits for the checkpoint.
+        assert!(!ps.done(1, false).unwrap());
+        assert_eq!(ps.idle(), None);
+        let shard = ps.save(2, true).unwrap().unwrap();
+        assert_eq!(shard.settled, [2, 3]);
+        assert!(ps.finished());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -189,11 +189,17 @@ impl PsRpc for PsService {
     }
 
     async fn save(&self, request: Request<Save>) -> Result<Response<Saved>, Status> {
-        let step = request.into_inner().step;
+        let Save { step, last } = request.into_inner();
         let ps = self.ps.clone();
-        let shard = blocking(move || ps.save(step)).await?;
-        tracing::info!("ps task {}: saved its shard at step {step} to {}", self.ps.index, shard.path.display());
-        Ok(Response::new(Saved { file: shard.path.display().to_string(), settled: shard.settled }))
+        let Some(shard) = blocking(move || ps.save(step, last)).await? else {
+            return Ok(Response::new(Saved { pending: true, ..Saved::default() }));
+        };
+        let what = if last { "final shard" } else { "shard" };
+        tracing::info!("ps task {}: saved its {what} at step {step} to {}", self.ps.index, shard.path.display());
+        if last && self.ps.finished() {
+            self.finished.notify_one();
+        }
+        Ok(Response::new(Saved { file: shard.path.display().to_string(), settled: shard.settled, pending: false }))
     }
 
     async fn abort(&self, request: Request<Abort>) -> Result<Response<Empty>, Status> {
@@ -205,10 +211,10 @@ impl PsRpc for PsService {
     }
 
     async fn done(&self, request: Request<Done>) -> Result<Response<Empty>, Status> {
-        let w = request.into_inner().worker;
+        let Done { worker: w, final_checkpoint } = request.into_inner();
         tracing::info!("ps task {}: worker {w} is done", self.ps.index);
         let ps = self.ps.clone();
-        if blocking(move || ps.done(w)).await? {
+        if blocking(move || ps.done(w, final_checkpoint)).await? {
             self.finished.notify_one();
         }
         Ok(Response::new(Empty {}))
@@ -597,20 +603,25 @@ impl Client {
         Ok(reply.counted)
     }
 
-    /// Asks every ps task for its shard of step `step`; returns them, in task order.
-    pub fn save(&self, step: u64) -> Result<Vec<crate::checkpoint::Shard>, RunError> {
+    /// Asks every ps task for its shard of step `step` (the final checkpoint's: `last`);
+    /// returns them, in task order.
+    pub fn save(&self, step: u64, last: bool) -> Result<Vec<crate::checkpoint::Shard>, RunError> {
         (0..self.ps.len())
-            .map(|t| {
-                self.call(t, |mut c| async move { c.save(Save { step }).await })
-                    .map(|s| crate::checkpoint::Shard { path: s.file.into(), settled: s.settled })
+            .map(|t| loop {
+                let saved = self.call(t, |mut c| async move { c.save(Save { step, last }).await })?;
+                // A final shard waits for the workers still running: asked again while they are.
+                if !saved.pending {
+                    return Ok(crate::checkpoint::Shard { path: saved.file.into(), settled: saved.settled });
+                }
             })
             .collect()
     }
 
     /// The cluster's checkpoint of step `step` (the chief's): every ps task's shard, then the
-    /// index at `index`.
-    pub fn checkpoint(&self, index: &std::path::Path, step: u64) -> Result<(), String> {
-        let shards = self.save(step).map_err(|e| e.message)?;
+    /// index at `index`. The final checkpoint (`last`, asked for after [`Client::done`] said
+    /// it would be) holds every worker's last update.
+    pub fn checkpoint(&self, index: &std::path::Path, step: u64, last: bool) -> Result<(), String> {
+        let shards = self.save(step, last).map_err(|e| e.message)?;
         crate::checkpoint::write_index(index, step, &shards, &self.parts)
     }
 
@@ -624,11 +635,13 @@ impl Client {
         }
     }
 
-    /// Tells every ps task this worker is done.
-    pub fn done(&self) -> Result<(), String> {
+    /// Tells every ps task this worker is done, and (the chief) whether it asks for the final
+    /// checkpoint next, which they then wait for.
+    pub fn done(&self, final_checkpoint: bool) -> Result<(), String> {
         for t in 0..self.ps.len() {
             let worker = self.worker;
-            self.call(t, |mut c| async move { c.done(Done { worker }).await }).map_err(|e| e.message)?;
+            self.call(t, |mut c| async move { c.done(Done { worker, final_checkpoint }).await })
+                .map_err(|e| e.message)?;
         }
         Ok(())
     }

@@ -93,6 +93,9 @@ pub struct Pushed {
 pub struct Done {
     #[prost(uint32, tag = "1")]
     pub worker: u32,
+    /// The chief asks for the final checkpoint next: the ps task serves until it has it.
+    #[prost(bool, tag = "2")]
+    pub final_checkpoint: bool,
 }
 
 /// The chief asks a ps task to save its shard of the checkpoint of step `step`.
@@ -100,15 +103,21 @@ pub struct Done {
 pub struct Save {
     #[prost(uint64, tag = "1")]
     pub step: u64,
+    /// The final checkpoint, holding every worker's last update.
+    #[prost(bool, tag = "2")]
+    pub last: bool,
 }
 
-/// Where the shard landed (whole), and per worker the last step whose update it holds.
+/// Where the shard landed (whole), and per worker the last step whose update it holds; or,
+/// for the final checkpoint, that workers are still running (`pending`: ask again).
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct Saved {
     #[prost(string, tag = "1")]
     pub file: String,
     #[prost(uint64, repeated, tag = "2")]
     pub settled: Vec<u64>,
+    #[prost(bool, tag = "3")]
+    pub pending: bool,
 }
 
 /// A worker's step failed: the training stops everywhere with its error.

@@ -62,7 +62,7 @@ fn a_missing_token_and_a_wrong_one_are_told_apart_without_the_token() {
         assert!(!e.contains(SECRET) && !e.contains("not-the-secret"), "the token shows: {e}");
     }
     let right = connect(Some(SECRET)).unwrap();
-    right.done().unwrap();
+    right.done(false).unwrap();
     server.join().unwrap().unwrap();
     assert!(start.elapsed() < Duration::from_secs(60));
 }

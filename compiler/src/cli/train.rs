@@ -291,23 +291,28 @@ pub fn train(a: &TrainArgs) -> anyhow::Result<ExitCode> {
         let kept = Kept { log, last };
         return stop(a, &training, &session, cluster, signal, *end, kept, report);
     }
-    // The chief's last checkpoint, then (failed or not) the ps tasks stop waiting for this
-    // worker.
+    // (Failed or not) the ps tasks stop waiting for this worker; then the chief's final
+    // checkpoint, which holds every worker's last update (a failed training's last step is
+    // no checkpoint).
     if let Some((c, _, _)) = &client {
-        // A failed training's last step is no checkpoint.
-        let saved = match (chief, &a.checkpoint) {
-            (Some(_), Some(path)) if ran.is_ok() => c.checkpoint(path, a.steps).map(|()| {
+        let final_checkpoint = a.checkpoint.as_deref().filter(|_| chief.is_some() && ran.is_ok());
+        let told = c.done(final_checkpoint.is_some());
+        let saved = match final_checkpoint {
+            Some(path) if told.is_ok() => c.checkpoint(path, a.steps, true).map(|()| {
                 let saved = json!({"path": path.display().to_string(), "step": a.steps, "shards": true});
                 report.add("checkpoint", saved, || {
-                    format!("saved the ps tasks' variables at step {}: {} and its shards", a.steps, path.display())
+                    format!(
+                        "saved the ps tasks' variables at step {} with every worker's last update: {} and its shards",
+                        a.steps,
+                        path.display()
+                    )
                 });
             }),
             _ => Ok(()),
         };
-        let told = c.done();
         if ran.is_ok() {
-            saved.map_err(|e| anyhow!("{e}"))?;
             told.map_err(|e| anyhow!("worker {}: {e}", c.worker))?;
+            saved.map_err(|e| anyhow!("{e}"))?;
             let moved = c.bytes_moved();
             let per_step = moved / (a.steps - from).max(1);
             report.set("bytes_moved", json!(moved));
@@ -378,7 +383,7 @@ fn stop(
             Some(format!("checkpoint at step {step}: {} (take up with --restore {})", path.display(), path.display()))
         }
         (Some((c, true)), Some(path)) => {
-            c.checkpoint(path, step).map_err(|e| anyhow!("{e}"))?;
+            c.checkpoint(path, step, false).map_err(|e| anyhow!("{e}"))?;
             Some(format!("the cluster's checkpoint at step {step}: {} and its shards", path.display()))
         }
         (Some((c, _)), _) => Some(format!(

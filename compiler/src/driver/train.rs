@@ -485,7 +485,7 @@ impl Training {
                             Box::new(move || save(&snapshot, step, &meta, path))
                         }
                         Periodic::Cluster(client, index) => Box::new(move || {
-                            client.checkpoint(index, step)?;
+                            client.checkpoint(index, step, false)?;
                             tracing::info!("saved the cluster's checkpoint at step {step}: {}", index.display());
                             Ok(())
                         }),
