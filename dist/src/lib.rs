@@ -16,7 +16,7 @@ pub mod wire;
 
 pub use cluster::{Cluster, Role, Source, TaskId};
 pub use ps::{ParameterServer, PsOptions};
-pub use service::{Auth, Client, PsRendezvousFactory, Token};
+pub use service::{Auth, Client, Exchange, PsRendezvousFactory, Token};
 pub use split::{split, PsProgram, Split};
 pub use tls::Tls;
 pub use wire::SyncMode;

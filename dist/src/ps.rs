@@ -413,13 +413,22 @@ impl ParameterServer {
         Ok(Some(crate::checkpoint::Shard { path: written, settled: p.settled.clone() }))
     }
 
-    /// A worker's read of `key` for its step.
-    pub fn pull(&self, from: Sender, key: &str) -> Result<Arc<Tensor>, String> {
-        let name =
-            self.program.reads.get(key).ok_or_else(|| format!("ps task {} serves no read '{key}'", self.index))?;
+    /// A worker's reads of `keys` for its step, in their order.
+    pub fn pull(&self, from: Sender, keys: &[String]) -> Result<Vec<Arc<Tensor>>, String> {
+        let names = keys
+            .iter()
+            .map(|key| {
+                self.program.reads.get(key).ok_or_else(|| format!("ps task {} serves no read '{key}'", self.index))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         let _entered = self.enter(from)?;
-        let var = self.session.state().variable(name).map_err(|e| e.to_string())?;
-        var.read().map_err(|e| e.to_string())
+        names
+            .into_iter()
+            .map(|name| {
+                let var = self.session.state().variable(name).map_err(|e| e.to_string())?;
+                var.read().map_err(|e| e.to_string())
+            })
+            .collect()
     }
 
     /// The type a pushed key must have.
@@ -618,6 +627,8 @@ mod tests {
 }
 "#;
 
+    const READ: &str = "ps0/read/w";
+
     fn server(workers: u32, sync: SyncMode) -> Arc<ParameterServer> {
         server_with(options(workers, sync))
     }
@@ -653,7 +664,7 @@ mod tests {
     }
 
     fn read(ps: &ParameterServer, w: u32, s: u64) -> Vec<f64> {
-        ps.pull(at(w, s), "ps0/read/w").unwrap().to_f64_vec()
+        ps.pull(at(w, s), &[READ.into()]).unwrap().remove(0).to_f64_vec()
     }
 
     fn update(g: f32) -> Vec<(String, Tensor)> {
@@ -737,7 +748,7 @@ mod tests {
         assert!(step(&ps, 1, 3, 1.0));
         ps.abort(1, "kernel failed").unwrap();
         assert!(ps.abort(7, "x").is_err());
-        let e = ps.pull(at(0, 1), "ps0/read/w").unwrap_err();
+        let e = ps.pull(at(0, 1), &[READ.into()]).unwrap_err();
         assert_eq!(e, "worker 1 failed: kernel failed");
     }
 
@@ -763,7 +774,7 @@ mod tests {
         // Worker 1's first run pushes step 1, and its read for step 2 waits for the round.
         assert!(step(&ps, 1, 1, 3.0));
         let ps2 = ps.clone();
-        let stale = std::thread::spawn(move || ps2.pull(at(1, 2), "ps0/read/w"));
+        let stale = std::thread::spawn(move || ps2.pull(at(1, 2), &[READ.into()]));
         std::thread::sleep(Duration::from_millis(50));
         // It is killed and started again: the second run takes up after step 1.
         assert_eq!(ps.hello(1, 2).unwrap(), 1);
@@ -773,7 +784,7 @@ mod tests {
         assert!(e.contains("from an earlier run of it"), "{e}");
         // The first run's push for step 2, come late, is refused; the second run's counts.
         assert!(ps.push(at(1, 2), update(100.0)).unwrap_err().contains("earlier run"));
-        assert_eq!(ps.pull(again(2), "ps0/read/w").unwrap().to_f64_vec(), [-1.0, 0.0]);
+        assert_eq!(ps.pull(again(2), &[READ.into()]).unwrap().remove(0).to_f64_vec(), [-1.0, 0.0]);
         assert!(ps.push(again(2), update(1.0)).unwrap());
         assert!(step(&ps, 0, 2, 1.0));
         assert_eq!(read(&ps, 0, 3), [-2.0, -1.0]);
@@ -789,7 +800,7 @@ mod tests {
         let why = ps.idle().unwrap();
         assert!(why.contains("workers [1] have not said they are done"), "{why}");
         ps.give_up(why);
-        assert!(ps.pull(at(1, 1), "ps0/read/w").unwrap_err().contains("no worker called"));
+        assert!(ps.pull(at(1, 1), &[READ.into()]).unwrap_err().contains("no worker called"));
     }
 
     #[test]
@@ -868,15 +879,15 @@ mod tests {
     #[test]
     fn bad_requests_are_errors() {
         let ps = server(1, SyncMode::Sync);
-        assert!(ps.pull(at(3, 1), "ps0/read/w").unwrap_err().contains("not in the cluster"));
-        assert!(ps.pull(at(0, 1), "ps0/read/v").unwrap_err().contains("no read"));
+        assert!(ps.pull(at(3, 1), &[READ.into()]).unwrap_err().contains("not in the cluster"));
+        assert!(ps.pull(at(0, 1), &["ps0/read/v".into()]).unwrap_err().contains("no read"));
         assert!(ps.push(at(0, 1), vec![("ps0/u9_9".into(), grad(1.0))]).unwrap_err().contains("no push"));
         let twice = vec![("ps0/u0_2".into(), grad(1.0)), ("ps0/u0_2".into(), grad(1.0))];
         assert!(ps.push(at(0, 1), twice).unwrap_err().contains("twice"));
         assert!(ps.push(at(0, 1), vec![("ps0/u0_2".into(), grad(1.0))]).unwrap_err().contains("comes whole"));
         let ps = server_with(PsOptions { peer_timeout: Duration::from_millis(50), ..options(2, SyncMode::Sync) });
         assert!(step(&ps, 0, 1, 1.0));
-        let e = ps.pull(at(0, 2), "ps0/read/w").unwrap_err();
+        let e = ps.pull(at(0, 2), &[READ.into()]).unwrap_err();
         assert!(e.contains("timed out") && e.contains("round 1"), "{e}");
     }
 }

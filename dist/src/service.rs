@@ -10,9 +10,11 @@
 
 use crate::ps::ParameterServer;
 use crate::split::task_of;
+use crate::split::PsProgram;
 use crate::tls::Tls;
-use crate::wire::{self, Abort, Assembly, Chunk, Done, Empty, Hello, Pull, Pushed, Save, Saved, Sender, Welcome};
+use crate::wire::{self, Abort, Chunk, Done, Empty, Hello, Pull, Pushed, Received, Save, Saved, Sender, Welcome};
 use graphc_runtime::{ErrorKind, LocalRendezvous, Rendezvous, RendezvousFactory, RtValue, RunError, WaitCtx};
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -140,13 +142,15 @@ impl PsRpc for PsService {
         let p = request.into_inner();
         let ps = self.ps.clone();
         let from = Sender { worker: p.worker, incarnation: p.incarnation, step: p.step };
-        let key = p.key.clone();
-        let t = blocking(move || ps.pull(from, &key)).await?;
+        let keys = p.keys.clone();
+        let tensors = blocking(move || ps.pull(from, &keys)).await?;
         let (tx, rx) = tokio::sync::mpsc::channel(4);
         tokio::spawn(async move {
-            for c in wire::chunks(&p.key, from, &t) {
-                if tx.send(Ok(c)).await.is_err() {
-                    return;
+            for (key, t) in p.keys.iter().zip(&tensors) {
+                for c in wire::chunks(key, from, t) {
+                    if tx.send(Ok(c)).await.is_err() {
+                        return;
+                    }
                 }
             }
         });
@@ -157,23 +161,11 @@ impl PsRpc for PsService {
         let mut stream = request.into_inner();
         let ps = &self.ps;
         let expect = |key: &str| ps.push_type(key).map(|t| Some(t.clone()));
-        let (mut tensors, mut current): (Vec<Assembly>, Option<Assembly>) = (Vec::new(), None);
+        let mut received = Received::default();
         while let Some(c) = stream.message().await? {
-            match current.take() {
-                Some(mut a) if !a.is_complete() => {
-                    a.add(c).map_err(Status::invalid_argument)?;
-                    current = Some(a);
-                }
-                before => {
-                    tensors.extend(before);
-                    if tensors.len() >= ps.program().pushes.len() {
-                        return Err(Status::invalid_argument("a push with more tensors than the update has"));
-                    }
-                    current = Some(Assembly::start(c, expect, u64::MAX).map_err(Status::invalid_argument)?);
-                }
-            }
+            received.add(c, ps.program().pushes.len(), expect).map_err(Status::invalid_argument)?;
         }
-        tensors.extend(current);
+        let tensors = received.finish();
         let from = tensors.first().ok_or_else(|| Status::invalid_argument("an empty push"))?.from;
         let mut update = Vec::with_capacity(tensors.len());
         for a in tensors {
@@ -544,12 +536,6 @@ impl Client {
         }
     }
 
-    fn task(&self, key: &str) -> Result<usize, RunError> {
-        task_of(key)
-            .filter(|&t| t < self.ps.len())
-            .ok_or_else(|| RunError::internal(format!("rendezvous key \"{key}\" names no ps task of the cluster")))
-    }
-
     fn remote(&self, t: usize, s: Status) -> RunError {
         // A transport error's message is a word ("transport error"); its cause says what failed.
         let mut cause = std::error::Error::source(&s);
@@ -565,24 +551,30 @@ impl Client {
         RunError::new(ErrorKind::Remote, format!("ps task {t} ({}): {why}", self.addresses[t]))
     }
 
-    /// Reads `key` for step `step`.
-    pub fn pull(&self, step: u64, key: &str) -> Result<graphc_runtime::Tensor, RunError> {
-        let t = self.task(key)?;
-        let request = Pull { worker: self.worker, step, key: key.to_string(), incarnation: self.incarnation };
-        let tensor = self.call(t, |mut c| {
+    /// Reads `keys` of ps task `t` for step `step`, in one call; returns the tensors in the
+    /// order of `keys`.
+    pub fn pull(&self, step: u64, t: usize, keys: &[String]) -> Result<Vec<Arc<graphc_runtime::Tensor>>, RunError> {
+        let request = Pull { worker: self.worker, step, keys: keys.to_vec(), incarnation: self.incarnation };
+        let tensors = self.call(t, |mut c| {
             let request = request.clone();
             async move {
-                let mut stream = c.pull(request).await?.into_inner();
-                let first = stream.message().await?.ok_or_else(|| Status::data_loss("an empty reply"))?;
-                let mut a = Assembly::start(first, |_| Ok(None), u64::MAX).map_err(Status::data_loss)?;
+                let mut stream = c.pull(request.clone()).await?.into_inner();
+                let mut received = Received::default();
                 while let Some(chunk) = stream.message().await? {
-                    a.add(chunk).map_err(Status::data_loss)?;
+                    received.add(chunk, request.keys.len(), |_| Ok(None)).map_err(Status::data_loss)?;
                 }
-                a.finish().map(Response::new).map_err(Status::data_loss)
+                let tensors = received.finish();
+                let got: Vec<&str> = tensors.iter().map(|a| a.key.as_str()).collect();
+                if got != request.keys {
+                    return Err(Status::data_loss(format!("asked for {:?}, the reply holds {got:?}", request.keys)));
+                }
+                let tensors = tensors.into_iter().map(|a| a.finish().map(Arc::new)).collect::<Result<Vec<_>, _>>();
+                tensors.map(Response::new).map_err(Status::data_loss)
             }
         })?;
-        self.moved.fetch_add((tensor.len() * tensor.dtype().size_bytes()) as u64, Ordering::Relaxed);
-        Ok(tensor)
+        let bytes: usize = tensors.iter().map(|v| v.len() * v.dtype().size_bytes()).sum();
+        self.moved.fetch_add(bytes as u64, Ordering::Relaxed);
+        Ok(tensors)
     }
 
     /// Sends step `step`'s update for ps task `t` (its tensors by key) in one stream.
@@ -652,35 +644,54 @@ impl Client {
     }
 }
 
+/// What a worker's step exchanges with one ps task: the keys it reads, and how many tensors
+/// it pushes.
+#[derive(Clone, Debug, Default)]
+pub struct Exchange {
+    pub reads: Vec<String>,
+    pub pushes: usize,
+}
+
+impl Exchange {
+    /// Per ps task, what a step exchanges with it.
+    pub fn of(programs: &[PsProgram]) -> Vec<Exchange> {
+        programs.iter().map(|p| Exchange { reads: p.reads.keys().cloned().collect(), pushes: p.pushes.len() }).collect()
+    }
+}
+
 /// The worker's rendezvous: `psN/` keys go to ps task N, other keys (between the task's own
-/// devices) stay in the process. A step's sends to one ps task are held until all of them
-/// came, then go as one push, so a ps task gets a worker's update whole or not at all. Each
-/// step that touches a ps key takes the next training step number (runs of other graphs,
-/// like the input pipeline's, touch none).
+/// devices) stay in the process. A step's first read of a ps task's variable pulls all it
+/// reads of that task in one call (a step reads its variables before it updates them, so they
+/// hold the same values then), and its sends to one ps task are held until all of them came,
+/// then go as one push, so a ps task gets a worker's update whole or not at all. Each step
+/// that touches a ps key takes the next training step number (runs of other graphs, like the
+/// input pipeline's, touch none).
 #[derive(Debug)]
 pub struct PsRendezvousFactory {
     client: Arc<Client>,
     steps: Arc<AtomicU64>,
-    /// Per ps task: the sends of a step.
-    pushes: Arc<Vec<usize>>,
+    /// Per ps task: what a step exchanges with it.
+    exchanges: Arc<Vec<Exchange>>,
 }
 
 impl PsRendezvousFactory {
-    /// Steps numbered from `from + 1`; `pushes[t]`: the keys a step sends to ps task t.
-    pub fn new(client: Arc<Client>, from: u64, pushes: Vec<usize>) -> Self {
-        PsRendezvousFactory { client, steps: Arc::new(AtomicU64::new(from)), pushes: Arc::new(pushes) }
+    /// Steps numbered from `from + 1`; `exchanges[t]`: what a step exchanges with ps task t.
+    pub fn new(client: Arc<Client>, from: u64, exchanges: Vec<Exchange>) -> Self {
+        PsRendezvousFactory { client, steps: Arc::new(AtomicU64::new(from)), exchanges: Arc::new(exchanges) }
     }
 }
 
 impl RendezvousFactory for PsRendezvousFactory {
     fn rendezvous(&self, _step: u64) -> Arc<dyn Rendezvous> {
+        let tasks = self.exchanges.len();
         Arc::new(PsRendezvous {
             client: self.client.clone(),
             steps: self.steps.clone(),
             step: OnceLock::new(),
             local: LocalRendezvous::default(),
-            expected: self.pushes.clone(),
-            held: std::sync::Mutex::new(vec![Vec::new(); self.pushes.len()]),
+            exchanges: self.exchanges.clone(),
+            pulled: (0..tasks).map(|_| std::sync::Mutex::new(None)).collect(),
+            held: std::sync::Mutex::new(vec![Vec::new(); tasks]),
         })
     }
 }
@@ -691,7 +702,9 @@ struct PsRendezvous {
     steps: Arc<AtomicU64>,
     step: OnceLock<u64>,
     local: LocalRendezvous,
-    expected: Arc<Vec<usize>>,
+    exchanges: Arc<Vec<Exchange>>,
+    /// Per ps task: the step's reads of it, by key, once pulled.
+    pulled: Vec<std::sync::Mutex<Option<BTreeMap<String, Arc<graphc_runtime::Tensor>>>>>,
     held: std::sync::Mutex<Vec<Update>>,
 }
 
@@ -717,7 +730,7 @@ impl Rendezvous for PsRendezvous {
                 RunError::internal(format!("rendezvous key \"{key}\" names no ps task of the cluster"))
             })?;
             slot.push((key, tensor));
-            if slot.len() < self.expected[t] {
+            if slot.len() < self.exchanges[t].pushes {
                 return Ok(());
             }
             std::mem::take(slot)
@@ -726,10 +739,16 @@ impl Rendezvous for PsRendezvous {
     }
 
     fn recv(&self, wait: &WaitCtx<'_>, key: &str) -> Result<RtValue, RunError> {
-        if task_of(key).is_none() {
-            return self.local.recv(wait, key);
+        let Some(t) = task_of(key) else { return self.local.recv(wait, key) };
+        let no_read =
+            || RunError::internal(format!("rendezvous key \"{key}\" names no read of a ps task of the cluster"));
+        let mut pulled = self.pulled.get(t).ok_or_else(no_read)?.lock().unwrap_or_else(|e| e.into_inner());
+        if pulled.is_none() {
+            let keys = &self.exchanges[t].reads;
+            let tensors = self.client.pull(self.step(), t, keys)?;
+            *pulled = Some(keys.iter().cloned().zip(tensors).collect());
         }
-        self.client.pull(self.step(), key).map(RtValue::tensor)
+        pulled.as_ref().and_then(|p| p.get(key)).cloned().map(RtValue::Tensor).ok_or_else(no_read)
     }
 
     /// A failed training step stops the training on every task, with this error. Runs of

@@ -45,15 +45,16 @@ pub struct Welcome {
     pub resume: u64,
 }
 
-/// A worker's read of a variable for its step `step` (from 1).
+/// A worker's reads of variables for its step `step` (from 1): every read a step makes of
+/// one ps task, in one call, the tensors streamed back in the order of `keys`.
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct Pull {
     #[prost(uint32, tag = "1")]
     pub worker: u32,
     #[prost(uint64, tag = "2")]
     pub step: u64,
-    #[prost(string, tag = "3")]
-    pub key: String,
+    #[prost(string, repeated, tag = "3")]
+    pub keys: Vec<String>,
     /// The worker's run ([`Hello::incarnation`]).
     #[prost(uint64, tag = "4")]
     pub incarnation: u64,
@@ -204,6 +205,48 @@ pub fn chunks(key: &str, from: Sender, t: &Tensor) -> Vec<Chunk> {
     out
 }
 
+/// Tensors received one after another on a stream (a push's update, a pull's reads), each
+/// checked as its chunks come.
+#[derive(Debug, Default)]
+pub struct Received {
+    done: Vec<Assembly>,
+    current: Option<Assembly>,
+}
+
+impl Received {
+    /// Takes the stream's next chunk: the rest of the tensor being received, or the first of
+    /// the next, which `expect` gives the type of (see [`Assembly::start`]). More than `most`
+    /// tensors is an error.
+    pub fn add(
+        &mut self,
+        c: Chunk,
+        most: usize,
+        expect: impl FnOnce(&str) -> Result<Option<TensorType>, String>,
+    ) -> Result<(), String> {
+        match self.current.take() {
+            Some(mut a) if !a.is_complete() => {
+                a.add(c)?;
+                self.current = Some(a);
+            }
+            before => {
+                self.done.extend(before);
+                if self.done.len() >= most {
+                    return Err(format!("a stream of more than the {most} tensors expected"));
+                }
+                self.current = Some(Assembly::start(c, expect, u64::MAX)?);
+            }
+        }
+        Ok(())
+    }
+
+    /// The tensors, in the order they came (each still to be finished).
+    pub fn finish(self) -> Vec<Assembly> {
+        let mut all = self.done;
+        all.extend(self.current);
+        all
+    }
+}
+
 /// A tensor being received: the header from the first chunk, the data as it comes.
 #[derive(Debug)]
 pub struct Assembly {
@@ -301,6 +344,31 @@ mod tests {
             a.add(c).unwrap();
         }
         assert!(a.finish().unwrap().bit_identical(&t));
+    }
+
+    #[test]
+    fn several_tensors_come_one_after_another_on_a_stream() {
+        let from = Sender { worker: 0, incarnation: 1, step: 4 };
+        let big =
+            Tensor::from_f32(vec![2.5; CHUNK / 4 + 3], &TensorType::new(DType::F32, vec![(CHUNK / 4 + 3) as u64]))
+                .unwrap();
+        let empty = Tensor::from_f32(vec![], &TensorType::new(DType::F32, vec![0, 3])).unwrap();
+        let small = Tensor::scalar_f32(7.0);
+        let sent = [("a", &big), ("b", &empty), ("c", &small)];
+        let stream: Vec<Chunk> = sent.iter().flat_map(|(k, t)| chunks(k, from, t)).collect();
+        let mut received = Received::default();
+        for c in stream.clone() {
+            received.add(c, 3, |_| Ok(None)).unwrap();
+        }
+        let got = received.finish();
+        assert_eq!(got.iter().map(|a| a.key.as_str()).collect::<Vec<_>>(), ["a", "b", "c"]);
+        for (a, (_, t)) in got.into_iter().zip(sent) {
+            assert!(a.finish().unwrap().bit_identical(t));
+        }
+        // One tensor more than expected.
+        let mut received = Received::default();
+        let e = stream.into_iter().try_for_each(|c| received.add(c, 2, |_| Ok(None))).unwrap_err();
+        assert!(e.contains("more than the 2 tensors expected"), "{e}");
     }
 
     #[test]

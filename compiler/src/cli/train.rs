@@ -170,8 +170,8 @@ pub fn train(a: &TrainArgs) -> anyhow::Result<ExitCode> {
                 });
             }
             let seed = if a.data.is_some() { seed.wrapping_add(w as u64) } else { seed };
-            let pushes: Vec<usize> = split.tasks.iter().map(|t| t.pushes.len()).collect();
-            (split.worker, Some((client, pushes, w == 0)), seed)
+            let exchanges = graphc_dist::Exchange::of(&split.tasks);
+            (split.worker, Some((client, exchanges, w == 0)), seed)
         }
     };
     let spec = TrainSpec {
@@ -207,8 +207,8 @@ pub fn train(a: &TrainArgs) -> anyhow::Result<ExitCode> {
     };
     // Kept to the end: dropping it waits for a background tier (auto) to finish compiling.
     let (mut session, _compiled, warning) = driver::session(backend, module, options, &a.session.compile_options())?;
-    if let Some((c, pushes, _)) = &client {
-        Distributed::attach(&mut session, c, from, pushes.clone());
+    if let Some((c, exchanges, _)) = &client {
+        Distributed::attach(&mut session, c, from, exchanges.clone());
     }
     // In a cluster only the chief checkpoints: the ps tasks' variables, a shard each and an
     // index.

@@ -7,7 +7,7 @@
 use super::inputs::select_graphs;
 use anyhow::{anyhow, bail};
 use graphc_dist::service::{self, listen_address};
-use graphc_dist::{Auth, Client, Cluster, ParameterServer, PsOptions, Split, SyncMode, Token};
+use graphc_dist::{Auth, Client, Cluster, Exchange, ParameterServer, PsOptions, Split, SyncMode, Token};
 use graphc_ir::{Module, SourceFile};
 use graphc_runtime::{Session, SessionOptions};
 use std::net::TcpListener;
@@ -106,9 +106,9 @@ impl Distributed {
     }
 
     /// Routes the session's transfers to the ps tasks; training steps are numbered from
-    /// `from + 1`; `pushes[t]`: the tensors a step sends ps task t.
-    pub fn attach(session: &mut Session, client: &Arc<Client>, from: u64, pushes: Vec<usize>) {
-        session.set_rendezvous(Arc::new(graphc_dist::PsRendezvousFactory::new(client.clone(), from, pushes)));
+    /// `from + 1`; `exchanges[t]`: what a step reads from and sends to ps task t.
+    pub fn attach(session: &mut Session, client: &Arc<Client>, from: u64, exchanges: Vec<Exchange>) {
+        session.set_rendezvous(Arc::new(graphc_dist::PsRendezvousFactory::new(client.clone(), from, exchanges)));
     }
 }
 
