@@ -420,7 +420,12 @@ impl Client {
         hello: Vec<Hello>,
         timeout: Duration,
     ) -> Result<Client, String> {
-        let rt = tokio(2)?;
+        // The calling thread drives the connections while it waits for a reply: no hand-off to
+        // a runtime thread and back on every call.
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| format!("cannot start the gRPC runtime: {e}"))?;
         let header = auth
             .token
             .header()
