@@ -9,6 +9,7 @@
 
 use graphc_ir::{DType, TensorType};
 use graphc_runtime::Tensor;
+use prost::bytes::Bytes;
 
 /// Bytes of tensor data per chunk.
 pub const CHUNK: usize = 1 << 20;
@@ -75,8 +76,10 @@ pub struct Chunk {
     pub shape: Vec<u64>,
     #[prost(uint64, tag = "6")]
     pub total: u64,
-    #[prost(bytes = "vec", tag = "7")]
-    pub data: Vec<u8>,
+    /// Shared, not copied: cut from the sender's one copy of the tensor's bytes, and taken
+    /// from the receiver's buffer as decoded.
+    #[prost(bytes = "bytes", tag = "7")]
+    pub data: Bytes,
     /// The sending worker's run ([`Hello::incarnation`]).
     #[prost(uint64, tag = "8")]
     pub incarnation: u64,
@@ -184,13 +187,12 @@ pub struct Sender {
 
 /// `t` as the chunks of a stream under `key`.
 pub fn chunks(key: &str, from: Sender, t: &Tensor) -> Vec<Chunk> {
-    let bytes = t.to_le_bytes();
+    let bytes = Bytes::from(t.to_le_bytes());
     let total = bytes.len() as u64;
-    let mut out: Vec<Chunk> = if bytes.len() <= CHUNK {
-        vec![Chunk { data: bytes, ..Chunk::default() }]
-    } else {
-        bytes.chunks(CHUNK).map(|d| Chunk { data: d.to_vec(), ..Chunk::default() }).collect()
-    };
+    let mut out: Vec<Chunk> = (0..bytes.len())
+        .step_by(CHUNK)
+        .map(|at| Chunk { data: bytes.slice(at..bytes.len().min(at + CHUNK)), ..Chunk::default() })
+        .collect();
     if out.is_empty() {
         out.push(Chunk::default());
     }
@@ -255,7 +257,9 @@ pub struct Assembly {
     dtype: DType,
     shape: Vec<usize>,
     total: usize,
-    data: Vec<u8>,
+    /// The chunks' data as it came, joined once, into the tensor, by [`Assembly::finish`].
+    pieces: Vec<Bytes>,
+    received: usize,
 }
 
 impl Assembly {
@@ -288,39 +292,39 @@ impl Assembly {
             .map(|&d| usize::try_from(d))
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| e.to_string())?;
-        let mut data = Vec::new();
-        data.try_reserve_exact(total as usize).map_err(|_| format!("tensor '{key}': cannot hold {total} bytes"))?;
+        let total = usize::try_from(total).map_err(|_| format!("tensor '{key}': {total} bytes do not fit here"))?;
         let from = Sender { worker: first.worker, incarnation: first.incarnation, step: first.step };
-        let mut a = Assembly { key, from, dtype, shape, total: total as usize, data };
+        let mut a = Assembly { key, from, dtype, shape, total, pieces: Vec::new(), received: 0 };
         a.add(first)?;
         Ok(a)
     }
 
     /// Whether every byte has come.
     pub fn is_complete(&self) -> bool {
-        self.data.len() == self.total
+        self.received == self.total
     }
 
     /// Adds a chunk's data (a later chunk carries data only).
     pub fn add(&mut self, c: Chunk) -> Result<(), String> {
-        if self.data.len() + c.data.len() > self.total {
+        if self.received + c.data.len() > self.total {
             return Err(format!("tensor '{}': more data than its {} bytes", self.key, self.total));
         }
-        self.data.extend_from_slice(&c.data);
+        self.received += c.data.len();
+        if !c.data.is_empty() {
+            self.pieces.push(c.data);
+        }
         Ok(())
     }
 
     /// The tensor, once every byte came.
     pub fn finish(self) -> Result<Tensor, String> {
-        if self.data.len() != self.total {
+        if self.received != self.total {
             return Err(format!(
                 "tensor '{}': the stream ended after {} of its {} bytes",
-                self.key,
-                self.data.len(),
-                self.total
+                self.key, self.received, self.total
             ));
         }
-        Tensor::from_le_bytes(self.dtype, &self.shape, &self.data)
+        Tensor::from_le_pieces(self.dtype, &self.shape, &self.pieces)
             .ok_or_else(|| format!("tensor '{}': malformed data", self.key))
     }
 }
@@ -389,10 +393,11 @@ mod tests {
         assert!(Assembly::start(first(), |_| Ok(None), 8).is_err());
         let huge = Chunk { shape: vec![u64::MAX, 4], total: 0, ..first() };
         assert!(Assembly::start(huge, |_| Ok(None), u64::MAX).is_err());
-        let short = Assembly::start(Chunk { data: vec![0; 8], ..first() }, |_| Ok(None), u64::MAX).unwrap();
+        let short =
+            Assembly::start(Chunk { data: Bytes::from(vec![0u8; 8]), ..first() }, |_| Ok(None), u64::MAX).unwrap();
         assert!(short.finish().unwrap_err().contains("ended after 8 of its 16 bytes"));
         let mut a = Assembly::start(first(), |_| Ok(None), u64::MAX).unwrap();
-        assert!(a.add(Chunk { data: vec![1], ..Chunk::default() }).is_err());
+        assert!(a.add(Chunk { data: Bytes::from(vec![1u8]), ..Chunk::default() }).is_err());
     }
 
     #[test]

@@ -271,32 +271,49 @@ impl Tensor {
     /// A tensor of `dtype` and `shape` from little-endian row-major element bytes (any nonzero
     /// byte a true bool); `None` when their number does not fit the shape.
     pub fn from_le_bytes(dtype: DType, shape: &[usize], data: &[u8]) -> Option<Tensor> {
-        fn elements<T: bytemuck::Pod, const N: usize>(data: &[u8], le: fn([u8; N]) -> T) -> Option<Vec<T>> {
-            if !data.len().is_multiple_of(N) {
+        Tensor::from_le_pieces(dtype, shape, &[data])
+    }
+
+    /// [`Tensor::from_le_bytes`] of the bytes of `pieces` one after another (chunks as they
+    /// came off the wire), copied once, into the elements' own storage.
+    pub fn from_le_pieces(dtype: DType, shape: &[usize], pieces: &[impl AsRef<[u8]>]) -> Option<Tensor> {
+        fn elements<T: bytemuck::Pod, const N: usize>(
+            pieces: &[impl AsRef<[u8]>],
+            le: fn([u8; N]) -> T,
+        ) -> Option<Vec<T>> {
+            let len: usize = pieces.iter().map(|p| p.as_ref().len()).sum();
+            if !len.is_multiple_of(N) {
                 return None;
             }
             if cfg!(target_endian = "little") {
                 // One copy into the elements' own (aligned) storage.
-                let mut v = vec![T::zeroed(); data.len() / N];
-                bytemuck::cast_slice_mut(&mut v).copy_from_slice(data);
+                let mut v = vec![T::zeroed(); len / N];
+                let mut at = 0;
+                let bytes: &mut [u8] = bytemuck::cast_slice_mut(&mut v);
+                for p in pieces {
+                    let p = p.as_ref();
+                    bytes[at..at + p.len()].copy_from_slice(p);
+                    at += p.len();
+                }
                 return Some(v);
             }
+            let data: Vec<u8> = pieces.iter().flat_map(|p| p.as_ref().iter().copied()).collect();
             Some(data.chunks_exact(N).map(|c| le(c.try_into().expect("chunks_exact gives N bytes"))).collect())
         }
         let data = match dtype {
-            DType::F32 => TensorData::F32(elements(data, f32::from_le_bytes)?),
-            DType::F64 => TensorData::F64(elements(data, f64::from_le_bytes)?),
-            DType::I32 => TensorData::I32(elements(data, i32::from_le_bytes)?),
-            DType::I64 => TensorData::I64(elements(data, i64::from_le_bytes)?),
-            DType::Bool => TensorData::Bool(data.iter().map(|&b| b != 0).collect()),
-            DType::F16 => TensorData::F16(elements(data, f16::from_le_bytes)?),
-            DType::BF16 => TensorData::BF16(elements(data, bf16::from_le_bytes)?),
-            DType::I8 => TensorData::I8(elements(data, i8::from_le_bytes)?),
-            DType::I16 => TensorData::I16(elements(data, i16::from_le_bytes)?),
-            DType::U8 => TensorData::U8(elements(data, u8::from_le_bytes)?),
-            DType::U16 => TensorData::U16(elements(data, u16::from_le_bytes)?),
-            DType::U32 => TensorData::U32(elements(data, u32::from_le_bytes)?),
-            DType::U64 => TensorData::U64(elements(data, u64::from_le_bytes)?),
+            DType::F32 => TensorData::F32(elements(pieces, f32::from_le_bytes)?),
+            DType::F64 => TensorData::F64(elements(pieces, f64::from_le_bytes)?),
+            DType::I32 => TensorData::I32(elements(pieces, i32::from_le_bytes)?),
+            DType::I64 => TensorData::I64(elements(pieces, i64::from_le_bytes)?),
+            DType::Bool => TensorData::Bool(pieces.iter().flat_map(|p| p.as_ref().iter().map(|&b| b != 0)).collect()),
+            DType::F16 => TensorData::F16(elements(pieces, f16::from_le_bytes)?),
+            DType::BF16 => TensorData::BF16(elements(pieces, bf16::from_le_bytes)?),
+            DType::I8 => TensorData::I8(elements(pieces, i8::from_le_bytes)?),
+            DType::I16 => TensorData::I16(elements(pieces, i16::from_le_bytes)?),
+            DType::U8 => TensorData::U8(elements(pieces, u8::from_le_bytes)?),
+            DType::U16 => TensorData::U16(elements(pieces, u16::from_le_bytes)?),
+            DType::U32 => TensorData::U32(elements(pieces, u32::from_le_bytes)?),
+            DType::U64 => TensorData::U64(elements(pieces, u64::from_le_bytes)?),
         };
         Tensor::from_data(shape, data)
     }
