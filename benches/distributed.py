@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Parameter-server training across processes on loopback (release build), three reports:
+"""Parameter-server training across processes on loopback (release build), four reports:
 
 1. Throughput of 1, 2 and 4 worker processes (1 ps task, --sync async) on a compute-bound
    model: W5, compare.py's training step (MLP 784-1024-1024-10, batch 256, softmax
@@ -7,6 +7,8 @@
 2. `sync` against `backup:1` with 3 workers, one a straggler slowed by --step-delay: rounds the
    ps task applies per second (from its --log), and the fast workers' steps per second.
 3. Bytes of tensors moved per worker step (pulls and pushes), against the model's size.
+4. What a step costs across processes: ps_mlp.gir (a tiny model, so the step is all wire) and
+   W5 trained by 1 ps + 1 worker in sync mode, against one process alone.
 
 Each run is timed from the workers' own logs (first to last step), so process start-up and the
 JIT compile are not counted. Workers share this host's cores with the ps task and each other:
@@ -136,6 +138,20 @@ def main():
 
         print("\n3. bytes moved per worker step, W5")
         print(f"   {moved} bytes per step (pulls and pushes) for a model of {size} bytes: {moved / size:.2f}x its size")
+
+        print("\n4. a step across processes: 1 ps + 1 worker, --sync sync, against one process alone")
+        print("   model   | alone, steps/s | 1 ps + 1 worker | ratio | added per step")
+        for name, model, graph, steps in (("ps_mlp", EXAMPLE, "step", 2000), ("W5", W5, "w5", a.steps)):
+            out = os.path.join(tmp, f"step-{name}")
+            os.makedirs(out)
+            log = os.path.join(out, "alone.jsonl")
+            subprocess.run([a.graphc, "train", model, "--graph", graph, "--steps", str(steps), "--log", log],
+                           check=True, capture_output=True)
+            alone = rate(log_lines(log))
+            logs, _, _ = cluster(a.graphc, model, graph, 1, steps, "sync", [0], out)
+            both = rate(logs[0])
+            added = 1000 / both - 1000 / alone
+            print(f"   {name:7} | {alone:14.1f} | {both:15.1f} | {both / alone:5.2f} | {added:8.2f} ms")
 
 
 if __name__ == "__main__":
