@@ -380,10 +380,8 @@ impl std::fmt::Debug for Client {
 /// all but surely, than any earlier run's: the process, the time and the standard library's
 /// per-process random hash keys, hashed.
 fn new_incarnation() -> u64 {
-    use std::hash::{BuildHasher, Hash, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    (std::process::id(), std::time::SystemTime::now()).hash(&mut h);
-    h.finish().max(1)
+    use std::hash::BuildHasher;
+    std::collections::hash_map::RandomState::new().hash_one((std::process::id(), std::time::SystemTime::now())).max(1)
 }
 
 /// Whether a failed call may succeed once the task is back: it could not connect, or the
@@ -709,12 +707,15 @@ struct PsRendezvous {
     local: LocalRendezvous,
     exchanges: Arc<Vec<Exchange>>,
     /// Per ps task: the step's reads of it, by key, once pulled.
-    pulled: Vec<std::sync::Mutex<Option<BTreeMap<String, Arc<graphc_runtime::Tensor>>>>>,
+    pulled: Vec<std::sync::Mutex<Option<Pulled>>>,
     held: std::sync::Mutex<Vec<Update>>,
 }
 
 /// A step's tensors for one ps task, by key.
 type Update = Vec<(String, Arc<graphc_runtime::Tensor>)>;
+
+/// A step's reads of one ps task, by key.
+type Pulled = BTreeMap<String, Arc<graphc_runtime::Tensor>>;
 
 impl PsRendezvous {
     fn step(&self) -> u64 {
