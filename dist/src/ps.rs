@@ -379,7 +379,9 @@ impl ParameterServer {
         })?;
         if last {
             let all_done = |p: &Progress| p.done.iter().all(|&d| d);
-            let mut p = self.call();
+            // Not a worker's call for [`Self::idle`]: a worker gone for good while the chief
+            // asks and asks is still found.
+            let mut p = self.lock();
             let deadline = Instant::now() + self.options.peer_timeout / 2;
             while !all_done(&p) && p.failed.is_none() {
                 let now = Instant::now();
@@ -873,6 +875,33 @@ mod tests {
         let shard = ps.save(2, true).unwrap().unwrap();
         assert_eq!(shard.settled, [2, 3]);
         assert!(ps.finished());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_worker_gone_for_good_is_found_while_the_chief_waits_for_the_final_checkpoint() {
+        let dir = std::env::temp_dir().join(format!("graphc-ps-gone-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let with = PsOptions {
+            checkpoint: Some(dir.join("ckpt")),
+            peer_timeout: Duration::from_millis(100),
+            ..options(2, SyncMode::Async)
+        };
+        let ps = server_with(with);
+        assert!(step(&ps, 0, 1, 1.0));
+        assert!(!ps.done(0, true).unwrap());
+        // Worker 1 never comes; the chief's asking does not keep the task waiting.
+        let start = Instant::now();
+        let why = loop {
+            assert_eq!(ps.save(1, true).unwrap(), None);
+            if let Some(why) = ps.idle() {
+                break why;
+            }
+            assert!(start.elapsed() < Duration::from_secs(5), "the task waits on");
+        };
+        assert!(why.contains("workers [1] have not said they are done"), "{why}");
+        ps.give_up(why);
+        assert!(ps.save(1, true).unwrap_err().contains("no checkpoint of a failed training"));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
