@@ -71,6 +71,8 @@ struct Progress {
     rounds: BTreeMap<u64, Vec<Pending>>,
     /// Updates dropped as stragglers'.
     dropped: u64,
+    /// Pushes of an update the task had already (a call retried after its reply was lost).
+    repeated: u64,
     /// An apply or a worker's step failed: every later request gets this.
     failed: Option<String>,
     /// The step of the newest shard written.
@@ -462,6 +464,7 @@ impl ParameterServer {
             self.current(&mut p, from)?;
             // A call retried after its reply was lost: the update is in already.
             if s <= p.pushed[w as usize] {
+                p.repeated += 1;
                 return Ok(true);
             }
         }
@@ -515,9 +518,10 @@ impl ParameterServer {
         }
     }
 
-    /// Updates dropped as stragglers' so far.
-    pub fn dropped(&self) -> u64 {
-        self.lock().dropped
+    /// Updates dropped as stragglers' so far, and pushes of updates the task had already.
+    pub fn dropped(&self) -> (u64, u64) {
+        let p = self.lock();
+        (p.dropped, p.repeated)
     }
 
     /// Applies the next round while it has the updates it needs.
@@ -698,7 +702,7 @@ mod tests {
         assert_eq!(read(&ps, 0, 2), [0.0, 1.0]);
         // Worker 1's update for the round already applied is dropped; it joins the next one.
         assert!(!step(&ps, 1, 1, 5.0));
-        assert_eq!(ps.dropped(), 1);
+        assert_eq!(ps.dropped(), (1, 0));
         assert_eq!(read(&ps, 1, 2), [0.0, 1.0]);
     }
 
@@ -730,7 +734,7 @@ mod tests {
         assert!(step(&ps, 0, 1, 1.0));
         assert!(!ps.done(0, false).unwrap());
         assert!(step(&ps, 1, 1, 3.0));
-        assert_eq!(ps.dropped(), 0);
+        assert_eq!(ps.dropped(), (0, 0));
         assert_eq!(read(&ps, 1, 2), [-1.0, 0.0]);
     }
 
@@ -767,6 +771,7 @@ mod tests {
         // Worker 0's step 1 again (its reply lost): nothing is applied twice.
         assert!(step(&ps, 0, 1, 1.0));
         assert_eq!(read(&ps, 0, 2), [-1.0, 0.0]);
+        assert_eq!(ps.dropped(), (0, 1));
     }
 
     #[test]

@@ -59,8 +59,15 @@ fn serve_task(
     );
     stop_serving_on_a_signal(index, &ps)?;
     d.serve(&ps, listener)?;
-    let dropped = ps.dropped();
-    say!("ps task {index}: every worker is done; {dropped} straggler update{} dropped", plural(dropped as usize));
+    let (dropped, repeated) = ps.dropped();
+    let repeated = match repeated {
+        0 => String::new(),
+        n => format!(", {n} update{} pushed again taken as in already", plural(n as usize)),
+    };
+    say!(
+        "ps task {index}: every worker is done; {dropped} straggler update{} dropped{repeated}",
+        plural(dropped as usize)
+    );
     Ok(ExitCode::SUCCESS)
 }
 
