@@ -37,6 +37,10 @@ use generated::parameter_server_server::{ParameterServer as PsRpc, ParameterServ
 /// up on the call.
 const REPLY_GRACE: Duration = Duration::from_secs(2);
 
+/// How long a ps task whose work is over waits for its connections to close before it ends
+/// anyway (a client that is not reading does not see the server's goodbye).
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
+
 /// HTTP/2 flow-control windows: the default 64 KiB would make a tensor of megabytes wait for
 /// a window update every 64 KiB.
 const WINDOW: u32 = 16 << 20;
@@ -318,20 +322,39 @@ pub fn serve(ps: Arc<ParameterServer>, listener: std::net::TcpListener, auth: Au
             .initial_stream_window_size(WINDOW)
             .initial_connection_window_size(WINDOW)
             .add_service(intercepted);
-        let stop = async move { finished.notified().await };
-        let served = match auth.tls {
-            // Small pulls and pushes, one after another: Nagle's delay would hold each.
-            None => {
-                router.serve_with_incoming_shutdown(TcpIncoming::from(listener).with_nodelay(Some(true)), stop).await
-            }
-            Some(tls) => {
-                let (tx, rx) = tokio::sync::mpsc::channel(16);
-                tokio::spawn(async move { tls.accept(listener, tx, who).await });
-                let incoming = tokio_stream::StreamExt::map(ReceiverStream::new(rx), Ok::<_, std::io::Error>);
-                router.serve_with_incoming_shutdown(incoming, stop).await
-            }
+        // Once the work is over, the server stops taking calls and ends those in flight; a
+        // worker's connection left open (its client idle, not reading) holds it no longer
+        // than SHUTDOWN_GRACE.
+        let (stopping, stopped) = tokio::sync::watch::channel(false);
+        tokio::spawn(async move {
+            finished.notified().await;
+            let _ = stopping.send(true);
+        });
+        let stop_signal = |mut stopped: tokio::sync::watch::Receiver<bool>| async move {
+            let _ = stopped.wait_for(|&s| s).await;
         };
-        served.map_err(|e| format!("serving on {addr}: {e}"))
+        let stop = stop_signal(stopped.clone());
+        let served: std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), tonic::transport::Error>> + Send>> =
+            match auth.tls {
+                // Small pulls and pushes, one after another: Nagle's delay would hold each.
+                None => Box::pin(
+                    router.serve_with_incoming_shutdown(TcpIncoming::from(listener).with_nodelay(Some(true)), stop),
+                ),
+                Some(tls) => {
+                    let (tx, rx) = tokio::sync::mpsc::channel(16);
+                    tokio::spawn(async move { tls.accept(listener, tx, who).await });
+                    let incoming = tokio_stream::StreamExt::map(ReceiverStream::new(rx), Ok::<_, std::io::Error>);
+                    Box::pin(router.serve_with_incoming_shutdown(incoming, stop))
+                }
+            };
+        let grace = async move {
+            stop_signal(stopped).await;
+            tokio::time::sleep(SHUTDOWN_GRACE).await;
+        };
+        tokio::select! {
+            served = served => served.map_err(|e| format!("serving on {addr}: {e}")),
+            () = grace => Ok(()),
+        }
     })?;
     watched.failure().map_or(Ok(()), |e| Err(format!("the training failed: {e}")))
 }
