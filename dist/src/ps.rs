@@ -656,6 +656,20 @@ mod tests {
         waiting
     }
 
+    /// A fresh scratch directory, and async options for `workers` workers with the
+    /// checkpoint index `ckpt` in it and the peer timeout `timeout`.
+    fn checkpointed(name: &str, workers: u32, timeout: Duration) -> (PathBuf, PsOptions) {
+        let dir = std::env::temp_dir().join(format!("graphc-ps-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let options = PsOptions {
+            checkpoint: Some(dir.join("ckpt")),
+            peer_timeout: timeout,
+            ..options(workers, SyncMode::Async)
+        };
+        (dir, options)
+    }
+
     fn options(workers: u32, sync: SyncMode) -> PsOptions {
         PsOptions { workers, sync, peer_timeout: Duration::from_secs(5), checkpoint: None, tasks: 1, log: None }
     }
@@ -812,18 +826,16 @@ mod tests {
 
     #[test]
     fn shards_restore_into_a_new_task() {
-        let dir = std::env::temp_dir().join(format!("graphc-ps-shard-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let (dir, with) = checkpointed("shard", 1, Duration::from_secs(5));
         let index = dir.join("ckpt");
-        let with = |workers| PsOptions { checkpoint: Some(index.clone()), ..options(workers, SyncMode::Async) };
-        let ps = server_with(with(1));
+        let ps = server_with(with.clone());
         assert_eq!(ps.restored, None);
         assert!(step(&ps, 0, 1, 1.0));
         let shard = ps.save(1, false).unwrap().unwrap();
         assert_eq!(shard.settled, [1]);
         crate::checkpoint::write_index(&index, 1, &[shard], &Default::default()).unwrap();
         assert!(step(&ps, 0, 2, 1.0));
-        let again = server_with(with(1));
+        let again = server_with(with);
         assert_eq!(again.restored, Some(1));
         assert_eq!(again.hello(0, 1).unwrap(), 1);
         assert_eq!(read(&again, 0, 2), [0.0, 1.0]);
@@ -832,10 +844,8 @@ mod tests {
 
     #[test]
     fn a_restored_task_takes_a_lagging_workers_next_update_for_what_it_is() {
-        let dir = std::env::temp_dir().join(format!("graphc-ps-lag-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let (dir, with) = checkpointed("lag", 2, Duration::from_secs(5));
         let index = dir.join("ckpt");
-        let with = PsOptions { checkpoint: Some(index.clone()), ..options(2, SyncMode::Async) };
         let ps = server_with(with.clone());
         for s in 1..=3 {
             assert!(step(&ps, 0, s, 1.0));
@@ -857,13 +867,7 @@ mod tests {
 
     #[test]
     fn the_final_checkpoint_waits_for_every_workers_last_update() {
-        let dir = std::env::temp_dir().join(format!("graphc-ps-final-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let with = PsOptions {
-            checkpoint: Some(dir.join("ckpt")),
-            peer_timeout: Duration::from_millis(200),
-            ..options(2, SyncMode::Async)
-        };
+        let (dir, with) = checkpointed("final", 2, Duration::from_millis(200));
         let ps = server_with(with);
         for s in 1..=2 {
             assert!(step(&ps, 0, s, 1.0));
@@ -885,13 +889,7 @@ mod tests {
 
     #[test]
     fn a_worker_gone_for_good_is_found_while_the_chief_waits_for_the_final_checkpoint() {
-        let dir = std::env::temp_dir().join(format!("graphc-ps-gone-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let with = PsOptions {
-            checkpoint: Some(dir.join("ckpt")),
-            peer_timeout: Duration::from_millis(100),
-            ..options(2, SyncMode::Async)
-        };
+        let (dir, with) = checkpointed("gone", 2, Duration::from_millis(100));
         let ps = server_with(with);
         assert!(step(&ps, 0, 1, 1.0));
         assert!(!ps.done(0, true).unwrap());

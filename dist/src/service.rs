@@ -243,15 +243,15 @@ fn authenticate(token: Token, who: String) -> impl FnMut(Request<()>) -> Result<
     }
 }
 
+/// The port of a cluster address (`host:port`).
+fn port_of(address: &str) -> Option<u16> {
+    address.rsplit_once(':').and_then(|(_, p)| p.parse().ok())
+}
+
 /// Where a server listens: `listen` if given (an IP alone takes `address`'s port), else
 /// loopback at `address`'s port. Anything but loopback needs a token or TLS.
 pub fn listen_address(address: &str, listen: Option<&str>, auth: &Auth) -> Result<SocketAddr, String> {
-    let port = || {
-        address
-            .rsplit_once(':')
-            .and_then(|(_, p)| p.parse::<u16>().ok())
-            .ok_or_else(|| format!("'{address}' has no port"))
-    };
+    let port = || port_of(address).ok_or_else(|| format!("'{address}' has no port"));
     let addr: SocketAddr = match listen {
         // An IP alone: this task's port in the cluster (one flag serves every rank).
         Some(l) => match (l.parse::<SocketAddr>(), l.parse::<std::net::IpAddr>()) {
@@ -282,9 +282,7 @@ pub fn claim(addr: SocketAddr, task: &str) -> Result<std::net::TcpListener, Stri
 /// A worker's claim on its task: its cluster address's port, bound on loopback (a worker
 /// serves nothing there). None where the address has no port.
 pub fn claim_worker(address: &str, worker: usize) -> Result<Option<std::net::TcpListener>, String> {
-    let Some(port) = address.rsplit_once(':').and_then(|(_, p)| p.parse::<u16>().ok()).filter(|&p| p != 0) else {
-        return Ok(None);
-    };
+    let Some(port) = port_of(address).filter(|&p| p != 0) else { return Ok(None) };
     claim(SocketAddr::from(([127, 0, 0, 1], port)), &format!("worker {worker}")).map(Some)
 }
 
