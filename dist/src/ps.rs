@@ -126,11 +126,7 @@ impl ParameterServer {
         // checkpoint goes on with its earlier run's log.
         let log = match &options.log {
             Some(path) => {
-                let opened = if restored.is_some() {
-                    graphc_runtime::fsutil::append_regular(path)
-                } else {
-                    graphc_runtime::fsutil::create_regular(path)
-                };
+                let opened = graphc_runtime::fsutil::open_regular_for_writing(path, restored.is_some());
                 Some(std::io::LineWriter::new(opened.map_err(|e| format!("--log {}: {e}", path.display()))?))
             }
             None => None,

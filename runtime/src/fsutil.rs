@@ -218,13 +218,9 @@ pub fn create_regular(path: &Path) -> io::Result<File> {
     open_regular_for_writing(path, false)
 }
 
-/// As [`create_regular`], but what `path` holds is kept and writes go after it: the log of a
-/// task that takes up where an earlier run of it stopped.
-pub fn append_regular(path: &Path) -> io::Result<File> {
-    open_regular_for_writing(path, true)
-}
-
-fn open_regular_for_writing(path: &Path, append: bool) -> io::Result<File> {
+/// [`create_regular`], or with `append` what `path` holds kept and writes going after it (the
+/// log of a task that takes up where an earlier run of it stopped).
+pub fn open_regular_for_writing(path: &Path, append: bool) -> io::Result<File> {
     let (target, ..) = target_of(path)?;
     let mut options = OpenOptions::new();
     if append {

@@ -25,12 +25,8 @@ impl TrainLog {
     /// The log at `path`: a new one, or (`taking_up`: the run goes on from a checkpoint or
     /// from the ps tasks' state) the earlier run's, its lines kept.
     pub fn open(path: &Path, flag: &'static str, taking_up: bool) -> anyhow::Result<TrainLog> {
-        let file = if taking_up {
-            graphc_runtime::fsutil::append_regular(path)
-        } else {
-            graphc_runtime::fsutil::create_regular(path)
-        }
-        .map_err(|e| anyhow!("{flag}: cannot write {}: {e}", path.display()))?;
+        let file = graphc_runtime::fsutil::open_regular_for_writing(path, taking_up)
+            .map_err(|e| anyhow!("{flag}: cannot write {}: {e}", path.display()))?;
         Ok(TrainLog { path: path.to_path_buf(), flag, out: LineWriter::new(file), lines: 0 })
     }
 
